@@ -1,0 +1,1 @@
+"""The ``gnnpipe`` command line (see :mod:`gnnpipe.cli.main`)."""

@@ -1,0 +1,143 @@
+"""Normalised adjacency matrices as CSR tensors, and the full-graph aggregation op.
+
+DESIGN §2: an *aggregation op* is the sparse product ``Â[rows, :] @ H`` with ``Â`` one of
+
+* ``gcn``  — ``D̃^{-1/2} (A + I) D̃^{-1/2}`` with ``D̃`` the in-degree of ``A + I``
+  (Kipf & Welling, ICLR 2017, eq. 2; identical to PyG ``gcn_norm`` with self-loops);
+* ``mean`` — ``D^{-1} A`` (1 / in-degree, no self term; rows of isolated vertices are zero);
+* ``sum``  — ``A``.
+
+Rows are *destinations*: for an edge ``j → i`` in ``edge_index`` (PyG's ``source_to_target``
+flow, ``edge_index[0] = j``, ``edge_index[1] = i``) the entry ``Â[i, j]`` is non-zero. Every op
+keeps the transpose ``Âᵀ`` too, because the backward of ``Â @ H`` is ``Âᵀ @ G``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+
+AGGREGATIONS = ("gcn", "mean", "sum")
+
+warnings.filterwarnings("ignore", message=r"Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", message=r"Sparse invariant checks are implicitly disabled")
+
+
+def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Build the normalised adjacency ``Â`` of one aggregation kind as a sparse CSR tensor.
+
+    Args:
+        edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (duplicates are summed).
+        num_nodes: ``N``.
+        kind: ``"gcn"``, ``"mean"`` or ``"sum"`` (see module docstring for the formulas).
+        dtype: floating dtype of the values.
+
+    Returns:
+        ``N × N`` sparse CSR tensor, rows = destinations.
+
+    Raises:
+        ConfigError: unknown ``kind``.
+    """
+    if kind not in AGGREGATIONS:
+        raise ConfigError(f"unknown aggregation {kind!r}; use one of {', '.join(AGGREGATIONS)}")
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    if kind == "gcn":
+        loop = torch.arange(num_nodes, dtype=torch.long)
+        src = torch.cat([src, loop])
+        dst = torch.cat([dst, loop])
+    w = torch.ones(src.numel(), dtype=dtype)
+    deg = torch.zeros(num_nodes, dtype=dtype).index_add_(0, dst, w)
+    if kind == "gcn":
+        dinv = deg.pow(-0.5)
+        dinv[torch.isinf(dinv)] = 0
+        w = dinv[src] * dinv[dst]
+    elif kind == "mean":
+        dinv = deg.reciprocal()
+        dinv[torch.isinf(dinv)] = 0
+        w = dinv[dst]
+    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (num_nodes, num_nodes)).coalesce()
+    return coo.to_sparse_csr()
+
+
+def csr_transpose(a: Tensor) -> Tensor:
+    """Transpose of a CSR tensor, as CSR."""
+    return a.t().to_sparse_coo().coalesce().to_sparse_csr() if a.layout == torch.sparse_csr else a.t()
+
+
+def csr_row_slice(a: Tensor, start: int, end: int) -> Tensor:
+    """Rows ``[start, end)`` of a CSR tensor as a new ``(end-start) × ncols`` CSR tensor (no copy of the pattern beyond the slice)."""
+    crow = a.crow_indices()
+    lo, hi = int(crow[start]), int(crow[end])
+    new_crow = crow[start : end + 1] - lo
+    return torch.sparse_csr_tensor(
+        new_crow, a.col_indices()[lo:hi], a.values()[lo:hi], (end - start, a.size(1)), dtype=a.dtype
+    )
+
+
+def csr_rows(a: Tensor, rows: Tensor) -> Tensor:
+    """Arbitrary rows (``LongTensor[r]``) of a CSR tensor as a new ``r × ncols`` CSR tensor."""
+    crow = a.crow_indices()
+    starts, ends = crow[rows], crow[rows + 1]
+    counts = ends - starts
+    new_crow = torch.zeros(rows.numel() + 1, dtype=crow.dtype)
+    torch.cumsum(counts, 0, out=new_crow[1:])
+    idx = torch.repeat_interleave(starts - new_crow[:-1], counts) + torch.arange(int(new_crow[-1]), dtype=crow.dtype)
+    return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)), dtype=a.dtype)
+
+
+def spmm(a: Tensor, h: Tensor) -> Tensor:
+    """``a @ h`` for a CSR ``a`` and a dense ``h`` (no autograd through ``a``)."""
+    return torch.sparse.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
+
+
+class _SpMM(torch.autograd.Function):
+    """``Â @ H`` with backward ``Âᵀ @ G`` (exact, full graph)."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, a: Tensor, at: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.at = at
+        return spmm(a, h)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        return spmm(ctx.at, g.contiguous()), None, None
+
+
+class GraphOps:
+    """The adjacency matrices of one graph, built lazily once per aggregation kind.
+
+    Args:
+        edge_index: ``LongTensor[2, E]`` (already preprocessed; see :func:`gnnpipe.data.prepare`).
+        num_nodes: ``N``.
+        dtype: dtype of ``Â``'s values; must match the embeddings' dtype.
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32):
+        self.edge_index = edge_index
+        self.num_nodes = int(num_nodes)
+        self.dtype = dtype
+        self._adj: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def adj(self, kind: str) -> tuple[Tensor, Tensor]:
+        """``(Â, Âᵀ)`` of ``kind`` as CSR tensors (cached)."""
+        if kind not in self._adj:
+            a = build_adjacency(self.edge_index, self.num_nodes, kind, self.dtype)
+            self._adj[kind] = (a, csr_transpose(a))
+        return self._adj[kind]
+
+    def to(self, dtype: torch.dtype) -> "GraphOps":
+        """A copy of these ops with values of ``dtype``."""
+        return GraphOps(self.edge_index, self.num_nodes, dtype)
+
+    def aggregate(self, h: Tensor, kind: str) -> Tensor:
+        """Exact full-graph aggregation ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``), differentiable in ``h``."""
+        a, at = self.adj(kind)
+        return _SpMM.apply(h, a, at)
+
+    def aggregator(self):
+        """A callback ``agg(h, kind)`` for :meth:`gnnpipe.models.LayerUnit.forward` on the whole graph."""
+        return self.aggregate
