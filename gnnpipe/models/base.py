@@ -1,0 +1,152 @@
+"""Models as linear sequences of layer units.
+
+A model is ``units = [encoder, layer_1, …, layer_L, head]``. A runtime may cut the sequence into
+contiguous *stages* (GNNPipe's layer-level model parallelism, DESIGN §1). A unit never runs message
+passing over the whole graph by itself: it calls the *aggregation callback* ``agg(h, kind)`` it is
+given, so the same unit runs
+
+* on the whole graph (``GraphOps.aggregate``; exact, the single-process reference),
+* on one chunk with history (the pipeline's chunk aggregation op, DESIGN §5),
+* on one graph partition with a halo exchange (graph parallelism).
+
+``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
+returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
+``"sum"`` (see :mod:`gnnpipe.core.graph`).
+
+A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
+produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+
+Aggregator = Callable[[Tensor, str], Tensor]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "leaky_relu": F.leaky_relu,
+    "tanh": torch.tanh,
+    "identity": lambda t: t,
+}
+
+
+def activation(name: str) -> Callable[[Tensor], Tensor]:
+    """The activation function called ``name`` (one of :data:`ACTIVATIONS`).
+
+    Raises:
+        ConfigError: unknown name.
+    """
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown activation {name!r}; use one of {', '.join(ACTIVATIONS)}") from None
+
+
+class LayerUnit(nn.Module):
+    """One element of a model's linear sequence (encoder, a GNN layer, or the head).
+
+    Subclasses implement :meth:`forward`.
+
+    Class attributes:
+        aggregations: the aggregation kinds the unit calls, in call order, once each per forward
+            (e.g. ``("gcn",)``); the runtime keeps one history buffer per entry (DESIGN §2).
+        param_group: ``"conv"`` for GNN-layer weights or ``"dense"`` for encoder/head weights;
+            the trainer can apply a different weight decay to each (as GCNII does).
+    """
+
+    aggregations: tuple[str, ...] = ()
+    param_group: str = "dense"
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+
+    def forward(self, h: Tensor, shared: Optional[Tensor], agg: Aggregator) -> tuple[Tensor, Optional[Tensor]]:
+        """Run the unit.
+
+        Args:
+            h: ``[n, in_dim]`` embeddings of the ``n`` vertices being processed.
+            shared: the model's global shared tensor for the same rows (``[n, d]``) or ``None``.
+            agg: aggregation callback (see module docstring).
+
+        Returns:
+            ``(h', shared')``: ``[n, out_dim]`` and the (possibly newly produced) shared tensor.
+        """
+        raise NotImplementedError
+
+
+class GNNModel(nn.Module):
+    """A GNN as a linear sequence of :class:`LayerUnit` s.
+
+    Attributes:
+        units: ``nn.ModuleList`` of ``L + 2`` units (encoder, ``L`` layers, head).
+        shared_tensor: name of the global shared tensor (``"h0"`` for GCNII) or ``None``.
+        default_hparams: recommended training hyper-parameters (``lr``, ``dropout``,
+            ``weight_decay``, ``weight_decay_conv``) that the trainer uses for flags left unset.
+    """
+
+    shared_tensor: Optional[str] = None
+    default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
+
+    def __init__(self, units: list[LayerUnit]):
+        super().__init__()
+        if len(units) < 2:
+            raise ConfigError("a model needs at least an encoder and a head unit")
+        self.units = nn.ModuleList(units)
+
+    @property
+    def num_units(self) -> int:
+        return len(self.units)
+
+    def run_units(
+        self,
+        start: int,
+        end: int,
+        h: Tensor,
+        shared: Optional[Tensor],
+        make_agg: Callable[[int], Aggregator],
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """Run units ``[start, end)``; ``make_agg(i)`` gives the aggregation callback of unit ``i``."""
+        for i in range(start, end):
+            h, shared = self.units[i](h, shared, make_agg(i))
+        return h, shared
+
+    def forward(self, x: Tensor, agg: Aggregator | Callable[[int], Aggregator], *, per_unit: bool = False) -> Tensor:
+        """Full forward: ``x`` (``[n, F]``) → logits (``[n, C]``).
+
+        ``agg`` is one callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
+        """
+        make = agg if per_unit else (lambda i: agg)
+        h, _ = self.run_units(0, self.num_units, x, None, make)  # type: ignore[arg-type]
+        return h
+
+    def aggregation_dims(self) -> list[tuple[int, str, int]]:
+        """``(unit_index, kind, width)`` of every aggregation op, in execution order (width = input width of the op)."""
+        out = []
+        for i, u in enumerate(self.units):
+            for kind in u.aggregations:
+                out.append((i, kind, getattr(u, "agg_dim", u.in_dim)))
+        return out
+
+    def param_groups(self, weight_decay: float, weight_decay_conv: float | None = None) -> list[dict]:
+        """Parameter groups for an optimizer: dense units with ``weight_decay``, GNN layers with ``weight_decay_conv``."""
+        wd_conv = weight_decay if weight_decay_conv is None else weight_decay_conv
+        dense, conv = [], []
+        for u in self.units:
+            (conv if u.param_group == "conv" else dense).extend(p for p in u.parameters() if p.requires_grad)
+        groups = []
+        if dense:
+            groups.append({"params": dense, "weight_decay": weight_decay})
+        if conv:
+            groups.append({"params": conv, "weight_decay": wd_conv})
+        return groups

@@ -1,0 +1,224 @@
+"""The built-in models (GNNPipe paper, §5 "models"), each a linear sequence of layer units.
+
+Every model here is ``[encoder, layer_1 … layer_L, head]`` (``L + 2`` units) and registers
+through :func:`gnnpipe.models.register`, the same door user models use.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .base import Aggregator, GNNModel, LayerUnit, activation
+from .registry import register
+
+
+# --------------------------------------------------------------------------- shared units
+class Encoder(LayerUnit):
+    """``h = act(Linear(dropout(x)))`` (``[n, F]`` → ``[n, H]``); with ``shared=True`` it also emits ``h`` as the
+    global shared tensor (GCNII's ``h0``, Chen et al. ICML 2020, eq. 5). ``act=None`` skips the activation."""
+
+    def __init__(self, in_dim: int, out_dim: int, dropout: float, act: Optional[str] = "relu", shared: bool = False):
+        super().__init__(in_dim, out_dim)
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.dropout = dropout
+        self.act = activation(act) if act else None
+        self.emits_shared = shared
+
+    def forward(self, h, shared, agg):
+        h = self.lin(F.dropout(h, self.dropout, self.training))
+        if self.act is not None:
+            h = self.act(h)
+        return h, (h if self.emits_shared else shared)
+
+
+class Head(LayerUnit):
+    """Classifier ``Linear(dropout(h))`` (``[n, H]`` → ``[n, C]`` logits); ``dropout=0`` for none.
+    With ``norm=True`` (DeeperGCN res+): ``Linear(dropout(act(LayerNorm(h))))``."""
+
+    def __init__(self, in_dim: int, out_dim: int, dropout: float = 0.0, norm: bool = False, act: str = "relu"):
+        super().__init__(in_dim, out_dim)
+        self.norm = nn.LayerNorm(in_dim) if norm else None
+        self.act = activation(act)
+        self.lin = nn.Linear(in_dim, out_dim)
+        self.dropout = dropout
+
+    def forward(self, h, shared, agg):
+        if self.norm is not None:
+            h = self.act(self.norm(h))
+        return self.lin(F.dropout(h, self.dropout, self.training)), shared
+
+
+# --------------------------------------------------------------------------- GNN layers
+class GCNLayer(LayerUnit):
+    """GCN layer (Kipf & Welling 2017, eq. 2): ``dropout(act(Linear(Â_gcn h)))``.
+
+    ``Linear(Â h) = Â h W + b`` equals PyG ``GCNConv`` (which computes ``Â (h W) + b``).
+    """
+
+    aggregations = ("gcn",)
+    param_group = "conv"
+
+    def __init__(self, dim: int, dropout: float, bias: bool, act: str):
+        super().__init__(dim, dim)
+        self.lin = nn.Linear(dim, dim, bias=bias)
+        self.dropout = dropout
+        self.act = activation(act)
+
+    def forward(self, h, shared, agg: Aggregator):
+        h = self.act(self.lin(agg(h, "gcn")))
+        return F.dropout(h, self.dropout, self.training), shared
+
+
+class SAGELayer(LayerUnit):
+    """GraphSAGE-mean layer (Hamilton et al. 2017): ``dropout(act(W_root h + W_neigh mean_agg(h) + b))``.
+
+    Equals PyG ``SAGEConv(aggr="mean")`` (``lin_r`` = root, no bias; ``lin_l`` = neighbours, bias).
+    """
+
+    aggregations = ("mean",)
+    param_group = "conv"
+
+    def __init__(self, dim: int, dropout: float, bias: bool, act: str):
+        super().__init__(dim, dim)
+        self.lin_root = nn.Linear(dim, dim, bias=False)
+        self.lin_neigh = nn.Linear(dim, dim, bias=bias)
+        self.dropout = dropout
+        self.act = activation(act)
+
+    def forward(self, h, shared, agg: Aggregator):
+        h = self.act(self.lin_root(h) + self.lin_neigh(agg(h, "mean")))
+        return F.dropout(h, self.dropout, self.training), shared
+
+
+class GCNIILayer(LayerUnit):
+    """GCNII layer ℓ (Chen et al., ICML 2020, eq. 5), with input dropout as in the authors' code:
+
+    ``s = (1 − α)·Â·dropout(h) + α·h0``,  ``h' = act(θ_ℓ·s·W_ℓ + (1 − θ_ℓ)·s)``,  ``θ_ℓ = ln(λ/ℓ + 1)``.
+
+    Equals PyG ``GCN2Conv(alpha=α, theta=λ, layer=ℓ, shared_weights=True)`` followed by ``act``.
+    Reads the shared tensor ``h0`` (``[n, H]``).
+    """
+
+    aggregations = ("gcn",)
+    param_group = "conv"
+
+    def __init__(self, dim: int, layer: int, dropout: float, alpha: float, lam: float, bias: bool, act: str):
+        super().__init__(dim, dim)
+        self.alpha = alpha
+        self.theta = math.log(lam / layer + 1.0)
+        self.lin = nn.Linear(dim, dim, bias=bias)
+        self.dropout = dropout
+        self.act = activation(act)
+
+    def forward(self, h, shared, agg: Aggregator):
+        if shared is None:
+            raise ConfigError("GCNII layers need the shared tensor h0 produced by the encoder")
+        s = (1.0 - self.alpha) * agg(F.dropout(h, self.dropout, self.training), "gcn") + self.alpha * shared
+        return self.act(self.theta * self.lin(s) + (1.0 - self.theta) * s), shared
+
+
+class ResConv(LayerUnit):
+    """DeeperGCN conv ``Linear(h) + Linear(mean_agg(h))`` (Li et al. 2020), optionally as a *res+* block
+    ``h + conv(dropout(act(LayerNorm(h))))`` (pre-activation residual, "res+" ordering)."""
+
+    aggregations = ("mean",)
+    param_group = "conv"
+
+    def __init__(self, dim: int, dropout: float, bias: bool, act: str, block: bool):
+        super().__init__(dim, dim)
+        self.norm = nn.LayerNorm(dim) if block else None
+        self.lin_root = nn.Linear(dim, dim, bias=bias)
+        self.lin_neigh = nn.Linear(dim, dim, bias=False)
+        self.dropout = dropout
+        self.act = activation(act)
+
+    def conv(self, h: Tensor, agg: Aggregator) -> Tensor:
+        return self.lin_root(h) + self.lin_neigh(agg(h, "mean"))
+
+    def forward(self, h, shared, agg: Aggregator):
+        if self.norm is None:
+            return self.conv(h, agg), shared
+        z = F.dropout(self.act(self.norm(h)), self.dropout, self.training)
+        return h + self.conv(z, agg), shared
+
+
+# --------------------------------------------------------------------------- models
+def _check(num_layers: int, hidden: int, dropout: float):
+    if num_layers < 1:
+        raise ConfigError(f"num_layers must be >= 1, got {num_layers}")
+    if hidden < 1:
+        raise ConfigError(f"hidden must be >= 1, got {hidden}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
+
+
+@register("gcn")
+class GCN(GNNModel):
+    """Deep GCN: encoder ``act(Linear(F→H))``, ``L`` × :class:`GCNLayer`, head ``Linear(H→C)``.
+
+    Args:
+        in_channels / out_channels: ``F`` input features, ``C`` classes.
+        num_layers: ``L`` GNN layers. hidden: ``H``. dropout: probability. bias: bias of the GNN
+        layers (the GNNPipe paper: off). activation: name in :data:`gnnpipe.models.base.ACTIVATIONS`.
+    """
+
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+        _check(num_layers, hidden, dropout)
+        units = [Encoder(in_channels, hidden, dropout, activation)]
+        units += [GCNLayer(hidden, dropout, bias, activation) for _ in range(num_layers)]
+        units.append(Head(hidden, out_channels))
+        super().__init__(units)
+
+
+@register("graphsage")
+class GraphSAGE(GNNModel):
+    """Deep GraphSAGE-mean: encoder, ``L`` × :class:`SAGELayer`, head ``Linear(H→C)``."""
+
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+        _check(num_layers, hidden, dropout)
+        units = [Encoder(in_channels, hidden, dropout, activation)]
+        units += [SAGELayer(hidden, dropout, bias, activation) for _ in range(num_layers)]
+        units.append(Head(hidden, out_channels))
+        super().__init__(units)
+
+
+@register("gcnii")
+class GCNII(GNNModel):
+    """GCNII (Chen et al., ICML 2020): ``h0 = act(Linear(dropout(x)))``; ``L`` × :class:`GCNIILayer`
+    (ℓ = 1…L); head ``Linear(dropout(h))``. Shared tensor: ``h0``.
+
+    Extra args: ``alpha`` (α, default 0.1), ``lam`` (λ, default 0.5). Defaults of the training
+    hyper-parameters follow the GCNII paper's Cora settings (lr 0.01, dropout 0.6, weight decay 0.01
+    on the GCNII layers and 5e-4 on the dense layers).
+    """
+
+    shared_tensor = "h0"
+    default_hparams = {"lr": 0.01, "dropout": 0.6, "weight_decay": 5e-4, "weight_decay_conv": 0.01}
+
+    def __init__(self, in_channels, out_channels, *, num_layers=16, hidden=64, dropout=0.6, bias=False,
+                 activation="relu", alpha=0.1, lam=0.5):
+        _check(num_layers, hidden, dropout)
+        units = [Encoder(in_channels, hidden, dropout, activation, shared=True)]
+        units += [GCNIILayer(hidden, l, dropout, alpha, lam, bias, activation) for l in range(1, num_layers + 1)]
+        units.append(Head(hidden, out_channels, dropout))
+        super().__init__(units)
+
+
+@register("resgcn+")
+class ResGCNPlus(GNNModel):
+    """DeeperGCN ResGCN+ (Li et al., arXiv 2006.07739, "res+" blocks): encoder ``Linear(F→H)``, a plain
+    conv, ``L − 1`` blocks ``LayerNorm → act → Dropout → conv → + shortcut``, head
+    ``LayerNorm → act → Dropout → Linear(H→C)``; conv(h) = ``Linear(h) + Linear(mean_agg(h))``."""
+
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+        _check(num_layers, hidden, dropout)
+        units = [Encoder(in_channels, hidden, 0.0, act=None)]
+        units.append(ResConv(hidden, dropout, bias, activation, block=False))
+        units += [ResConv(hidden, dropout, bias, activation, block=True) for _ in range(num_layers - 1)]
+        units.append(Head(hidden, out_channels, dropout, norm=True, act=activation))
+        super().__init__(units)
