@@ -1,0 +1,150 @@
+"""The paper's graph preprocessing and the canonical form every loader returns.
+
+GNNPipe (Chen, Chen & Qian, arXiv 2308.10087, §6 "Experimental setup") trains on undirected graphs
+without self-loops or duplicate edges — self-loops are added back by the ``gcn`` normalisation
+itself (Kipf & Welling, ICLR 2017, eq. 2). Each step is switchable; all of them use PyG's utilities
+(``remove_self_loops``, ``to_undirected``, ``coalesce``).
+
+Canonical form (what :func:`canonicalize`, :func:`prepare` and ``load_dataset`` return):
+``x`` float32 dense ``[N, F]``, ``y`` int64 ``[N]``, ``edge_index`` int64 ``[2, E]`` (contiguous),
+``train_mask`` / ``val_mask`` / ``test_mask`` bool ``[N]``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.utils import coalesce, to_undirected
+from torch_geometric.utils import remove_self_loops as _remove_self_loops
+
+from ..errors import DataValidationError
+from .splits import select_split
+from .validation import MASKS, validate
+
+_EDGE_KEYS = ("edge_attr", "edge_weight")
+
+
+def _to_data(data: Any) -> Data:
+    if isinstance(data, Data):
+        return copy.copy(data)  # new storage, tensors shared
+    if isinstance(data, dict):
+        return Data(**data)
+    raise DataValidationError(
+        f"expected a torch_geometric.data.Data (or a dict of tensors), got {type(data).__name__}; "
+        "build one with torch_geometric.data.Data(x=..., edge_index=..., y=..., train_mask=...)"
+    )
+
+
+def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = None) -> Data:
+    """Convert dtypes and layouts to the canonical form (module docstring); returns a new ``Data``.
+
+    ``x`` is densified if sparse and cast to float32; ``y`` flattened from ``[N, 1]`` and cast to
+    int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool; ``[N, k]`` split matrices
+    reduced to column ``split`` (with ``split=None`` they are left alone, and :func:`validate` will
+    reject them); a 1-D mask next to ``[N, k]`` ones is shared by every split, and if all masks are
+    1-D ``split`` must be 0. Does not validate: run :func:`validate` before or after.
+
+    Raises:
+        ConfigError: ``split`` out of range for an ``[N, k]`` mask (names ``k``).
+    """
+    out = _to_data(data)
+    name = dataset or str(getattr(out, "name", None) or "the dataset")
+    x = out.x if "x" in out else None
+    if isinstance(x, Tensor):
+        if x.layout != torch.strided:
+            x = x.to_dense()
+        out.x = x.to(torch.float32).contiguous()
+    y = out.y if "y" in out else None
+    if isinstance(y, Tensor):
+        if y.dim() == 2 and y.size(1) == 1:
+            y = y.view(-1)
+        out.y = y.long()
+    if isinstance(out.edge_index if "edge_index" in out else None, Tensor):
+        out.edge_index = out.edge_index.long().contiguous()
+    matrix = any(isinstance(out[k], Tensor) and out[k].dim() == 2 for k in MASKS if k in out)
+    for key in MASKS:
+        m = out[key] if key in out else None
+        if not isinstance(m, Tensor):
+            continue
+        if split is not None and (m.dim() == 2 or (m.dim() == 1 and not matrix)):
+            m = select_split(m, split, what=key, dataset=name)
+        if m.dtype != torch.bool and not m.is_floating_point() and bool(((m == 0) | (m == 1)).all()):
+            m = m.bool()
+        out[key] = m
+    return out
+
+
+def preprocess(
+    data: Data,
+    *,
+    undirected: bool = True,
+    remove_self_loops: bool = True,
+    dedupe: bool = True,
+) -> Data:
+    """Make the graph undirected, drop self-loops and duplicate edges (each switchable).
+
+    Steps, in this order: ``remove_self_loops`` (PyG ``remove_self_loops``); ``undirected`` (PyG
+    ``to_undirected``: adds every missing reverse edge; it coalesces, so it also removes duplicates —
+    ``dedupe=False`` has an effect only with ``undirected=False``); ``dedupe`` (PyG ``coalesce``:
+    duplicates merged, edges sorted by source then target). ``edge_attr`` / ``edge_weight`` are carried
+    along (duplicates summed, PyG's default reduction). The vertex count is kept, so trailing isolated
+    vertices survive.
+
+    Args:
+        data: a graph with ``edge_index`` ``[2, E]`` (other attributes are passed through untouched).
+
+    Returns:
+        A new ``Data``; every tensor but ``edge_index`` (and edge attributes) is shared with the input,
+        the input object itself is not modified.
+    """
+    out = _to_data(data)
+    n = out.num_nodes
+    ei = out.edge_index.long()
+    key = next((k for k in _EDGE_KEYS if k in out and isinstance(out[k], Tensor)), None)
+    attr = out[key] if key else None
+    if remove_self_loops:
+        ei, attr = _remove_self_loops(ei, attr)
+    if undirected:
+        if attr is None:
+            ei = to_undirected(ei, num_nodes=n)
+        else:
+            ei, attr = to_undirected(ei, attr, num_nodes=n)
+    elif dedupe:
+        if attr is None:
+            ei = coalesce(ei, num_nodes=n)
+        else:
+            ei, attr = coalesce(ei, attr, num_nodes=n)
+    out.edge_index = ei.contiguous()
+    if key:
+        out[key] = attr
+    return out
+
+
+def prepare(
+    data: Any,
+    *,
+    split: int | None = None,
+    num_classes: int | None = None,
+    undirected: bool = True,
+    remove_self_loops: bool = True,
+    dedupe: bool = True,
+) -> Data:
+    """Validate, convert to the canonical form and preprocess: the input stage of a training run.
+
+    ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data),
+    then :func:`validate` runs (its warnings are emitted), then :func:`canonicalize` and
+    :func:`preprocess` with the given switches. Returns a new ``Data``; the input is not modified.
+
+    Raises:
+        DataValidationError: see :func:`validate`.
+        ConfigError: ``split`` out of range.
+    """
+    staged = canonicalize(data, split=split) if split is not None else _to_data(data)
+    validate(staged, num_classes=num_classes)
+    return preprocess(
+        canonicalize(staged), undirected=undirected, remove_self_loops=remove_self_loops, dedupe=dedupe
+    )

@@ -1,0 +1,23 @@
+"""Fixtures of the gnnpipe.data tests: the shared offline datasets and a per-session cache folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: ``../shared/data`` beside the checkout (read-only in CI).
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "README.md").is_file():
+        pytest.skip(f"shared offline datasets not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One writable cache for the whole session, so each dataset is processed by PyG once."""
+    return tmp_path_factory.mktemp("gnnpipe-cache")
