@@ -59,7 +59,7 @@ def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.
         dinv = deg.reciprocal()
         dinv[torch.isinf(dinv)] = 0
         w = dinv[dst]
-    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (num_nodes, num_nodes)).coalesce()
+    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (num_nodes, num_nodes), check_invariants=False).coalesce()
     return coo.to_sparse_csr()
 
 

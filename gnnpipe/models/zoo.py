@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Aggregator, GNNModel, LayerUnit, activation
+from .base import Aggregator, dropout, GNNModel, LayerUnit, activation
 from .registry import register
 
 
@@ -30,7 +29,7 @@ class Encoder(LayerUnit):
         self.emits_shared = shared
 
     def forward(self, h, shared, agg):
-        h = self.lin(F.dropout(h, self.dropout, self.training))
+        h = self.lin(dropout(h, self.dropout, self.training))
         if self.act is not None:
             h = self.act(h)
         return h, (h if self.emits_shared else shared)
@@ -50,7 +49,7 @@ class Head(LayerUnit):
     def forward(self, h, shared, agg):
         if self.norm is not None:
             h = self.act(self.norm(h))
-        return self.lin(F.dropout(h, self.dropout, self.training)), shared
+        return self.lin(dropout(h, self.dropout, self.training)), shared
 
 
 # --------------------------------------------------------------------------- GNN layers
@@ -71,7 +70,7 @@ class GCNLayer(LayerUnit):
 
     def forward(self, h, shared, agg: Aggregator):
         h = self.act(self.lin(agg(h, "gcn")))
-        return F.dropout(h, self.dropout, self.training), shared
+        return dropout(h, self.dropout, self.training), shared
 
 
 class SAGELayer(LayerUnit):
@@ -92,7 +91,7 @@ class SAGELayer(LayerUnit):
 
     def forward(self, h, shared, agg: Aggregator):
         h = self.act(self.lin_root(h) + self.lin_neigh(agg(h, "mean")))
-        return F.dropout(h, self.dropout, self.training), shared
+        return dropout(h, self.dropout, self.training), shared
 
 
 class GCNIILayer(LayerUnit):
@@ -118,7 +117,7 @@ class GCNIILayer(LayerUnit):
     def forward(self, h, shared, agg: Aggregator):
         if shared is None:
             raise ConfigError("GCNII layers need the shared tensor h0 produced by the encoder")
-        s = (1.0 - self.alpha) * agg(F.dropout(h, self.dropout, self.training), "gcn") + self.alpha * shared
+        s = (1.0 - self.alpha) * agg(dropout(h, self.dropout, self.training), "gcn") + self.alpha * shared
         return self.act(self.theta * self.lin(s) + (1.0 - self.theta) * s), shared
 
 
@@ -143,7 +142,7 @@ class ResConv(LayerUnit):
     def forward(self, h, shared, agg: Aggregator):
         if self.norm is None:
             return self.conv(h, agg), shared
-        z = F.dropout(self.act(self.norm(h)), self.dropout, self.training)
+        z = dropout(self.act(self.norm(h)), self.dropout, self.training)
         return h + self.conv(z, agg), shared
 
 

@@ -1,0 +1,80 @@
+"""The Python API: compose components and train.
+
+>>> from gnnpipe import api
+>>> result = api.train(dataset=None, model="gcnii", layers=8, stages=2, chunks=8, epochs=5)  # doctest: +SKIP
+>>> result.best_val_acc, result.epochs[-1]["bytes_layer"]                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import attrs
+
+from .core.config import TrainConfig
+from .core.results import TrainResult
+from .core.trainer import SingleProcessTrainer, resolve_config
+
+
+def load_data(config: TrainConfig):
+    """Load and prepare (validate + preprocess) the configured dataset (DESIGN §4 steps 1–2)."""
+    from .data import load_dataset, prepare
+
+    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
+                       **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
+                           "num_classes": config.num_classes, "num_features": config.num_features,
+                           "seed": config.seed} if config.dataset in (None, "synthetic") else {}))
+    return prepare(raw, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
+
+
+def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
+    if config is None:
+        config = TrainConfig()
+    if overrides:
+        if "correctors" in overrides and isinstance(overrides["correctors"], str):
+            overrides["correctors"] = [c for c in overrides["correctors"].split(",") if c and c != "none"]
+        config = attrs.evolve(config, **overrides)
+    return config
+
+
+def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, **overrides: Any) -> Optional[TrainResult]:
+    """Train as configured and return a :class:`~gnnpipe.core.results.TrainResult`.
+
+    ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
+    ``ways × stages`` ranks run: local processes started here, or — when this process was started by
+    ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
+
+    Args:
+        config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
+        data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
+        progress: show a progress bar.
+
+    Raises:
+        ConfigError / UnknownComponentError / DataValidationError: before any process starts.
+        DistributedError: a rank failed (all ranks are stopped; the message names it).
+    """
+    from .core import launch
+    from .core.runner import build_plan, format_plan, worker
+    from .data import prepare
+
+    config = resolve_config(_as_config(config, overrides))
+    data = load_data(config) if data is None else prepare(data, undirected=config.undirected,
+                                                          remove_self_loops=config.remove_self_loops,
+                                                          dedupe=config.dedupe)
+    if config.world_size == 1 and (config.chunks or 1) == 1:
+        import torch
+
+        torch.set_num_threads(config.threads)
+        return SingleProcessTrainer(data, config).fit(progress=progress)
+    plan = build_plan(config, data)
+    if launch.under_torchrun():
+        rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
+        if rank == 0:
+            print(format_plan(plan.info), file=sys.stderr)
+        out = worker(rank, world, config, plan, progress)
+        return out["result"] if out else None
+    print(format_plan(plan.info), file=sys.stderr)
+    outs = launch.spawn(worker, config.world_size, (config, plan, progress), backend=config.backend,
+                        timeout_s=config.timeout_s, threads=config.threads)
+    return outs[0]["result"]

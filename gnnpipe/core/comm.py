@@ -1,0 +1,138 @@
+"""A thin wrapper around every ``torch.distributed`` call the runtime makes, counting bytes and time.
+
+Bytes are counted as the payload a rank *sends* (``numel · element_size``), by kind:
+
+* ``layer``  — stage-boundary embeddings and their gradients (pipeline p2p);
+* ``graph``  — mirror/halo rows exchanged between graph-parallel ways (and their gradients);
+* ``weight`` — weight-gradient synchronisation. For an all-reduce of ``P`` bytes among ``G`` ranks
+  the count follows the ring algorithm: each rank sends ``2·(G−1)/G·P`` bytes, so the sum over the
+  group is exactly ``2·(G−1)·P`` (Patarasuk & Yuan 2009). Per rank it is recorded as ``2·(G−1)·P / G``
+  (a float); sums over a group are integers;
+* ``eval``   — exact-inference traffic (not part of the per-epoch training volume of DESIGN §6).
+
+Time is split as: ``comm`` = seconds inside send/collective calls (including waiting for sends to
+complete), ``idle`` = seconds blocked in receives waiting for a peer (pipeline bubbles appear here),
+and the caller derives ``compute`` = wall − comm − idle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+KINDS = ("layer", "graph", "weight", "eval")
+
+
+class Comm:
+    """Byte- and time-accounting facade over ``torch.distributed`` point-to-point and collectives.
+
+    Args:
+        device: device of receive buffers.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.bytes: dict[str, float] = defaultdict(float)
+        self.comm_s = 0.0
+        self.idle_s = 0.0
+        self._pending: list = []
+
+    # ------------------------------------------------------------------ accounting
+    def reset(self) -> None:
+        """Zero the byte and time counters (call at the start of an epoch)."""
+        self.bytes = defaultdict(float)
+        self.comm_s = 0.0
+        self.idle_s = 0.0
+
+    def counters(self) -> dict:
+        """``{"bytes_layer": …, "bytes_graph": …, "bytes_weight": …, "bytes_eval": …, "comm_s": …, "idle_s": …}``."""
+        out = {f"bytes_{k}": self.bytes.get(k, 0.0) for k in KINDS}
+        out["comm_s"] = self.comm_s
+        out["idle_s"] = self.idle_s
+        return out
+
+    # ------------------------------------------------------------------ point to point
+    def isend(self, tensor: Tensor, dst: int, tag: int, kind: str = "layer") -> None:
+        """Non-blocking send of a contiguous tensor to global rank ``dst``; completed by :meth:`wait_sends`."""
+        t0 = time.perf_counter()
+        tensor = tensor.detach().contiguous()
+        self._pending.append((dist.isend(tensor, dst, tag=tag), tensor))
+        self.bytes[kind] += tensor.numel() * tensor.element_size()
+        self.comm_s += time.perf_counter() - t0
+
+    def recv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int) -> Tensor:
+        """Blocking receive of a tensor of known ``shape`` and ``dtype`` from global rank ``src``."""
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        t0 = time.perf_counter()
+        dist.recv(buf, src, tag=tag)
+        self.idle_s += time.perf_counter() - t0
+        return buf
+
+    def exchange(self, sends: list[tuple[Tensor, int]], recvs: list[tuple[Tensor, int]], tag: int, kind: str) -> None:
+        """Batched isend/irecv (``torch.distributed.batch_isend_irecv``): send each ``(tensor, dst)``,
+        fill each ``(buffer, src)``; blocks until all complete."""
+        ops = []
+        for t, dst in sends:
+            t = t.detach().contiguous()
+            ops.append(dist.P2POp(dist.isend, t, dst, tag=tag))
+            self.bytes[kind] += t.numel() * t.element_size()
+        for b, src in recvs:
+            ops.append(dist.P2POp(dist.irecv, b, src, tag=tag))
+        if not ops:
+            return
+        t0 = time.perf_counter()
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        self.comm_s += time.perf_counter() - t0
+
+    def wait_sends(self) -> None:
+        """Wait for every outstanding :meth:`isend`."""
+        t0 = time.perf_counter()
+        for work, _ in self._pending:
+            work.wait()
+        self._pending.clear()
+        self.comm_s += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, tensor: Tensor, group=None, kind: str = "weight") -> Tensor:
+        """In-place sum all-reduce over ``group``; counts ring-algorithm bytes (module docstring)."""
+        g = dist.get_world_size(group)
+        if g == 1:
+            return tensor
+        t0 = time.perf_counter()
+        dist.all_reduce(tensor, group=group)
+        self.comm_s += time.perf_counter() - t0
+        self.bytes[kind] += 2.0 * (g - 1) * tensor.numel() * tensor.element_size() / g
+        return tensor
+
+    def all_to_all(self, outputs: list[Tensor], inputs: list[Tensor], group=None, kind: str = "graph",
+                   self_index: Optional[int] = None) -> None:
+        """``all_to_all`` over ``group`` (gloo: emulated by batched p2p); bytes count what leaves this rank
+        (the block addressed to ``self_index`` does not)."""
+        t0 = time.perf_counter()
+        dist.all_to_all(outputs, inputs, group=group)
+        self.comm_s += time.perf_counter() - t0
+        for i, t in enumerate(inputs):
+            if i != self_index:
+                self.bytes[kind] += t.numel() * t.element_size()
+
+
+def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
+    """Sum a dict of floats over all ranks (control traffic, not counted)."""
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, group=group)
+    return {k: float(v) for k, v in zip(keys, t.tolist())}
+
+
+def max_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
+    """Max of a dict of floats over all ranks (control traffic, not counted)."""
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return {k: float(v) for k, v in zip(keys, t.tolist())}

@@ -1,0 +1,86 @@
+"""Run configuration: one flat, JSON-serialisable record of everything a training run depends on."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from ..errors import ConfigError
+
+
+def _pos(name):
+    def check(inst, attr, value):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+
+    return check
+
+
+@attrs.define(kw_only=True)
+class TrainConfig:
+    """Every setting of a training run (what ``gnnpipe train`` flags set; stored in the ``--out`` JSON).
+
+    ``None`` for ``lr``, ``dropout``, ``weight_decay`` and ``weight_decay_conv`` means "the model's
+    recommended default" (``GNNModel.default_hparams``; e.g. GCNII's Cora settings).
+
+    Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
+    (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
+    process = 1×1.
+    """
+
+    # data
+    dataset: Optional[str] = None
+    root: Optional[str] = None
+    split: int = 0
+    num_nodes: int = 2000
+    avg_degree: float = 10.0
+    num_classes: int = 5
+    num_features: int = 32
+    undirected: bool = True
+    remove_self_loops: bool = True
+    dedupe: bool = True
+    # model
+    model: str = "gcnii"
+    layers: int = attrs.field(default=8, validator=_pos("layers"))
+    hidden: int = attrs.field(default=64, validator=_pos("hidden"))
+    dropout: Optional[float] = None
+    bias: bool = False
+    activation: str = "relu"
+    # optimisation
+    lr: Optional[float] = None
+    weight_decay: Optional[float] = None
+    weight_decay_conv: Optional[float] = None
+    epochs: int = attrs.field(default=200, validator=_pos("epochs"))
+    patience: int = 100
+    eval_every: int = attrs.field(default=1, validator=_pos("eval_every"))
+    seed: int = 0
+    # parallelism
+    ways: int = attrs.field(default=1, validator=_pos("ways"))
+    stages: int = attrs.field(default=1, validator=_pos("stages"))
+    chunks: Optional[int] = None
+    scheduler: str = "gpipe"
+    correctors: list[str] = attrs.field(factory=lambda: ["t1", "t2", "t3"])
+    partitioner: str = "metis"
+    over_partition: int = 4
+    layer_split: str = "equal"
+    recompute: bool = False
+    threads: int = 1
+    backend: Optional[str] = None
+    timeout_s: float = 60.0
+    dtype: str = "float32"
+
+    def resolved(self, model_defaults: dict) -> "TrainConfig":
+        """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
+        upd = {k: model_defaults[k] for k in ("lr", "dropout", "weight_decay", "weight_decay_conv")
+               if getattr(self, k) is None and k in model_defaults}
+        if self.weight_decay_conv is None and "weight_decay_conv" not in model_defaults:
+            upd["weight_decay_conv"] = upd.get("weight_decay", self.weight_decay)
+        return attrs.evolve(self, **upd)
+
+    @property
+    def world_size(self) -> int:
+        return self.ways * self.stages
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)

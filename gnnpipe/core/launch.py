@@ -1,0 +1,169 @@
+"""Starting ranks: local processes (the built-in launcher) or an existing ``torchrun`` environment.
+
+Failure handling: every rank runs its function inside ``try``; an exception is reported to the
+parent with the rank's traceback. The parent watches the queue *and* the processes' exit codes: as
+soon as one rank fails or dies (e.g. killed by a signal), it terminates every other rank and raises
+:class:`~gnnpipe.errors.DistributedError` naming the failing rank and its error. Ranks blocked in a
+receive on a dead peer are ended by the parent; under ``torchrun`` (no parent of ours) the process
+group's timeout (``timeout_s``) makes them fail instead of hanging.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ..errors import DistributedError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_backend() -> str:
+    """``nccl`` when CUDA is available, else ``gloo``."""
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+def under_torchrun() -> bool:
+    """True when the process was started by ``torchrun`` (or another env:// launcher)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[int, int]:
+    """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``."""
+    backend = backend or default_backend()
+    if not dist.is_initialized():
+        kw = {}
+        if backend == "nccl":
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s), **kw)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float, threads: int,
+           fn: Callable, args: tuple, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(threads)
+    code = 0
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                init_method=f"tcp://127.0.0.1:{port}",
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        out = fn(rank, world_size, *args)
+        results.put((rank, "ok", out))
+    except BaseException as exc:  # noqa: BLE001 - report everything to the parent
+        results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        code = 1
+    finally:
+        if dist.is_initialized():
+            try:
+                if code == 0:
+                    dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown (gloo threads can hang it after a failure)
+
+
+def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: Optional[str] = None,
+          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh local processes joined in one process group.
+
+    Args:
+        fn: a picklable (module-level) function; its return value must be picklable.
+        backend: ``gloo`` (default on CPU) or ``nccl``.
+        timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
+        threads: ``torch.set_num_threads`` in each rank.
+        max_runtime_s: optional hard limit on the whole run (seconds).
+
+    Returns:
+        the per-rank return values, indexed by rank.
+
+    Raises:
+        DistributedError: a rank raised or died; every other rank has been terminated. The message
+            names the first failing rank and its error.
+    """
+    backend = backend or default_backend()
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, results),
+                         daemon=True, name=f"gnnpipe-rank{r}") for r in range(world_size)]
+    for p in procs:
+        p.start()
+    out: dict[int, Any] = {}
+    failure: Optional[tuple[int, str]] = None
+    start = time.monotonic()
+    try:
+        while len(out) < world_size and failure is None:
+            try:
+                rank, status, payload = results.get(timeout=0.2)
+                if status == "ok":
+                    out[rank] = payload
+                else:
+                    failure = (rank, payload)
+                continue
+            except queue.Empty:
+                pass
+            for r, p in enumerate(procs):
+                if p.exitcode is not None and r not in out:
+                    # drain a result that may have arrived just before the exit
+                    try:
+                        while True:
+                            rank, status, payload = results.get(timeout=0.5)
+                            if status == "ok":
+                                out[rank] = payload
+                            elif failure is None:
+                                failure = (rank, payload)
+                    except queue.Empty:
+                        pass
+                    if r not in out and failure is None:
+                        code = p.exitcode
+                        why = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
+                               else f"exited with code {code}")
+                        failure = (r, f"rank {r} {why} without reporting a result")
+                    break
+            if max_runtime_s is not None and time.monotonic() - start > max_runtime_s and failure is None:
+                failure = (-1, f"the run exceeded its limit of {max_runtime_s:.0f} s")
+    finally:
+        if failure is not None or len(out) < world_size:
+            _terminate(procs)
+        else:
+            for p in procs:
+                p.join(timeout=10)
+            _terminate(procs)
+    if failure is not None:
+        rank, msg = failure
+        who = f"rank {rank}" if rank >= 0 else "the run"
+        raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}")
+    return [out[r] for r in range(world_size)]
+
+
+def _terminate(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 5
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)

@@ -1,0 +1,328 @@
+"""The GNNPipe executor: pipelined layer-level model parallelism (GNNPipe paper §3–4; DESIGN §5).
+
+Rank layout (one way): the rank of stage ``s`` is ``ranks[s]``. Each rank holds its stage's units,
+the CSR row slices of ``Â`` and ``Âᵀ`` of every chunk, and one :class:`~gnnpipe.core.history.History`
+per aggregation op it owns. Every epoch it executes its row of the schedule:
+
+* ``F`` of chunk c: take ``x[R_c]`` (stage 0) or receive the boundary rows (``|R_c| × d``, with the
+  shared tensor concatenated on the right, e.g. GCNII's ``h0``) from stage s−1; run the stage's units
+  with the chunk aggregation op; on the last stage compute the chunk's loss (train cross-entropy /
+  global number of training vertices), else send the output rows to stage s+1;
+* ``B`` of chunk c: on the last stage back-propagate the loss, else receive the output gradient from
+  s+1 and back-propagate it (the aggregation op's backward is the pull); send the input gradient
+  (and the shared tensor's, which thus sums over stages) to s−1;
+* ``STEP``: one optimizer step on the stage's parameters (gradients accumulated over chunks).
+
+Evaluation is exact full-graph inference through the stages with ``Â`` itself (no history, no dropout)
+and does not touch history.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..correctors import Corrector, StageContext
+from ..errors import ConfigError
+from ..models import GNNModel
+from .comm import Comm
+from .config import TrainConfig
+from .graph import GraphOps, csr_row_slice
+from .history import ChunkAggregate, History
+from .trainer import accuracies, make_optimizer, masked_loss
+
+TAG_STRIDE = 4  # tags per chunk: +0 forward, +2 backward
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this process: CUDA max allocated on a GPU, else peak resident set size (bytes)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _actions(schedule, stage: int):
+    """``(kind, chunk)`` of the stage's actions in order, idle slots skipped; kind in ``F``, ``B``, ``STEP``."""
+    for a in schedule.stages[stage]:
+        if a is None:
+            continue
+        kind = getattr(a.kind, "name", str(a.kind))
+        yield kind, a.chunk
+
+
+class PipelineStage:
+    """One stage of a GNNPipe pipeline, running on this rank.
+
+    Args:
+        config: the resolved run configuration.
+        model: the full model (every rank builds it with the same seed; the stage keeps its units).
+        data: the relabelled graph (chunks are contiguous id ranges).
+        chunk_ptr: ``LongTensor[C+1]``.
+        bounds: unit boundaries of the stages (``S+1`` ints); this stage runs units ``bounds[s]:bounds[s+1]``.
+        stage: ``s``. ranks: global rank of each stage of this pipeline.
+        scheduler: a :class:`gnnpipe.schedulers.ChunkScheduler` instance.
+        order_policy: chunk order policy (``order(epoch, C) -> list[int]``).
+        correctors: corrector instances (fresh objects per rank).
+        comm: the byte-counting communication facade.
+        eval_group: process group of this pipeline's ranks (for broadcasting evaluation results).
+    """
+
+    def __init__(self, config: TrainConfig, model: GNNModel, data, chunk_ptr: Tensor, bounds: Sequence[int],
+                 stage: int, ranks: Sequence[int], scheduler, order_policy, correctors: list[Corrector],
+                 comm: Comm, eval_group=None, device: torch.device | str = "cpu"):
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = model.units[0].lin.weight.dtype if hasattr(model.units[0], "lin") else torch.float32
+        self.model = model.to(self.device)
+        self.data = data
+        self.x = data.x.to(self.device, self.dtype)
+        self.y = data.y.to(self.device)
+        self.train_mask = data.train_mask.to(self.device)
+        self.num_train = int(data.train_mask.sum())
+        self.chunk_ptr = chunk_ptr.cpu()
+        self.num_chunks = len(chunk_ptr) - 1
+        self.S = len(ranks)
+        self.s = stage
+        self.ranks = list(ranks)
+        self.lo_unit, self.hi_unit = int(bounds[stage]), int(bounds[stage + 1])
+        if self.hi_unit <= self.lo_unit:
+            raise ConfigError(f"stage {stage} owns no unit (bounds {list(bounds)})")
+        self.units = range(self.lo_unit, self.hi_unit)
+        self.scheduler = scheduler
+        self.order_policy = order_policy
+        self.correctors = correctors
+        self.comm = comm
+        self.eval_group = eval_group
+        self.recompute = config.recompute
+        self.ops = GraphOps(data.edge_index, data.num_nodes, self.dtype)
+        # widths of the boundary tensors
+        self.shared_dim = model.units[0].out_dim if model.shared_tensor else 0
+        self.in_dim = model.units[self.lo_unit].in_dim
+        self.out_dim = model.units[self.hi_unit - 1].out_dim
+        # history: one per aggregation op of the stage, keyed (unit, op index)
+        self.histories: dict[tuple[int, int], History] = {}
+        for i in self.units:
+            for j, _ in enumerate(model.units[i].aggregations):
+                self.histories[(i, j)] = History(data.num_nodes, self.dtype, f"unit{i}.op{j}", self.device)
+        self._chunk_adj: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
+        for i in self.units:
+            for kind in model.units[i].aggregations:
+                a, at = self.ops.adj(kind)
+                for c in range(self.num_chunks):
+                    lo, hi = self.rows(c)
+                    self._chunk_adj[(kind, c)] = (csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi))
+        self.optimizer = make_optimizer_for(model, config, self.units)
+        self.ctx = StageContext(stage=stage, num_stages=self.S, histories=list(self.histories.values()),
+                                chunk_ptr=self.chunk_ptr, seed=config.seed)
+        for c in self.correctors:
+            c.setup(self.ctx)
+        self._saved: dict[int, tuple] = {}
+        self._losses: list[float] = []
+        self.epoch = 0
+
+    # ------------------------------------------------------------------ helpers
+    def rows(self, c: int) -> tuple[int, int]:
+        return int(self.chunk_ptr[c]), int(self.chunk_ptr[c + 1])
+
+    @property
+    def is_first(self) -> bool:
+        return self.s == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.s == self.S - 1
+
+    def _make_agg(self, c: int, write: bool):
+        lo, hi = self.rows(c)
+
+        def factory(i: int):
+            counter = [0]
+            kinds = self.model.units[i].aggregations
+
+            def agg(h: Tensor, kind: str) -> Tensor:
+                j = counter[0]
+                counter[0] += 1
+                if j >= len(kinds) or kinds[j] != kind:
+                    raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {kinds}")
+                a_c, at_c = self._chunk_adj[(kind, c)]
+                return ChunkAggregate.apply(h, self.histories[(i, j)], a_c, at_c, lo, hi, write)
+
+            return agg
+
+        return factory
+
+    def _run(self, c: int, h: Tensor, sh: Optional[Tensor], write: bool):
+        return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, self._make_agg(c, write))
+
+    # ------------------------------------------------------------------ actions
+    def forward_chunk(self, c: int) -> None:
+        lo, hi = self.rows(c)
+        n = hi - lo
+        if self.is_first:
+            h_in, sh_in = self.x[lo:hi], None
+        else:
+            buf = self.comm.recv((n, self.in_dim + self.shared_dim), self.dtype, self.ranks[self.s - 1], TAG_STRIDE * c)
+            h_in = buf[:, : self.in_dim].clone().requires_grad_()
+            sh_in = buf[:, self.in_dim :].clone().requires_grad_() if self.shared_dim else None
+        rng = torch.get_rng_state() if self.recompute else None
+        self.model.train()
+        with torch.set_grad_enabled(not self.recompute):
+            out, sh_out = self._run(c, h_in, sh_in, write=True)
+        loss = None
+        if self.is_last:
+            if self.recompute:
+                with torch.no_grad():
+                    self._losses.append(float(masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)))
+            else:
+                loss = masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
+                self._losses.append(float(loss.detach()))
+        else:
+            payload = torch.cat([out, sh_out], 1) if self.shared_dim else out
+            self.comm.isend(payload, self.ranks[self.s + 1], TAG_STRIDE * c, "layer")
+        if self.recompute:
+            self._saved[c] = (h_in, sh_in, None, None, None, rng)
+        else:
+            self._saved[c] = (h_in, sh_in, out, sh_out, loss, None)
+        for k in self.correctors:
+            k.after_forward(self.epoch, c)
+
+    def backward_chunk(self, c: int) -> None:
+        lo, hi = self.rows(c)
+        n = hi - lo
+        h_in, sh_in, out, sh_out, loss, rng = self._saved.pop(c)
+        if self.recompute:
+            cur = torch.get_rng_state()
+            torch.set_rng_state(rng)
+            out, sh_out = self._run(c, h_in, sh_in, write=False)
+            torch.set_rng_state(cur)
+            if self.is_last:
+                loss = masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
+        if self.is_last:
+            loss.backward()
+        else:
+            g = self.comm.recv((n, self.out_dim + self.shared_dim), self.dtype, self.ranks[self.s + 1], TAG_STRIDE * c + 2)
+            tensors, grads = [out], [g[:, : self.out_dim]]
+            if self.shared_dim and sh_out is not None and sh_out.requires_grad:
+                tensors.append(sh_out)
+                grads.append(g[:, self.out_dim :])
+            torch.autograd.backward(tensors, grads)
+        if not self.is_first:
+            gh = h_in.grad if h_in.grad is not None else torch.zeros_like(h_in)
+            if self.shared_dim:
+                gs = sh_in.grad if sh_in.grad is not None else torch.zeros_like(sh_in)
+                gh = torch.cat([gh, gs], 1)
+            self.comm.isend(gh, self.ranks[self.s - 1], TAG_STRIDE * c + 2, "layer")
+        for k in self.correctors:
+            k.after_backward(self.epoch, c)
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self, epoch: int) -> dict:
+        """Run this stage's actions of one epoch. Returns ``{"loss": …}`` (last stage: the epoch's loss,
+        the sum of chunk losses = the full-batch mean loss over the training vertices; others: 0)."""
+        self.epoch = epoch
+        self._losses = []
+        self.optimizer.zero_grad(set_to_none=False)
+        for k in self.correctors:
+            if hasattr(k, "wants_refresh") and k.wants_refresh(epoch):
+                self.refresh_history()
+        for k in self.correctors:
+            k.on_epoch_start(epoch)
+        order = list(self.order_policy.order(epoch, self.num_chunks))
+        schedule = self.scheduler.build(self.S, order)
+        stepped = False
+        for kind, c in _actions(schedule, self.s):
+            if kind == "F":
+                self.forward_chunk(c)
+            elif kind == "B":
+                self.backward_chunk(c)
+            elif kind == "STEP":
+                self.step()
+                stepped = True
+        if not stepped:
+            self.step()
+        self.comm.wait_sends()
+        if self._saved:
+            raise RuntimeError(f"stage {self.s}: chunks {sorted(self._saved)} were forwarded but never back-propagated")
+        for k in self.correctors:
+            k.on_epoch_end(epoch)
+        return {"loss": sum(self._losses)}
+
+    @torch.no_grad()
+    def infer(self, capture: bool = False) -> Optional[Tensor]:
+        """Exact full-graph inference through the stages (eval mode, ``Â`` itself, no history reads).
+
+        With ``capture=True`` each op's exact input is written into ``H_in`` (a full refresh of history);
+        otherwise history is untouched. Returns the logits ``[N, C]`` on the last stage, else ``None``.
+        """
+        self.model.eval()
+        tag = TAG_STRIDE * self.num_chunks + 1
+        N = self.data.num_nodes
+        if self.is_first:
+            h, sh = self.x, None
+        else:
+            buf = self.comm.recv((N, self.in_dim + self.shared_dim), self.dtype, self.ranks[self.s - 1], tag)
+            h = buf[:, : self.in_dim]
+            sh = buf[:, self.in_dim :] if self.shared_dim else None
+
+        def factory(i: int):
+            counter = [0]
+
+            def agg(t: Tensor, kind: str) -> Tensor:
+                if capture:
+                    hist = self.histories[(i, counter[0])]
+                    hist.ensure(t.size(1))
+                    hist.H_in.copy_(t)
+                counter[0] += 1
+                return self.ops.aggregate(t, kind)
+
+            return agg
+
+        out, sh = self.model.run_units(self.lo_unit, self.hi_unit, h, sh, factory)
+        if not self.is_last:
+            payload = torch.cat([out, sh], 1) if self.shared_dim else out
+            self.comm.isend(payload, self.ranks[self.s + 1], tag, "eval")
+            self.comm.wait_sends()
+            return None
+        return out
+
+    def refresh_history(self) -> None:
+        """Recompute every ``H_in`` exactly from the current weights (the ``refresh`` corrector)."""
+        self.infer(capture=True)
+
+    def evaluate(self) -> dict:
+        """Exact evaluation; every rank of the pipeline gets the same metrics dict (broadcast from the last stage)."""
+        import torch.distributed as dist
+
+        logits = self.infer()
+        obj = [accuracies(logits, self.data) if self.is_last else None]
+        dist.broadcast_object_list(obj, src=self.ranks[-1], group=self.eval_group)
+        return obj[0]
+
+    def history_bytes(self) -> int:
+        return sum(h.nbytes for h in self.histories.values())
+
+    def named_grads(self) -> dict[str, Tensor]:
+        """Gradients of this stage's parameters, keyed by the full model's parameter names."""
+        out = {}
+        for i in self.units:
+            for name, p in self.model.units[i].named_parameters():
+                out[f"units.{i}.{name}"] = (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        return out
+
+
+def make_optimizer_for(model: GNNModel, config: TrainConfig, units: range) -> torch.optim.Optimizer:
+    """Adam over the given units' parameters (dense / conv weight decay as in :func:`make_optimizer`)."""
+    groups = model.param_groups(config.weight_decay, config.weight_decay_conv, units=units)
+    if not groups:  # a stage without parameters still needs a steppable optimizer
+        groups = [{"params": [torch.nn.Parameter(torch.zeros(0))]}]
+    return torch.optim.Adam(groups, lr=config.lr)
+
+
+__all__ = ["PipelineStage", "make_optimizer_for", "peak_memory_bytes", "make_optimizer"]

@@ -1,0 +1,83 @@
+"""The result of a training run: per-epoch records and the summary the CLI prints and ``--out`` writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+
+@attrs.define
+class TrainResult:
+    """What a run returns (the Python API) and writes as JSON (``gnnpipe train --out FILE``).
+
+    Attributes:
+        config: the full resolved configuration (a dict of :class:`~gnnpipe.core.config.TrainConfig`).
+        epochs: one record per epoch: ``epoch``, ``loss``, ``time_s`` (seconds of training, evaluation
+            excluded) and, in evaluated epochs, ``train_acc``, ``val_acc``, ``test_acc``, ``val_loss``;
+            distributed runs add ``bytes_layer``, ``bytes_graph``, ``bytes_weight`` (bytes sent in the
+            epoch summed over ranks) and the time split ``compute_s``, ``comm_s``, ``idle_s`` (max over ranks).
+        best_val_acc: best validation accuracy (fraction in [0, 1]).
+        test_acc_at_best_val: test accuracy in the evaluation of best validation accuracy.
+        best_epoch: epoch of that evaluation.
+        mean_epoch_time_s: mean of ``time_s`` over epochs.
+        extra: executor-specific fields (plan, ``peak_mem_bytes`` per rank, per-rank time splits, …).
+    """
+
+    config: dict
+    epochs: list[dict] = attrs.field(factory=list)
+    best_val_acc: float = float("nan")
+    test_acc_at_best_val: float = float("nan")
+    best_epoch: int = -1
+    mean_epoch_time_s: float = float("nan")
+    extra: dict = attrs.field(factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "config": self.config,
+            "best_val_acc": self.best_val_acc,
+            "test_acc_at_best_val": self.test_acc_at_best_val,
+            "best_epoch": self.best_epoch,
+            "mean_epoch_time_s": self.mean_epoch_time_s,
+            "epochs": self.epochs,
+        }
+        d.update(self.extra)
+        return d
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON (NaN written as ``null``)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(_clean(self.to_dict()), indent=1))
+
+    def summary(self) -> str:
+        """A short human-readable summary."""
+        lines = [
+            f"best val acc          {_pct(self.best_val_acc)} (epoch {self.best_epoch})",
+            f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
+            f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs",
+        ]
+        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync")):
+            vals = [e[key] for e in self.epochs if key in e]
+            if vals and any(vals):
+                lines.append(f"bytes/epoch {label:<11} {vals[-1]:,}")
+        if "peak_mem_bytes" in self.extra:
+            mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])
+            lines.append(f"peak memory per rank  {mem} MiB")
+        return "\n".join(lines)
+
+
+def _pct(v: Optional[float]) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f} %"
+
+
+def _clean(o):
+    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o

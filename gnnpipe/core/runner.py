@@ -1,0 +1,231 @@
+"""Composes data, plan and executors into a run: plan building, the per-rank worker, result assembly."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import attrs
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigError
+from .comm import Comm
+from .config import TrainConfig
+from .results import TrainResult
+from .trainer import DTYPES, epoch_loop, make_model
+
+
+@attrs.define
+class RunPlan:
+    """The layout of a distributed run, computed once (in the launcher) and shipped to every rank.
+
+    Attributes:
+        data: the relabelled graph (chunks are contiguous id ranges).
+        chunk_ptr: ``LongTensor[C+1]``. way_ptr: ``LongTensor[W+1]`` (chunk index bounds per way).
+        bounds: unit boundaries of the ``S`` stages (``S+1`` ints).
+        num_features, num_classes: model input / output widths.
+        info: a JSON-able description (printed at start, stored in the result).
+    """
+
+    data: Any
+    chunk_ptr: torch.Tensor
+    way_ptr: torch.Tensor
+    bounds: list[int]
+    num_features: int
+    num_classes: int
+    info: dict = attrs.field(factory=dict)
+
+
+def num_classes_of(data) -> int:
+    m = data.train_mask | data.val_mask | data.test_mask
+    return int(data.y[m].max()) + 1
+
+
+def default_chunks(config: TrainConfig) -> int:
+    """``C`` default: 4 chunks per pipeline rank and way (GNNPipe paper §5: C = 4·S), 1 per way when S = 1."""
+    if config.chunks is not None:
+        return config.chunks
+    return config.ways * (4 * config.stages if config.stages > 1 else 1)
+
+
+def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
+    """Reject configurations that cannot run, before any process starts.
+
+    Raises:
+        ConfigError / UnknownComponentError: unknown component names, ``S`` > units, ``C`` > ``N``,
+            ``C`` < ``W``.
+    """
+    from .. import correctors, partitioners, schedulers
+
+    schedulers.get(config.scheduler)
+    partitioners.get(config.partitioner)
+    partitioners.get_layer_partitioner(config.layer_split)
+    correctors.build_correctors(config.correctors)
+    if config.stages > num_units:
+        raise ConfigError(f"{config.stages} stages but the model has only {num_units} layer units "
+                          f"(encoder + {num_units - 2} layers + head); use at most {num_units} stages or more layers")
+    C = default_chunks(config)
+    if C > num_nodes:
+        raise ConfigError(f"{C} chunks but the graph has only {num_nodes} vertices; use fewer chunks")
+    if C < config.ways:
+        raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
+    if config.threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {config.threads}")
+
+
+def build_plan(config: TrainConfig, data) -> RunPlan:
+    """Chunk/partition the graph and split the layers into stages (DESIGN §4 steps 3–5)."""
+    from ..partitioners import ChunkPlan, split_layers, partition_metrics
+
+    F, Cls = int(data.x.size(1)), num_classes_of(data)
+    model = make_model(config, F, Cls)
+    check_config(config, data.num_nodes, model.num_units)
+    C = default_chunks(config)
+    t0 = time.perf_counter()
+    over = config.over_partition if config.stages > 1 else 1
+    if C == 1:
+        parts = torch.zeros(data.num_nodes, dtype=torch.long)
+        plan = ChunkPlan.from_parts(data, parts, num_ways=1)
+    else:
+        plan = ChunkPlan.build(data, C, config.partitioner, over=over, seed=config.seed, num_ways=config.ways)
+    t_part = time.perf_counter() - t0
+    rdata = plan.data
+    if config.layer_split == "profiled" and config.stages > 1:
+        lo, hi = int(plan.chunk_ptr[0]), int(plan.chunk_ptr[1])
+        split = split_layers(model, config.stages, "profiled", data=rdata, sample_nodes=max(hi - lo, 1))
+    else:
+        split = split_layers(model, config.stages, config.layer_split)
+    bounds = [int(b) for b in split.bounds]
+    info = {
+        "ways": config.ways, "stages": config.stages, "chunks": C, "world_size": config.world_size,
+        "layout": "rank = way * stages + stage",
+        "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
+        "num_units": model.num_units, "stage_bounds": bounds,
+        "stage_costs": [float(c) for c in split.stage_costs],
+        "chunk_sizes": [int(b - a) for a, b in zip(plan.chunk_ptr[:-1].tolist(), plan.chunk_ptr[1:].tolist())],
+        "way_ptr": [int(w) for w in plan.way_ptr.tolist()],
+        "partition_time_s": t_part,
+    }
+    if config.ways > 1:
+        way_of = torch.zeros(data.num_nodes, dtype=torch.long)
+        for w in range(config.ways):
+            a, b = plan.way_rows(w)
+            way_of[a:b] = w
+        m = partition_metrics(rdata.edge_index, rdata.num_nodes, way_of)
+        info["mirror_count"] = int(m.mirror_count)
+        info["edge_cut"] = int(m.edge_cut)
+    return RunPlan(data=rdata, chunk_ptr=plan.chunk_ptr.clone(), way_ptr=plan.way_ptr.clone(), bounds=bounds,
+                   num_features=F, num_classes=Cls, info=info)
+
+
+def format_plan(info: dict) -> str:
+    """A one-paragraph description of a plan for the start of a run."""
+    s = (f"plan: {info['ways']} way(s) x {info['stages']} stage(s) = {info['world_size']} rank(s), "
+         f"{info['chunks']} chunk(s) (sizes {min(info['chunk_sizes'])}–{max(info['chunk_sizes'])}), "
+         f"N={info['num_nodes']}, E={info['num_edges']}; stage unit bounds {info['stage_bounds']}")
+    if "mirror_count" in info:
+        s += f"; mirrors M={info['mirror_count']}"
+    return s
+
+
+# ---------------------------------------------------------------------------------------------- worker
+def _order_policy(config: TrainConfig, correctors):
+    from ..schedulers import FixedOrder
+
+    for k in correctors:
+        pol = k.order_policy(config.seed)
+        if pol is not None:
+            return pol
+    return FixedOrder()
+
+
+def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
+    """Build this rank's executor object (pipeline stage, graph-parallel way or hybrid member)."""
+    from .. import correctors as corr
+    from .. import schedulers
+    from .pipeline import PipelineStage
+
+    if world != config.world_size:
+        raise ConfigError(f"world size {world} does not match ways x stages = {config.world_size}")
+    dtype = DTYPES[config.dtype]
+    model = make_model(config, plan.num_features, plan.num_classes)
+    torch.manual_seed(config.seed + 1 + 1000 * rank)
+    correctors = corr.build_correctors(config.correctors)
+    comm = Comm()
+    if config.ways == 1:
+        ranks = list(range(config.stages))
+        data = plan.data
+        data.x = data.x.to(dtype)
+        return PipelineStage(config, model, data, plan.chunk_ptr, plan.bounds, rank, ranks,
+                             schedulers.get(config.scheduler)(), _order_policy(config, correctors), correctors, comm)
+    from .parallel import make_parallel_member  # graph-parallel and hybrid executors
+
+    return make_parallel_member(config, model, plan, rank, world, correctors, comm, _order_policy(config, correctors))
+
+
+def _gather_epoch(stage, wall: float, loss: float) -> dict:
+    c = stage.comm.counters()
+    vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
+                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64)
+    out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, vec)
+    m = torch.stack(out)
+    walls, comms, idles = m[:, 5].tolist(), m[:, 6].tolist(), m[:, 7].tolist()
+    return {
+        "loss": float(m[:, 0].sum()),
+        "time_s": max(walls),
+        "bytes_layer": int(round(float(m[:, 1].sum()))),
+        "bytes_graph": int(round(float(m[:, 2].sum()))),
+        "bytes_weight": int(round(float(m[:, 3].sum()))),
+        "compute_s": [w - c_ - i for w, c_, i in zip(walls, comms, idles)],
+        "comm_s": comms,
+        "idle_s": idles,
+    }
+
+
+def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: bool = True,
+           collect: Optional[dict] = None) -> Optional[dict]:
+    """The function every rank runs: build its executor, train with the shared epoch loop, return results.
+
+    ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
+    right after those epochs) and ``{"no_eval": True}``.
+    """
+    from .pipeline import peak_memory_bytes
+
+    torch.set_num_threads(config.threads)
+    stage = make_stage(config, plan, rank, world)
+    collect = collect or {}
+    grads: dict[int, dict] = {}
+    losses: list[float] = []
+
+    def train_step(epoch: int) -> dict:
+        stage.comm.reset()
+        t0 = time.perf_counter()
+        out = stage.train_epoch(epoch)
+        wall = time.perf_counter() - t0
+        rec = _gather_epoch(stage, wall, out["loss"])
+        if epoch + 1 in collect.get("grads_after", ()):
+            grads[epoch + 1] = stage.named_grads()
+        losses.append(rec["loss"])
+        return rec
+
+    evaluate = stage.evaluate
+    if collect.get("no_eval"):
+        evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
+    result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
+                        desc=f"train {config.ways}x{config.stages}")
+    mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64)
+    mems = [torch.zeros_like(mem) for _ in range(world)]
+    dist.all_gather(mems, mem)
+    result.extra["plan"] = plan.info
+    result.extra["peak_mem_bytes"] = [int(m[0]) for m in mems]
+    result.extra["history_bytes"] = [int(m[1]) for m in mems]
+    ep = result.epochs
+    if ep:
+        tot = [sum(e["time_s"] for e in ep)] * world
+        idle = [sum(e["idle_s"][r] for e in ep) for r in range(world)]
+        result.extra["idle_fraction"] = [i / t if t else 0.0 for i, t in zip(idle, tot)]
+    if collect:
+        return {"result": result if rank == 0 else None, "grads": grads, "losses": losses}
+    return {"result": result} if rank == 0 else None

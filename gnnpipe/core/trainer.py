@@ -1,0 +1,163 @@
+"""The exact single-process full-graph trainer (the reference every executor is compared against)
+and the epoch loop (early stopping, evaluation cadence, records) that all executors share."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..models import GNNModel, build_model
+from .config import TrainConfig
+from .graph import GraphOps
+from .results import TrainResult
+
+#: the dtype names a config may use
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def masked_loss(logits: Tensor, y: Tensor, mask: Tensor, num_global: int) -> Tensor:
+    """Cross-entropy summed over the masked rows, divided by ``num_global`` (DESIGN §5 "Loss").
+
+    With ``num_global`` the number of training vertices of the whole graph, the sum of this loss
+    over disjoint chunks equals the full-batch mean loss.
+
+    Args:
+        logits: ``[n, C]`` float. y: ``[n]`` long. mask: ``[n]`` bool. num_global: int > 0.
+    """
+    if not bool(mask.any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[mask], y[mask], reduction="sum") / num_global
+
+
+@torch.no_grad()
+def accuracies(logits: Tensor, data) -> dict:
+    """``train_acc``, ``val_acc``, ``test_acc`` (fractions) and ``val_loss`` of full-graph logits ``[N, C]``."""
+    pred = logits.argmax(-1)
+    out = {}
+    for split in ("train", "val", "test"):
+        m = getattr(data, f"{split}_mask")
+        out[f"{split}_acc"] = float((pred[m] == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
+    vm = data.val_mask
+    out["val_loss"] = float(F.cross_entropy(logits[vm], data.y[vm])) if bool(vm.any()) else float("nan")
+    return out
+
+
+def make_model(config: TrainConfig, num_features: int, num_classes: int) -> GNNModel:
+    """Build the configured model with the seed set first (same weights in every process)."""
+    torch.manual_seed(config.seed)
+    model = build_model(
+        config.model, num_features, num_classes, num_layers=config.layers, hidden=config.hidden,
+        dropout=config.dropout, bias=config.bias, activation=config.activation,
+    )
+    return model.to(DTYPES[config.dtype])
+
+
+def resolve_config(config: TrainConfig) -> TrainConfig:
+    """Fill hyper-parameters left ``None`` from the model's ``default_hparams``."""
+    from ..models import get
+
+    return config.resolved(get(config.model).default_hparams)
+
+
+def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam with separate weight decay for GNN layers (``weight_decay_conv``) and dense layers (``weight_decay``)."""
+    return torch.optim.Adam(model.param_groups(config.weight_decay, config.weight_decay_conv), lr=config.lr)
+
+
+def epoch_loop(
+    config: TrainConfig,
+    train_step: Callable[[int], dict],
+    evaluate: Callable[[], dict],
+    *,
+    progress: bool = True,
+    desc: str = "train",
+) -> TrainResult:
+    """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
+
+    Early stopping: an evaluation *improves* when its validation accuracy is higher than the best so
+    far, or equal with a lower validation loss; training stops when ``patience`` epochs (``0`` = never)
+    pass without improvement. The reported test accuracy is the one of the improving evaluation.
+
+    Args:
+        train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
+        evaluate: ``() → dict`` as :func:`accuracies`.
+    """
+    from tqdm.auto import tqdm
+
+    result = TrainResult(config=config.to_dict())
+    best = (-1.0, float("inf"))
+    since = 0
+    bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
+    for epoch in bar:
+        t0 = time.perf_counter()
+        rec = {"epoch": epoch}
+        rec.update(train_step(epoch))
+        rec.setdefault("time_s", time.perf_counter() - t0)
+        if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            ev = evaluate()
+            rec.update(ev)
+            key = (ev["val_acc"], -ev["val_loss"])
+            if key > (best[0], -best[1]):
+                best = (ev["val_acc"], ev["val_loss"])
+                result.best_val_acc = ev["val_acc"]
+                result.test_acc_at_best_val = ev["test_acc"]
+                result.best_epoch = epoch
+                since = 0
+            bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{best[0]:.3f}")
+        result.epochs.append(rec)
+        since += 1
+        if config.patience and since > config.patience:
+            break
+    bar.close()
+    times = [e["time_s"] for e in result.epochs]
+    result.mean_epoch_time_s = sum(times) / len(times)
+    return result
+
+
+class SingleProcessTrainer:
+    """Exact full-graph training in one process (DESIGN §5's reference).
+
+    Args:
+        data: a prepared ``Data`` (see :func:`gnnpipe.data.prepare`): ``x`` ``[N, F]`` float,
+            ``y`` ``[N]`` long, ``edge_index`` ``[2, E]``, bool masks ``[N]``.
+        config: the run configuration (``resolve_config`` is applied).
+        model: optional pre-built model (otherwise built from the config with the seed).
+    """
+
+    def __init__(self, data, config: TrainConfig, model: Optional[GNNModel] = None):
+        self.config = resolve_config(config)
+        dtype = DTYPES[self.config.dtype]
+        self.data = data
+        self.x = data.x.to(dtype)
+        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype)
+        num_classes = int(data.y[data.train_mask | data.val_mask | data.test_mask].max()) + 1
+        self.model = model if model is not None else make_model(self.config, self.x.size(1), num_classes)
+        self.optimizer = make_optimizer(self.model, self.config)
+        self.num_train = int(data.train_mask.sum())
+
+    def loss_and_backward(self) -> float:
+        """One full-graph forward + backward (gradients accumulate into ``.grad``); returns the loss."""
+        self.model.train()
+        logits = self.model(self.x, self.ops.aggregate)
+        loss = masked_loss(logits, self.data.y, self.data.train_mask, self.num_train)
+        loss.backward()
+        return float(loss)
+
+    def train_step(self, epoch: int) -> dict:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_and_backward()
+        self.optimizer.step()
+        return {"loss": loss}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        self.model.eval()
+        return accuracies(self.model(self.x, self.ops.aggregate), self.data)
+
+    def fit(self, progress: bool = True) -> TrainResult:
+        torch.manual_seed(self.config.seed + 1)
+        return epoch_loop(self.config, self.train_step, self.evaluate, progress=progress)
