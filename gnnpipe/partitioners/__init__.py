@@ -1,0 +1,67 @@
+"""Vertex partitioners / chunkers, partition metrics, and layer-to-stage partitioners (DESIGN §3–§4, §6).
+
+Vertex partitioners (one abstract class, one registry; built-ins ``metis``, ``kahip`` (optional
+package), ``random``, ``contiguous``, ``bfs``, ``rcm``)::
+
+    from gnnpipe import partitioners
+    parts = partitioners.partition_graph(data, 8, "metis", seed=0)       # LongTensor[N] in [0, 8)
+    parts = partitioners.get("metis")(over=4).partition(data, 8, seed=0)  # GNNPipe chunking
+    partitioners.available()                                              # ['bfs', 'contiguous', …]
+
+Chunk plans (relabel so every chunk is a contiguous id range)::
+
+    plan = partitioners.ChunkPlan.build(data, num_chunks=16)   # paper default: METIS 50+deg, 4×C, grouped
+    start, end = plan.chunk_rows(3); plan.data; plan.to_original(pred)
+
+Metrics and DESIGN §6 predictions::
+
+    m = partitioners.partition_metrics(data.edge_index, data.num_nodes, parts)
+    partitioners.predict_gp_bytes(m.mirror_count, [64] * 32)
+    partitioners.predict_pipeline_bytes(data.num_nodes, num_stages=4, d_boundary=64)
+
+Layer partitioners (separate registry)::
+
+    split = partitioners.split_layers(model, 4, "equal")      # StageSplit(bounds=[0, …, U], …)
+    split = partitioners.get_layer_partitioner("profiled")().split(model, 4, data=sample)
+"""
+
+from __future__ import annotations
+
+from .base import (  # noqa: F401
+    PARTITIONERS,
+    Graph,
+    GraphPartitioner,
+    PartitionWarning,
+    as_graph,
+    available,
+    balanced_cuts,
+    get,
+    partition_graph,
+    register,
+    repair_empty_parts,
+    validate_parts,
+)
+from .methods import (  # noqa: F401
+    BFSPartitioner,
+    ContiguousPartitioner,
+    KaHIPPartitioner,
+    MetisPartitioner,
+    RandomPartitioner,
+    RCMPartitioner,
+    vertex_weights,
+)
+from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401
+from .chunks import ChunkPlan, relabel_data, way_bounds  # noqa: F401
+from .layers import (  # noqa: F401
+    EqualLayerPartitioner,
+    LayerPartitioner,
+    ProfiledLayerPartitioner,
+    StageSplit,
+    available_layer_partitioners,
+    get_layer_partitioner,
+    layer_partitioners,
+    minmax_split,
+    profile_unit_costs,
+    register_layer_partitioner,
+    split_layers,
+)
