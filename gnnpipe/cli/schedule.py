@@ -1,0 +1,136 @@
+"""``gnnpipe schedule``: show, list and validate pipeline schedules.
+
+Examples::
+
+    gnnpipe schedule list
+    gnnpipe schedule show 1f1b --stages 4 --chunks 8
+    gnnpipe schedule show gpipe --stages 4 --chunks 8 --order shuffle --seed 1 --png gpipe.png
+    gnnpipe schedule show async-stale --stages 4 --chunks 4 --epochs 3 --trace trace.json --csv s.csv
+    gnnpipe schedule validate s.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .main import HelpFormatter
+
+
+def _add_build_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", nargs="?", help="scheduler name (see `gnnpipe schedule list`)")
+    p.add_argument("--stages", "-S", type=int, default=4, help="number of pipeline stages S")
+    p.add_argument("--chunks", "-C", type=int, default=8, help="number of chunks C per epoch")
+    p.add_argument("--epochs", "-E", type=int, default=1, help="consecutive epochs in one schedule")
+    p.add_argument("--order", choices=["fixed", "shuffle"], default="fixed",
+                   help="chunk order policy (shuffle = GNNPipe's T1, seeded, same on every stage)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --order shuffle")
+    p.add_argument("--stash-weights", action="store_true",
+                   help="weight stashing (schedulers without flush, e.g. async-stale)")
+    p.add_argument("--from-csv", metavar="FILE", default=None,
+                   help="load a custom schedule from a compute-only CSV instead of building NAME")
+
+
+def build_from_args(args: argparse.Namespace):
+    """The schedule named by the common arguments (built and validated, or loaded and validated)."""
+    from .. import schedulers as gs
+    from ..errors import ConfigError
+
+    if args.from_csv:
+        if args.name:
+            raise ConfigError("give either a scheduler NAME or --from-csv FILE, not both")
+        return gs.validate(gs.from_csv(args.from_csv))
+    if not args.name:
+        raise ConfigError(f"name a scheduler ({', '.join(gs.available())}) or give --from-csv FILE")
+    options = {"stash_weights": True} if args.stash_weights else {}
+    return gs.build_schedule(args.name, args.stages, args.chunks, order=args.order, seed=args.seed,
+                             epochs=args.epochs, **options)
+
+
+def _write_outputs(args, schedule, result) -> None:
+    from .. import schedulers as gs
+
+    if getattr(args, "csv", None):
+        gs.to_csv(schedule, args.csv)
+        print(f"wrote CSV to {args.csv}")
+    if getattr(args, "trace", None):
+        gs.to_chrome_trace(result, args.trace)
+        print(f"wrote chrome trace to {args.trace}")
+    if getattr(args, "png", None):
+        gs.plot_timeline(result, args.png)
+        print(f"wrote timeline to {args.png}")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .. import schedulers as gs
+
+    sch = build_from_args(args)
+    res = gs.simulate(sch)
+    S, C = sch.num_stages, sch.num_chunks
+    print(f"schedule {sch.name!r}: {S} stage(s), {C} chunk(s), {sch.epochs} epoch(s); "
+          f"flush={sch.flush}, weight staleness bound={sch.weight_staleness}"
+          + (", weight stashing" if sch.stash_weights else ""))
+    print("F = forward, B = backward, S = optimizer step, {stage}{kind}{chunk}[@epoch]; '.' = idle")
+    print(gs.to_ascii(sch, by_stage=args.by_stage))
+    print(f"unit costs (F = B = 1 slot, step free, no communication): makespan {res.makespan:g}, "
+          f"bubble per stage " + ", ".join(f"{b:.0%}" for b in res.bubble_fraction)
+          + f"; peak in-flight chunks per stage {res.peak_inflight}")
+    if sch.epochs >= 3:
+        print("steady-state bubble per stage (first and last epoch left out): "
+              + ", ".join(f"{b:.0%}" for b in res.steady_state_bubble()))
+    _write_outputs(args, sch, res)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .. import schedulers as gs
+
+    names = gs.available()
+    w = max(map(len, names), default=0)
+    for n in names:
+        cls = gs.get(n)
+        print(f"{n.ljust(w)}  flush={str(cls.flush).ljust(5)}  staleness={cls.weight_staleness}  {cls.describe()}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .. import schedulers as gs
+
+    sch = gs.from_csv(args.file, num_chunks=args.chunks, flush=not args.no_flush,
+                      weight_staleness=args.weight_staleness, add_steps=args.add_steps)
+    gs.validate(sch)
+    print(f"{args.file}: valid ({sch.num_stages} stage(s), {sch.num_chunks} chunk(s), {sch.epochs} epoch(s))")
+    print(gs.to_ascii(sch))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "schedule", help="show, list and validate pipeline schedules",
+        description=__doc__, formatter_class=HelpFormatter,
+    )
+    sub = p.add_subparsers(dest="schedule_command", metavar="ACTION")
+
+    show = sub.add_parser("show", help="print a schedule's grid (and optionally a PNG, trace, CSV)",
+                          description="Build a schedule and print its grid (time slots × stages) with "
+                                      "its unit-cost makespan, bubbles and peak in-flight chunks.",
+                          formatter_class=HelpFormatter)
+    _add_build_args(show)
+    show.add_argument("--by-stage", action="store_true", help="one line per stage instead of per slot")
+    show.add_argument("--png", metavar="FILE", default=None, help="write a timeline picture (needs the plot extra)")
+    show.add_argument("--trace", metavar="FILE", default=None, help="write a chrome-trace JSON (unit costs)")
+    show.add_argument("--csv", metavar="FILE", default=None, help="write the compute-only CSV")
+    show.set_defaults(func=_show)
+
+    ls = sub.add_parser("list", help="list the registered schedulers", formatter_class=HelpFormatter)
+    ls.set_defaults(func=_list)
+
+    val = sub.add_parser("validate", help="validate a schedule CSV", formatter_class=HelpFormatter)
+    val.add_argument("file", metavar="FILE", help="compute-only CSV, one row per stage")
+    val.add_argument("--chunks", type=int, default=None, help="number of chunks (default: inferred)")
+    val.add_argument("--add-steps", action="store_true",
+                     help="append a missing optimizer step to each row (files written by torch)")
+    val.add_argument("--no-flush", action="store_true", help="the schedule does not flush between epochs")
+    val.add_argument("--weight-staleness", type=int, default=0, help="declared weight-staleness bound")
+    val.set_defaults(func=_validate)
+
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
