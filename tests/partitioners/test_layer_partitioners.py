@@ -1,0 +1,132 @@
+"""Layer partitioners: equal greedy split, exact min–max DP, profiling, registry and errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from gnnpipe import partitioners as P
+from gnnpipe.errors import ConfigError, UnknownComponentError
+from gnnpipe.models import build_model
+
+
+def brute_force_bottleneck(costs, s):
+    u = len(costs)
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, u), s - 1):
+        b = [0, *cuts, u]
+        best = min(best, max(sum(costs[b[i] : b[i + 1]]) for i in range(s)))
+    return best
+
+
+def test_registry():
+    assert P.available_layer_partitioners() == ["equal", "profiled"]
+    assert P.get_layer_partitioner("equal") is P.EqualLayerPartitioner
+    assert P.get_layer_partitioner("profiled") is P.ProfiledLayerPartitioner
+    with pytest.raises(UnknownComponentError, match="equal, profiled"):
+        P.get_layer_partitioner("nope")
+    assert "metis" not in P.available_layer_partitioners()  # a separate registry
+
+
+@pytest.mark.parametrize(
+    "u,s,bounds",
+    [(10, 4, [0, 3, 6, 8, 10]), (6, 3, [0, 2, 4, 6]), (7, 1, [0, 7]), (5, 5, [0, 1, 2, 3, 4, 5]), (34, 4, [0, 9, 18, 26, 34])],
+)
+def test_equal_greedy_rule(u, s, bounds):
+    split = P.split_layers(u, s, "equal")
+    assert split.bounds == bounds
+    assert split.stage_costs == [float(b - a) for a, b in zip(bounds, bounds[1:])]
+    assert split.unit_costs == [1.0] * u
+    assert [len(split.stage_units(i)) for i in range(s)] == [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def test_equal_on_model_and_costs():
+    model = build_model("gcn", 8, 3, num_layers=4, hidden=16)  # 6 units
+    split = P.EqualLayerPartitioner().split(model, 4)
+    assert split.bounds == [0, 2, 4, 5, 6] and split.num_units == 6 and split.num_stages == 4
+    assert P.EqualLayerPartitioner().split([5.0, 1, 1, 1], 2).bounds == [0, 2, 4]  # costs ignored
+    assert split.stage_of(0) == 0 and split.stage_of(4) == 2 and split.stage_of(5) == 3
+
+
+@pytest.mark.parametrize("method", ["equal", "profiled"])
+def test_errors(method):
+    with pytest.raises(ConfigError, match="at most 3 stages"):
+        P.split_layers([1.0, 2.0, 3.0], 4, method)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ConfigError):
+            P.split_layers([1.0, 2.0, 3.0], bad, method)
+    with pytest.raises(ConfigError):
+        P.split_layers([1.0, 2.0, 3.0], 1, method).stage_units(1)
+
+
+def test_profiled_with_explicit_costs():
+    split = P.split_layers([1, 2, 3, 4, 5], 2, "profiled")
+    assert split.bounds == [0, 3, 5] and split.stage_costs == [6.0, 9.0] and split.bottleneck == 9.0
+    split = P.split_layers([10, 1, 1, 1, 1, 1, 1, 10], 3, "profiled")
+    assert split.bottleneck == 10.0 and split.bounds[1] == 1 and split.bounds[2] == 7
+    with pytest.raises(ConfigError):
+        P.split_layers([1, -2, 3], 2, "profiled")
+
+
+def test_minmax_split_is_optimal():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        u = int(torch.randint(1, 9, (1,), generator=g))
+        s = int(torch.randint(1, u + 1, (1,), generator=g))
+        costs = torch.randint(0, 20, (u,), generator=g).tolist()
+        b = P.minmax_split(costs, s)
+        assert b[0] == 0 and b[-1] == u and len(b) == s + 1
+        assert all(x < y for x, y in zip(b, b[1:]))
+        got = max(sum(costs[b[i] : b[i + 1]]) for i in range(s))
+        assert got == brute_force_bottleneck(costs, s)
+
+
+def test_from_bounds_validation():
+    with pytest.raises(ConfigError):
+        P.StageSplit.from_bounds([0, 2, 2, 4], [1] * 4)
+    with pytest.raises(ConfigError):
+        P.StageSplit.from_bounds([0, 3], [1] * 4)
+
+
+def sample(n=60, f=8, seed=0):
+    from conftest import two_communities
+
+    d = two_communities(n_per=n // 2, extra_isolated=0, seed=seed)
+    d.x = torch.randn(d.num_nodes, f, generator=torch.Generator().manual_seed(seed))
+    return d
+
+
+@pytest.mark.parametrize("name", ["gcn", "gcnii"])
+def test_profile_unit_costs(name):
+    model = build_model(name, 8, 3, num_layers=3, hidden=16)
+    model.eval()
+    data = sample()
+    costs = P.profile_unit_costs(model, data, repeats=2)
+    assert len(costs) == model.num_units and all(c > 0 for c in costs)
+    assert not model.training  # mode restored
+    assert all(p.grad is None for p in model.parameters())  # grads restored
+
+
+def test_profiled_split_on_model():
+    model = build_model("gcn", 8, 3, num_layers=4, hidden=16)
+    data = sample()
+    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 3, data=data, sample_nodes=40)
+    assert split.num_stages == 3 and split.num_units == model.num_units
+    assert split.bounds == P.minmax_split(split.unit_costs, 3)
+    assert split.stage_costs == pytest.approx(
+        [sum(split.unit_costs[a:b]) for a, b in zip(split.bounds, split.bounds[1:])]
+    )
+    with pytest.raises(ConfigError, match="data="):
+        P.ProfiledLayerPartitioner().split(model, 2)
+    with pytest.raises(ConfigError, match="at most"):
+        P.ProfiledLayerPartitioner().split(model, 7, data=data)
+
+
+def test_profile_keeps_existing_grads():
+    model = build_model("gcn", 8, 3, num_layers=2, hidden=8)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 7.0)
+    P.profile_unit_costs(model, sample(), repeats=1)
+    assert all(torch.all(p.grad == 7.0) for p in model.parameters())
