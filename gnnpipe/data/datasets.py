@@ -23,16 +23,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from torch_geometric.data import Data
 
 from ..errors import ConfigError
 from .files import read_musae_facebook, read_npz_graph, read_pt_graph
 from .preprocess import canonicalize
-from .splits import random_split, select_split, split_seed
+from .splits import random_split, split_seed
 from .synthetic import synthetic_graph
 
 _PLATONOV_URL = "https://github.com/yandex-research/heterophilous-graphs/raw/main/data"
@@ -274,7 +275,7 @@ def _run_pyg(spec: DatasetSpec, root: Path, raw: Path | None, looked: list[Path]
             ds = spec.factory(str(root))
     except ConfigError:
         raise
-    except Exception as e:  # noqa: BLE001 - PyG raises anything from URLError to AssertionError
+    except Exception as e:
         where = f"raw folder {raw}" if raw is not None else "looked at " + ", ".join(map(str, looked))
         raise ConfigError(
             f"loading {spec.name} with PyG under root {root} failed ({where}): {type(e).__name__}: {e}. "
@@ -333,13 +334,13 @@ def _load_platonov(spec: DatasetSpec, root: Path) -> Data:
     raw_dir = root / spec.name / "raw"
     try:
         path = download_url(f"{_PLATONOV_URL}/{fname}", str(raw_dir))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _missing(spec, root, cands, f"download from {_PLATONOV_URL}/{fname} failed: {type(e).__name__}: {e}") from e
     return read_npz_graph(path)
 
 
 def _load_musae(spec: DatasetSpec, root: Path) -> Data:
-    base, raw, looked = _locate(spec, root)
+    _, raw, looked = _locate(spec, root)
     need = ("edges.csv", "features.json", "target.csv")
     if raw is None or not all((raw / f).is_file() for f in need):
         raise _missing(spec, root, looked if raw is None else [raw],
@@ -381,7 +382,8 @@ def load_dataset(
         seed: seed of the random split (and of the synthetic graph).
         cache_dir: writable folder for processed files of read-only roots (default
             :func:`default_cache_dir`).
-        **synthetic_kwargs: passed to :func:`synthetic_graph`; only allowed for the synthetic graph.
+        **synthetic_kwargs: passed to :func:`synthetic_graph` (``None`` values mean "default"); only
+            allowed for the synthetic graph.
 
     Returns:
         ``Data`` with ``x`` float32 ``[N, F]`` (dense), ``y`` int64 ``[N]``, ``edge_index`` int64
@@ -394,7 +396,7 @@ def load_dataset(
             ``split`` out of range (names ``k``), ``synthetic_kwargs`` for a real dataset.
     """
     if name is None or _norm(str(name)) in SYNTHETIC_NAMES:
-        kwargs = dict(synthetic_kwargs)
+        kwargs = {k: v for k, v in synthetic_kwargs.items() if v is not None}
         kwargs.setdefault("seed", seed)
         data = synthetic_graph(**kwargs)
         if split:

@@ -94,13 +94,22 @@ def read_npz_graph(path: str | Path) -> Data:
 def read_pt_graph(path: str | Path) -> Data:
     """Read a graph saved with ``torch.save`` (see module docstring for the accepted objects).
 
-    Tries ``torch.load(weights_only=True)`` first; only if that refuses the file does it unpickle it
-    fully (``weights_only=False``, with a warning: do this only for files you trust).
+    Tries ``torch.load(weights_only=True)`` first (with PyG's ``Data`` classes allow-listed, so a saved
+    ``Data`` loads safely); only if that refuses the file does it unpickle it fully (``weights_only=False``, with a warning: do this only for files you trust).
 
     Raises:
         ConfigError: the file cannot be loaded or holds something else.
     """
     path = Path(path)
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+
+    # PyG allow-lists Data itself; add the storage classes a pickled Data also needs. (Not the
+    # safe_globals() context manager: on exit it also drops entries that were registered before.)
+    known = set(torch.serialization.get_safe_globals())
+    missing = [c for c in (Data, DataEdgeAttr, DataTensorAttr, GlobalStorage) if c not in known]
+    if missing:
+        torch.serialization.add_safe_globals(missing)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -112,7 +121,7 @@ def read_pt_graph(path: str | Path) -> Data:
         )
         try:
             obj = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as e:  # noqa: BLE001 - report any unpickling failure as a config problem
+        except Exception as e:
             raise ConfigError(f"cannot load {path} with torch.load ({type(e).__name__}: {e})") from e
     except (OSError, RuntimeError, EOFError) as e:
         raise ConfigError(f"cannot load {path} with torch.load ({type(e).__name__}: {e})") from e
@@ -145,7 +154,8 @@ def read_musae_facebook(raw_dir: str | Path) -> Data:
     (``to_undirected``; self-loops kept, as listed). No masks (the release has no split).
     """
     raw = Path(raw_dir)
-    rows = list(csv.DictReader(open(raw / "target.csv", encoding="utf-8")))
+    with open(raw / "target.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
     ids = np.array([int(r["id"]) for r in rows])
     names = [r["page_type"] for r in rows]
     classes = sorted(set(names))

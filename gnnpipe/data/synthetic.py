@@ -118,7 +118,7 @@ def synthetic_graph(
     w = u.pow(-1.0 / (gamma - 1.0)).clamp_(max=10.0 * math.sqrt(n))
 
     # 3. endpoints in proportion to w (inverse CDF on the cumulative weights)
-    m = max(1, int(round(n * avg_degree / 2.0)))
+    m = max(1, round(n * avg_degree / 2.0))
     cum = torch.cumsum(w, 0)
     total = cum[-1]
 

@@ -88,8 +88,8 @@ def test_load_dataset_default_is_synthetic():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(num_nodes=3, num_classes=5), dict(homophily=1.5), dict(gamma=1.0), dict(avg_degree=0),
-     dict(noise=-1), dict(num_features=0), dict(num_classes=0)],
+    [{"num_nodes": 3, "num_classes": 5}, {"homophily": 1.5}, {"gamma": 1.0}, {"avg_degree": 0},
+     {"noise": -1}, {"num_features": 0}, {"num_classes": 0}],
 )
 def test_bad_parameters(kwargs):
     with pytest.raises(ConfigError):
