@@ -56,8 +56,12 @@ def run_partition(
     hidden: int = 64,
     stages: int | None = None,
     shared: bool = False,
+    **options: Any,
 ) -> dict:
     """Partition ``data`` with each method and collect metrics, timings and DESIGN §6 predictions.
+
+    ``over``, ``vertex_weight``, ``balance`` and any other ``**options`` are passed to the constructor of
+    each method that accepts them (:func:`method_options`); the others ignore them.
 
     Returns:
         ``{"num_nodes", "num_edges", "parts", "seed", "layers", "hidden", "stages", "shared",
@@ -85,7 +89,7 @@ def run_partition(
     }
     graph = P.as_graph(data)
     for method in methods:
-        opts = method_options(method, over=over, vertex_weight=vertex_weight, balance=balance)
+        opts = method_options(method, over=over, vertex_weight=vertex_weight, balance=balance, **options)
         part = P.get(method)(**opts)
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:

@@ -41,16 +41,6 @@ from .base import (  # noqa: F401
     repair_empty_parts,
     validate_parts,
 )
-from .methods import (  # noqa: F401
-    BFSPartitioner,
-    ContiguousPartitioner,
-    KaHIPPartitioner,
-    MetisPartitioner,
-    RandomPartitioner,
-    RCMPartitioner,
-    vertex_weights,
-)
-from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401
 from .chunks import ChunkPlan, relabel_data, way_bounds  # noqa: F401
 from .layers import (  # noqa: F401
     EqualLayerPartitioner,
@@ -65,3 +55,13 @@ from .layers import (  # noqa: F401
     register_layer_partitioner,
     split_layers,
 )
+from .methods import (  # noqa: F401
+    BFSPartitioner,
+    ContiguousPartitioner,
+    KaHIPPartitioner,
+    MetisPartitioner,
+    RandomPartitioner,
+    RCMPartitioner,
+    vertex_weights,
+)
+from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401

@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import warnings
 from functools import cached_property
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -100,7 +100,7 @@ class Graph:
     def in_degree(self) -> np.ndarray:
         return np.bincount(self.edge_index[1].numpy(), minlength=self.num_nodes).astype(np.int64)
 
-    def subgraph(self, vertices: Tensor) -> "Graph":
+    def subgraph(self, vertices: Tensor) -> Graph:
         """The subgraph induced by ``vertices`` (``LongTensor[n]``, distinct), relabelled to ``0..n-1`` in the given order."""
         vertices = vertices.long()
         relabel = torch.full((self.num_nodes,), -1, dtype=torch.long)
@@ -112,7 +112,7 @@ class Graph:
 
 #: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index`` and ``num_nodes``), a
 #: ``(edge_index, num_nodes)`` pair, or a :class:`Graph`.
-GraphInput = Union[Any, tuple, Graph]
+GraphInput = Any  # Data | tuple[Tensor, int | None] | Graph
 
 
 def as_graph(graph: GraphInput) -> Graph:

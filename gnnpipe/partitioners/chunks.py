@@ -98,7 +98,7 @@ class ChunkPlan:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_parts(cls, data: Any, parts: Tensor, num_ways: int = 1) -> "ChunkPlan":
+    def from_parts(cls, data: Any, parts: Tensor, num_ways: int = 1) -> ChunkPlan:
         """Build the plan for a given chunk assignment.
 
         Args:
@@ -142,7 +142,7 @@ class ChunkPlan:
         seed: int = 0,
         num_ways: int = 1,
         **options: Any,
-    ) -> "ChunkPlan":
+    ) -> ChunkPlan:
         """Partition ``data`` into ``num_chunks`` chunks with a registered method and relabel.
 
         Defaults are the paper's (GNNPipe §4; DESIGN §4 step 3): METIS, vertex weight ``50 + degree``,

@@ -16,8 +16,10 @@ This family has its own registry, separate from the vertex partitioners:
 from __future__ import annotations
 
 import abc
+import itertools
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -88,7 +90,7 @@ class StageSplit:
         raise ConfigError(f"unit {unit} out of range [0, {self.num_units})")
 
     @classmethod
-    def from_bounds(cls, bounds: Sequence[int], unit_costs: Sequence[float]) -> "StageSplit":
+    def from_bounds(cls, bounds: Sequence[int], unit_costs: Sequence[float]) -> StageSplit:
         """A split with the given boundaries; stage costs are sums of ``unit_costs``.
 
         Raises:
@@ -96,7 +98,7 @@ class StageSplit:
         """
         b = [int(x) for x in bounds]
         u = len(unit_costs)
-        if len(b) < 2 or b[0] != 0 or b[-1] != u or any(x >= y for x, y in zip(b, b[1:])):
+        if len(b) < 2 or b[0] != 0 or b[-1] != u or any(x >= y for x, y in itertools.pairwise(b)):
             raise ConfigError(f"stage bounds must increase strictly from 0 to {u}; got {b}")
         costs = [float(c) for c in unit_costs]
         return cls(bounds=b, stage_costs=[sum(costs[b[s] : b[s + 1]]) for s in range(len(b) - 1)], unit_costs=costs)

@@ -42,8 +42,8 @@ __all__ = [
     "ContiguousPartitioner",
     "KaHIPPartitioner",
     "MetisPartitioner",
-    "RandomPartitioner",
     "RCMPartitioner",
+    "RandomPartitioner",
     "vertex_weights",
 ]
 

@@ -14,7 +14,7 @@ Conventions (``edge_index`` read as given, directed, PyG ``source → target``):
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import attrs
 import torch

@@ -37,9 +37,9 @@ def test_registry():
 def test_equal_greedy_rule(u, s, bounds):
     split = P.split_layers(u, s, "equal")
     assert split.bounds == bounds
-    assert split.stage_costs == [float(b - a) for a, b in zip(bounds, bounds[1:])]
+    assert split.stage_costs == [float(b - a) for a, b in itertools.pairwise(bounds)]
     assert split.unit_costs == [1.0] * u
-    assert [len(split.stage_units(i)) for i in range(s)] == [b - a for a, b in zip(bounds, bounds[1:])]
+    assert [len(split.stage_units(i)) for i in range(s)] == [b - a for a, b in itertools.pairwise(bounds)]
 
 
 def test_equal_on_model_and_costs():
@@ -78,7 +78,7 @@ def test_minmax_split_is_optimal():
         costs = torch.randint(0, 20, (u,), generator=g).tolist()
         b = P.minmax_split(costs, s)
         assert b[0] == 0 and b[-1] == u and len(b) == s + 1
-        assert all(x < y for x, y in zip(b, b[1:]))
+        assert all(x < y for x, y in itertools.pairwise(b))
         got = max(sum(costs[b[i] : b[i + 1]]) for i in range(s))
         assert got == brute_force_bottleneck(costs, s)
 
