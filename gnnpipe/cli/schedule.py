@@ -74,9 +74,10 @@ def _show(args: argparse.Namespace) -> int:
     print(f"unit costs (F = B = 1 slot, step free, no communication): makespan {res.makespan:g}, "
           f"bubble per stage " + ", ".join(f"{b:.0%}" for b in res.bubble_fraction)
           + f"; peak in-flight chunks per stage {res.peak_inflight}")
-    if sch.epochs >= 3:
-        print("steady-state bubble per stage (first and last epoch left out): "
-              + ", ".join(f"{b:.0%}" for b in res.steady_state_bubble()))
+    steady = res.summary().get("steady_state_bubble")
+    if steady is not None:
+        print("steady-state bubble per stage (fill and drain epochs left out): "
+              + ", ".join(f"{b:.0%}" for b in steady))
     _write_outputs(args, sch, res)
     return 0
 

@@ -168,10 +168,10 @@ class SimulationResult:
             ``stash_weights`` when a chunk's forward ran before a step and its backward after it).
     """
 
-    schedule: Schedule
+    schedule: Schedule = field(repr=False)
     makespan: float
-    intervals: list[list[Interval]]
-    transfers: list[Transfer]
+    intervals: list[list[Interval]] = field(repr=False)
+    transfers: list[Transfer] = field(repr=False)
     compute_time: list[float]
     comm_blocked: list[float]
     bubble_fraction: list[float]
@@ -206,17 +206,35 @@ class SimulationResult:
         t1 = self.epoch_start(epoch + 1) if epoch + 1 < self.schedule.epochs else self.makespan
         return self.bubble_between(self.epoch_start(epoch), t1)
 
-    def steady_state_bubble(self, skip: int = 1) -> list[float]:
-        """Per stage, the bubble over whole epochs with the first and last ``skip`` epochs left out:
-        the window ``[start of epoch skip, start of epoch E-skip)``.
+    def steady_state_bubble(self, skip: int | None = None) -> list[float]:
+        """Per stage, the bubble over whole epochs once the pipeline is full: stage ``s``'s window runs
+        from its first action of epoch ``skip`` to its first action of epoch ``E - skip``.
+
+        For flush schedules every epoch is one fill-drain period, so this is the per-epoch bubble
+        (``(S-1)/(C+S-1)`` with unit costs); for async-stale it is the bubble between the first fill
+        and the last drain (0 with unit costs).
+
+        Args:
+            skip: epochs left out at each end; default ``ceil(S/C)``: in a 1F1B stream stage 0's first
+                forward after its first backward is micro-batch ``S``, so epochs before ``ceil(S/C)``
+                can still hold fill-up idle time.
 
         Raises:
             ConfigError: fewer than ``2·skip + 1`` epochs.
         """
-        E = self.schedule.epochs
+        S, C, E = self.schedule.num_stages, self.schedule.num_chunks, self.schedule.epochs
+        if skip is None:
+            skip = max(1, math.ceil(S / C))
         if E < 2 * skip + 1:
-            raise ConfigError(f"a steady-state bubble needs at least {2 * skip + 1} epochs, the schedule has {E}")
-        return self.bubble_between(self.epoch_start(skip), self.epoch_start(E - skip))
+            raise ConfigError(f"a steady-state bubble with skip={skip} needs at least {2 * skip + 1} epochs, "
+                              f"the schedule has {E}")
+        out = []
+        for row in self.intervals:
+            t0 = min(iv.start for iv in row if iv.action.epoch == skip)
+            t1 = min(iv.start for iv in row if iv.action.epoch == E - skip)
+            busy = sum(max(0.0, min(iv.end, t1) - max(iv.start, t0)) for iv in row)
+            out.append(1.0 - busy / (t1 - t0) if t1 > t0 else 0.0)
+        return out
 
     def summary(self) -> dict:
         """The numbers as a JSON-friendly dict."""
@@ -228,8 +246,10 @@ class SimulationResult:
             "peak_inflight": self.peak_inflight, "peak_weight_versions": self.peak_weight_versions,
             "comm_time_total": sum(t.end - t.start for t in self.transfers),
         }
-        if self.schedule.epochs >= 3:
+        try:
             d["steady_state_bubble"] = self.steady_state_bubble()
+        except ConfigError:  # too few epochs
+            pass
         return d
 
     def to_text(self) -> str:
@@ -241,9 +261,13 @@ class SimulationResult:
         head = ["stage", "compute", "send-blocked", "bubble", "peak in-flight", "weight versions"]
         rows = [[str(s), f"{self.compute_time[s]:g}", f"{self.comm_blocked[s]:g}", f"{self.bubble_fraction[s]:.1%}",
                  str(self.peak_inflight[s]), str(self.peak_weight_versions[s])] for s in range(sch.num_stages)]
-        if sch.epochs >= 3:
+        try:
+            steady = self.steady_state_bubble()
+        except ConfigError:  # too few epochs
+            steady = None
+        if steady is not None:
             head.append("steady bubble")
-            for r, b in zip(rows, self.steady_state_bubble()):
+            for r, b in zip(rows, steady):
                 r.append(f"{b:.1%}")
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
         lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
