@@ -23,8 +23,8 @@ def load_data(config: TrainConfig):
 
     raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
-                           "num_classes": config.num_classes, "num_features": config.num_features,
-                           "seed": config.seed} if config.dataset in (None, "synthetic") else {}))
+                           "num_classes": config.num_classes, "num_features": config.num_features}
+                          if config.dataset in (None, "synthetic") else {}))
     return prepare(raw, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -67,7 +68,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
                                 init_method=f"tcp://127.0.0.1:{port}",
                                 timeout=datetime.timedelta(seconds=timeout_s))
         out = fn(rank, world_size, *args)
-        results.put((rank, "ok", out))
+        # plain pickle (bytes): tensors travel by value, not as shared-memory handles that die with this process
+        results.put((rank, "ok", pickle.dumps(out)))
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
         results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         code = 1
@@ -117,7 +119,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             try:
                 rank, status, payload = results.get(timeout=0.2)
                 if status == "ok":
-                    out[rank] = payload
+                    out[rank] = pickle.loads(payload)
                 else:
                     failure = (rank, payload)
                 continue
@@ -130,7 +132,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                         while True:
                             rank, status, payload = results.get(timeout=0.5)
                             if status == "ok":
-                                out[rank] = payload
+                                out[rank] = pickle.loads(payload)
                             elif failure is None:
                                 failure = (rank, payload)
                     except queue.Empty:

@@ -145,7 +145,7 @@ class SingleProcessTrainer:
         logits = self.model(self.x, self.ops.aggregate)
         loss = masked_loss(logits, self.data.y, self.data.train_mask, self.num_train)
         loss.backward()
-        return float(loss)
+        return float(loss.detach())
 
     def train_step(self, epoch: int) -> dict:
         self.optimizer.zero_grad(set_to_none=True)
