@@ -226,6 +226,9 @@ def plot_timeline(obj, path: str | os.PathLike | None = None, *, ax=None, title:
     ax.set_yticks(range(S))
     ax.set_yticklabels([f"stage {S - 1 - i}" for i in range(S)])
     ax.set_xlabel("time (cost units)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=float(span).is_integer()))
     for x in range(1, int(span) + 1) if span <= 200 and float(span).is_integer() else []:
         ax.axvline(x, color="#eeeeee", lw=0.5, zorder=0)
     bub = sum(res.bubble_fraction) / S
