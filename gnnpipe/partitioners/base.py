@@ -13,10 +13,15 @@ Users add their own partitioner through the same door as the built-ins::
 
     from gnnpipe import partitioners
 
-    @partitioners.register("mine")
-    class Mine(partitioners.GraphPartitioner):
-        def assign(self, graph, num_parts, seed):
-            return graph.edge_index.new_zeros(graph.num_nodes) ...   # LongTensor[N] in [0, num_parts)
+    @partitioners.register("by-degree")
+    class ByDegree(partitioners.GraphPartitioner):
+        def assign(self, graph, num_parts, seed):          # graph: Graph (edge_index, num_nodes, csr, …)
+            order = torch.from_numpy(graph.degree).argsort(stable=True)
+            parts = torch.empty(graph.num_nodes, dtype=torch.long)
+            parts[order] = torch.arange(graph.num_nodes) * num_parts // graph.num_nodes
+            return parts                                   # LongTensor[N] in [0, num_parts)
+
+    partitioners.partition_graph(data, 8, "by-degree", over=2)
 """
 
 from __future__ import annotations
@@ -277,6 +282,16 @@ def _ranges_to_parts(order: np.ndarray, bounds: np.ndarray) -> Tensor:
     return torch.from_numpy(parts)
 
 
+def _is_count(value: Any) -> bool:
+    """``value`` is an integer (not a bool) ``>= 1``, possibly a float or numpy scalar with an integer value."""
+    if isinstance(value, (bool, str)):
+        return False
+    try:
+        return int(value) == value and value >= 1
+    except (TypeError, ValueError):
+        return False
+
+
 class GraphPartitioner(abc.ABC):
     """Abstract vertex partitioner: ``partition(graph, P, seed=…) → LongTensor[N]`` of part ids.
 
@@ -303,7 +318,7 @@ class GraphPartitioner(abc.ABC):
     over: int = 1
 
     def __init__(self, *, over: int = 1):
-        if int(over) != over or over < 1:
+        if not _is_count(over):
             raise ConfigError(f"over-partitioning factor must be an integer >= 1; got {over!r}")
         self.over = int(over)
 
@@ -336,7 +351,7 @@ class GraphPartitioner(abc.ABC):
         """
         g = as_graph(graph)
         n = g.num_nodes
-        if isinstance(num_parts, bool) or int(num_parts) != num_parts or num_parts < 1:
+        if not _is_count(num_parts):
             raise ConfigError(f"num_parts must be an integer >= 1; got {num_parts!r}")
         num_parts = int(num_parts)
         if num_parts > n:

@@ -17,6 +17,7 @@ tensor in new ids back.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import attrs
@@ -65,6 +66,22 @@ def relabel_data(data: Any, perm: Tensor, inv_perm: Tensor) -> Any:
         elif isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == n and "edge" not in key:
             out[key] = value[perm]
     return out
+
+
+def _instantiate(cls: type, method: str, over: int, options: dict) -> Any:
+    """``cls(over=over, **options)``; a user class whose constructor takes no ``over`` gets it set as an
+    attribute instead (over-partitioning lives in :meth:`GraphPartitioner.partition`)."""
+    params = inspect.signature(cls.__init__).parameters
+    takes_over = "over" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    try:
+        inst = cls(over=over, **options) if takes_over else cls(**options)
+    except TypeError as exc:
+        raise ConfigError(f"bad options for partitioner {method!r}: {exc}") from None
+    if not takes_over:
+        if int(over) != over or over < 1:
+            raise ConfigError(f"over-partitioning factor must be an integer >= 1; got {over!r}")
+        inst.over = int(over)
+    return inst
 
 
 def _num_nodes(data: Any) -> int:
@@ -167,11 +184,8 @@ class ChunkPlan:
         """
         g = as_graph(data)
         cls_ = get(method)
-        try:
-            chunker = cls_(over=over, **options)
-            way_partitioner = cls_(over=1, **options) if num_ways > 1 else None
-        except TypeError as exc:
-            raise ConfigError(f"bad options for partitioner {method!r}: {exc}") from None
+        chunker = _instantiate(cls_, method, over, options)
+        way_partitioner = _instantiate(cls_, method, 1, options) if num_ways > 1 else None
         ways = way_bounds(num_chunks, num_ways)  # validates W <= C
         if num_chunks > g.num_nodes:
             raise ConfigError(

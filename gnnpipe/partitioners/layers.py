@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..errors import ConfigError, DataValidationError
 from ..registry import Registry
+from .base import _is_count
 
 __all__ = [
     "EqualLayerPartitioner",
@@ -105,7 +106,7 @@ class StageSplit:
 
 
 def _check_stages(num_units: int, num_stages: int) -> None:
-    if isinstance(num_stages, bool) or int(num_stages) != num_stages or num_stages < 1:
+    if not _is_count(num_stages):
         raise ConfigError(f"num_stages must be an integer >= 1; got {num_stages!r}")
     if num_stages > num_units:
         raise ConfigError(

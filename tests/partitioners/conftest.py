@@ -1,4 +1,4 @@
-"""Fixtures of the partitioner tests: small hand-made graphs and Cora (read-only shared data)."""
+"""Fixtures of the partitioner tests: a small hand-made graph and Cora (read-only shared data)."""
 
 from __future__ import annotations
 
@@ -7,37 +7,11 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
+
+from .graphs import two_communities
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def undirected(pairs, n: int) -> torch.Tensor:
-    """``edge_index`` with both directions of every pair in ``pairs`` (list of ``(u, v)``)."""
-    if not pairs:
-        return torch.empty(2, 0, dtype=torch.long)
-    return to_undirected(torch.tensor(pairs, dtype=torch.long).t(), num_nodes=n)
-
-
-def two_communities(n_per: int = 60, extra_isolated: int = 5, seed: int = 0) -> Data:
-    """Two dense random communities joined by 3 edges, a separate triangle, and isolated vertices."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randint(0, n_per, (2, 6 * n_per), generator=g)
-    b = torch.randint(n_per, 2 * n_per, (2, 6 * n_per), generator=g)
-    bridge = torch.tensor([[0, 1, 2], [n_per, n_per + 1, n_per + 2]])
-    t0 = 2 * n_per
-    tri = torch.tensor([[t0, t0 + 1, t0 + 2], [t0 + 1, t0 + 2, t0]])
-    n = 2 * n_per + 3 + extra_isolated
-    ei = torch.cat([a, b, bridge, tri], 1)
-    ei = ei[:, ei[0] != ei[1]]
-    ei = to_undirected(ei, num_nodes=n)
-    x = torch.randn(n, 4, generator=g)
-    y = torch.randint(0, 3, (n,), generator=g)
-    train = torch.zeros(n, dtype=torch.bool)
-    train[::3] = True
-    return Data(x=x, y=y, edge_index=ei, train_mask=train, val_mask=~train, num_nodes=n)
 
 
 @pytest.fixture

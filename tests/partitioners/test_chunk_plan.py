@@ -6,10 +6,11 @@ import warnings
 
 import pytest
 import torch
-from conftest import two_communities
 
 from gnnpipe import partitioners as P
 from gnnpipe.errors import ConfigError, DataValidationError, UnknownComponentError
+
+from .graphs import two_communities
 
 
 def check_plan(plan: P.ChunkPlan, data, parts: torch.Tensor) -> None:
@@ -140,3 +141,22 @@ def test_cora_paper_chunking(cora):
     m = plan.metrics()
     rnd = P.partition_metrics(cora.edge_index, cora.num_nodes, P.partition_graph(cora, 16, "random"))
     assert m.edge_cut < rnd.edge_cut
+
+
+def test_build_with_user_partitioner_without_over_argument(graph):
+    @P.register("test-mod")
+    class Mod(P.GraphPartitioner):
+        def __init__(self):  # no `over`: build sets the attribute itself
+            pass
+
+        def assign(self, g, num_parts, seed):
+            return torch.arange(g.num_nodes) % num_parts
+
+    try:
+        plan = P.ChunkPlan.build(graph, 3, "test-mod", over=2, seed=0)
+        assert plan.num_chunks == 3
+        fine = torch.arange(graph.num_nodes) % 6
+        for q in range(6):  # 2 fine parts grouped per chunk
+            assert plan.parts[fine == q].unique().numel() == 1
+    finally:
+        P.PARTITIONERS._items.pop("test-mod")

@@ -91,7 +91,7 @@ def test_from_bounds_validation():
 
 
 def sample(n=60, f=8, seed=0):
-    from conftest import two_communities
+    from .graphs import two_communities
 
     d = two_communities(n_per=n // 2, extra_isolated=0, seed=seed)
     d.x = torch.randn(d.num_nodes, f, generator=torch.Generator().manual_seed(seed))

@@ -6,10 +6,11 @@ import json
 
 import pytest
 import torch
-from conftest import undirected
 
 from gnnpipe import partitioners as P
 from gnnpipe.errors import ConfigError, DataValidationError
+
+from .graphs import undirected
 
 
 def test_path_graph_by_hand():

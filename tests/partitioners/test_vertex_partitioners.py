@@ -7,10 +7,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import two_communities, undirected
 
 from gnnpipe import partitioners as P
 from gnnpipe.errors import ConfigError, DataValidationError, UnknownComponentError
+
+from .graphs import two_communities, undirected
 
 BUILTINS = ["bfs", "contiguous", "metis", "random", "rcm"]
 HAS_KAHIP = P.KaHIPPartitioner.is_available()
@@ -207,7 +208,7 @@ def test_one_part(method, graph):
     assert torch.equal(P.partition_graph(graph, 1, method), torch.zeros(graph.num_nodes, dtype=torch.long))
 
 
-@pytest.mark.parametrize("bad", [0, -2, 2.5, True])
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "4", None])
 def test_bad_num_parts(bad, graph):
     with pytest.raises(ConfigError):
         P.partition_graph(graph, bad, "random")
