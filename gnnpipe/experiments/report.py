@@ -1,0 +1,387 @@
+"""Summarise a study's results file: a markdown table over variants and PNG plots.
+
+Variants are groups of runs with the same settings except the seed; each is named by what differs
+from the study's fixed settings (the ``variant`` recorded by ``gnnpipe ablate``). Per variant, over its
+successful seeds, mean ± sample standard deviation (n−1; just the mean for one seed) of:
+
+* test accuracy at the epoch of best validation accuracy (%), and best validation accuracy (%);
+* training time per epoch (ms; the train JSON's ``mean_epoch_time_s``, evaluation excluded);
+* bytes sent per epoch summed over ranks, by kind — ``layer`` (stage boundaries), ``graph`` (mirror
+  exchange), ``weight`` (gradient all-reduce) — in MB (10^6 bytes), each run's mean over its epochs;
+* peak memory: the largest ``peak_mem_bytes`` over ranks (MiB, 2^20 bytes); distributed runs only;
+* idle: ``idle_fraction`` averaged over ranks (%), distributed runs only.
+
+Plots (matplotlib, Agg backend): ``val_acc.png`` validation accuracy against epoch per variant (mean
+over seeds, band = min..max), ``time.png`` epoch time per variant (bars, ± std), ``bytes.png`` bytes
+per epoch per variant stacked by kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ConfigError
+from .results import read_records
+
+BYTE_KINDS = ("layer", "graph", "weight")
+
+
+@dataclass
+class VariantStats:
+    """Numbers of one variant (lists hold one value per successful seed)."""
+
+    name: str
+    overrides: dict
+    seeds_ok: list = field(default_factory=list)
+    failed: list = field(default_factory=list)  # (seed, first error line)
+    test_acc: list = field(default_factory=list)
+    best_val: list = field(default_factory=list)
+    epoch_ms: list = field(default_factory=list)
+    epochs_run: list = field(default_factory=list)
+    bytes: dict = field(default_factory=lambda: {k: [] for k in BYTE_KINDS})
+    peak_mib: list = field(default_factory=list)
+    idle_pct: list = field(default_factory=list)
+    val_curves: list = field(default_factory=list)  # per seed: ([epoch], [val acc %])
+
+
+def _num(v) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def mean_std(vals: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value); ``(nan, nan)`` for none."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return math.nan, math.nan
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def fmt_ms(vals: list[float], digits: int = 2) -> str:
+    """``"m ± s"`` (``"m"`` for one value, ``"–"`` for none)."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "–"
+    m, s = mean_std(vals)
+    if len(vals) == 1 or s == 0:
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def _fmt_sig(vals: list[float]) -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "–"
+    m, s = mean_std(vals)
+    out = f"{m:.3g}"
+    if len(vals) > 1 and s > 0:
+        out += f" ± {s:.2g}"
+    return out
+
+
+def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
+    """Group records into variants (settings without seed) in order of first appearance.
+
+    Returns: ``(variants, fixed)`` where ``fixed`` holds the study's fixed settings: those that every record
+    not overriding them has with the same value.
+    """
+    groups: dict[str, VariantStats] = {}
+    names: dict[str, int] = {}
+    base_vals: dict[str, list] = {}
+    base_first: dict[str, object] = {}
+    for rec in records:
+        settings = dict(rec.get("settings") or {})
+        overrides = rec.get("overrides") or {}
+        for k, v in settings.items():
+            if k not in overrides and k != "seed":
+                base_vals.setdefault(k, []).append(json.dumps(v, sort_keys=True, default=str))
+                base_first.setdefault(k, v)
+        settings.pop("seed", None)
+        key = json.dumps(settings, sort_keys=True, default=str) if settings else rec.get("variant", "?")
+        if key not in groups:
+            name = str(rec.get("variant") or "fixed")
+            names[name] = names.get(name, 0) + 1
+            if names[name] > 1:
+                name = f"{name} (#{names[name]})"
+            groups[key] = VariantStats(name, overrides)
+        g = groups[key]
+        seed = rec.get("seed")
+        if rec.get("status") != "ok" or not isinstance(rec.get("result"), dict):
+            err = (rec.get("error") or "").strip().splitlines()
+            g.failed.append((seed, err[-1] if err else "unknown error"))
+            continue
+        res = rec["result"]
+        g.seeds_ok.append(seed)
+        ta, bv, t = _num(res.get("test_acc_at_best_val")), _num(res.get("best_val_acc")), _num(res.get("mean_epoch_time_s"))
+        g.test_acc.append(100 * ta if ta is not None else None)
+        g.best_val.append(100 * bv if bv is not None else None)
+        g.epoch_ms.append(1000 * t if t is not None else None)
+        epochs = res.get("epochs") or []
+        g.epochs_run.append(len(epochs))
+        for kind in BYTE_KINDS:
+            vals = [_num(e.get(f"bytes_{kind}")) for e in epochs]
+            vals = [v for v in vals if v is not None]
+            g.bytes[kind].append(sum(vals) / len(vals) / 1e6 if vals else None)
+        peak = res.get("peak_mem_bytes")
+        if isinstance(peak, list) and peak:
+            nums = [_num(p) for p in peak]
+            nums = [p for p in nums if p is not None]
+            g.peak_mib.append(max(nums) / 2**20 if nums else None)
+        elif _num(peak) is not None:
+            g.peak_mib.append(_num(peak) / 2**20)
+        idle = res.get("idle_fraction")
+        if isinstance(idle, list) and idle and all(_num(x) is not None for x in idle):
+            g.idle_pct.append(100 * sum(idle) / len(idle))
+        elif _num(idle) is not None:
+            g.idle_pct.append(100 * _num(idle))
+        xs, ys = [], []
+        for e in epochs:
+            v = _num(e.get("val_acc"))
+            if v is not None and _num(e.get("epoch")) is not None:
+                xs.append(int(e["epoch"]))
+                ys.append(100 * v)
+        g.val_curves.append((xs, ys))
+    fixed = {k: base_first[k] for k, vals in base_vals.items() if len(set(vals)) == 1}
+    return list(groups.values()), fixed
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def markdown(variants: list[VariantStats], fixed: dict, *, title: str = "", description: str = "",
+             source: str = "", plots: Optional[list[str]] = None) -> str:
+    """The report as markdown: header, fixed settings, the variant table, failures, plot links."""
+    from .grid import fmt_value
+
+    lines = [f"# {title or 'Study report'}", ""]
+    if description:
+        lines += [description.strip(), ""]
+    n_ok = sum(len(v.seeds_ok) for v in variants)
+    n_fail = sum(len(v.failed) for v in variants)
+    if source:
+        lines += [f"Results: {n_ok + n_fail} runs ({n_ok} ok, {n_fail} failed) from `{source}`.", ""]
+    if fixed:
+        lines += ["Fixed settings: " + ", ".join(f"`{k}={fmt_value(v)}`" for k, v in fixed.items()), ""]
+    has_bytes = {k: any(x for v in variants for x in v.bytes[k] if x) for k in BYTE_KINDS}
+    has_mem = any(v.peak_mib for v in variants)
+    head = ["variant", "seeds", "test acc @ best val (%)", "best val acc (%)", "epoch time (ms)", "epochs"]
+    head += [f"{k} MB/epoch" for k in BYTE_KINDS if has_bytes[k]]
+    if has_mem:
+        head.append("peak mem (MiB)")
+    has_idle = any(v.idle_pct for v in variants)
+    if has_idle:
+        head.append("idle (%)")
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|---|" + "|".join(["--:"] * (len(head) - 1)) + "|")
+    for v in variants:
+        seeds = str(len(v.seeds_ok)) + (f" (+{len(v.failed)} failed)" if v.failed else "")
+        row = [_md_escape(v.name), seeds, fmt_ms(v.test_acc), fmt_ms(v.best_val), fmt_ms(v.epoch_ms, 1),
+               fmt_ms([float(x) for x in v.epochs_run], 0)]
+        row += [_fmt_sig(v.bytes[k]) for k in BYTE_KINDS if has_bytes[k]]
+        if has_mem:
+            row.append(fmt_ms(v.peak_mib, 0))
+        if has_idle:
+            row.append(fmt_ms(v.idle_pct, 1))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    notes = ["Mean ± sample std over seeds (n−1); epoch time excludes evaluation."]
+    if any(has_bytes.values()):
+        notes.append("Bytes: sent per epoch, summed over ranks, MB = 10^6 B (layer = stage boundaries, "
+                     "graph = mirror exchange, weight = gradient all-reduce).")
+    if has_mem:
+        notes.append("Peak memory: the largest rank.")
+    if has_idle:
+        notes.append("Idle: share of epoch time ranks waited for peers, mean over ranks.")
+    lines.append(" ".join(notes))
+    fails = [(v.name, s, e) for v in variants for s, e in v.failed]
+    if fails:
+        lines += ["", "## Failed runs", ""]
+        lines += [f"- {_md_escape(n)}, seed {s}: {e}" for n, s, e in fails]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("the report's plots need matplotlib: install the plot extra "
+                          "(pip install 'gnnpipe[plot]') or pass --no-plots") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colors(n: int):
+    plt = _plt()
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def plot_val_acc(variants: list[VariantStats], path: Path, title: str = "") -> Path:
+    """Validation accuracy (%) against epoch, one line per variant (mean over seeds, band min..max)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    any_line = False
+    for v, col in zip(variants, _colors(len(variants))):
+        per_epoch: dict[int, list[float]] = {}
+        for xs, ys in v.val_curves:
+            for x, y in zip(xs, ys):
+                per_epoch.setdefault(x, []).append(y)
+        if not per_epoch:
+            continue
+        ep = sorted(per_epoch)
+        mean = [sum(per_epoch[e]) / len(per_epoch[e]) for e in ep]
+        ax.plot(ep, mean, color=col, lw=1.4, label=f"{v.name} (n={len(v.val_curves)})",
+                marker="o" if len(ep) <= 12 else None, ms=3)
+        if len(v.val_curves) > 1:
+            ax.fill_between(ep, [min(per_epoch[e]) for e in ep], [max(per_epoch[e]) for e in ep], color=col,
+                            alpha=0.15, lw=0)
+        any_line = True
+    ax.set_xlabel("epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(title or "validation accuracy (mean over seeds; band: min–max)")
+    ax.grid(alpha=0.3)
+    if any_line:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no evaluated epochs", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def _barh_setup(n: int):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, max(2.4, 0.38 * n + 1.3)))
+    return plt, fig, ax
+
+
+def plot_time(variants: list[VariantStats], path: Path, title: str = "") -> Path:
+    """Mean training time per epoch (ms) per variant as horizontal bars with ± std error bars."""
+    plt, fig, ax = _barh_setup(len(variants))
+    names = [v.name for v in variants]
+    stats = [mean_std(v.epoch_ms) for v in variants]
+    y = list(range(len(variants)))
+    means = [0.0 if math.isnan(m) else m for m, _ in stats]
+    errs = [0.0 if math.isnan(s) else s for _, s in stats]
+    ax.barh(y, means, xerr=errs, color=_colors(len(variants)), capsize=3, alpha=0.85)
+    for yi, m, e in zip(y, means, errs):
+        ax.text(m + e, yi, f"  {m:.1f}", va="center", fontsize=8)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_ylim(len(variants) - 0.5, -0.5)
+    ax.set_xlabel("training time per epoch (ms)")
+    ax.set_title(title or "epoch time (mean ± std over seeds)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.margins(x=0.12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_bytes(variants: list[VariantStats], path: Path, title: str = "") -> Path:
+    """Bytes sent per epoch (MB, summed over ranks) per variant, stacked by kind."""
+    plt, fig, ax = _barh_setup(len(variants))
+    names = [v.name for v in variants]
+    y = list(range(len(variants)))
+    left = [0.0] * len(variants)
+    colors = {"layer": "#1f77b4", "graph": "#ff7f0e", "weight": "#2ca02c"}
+    total_any = False
+    for kind in BYTE_KINDS:
+        vals = []
+        for v in variants:
+            m, _ = mean_std(v.bytes[kind])
+            vals.append(0.0 if math.isnan(m) else m)
+        if any(vals):
+            total_any = True
+            ax.barh(y, vals, left=left, color=colors[kind], label=kind, alpha=0.85)
+            left = [a + b for a, b in zip(left, vals)]
+    for yi, tot in zip(y, left):
+        if total_any:
+            ax.text(tot, yi, f"  {tot:.3g}", va="center", fontsize=8)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_ylim(len(variants) - 0.5, -0.5)
+    ax.set_xlabel("MB sent per epoch (sum over ranks)")
+    ax.set_title(title or "communication volume per epoch by kind")
+    ax.grid(axis="x", alpha=0.3)
+    if total_any:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.margins(x=0.12)
+    else:
+        ax.text(0.5, 0.5, "no bytes sent (single-process runs)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlim(0, 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class Report:
+    """What :func:`make_report` wrote: the markdown text, its path and the PNG paths."""
+
+    markdown: str
+    markdown_path: Path
+    plots: list[Path]
+    variants: list[VariantStats]
+
+
+def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, plots: bool = True,
+                title: str = "", description: str = "", order: Optional[list[str]] = None) -> Report:
+    """Read ``results_path`` and write ``report.md`` (+ ``val_acc.png``, ``time.png``, ``bytes.png``).
+
+    Args:
+        results_path: a study's JSON Lines results file.
+        out_dir: output folder (default ``<results folder>/<results stem>.report``; created).
+        plots: draw the PNGs (needs matplotlib).
+        title, description: report header (default: the study name recorded in the results).
+        order: optional variant names in the order to list them (others follow in file order).
+
+    Raises:
+        ConfigError: missing or empty results file; matplotlib missing while ``plots`` is set.
+    """
+    from .results import results_stem
+
+    rp = Path(results_path)
+    if not rp.is_file():
+        raise ConfigError(f"results file {str(rp)!r} not found; run `gnnpipe ablate STUDY.toml` first "
+                          f"(or pass --results to name it)")
+    records = read_records(rp)
+    if not records:
+        raise ConfigError(f"results file {str(rp)!r} holds no finished runs yet")
+    variants, fixed = collect(records)
+    if order:
+        rank = {n: i for i, n in enumerate(order)}
+        variants.sort(key=lambda v: rank.get(v.name, len(rank)))
+    out = Path(out_dir) if out_dir is not None else rp.with_name(results_stem(rp) + ".report")
+    out.mkdir(parents=True, exist_ok=True)
+    title = title or (records[0].get("study") or results_stem(rp))
+    pngs: list[Path] = []
+    if plots:
+        ok = [v for v in variants if v.seeds_ok]
+        if ok:
+            pngs = [plot_val_acc(ok, out / "val_acc.png", f"{title}: validation accuracy"),
+                    plot_time(ok, out / "time.png", f"{title}: epoch time (mean ± std over seeds)"),
+                    plot_bytes(ok, out / "bytes.png", f"{title}: bytes sent per epoch")]
+    text = markdown(variants, fixed, title=title, description=description, source=str(rp),
+                    plots=[str(p) for p in pngs])
+    md = out / "report.md"
+    md.write_text(text)
+    return Report(text, md, pngs, variants)
