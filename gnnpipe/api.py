@@ -17,15 +17,27 @@ from .core.results import TrainResult
 from .core.trainer import SingleProcessTrainer, resolve_config
 
 
+def _prepare(data, config: TrainConfig):
+    from .data import prepare
+
+    data = prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
+    if config.normalize_features:
+        from torch_geometric.transforms import NormalizeFeatures
+
+        data = NormalizeFeatures()(data)
+    return data
+
+
 def load_data(config: TrainConfig):
-    """Load and prepare (validate + preprocess) the configured dataset (DESIGN §4 steps 1–2)."""
-    from .data import load_dataset, prepare
+    """Load and prepare (validate + preprocess, optionally row-normalise features) the configured dataset
+    (DESIGN §4 steps 1–2)."""
+    from .data import load_dataset
 
     raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
                            "num_classes": config.num_classes, "num_features": config.num_features}
                           if config.dataset in (None, "synthetic") else {}))
-    return prepare(raw, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
+    return _prepare(raw, config)
 
 
 def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
@@ -56,12 +68,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     """
     from .core import launch
     from .core.runner import build_plan, format_plan, worker
-    from .data import prepare
 
     config = resolve_config(_as_config(config, overrides))
-    data = load_data(config) if data is None else prepare(data, undirected=config.undirected,
-                                                          remove_self_loops=config.remove_self_loops,
-                                                          dedupe=config.dedupe)
+    data = load_data(config) if data is None else _prepare(data, config)
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch
 

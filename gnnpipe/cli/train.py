@@ -28,6 +28,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
     g.add_argument("--avg-degree", type=float, default=d.avg_degree, help="synthetic graph: mean degree")
+    g.add_argument("--normalize-features", action="store_true",
+                   help="row-normalise features to sum 1 (PyG NormalizeFeatures; the GCN/GCNII papers' Planetoid preprocessing)")
     g.add_argument("--no-undirected", dest="undirected", action="store_false", help="keep edge directions")
     g.add_argument("--keep-self-loops", dest="remove_self_loops", action="store_false", help="keep self-loops")
     m = p.add_argument_group("model")
@@ -52,6 +54,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--stages", type=int, default=d.stages, help="pipeline stages S")
     par.add_argument("--chunks", type=int, default=None, help="total number of chunks C (default 4·S per way)")
     par.add_argument("--scheduler", default=d.scheduler, help="chunk scheduler (gpipe, 1f1b, async-stale, …)")
+    par.add_argument("--stash-weights", action="store_true",
+                     help="non-flush schedulers: back-propagate each chunk at the weights its forward used")
     par.add_argument("--correctors", default=",".join(d.correctors),
                      help="comma-separated staleness correctors (t1,t2,t3,ema,…; 'none' for none)")
     par.add_argument("--partitioner", default=d.partitioner, help="vertex partitioner for chunks / parts")

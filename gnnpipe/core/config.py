@@ -40,6 +40,7 @@ class TrainConfig:
     undirected: bool = True
     remove_self_loops: bool = True
     dedupe: bool = True
+    normalize_features: bool = False
     # model
     model: str = "gcnii"
     layers: int = attrs.field(default=8, validator=_pos("layers"))
@@ -60,6 +61,7 @@ class TrainConfig:
     stages: int = attrs.field(default=1, validator=_pos("stages"))
     chunks: Optional[int] = None
     scheduler: str = "gpipe"
+    stash_weights: bool = False
     correctors: list[str] = attrs.field(factory=lambda: ["t1", "t2", "t3"])
     partitioner: str = "metis"
     over_partition: int = 4

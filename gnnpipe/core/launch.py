@@ -71,7 +71,7 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
         # plain pickle (bytes): tensors travel by value, not as shared-memory handles that die with this process
         results.put((rank, "ok", pickle.dumps(out)))
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
-        results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        results.put((rank, "error", (time.time(), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
         code = 1
     finally:
         if dist.is_initialized():
@@ -112,51 +112,74 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     for p in procs:
         p.start()
     out: dict[int, Any] = {}
-    failure: Optional[tuple[int, str]] = None
+    errors: dict[int, tuple[float, str]] = {}  # rank -> (time, message)
+    deaths: dict[int, str] = {}  # rank -> how it died without a report
     start = time.monotonic()
+    first_failure: Optional[float] = None
+    timed_out = False
+
+    def poll(timeout: float) -> None:
+        try:
+            rank, status, payload = results.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if status == "ok":
+            out[rank] = pickle.loads(payload)
+        else:
+            errors[rank] = payload
+
     try:
-        while len(out) < world_size and failure is None:
-            try:
-                rank, status, payload = results.get(timeout=0.2)
-                if status == "ok":
-                    out[rank] = pickle.loads(payload)
-                else:
-                    failure = (rank, payload)
-                continue
-            except queue.Empty:
-                pass
+        while len(out) < world_size:
+            poll(0.2)
             for r, p in enumerate(procs):
-                if p.exitcode is not None and r not in out:
-                    # drain a result that may have arrived just before the exit
-                    try:
-                        while True:
-                            rank, status, payload = results.get(timeout=0.5)
-                            if status == "ok":
-                                out[rank] = pickle.loads(payload)
-                            elif failure is None:
-                                failure = (rank, payload)
-                    except queue.Empty:
-                        pass
-                    if r not in out and failure is None:
+                # exit code 0/1: the rank reported (result/error) before exiting; the report arrives via the queue
+                if p.exitcode is not None and p.exitcode not in (0, 1) and r not in out and r not in errors \
+                        and r not in deaths:
+                    poll(0.5)
+                    if r not in out and r not in errors:
                         code = p.exitcode
-                        why = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
-                               else f"exited with code {code}")
-                        failure = (r, f"rank {r} {why} without reporting a result")
-                    break
-            if max_runtime_s is not None and time.monotonic() - start > max_runtime_s and failure is None:
-                failure = (-1, f"the run exceeded its limit of {max_runtime_s:.0f} s")
+                        deaths[r] = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
+                                     else f"exited with code {code}") + " without reporting a result"
+            if (errors or deaths) and first_failure is None:
+                first_failure = time.monotonic()
+            # after the first failure, wait briefly so that the root cause (not its echoes) is known
+            if first_failure is not None and time.monotonic() - first_failure > 2.0:
+                break
+            if max_runtime_s is not None and time.monotonic() - start > max_runtime_s:
+                timed_out = True
+                break
     finally:
-        if failure is not None or len(out) < world_size:
+        if errors or deaths or timed_out or len(out) < world_size:
             _terminate(procs)
         else:
             for p in procs:
                 p.join(timeout=10)
             _terminate(procs)
-    if failure is not None:
-        rank, msg = failure
+    for _ in range(4 * world_size):  # reports still queued
+        poll(0.05)
+    if errors or deaths or timed_out:
+        if deaths:  # a rank that died without a word is the root cause; the others only lost it
+            rank = min(deaths)
+            msg = f"rank {rank} {deaths[rank]}"
+        elif errors:
+            rank = min(errors, key=lambda r: (_is_echo(errors[r][1]), errors[r][0]))
+            msg = errors[rank][1]
+        else:
+            rank, msg = -1, f"the run exceeded its limit of {max_runtime_s:.0f} s"
+        others = sorted((set(errors) | set(deaths)) - {rank})
         who = f"rank {rank}" if rank >= 0 else "the run"
-        raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}")
+        tail = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
+        raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}{tail}")
     return [out[r] for r in range(world_size)]
+
+
+_ECHOES = ("Connection closed by peer", "Connection reset", "remote worker crashing", "Broken pipe",
+           "Socket Timeout", "Timed out waiting", "Connection refused")
+
+
+def _is_echo(msg: str) -> bool:
+    """Whether an error looks like a consequence of another rank's failure (a lost connection)."""
+    return any(e in msg for e in _ECHOES)
 
 
 def _terminate(procs) -> None:

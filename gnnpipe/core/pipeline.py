@@ -46,12 +46,12 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def _actions(schedule, stage: int):
-    """``(kind, chunk)`` of the stage's actions in order, idle slots skipped; kind in ``F``, ``B``, ``STEP``."""
+    """``(kind, chunk, epoch)`` of the stage's actions in order, idle slots skipped; kind in ``F``, ``B``, ``STEP``."""
     for a in schedule.stages[stage]:
         if a is None:
             continue
         kind = getattr(a.kind, "name", str(a.kind))
-        yield kind, a.chunk
+        yield kind, a.chunk, getattr(a, "epoch", 0)
 
 
 class PipelineStage:
@@ -97,7 +97,11 @@ class PipelineStage:
         self.correctors = correctors
         self.comm = comm
         self.eval_group = eval_group
-        self.recompute = config.recompute
+        #: a non-flush scheduler (async-stale) steps between a chunk's forward and its backward; autograd
+        #: cannot back-propagate through weights changed in place, so such chunks are recomputed in B
+        self.flush = bool(getattr(scheduler, "flush", True))
+        self.stash = bool(getattr(scheduler, "stash_weights", False))
+        self.recompute = config.recompute or not self.flush
         self.ops = GraphOps(data.edge_index, data.num_nodes, self.dtype)
         # widths of the boundary tensors
         self.shared_dim = model.units[0].out_dim if model.shared_tensor else 0
@@ -120,8 +124,12 @@ class PipelineStage:
                                 chunk_ptr=self.chunk_ptr, seed=config.seed)
         for c in self.correctors:
             c.setup(self.ctx)
-        self._saved: dict[int, tuple] = {}
-        self._losses: list[float] = []
+        self._saved: dict[tuple[int, int], tuple] = {}
+        self._losses: dict[int, list[float]] = {}
+        self._stream: list = []
+        self._started: set[int] = set()
+        self.version = 0  # optimizer steps taken by this stage
+        self._stashed: dict[int, list[Tensor]] = {}
         self.epoch = 0
 
     # ------------------------------------------------------------------ helpers
@@ -159,7 +167,8 @@ class PipelineStage:
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, self._make_agg(c, write))
 
     # ------------------------------------------------------------------ actions
-    def forward_chunk(self, c: int) -> None:
+    def forward_chunk(self, c: int, epoch: Optional[int] = None) -> None:
+        e = self.epoch if epoch is None else epoch
         lo, hi = self.rows(c)
         n = hi - lo
         if self.is_first:
@@ -176,25 +185,38 @@ class PipelineStage:
         if self.is_last:
             if self.recompute:
                 with torch.no_grad():
-                    self._losses.append(float(masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)))
+                    self._losses.setdefault(e, []).append(
+                        float(masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)))
             else:
                 loss = masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
-                self._losses.append(float(loss.detach()))
+                self._losses.setdefault(e, []).append(float(loss.detach()))
         else:
             payload = torch.cat([out, sh_out], 1) if self.shared_dim else out
             self.comm.isend(payload, self.ranks[self.s + 1], TAG_STRIDE * c, "layer")
         if self.recompute:
-            self._saved[c] = (h_in, sh_in, None, None, None, rng)
+            self._saved[(e, c)] = (h_in, sh_in, None, None, None, rng, self.version)
+            if self.stash and self.version not in self._stashed:
+                self._stashed[self.version] = [p.detach().clone() for p in self._params()]
         else:
-            self._saved[c] = (h_in, sh_in, out, sh_out, loss, None)
+            self._saved[(e, c)] = (h_in, sh_in, out, sh_out, loss, None, self.version)
         for k in self.correctors:
-            k.after_forward(self.epoch, c)
+            k.after_forward(e, c)
 
-    def backward_chunk(self, c: int) -> None:
+    def _params(self) -> list[Tensor]:
+        return [p for i in self.units for p in self.model.units[i].parameters()]
+
+    def backward_chunk(self, c: int, epoch: Optional[int] = None) -> None:
+        e = self.epoch if epoch is None else epoch
         lo, hi = self.rows(c)
         n = hi - lo
-        h_in, sh_in, out, sh_out, loss, rng = self._saved.pop(c)
+        h_in, sh_in, out, sh_out, loss, rng, version = self._saved.pop((e, c))
         if self.recompute:
+            swap = self.stash and version != self.version
+            if swap:  # weight stashing: recompute and differentiate at the weights the forward used
+                current = [p.detach().clone() for p in self._params()]
+                with torch.no_grad():
+                    for p, w in zip(self._params(), self._stashed[version]):
+                        p.copy_(w)
             cur = torch.get_rng_state()
             torch.set_rng_state(rng)
             out, sh_out = self._run(c, h_in, sh_in, write=False)
@@ -216,43 +238,86 @@ class PipelineStage:
                 gs = sh_in.grad if sh_in.grad is not None else torch.zeros_like(sh_in)
                 gh = torch.cat([gh, gs], 1)
             self.comm.isend(gh, self.ranks[self.s - 1], TAG_STRIDE * c + 2, "layer")
+        if self.recompute and self.stash and swap:
+            with torch.no_grad():
+                for p, w in zip(self._params(), current):
+                    p.copy_(w)
+        if self.stash:
+            live = {v for *_, v in self._saved.values()}
+            for v in [v for v in self._stashed if v not in live and v != self.version]:
+                del self._stashed[v]
         for k in self.correctors:
-            k.after_backward(self.epoch, c)
+            k.after_backward(e, c)
 
     def step(self) -> None:
+        """One optimizer step on the stage's accumulated gradients (a new weight version)."""
         self.optimizer.step()
+        self.version += 1
+        if not self.flush:  # gradients of the next epoch start accumulating right away
+            self.optimizer.zero_grad(set_to_none=False)
 
     # ------------------------------------------------------------------ epochs
-    def train_epoch(self, epoch: int) -> dict:
-        """Run this stage's actions of one epoch. Returns ``{"loss": …}`` (last stage: the epoch's loss,
-        the sum of chunk losses = the full-batch mean loss over the training vertices; others: 0)."""
-        self.epoch = epoch
-        self._losses = []
-        self.optimizer.zero_grad(set_to_none=False)
+    def _window(self, epoch: int) -> int:
+        """Epochs run as one uninterrupted action stream: 1 for flush schedulers; for the others, up to
+        the next evaluation (evaluation is exact inference through all stages, a natural barrier)."""
+        if self.flush:
+            return 1
+        k = self.config.eval_every
+        return min(k - epoch % k, self.config.epochs - epoch)
+
+    def _start_epoch(self, e: int) -> None:
+        if e in self._started:
+            return
+        self._started.add(e)
         for k in self.correctors:
-            if hasattr(k, "wants_refresh") and k.wants_refresh(epoch):
+            if hasattr(k, "wants_refresh") and k.wants_refresh(e) and self.flush:
                 self.refresh_history()
         for k in self.correctors:
-            k.on_epoch_start(epoch)
-        order = list(self.order_policy.order(epoch, self.num_chunks))
-        schedule = self.scheduler.build(self.S, order)
+            k.on_epoch_start(e)
+
+    def train_epoch(self, epoch: int) -> dict:
+        """Run this stage's actions of one epoch. Returns ``{"loss": …}`` (last stage: the epoch's loss,
+        the sum of chunk losses = the full-batch mean loss over the training vertices; others: 0).
+
+        Flush schedulers (gpipe, 1f1b): the epoch's schedule is built from this epoch's chunk order and
+        run to the end. Non-flush schedulers (async-stale): a stream of several epochs is built with
+        :meth:`~gnnpipe.schedulers.ChunkScheduler.build_epochs` and run up to this stage's ``STEP`` of
+        ``epoch``; forwards of the next epoch that precede it run now, with the current weights.
+        """
+        self.epoch = epoch
+        if self.flush:
+            self.optimizer.zero_grad(set_to_none=False)
+        if not self._stream:
+            w = self._window(epoch)
+            orders = [list(self.order_policy.order(epoch + i, self.num_chunks)) for i in range(w)]
+            schedule = (self.scheduler.build(self.S, orders[0]) if self.flush
+                        else self.scheduler.build_epochs(self.S, orders))
+            self._stream = [(kind, c, epoch + (a_epoch or 0)) for kind, c, a_epoch in _actions(schedule, self.s)]
+            self._stream.reverse()  # pop() from the end
+        self._start_epoch(epoch)
         stepped = False
-        for kind, c in _actions(schedule, self.s):
+        while self._stream:
+            kind, c, e = self._stream.pop()
+            self._start_epoch(e)
             if kind == "F":
-                self.forward_chunk(c)
+                self.forward_chunk(c, e)
             elif kind == "B":
-                self.backward_chunk(c)
+                self.backward_chunk(c, e)
             elif kind == "STEP":
                 self.step()
-                stepped = True
+                if e == epoch:
+                    stepped = True
+                    break
         if not stepped:
             self.step()
-        self.comm.wait_sends()
-        if self._saved:
-            raise RuntimeError(f"stage {self.s}: chunks {sorted(self._saved)} were forwarded but never back-propagated")
+        if not self._stream:
+            self.comm.wait_sends()
+            if self._saved:
+                raise RuntimeError(f"stage {self.s}: chunks {sorted(self._saved)} were forwarded but never back-propagated")
         for k in self.correctors:
             k.on_epoch_end(epoch)
-        return {"loss": sum(self._losses)}
+        self._started.discard(epoch)
+        return {"loss": sum(self._losses.pop(epoch, []))}
 
     @torch.no_grad()
     def infer(self, capture: bool = False) -> Optional[Tensor]:

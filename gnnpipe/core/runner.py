@@ -59,6 +59,9 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     from .. import correctors, partitioners, schedulers
 
     schedulers.get(config.scheduler)
+    if config.stash_weights and schedulers.get(config.scheduler).flush:
+        raise ConfigError(f"--stash-weights needs a scheduler that does not flush (e.g. async-stale); "
+                          f"{config.scheduler!r} flushes every epoch, so its weights are never stale")
     partitioners.get(config.partitioner)
     partitioners.get_layer_partitioner(config.layer_split)
     correctors.build_correctors(config.correctors)
@@ -140,6 +143,16 @@ def _order_policy(config: TrainConfig, correctors):
     return FixedOrder()
 
 
+def make_scheduler(config: TrainConfig):
+    """The configured scheduler instance (``stash_weights`` only for schedulers that do not flush)."""
+    from .. import schedulers
+
+    cls = schedulers.get(config.scheduler)
+    if config.stash_weights:
+        return cls(stash_weights=True)
+    return cls()
+
+
 def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     """Build this rank's executor object (pipeline stage, graph-parallel way or hybrid member)."""
     from .. import correctors as corr
@@ -158,7 +171,7 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
         data = plan.data
         data.x = data.x.to(dtype)
         return PipelineStage(config, model, data, plan.chunk_ptr, plan.bounds, rank, ranks,
-                             schedulers.get(config.scheduler)(), _order_policy(config, correctors), correctors, comm)
+                             make_scheduler(config), _order_policy(config, correctors), correctors, comm)
     from .parallel import make_parallel_member  # graph-parallel and hybrid executors
 
     return make_parallel_member(config, model, plan, rank, world, correctors, comm, _order_policy(config, correctors))

@@ -78,9 +78,11 @@ def epoch_loop(
 ) -> TrainResult:
     """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
 
-    Early stopping: an evaluation *improves* when its validation accuracy is higher than the best so
-    far, or equal with a lower validation loss; training stops when ``patience`` epochs (``0`` = never)
-    pass without improvement. The reported test accuracy is the one of the improving evaluation.
+    Model selection: the reported test accuracy is the one of the evaluation with the best validation
+    accuracy (ties broken by lower validation loss). Early stopping: training stops when ``patience``
+    epochs (``0`` = never) pass in which neither the best validation accuracy nor the lowest validation
+    loss improved (the criterion of the GCNII reference code is the loss; deep models keep lowering it
+    long after accuracy plateaus).
 
     Args:
         train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
@@ -90,6 +92,7 @@ def epoch_loop(
 
     result = TrainResult(config=config.to_dict())
     best = (-1.0, float("inf"))
+    best_loss = float("inf")
     since = 0
     bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
     for epoch in bar:
@@ -107,10 +110,13 @@ def epoch_loop(
                 result.test_acc_at_best_val = ev["test_acc"]
                 result.best_epoch = epoch
                 since = 0
+            if ev["val_loss"] < best_loss:
+                best_loss = ev["val_loss"]
+                since = 0
             bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{best[0]:.3f}")
         result.epochs.append(rec)
         since += 1
-        if config.patience and since > config.patience:
+        if "val_acc" in rec and config.patience and since > config.patience:
             break
     bar.close()
     times = [e["time_s"] for e in result.epochs]

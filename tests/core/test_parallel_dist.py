@@ -1,0 +1,206 @@
+"""Multi-process (gloo, CPU) tests of the graph-parallel and hybrid executors against exact single-process
+training, and of their measured bytes against DESIGN §6."""
+
+import pytest
+import torch
+
+from gnnpipe.core import launch
+from gnnpipe.core.graph import build_adjacency
+from gnnpipe.core.runner import build_plan, worker
+from gnnpipe.core.parallel import send_lists
+from gnnpipe.core.trainer import make_model
+from gnnpipe.errors import ConfigError, DistributedError
+from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
+
+from .distutil import base_config, run_distributed, run_reference, small_graph
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
+
+MODELS = ["gcn", "graphsage", "gcnii", "resgcn+"]
+GRADS_AFTER = (1, 3)
+
+
+def _run_jobs(rank, world, jobs):
+    """Several runs in one set of processes (spawning 4 processes costs seconds; the runs are sequential)."""
+    return [worker(rank, world, cfg, plan, False, collect) for cfg, plan, collect in jobs]
+
+
+def run_many(configs, data):
+    """``run_distributed`` for several configs of the same world size in one spawn; ``[(plan, outs, grads)]``."""
+    plans = [build_plan(cfg, data) for cfg in configs]
+    collect = {"grads_after": GRADS_AFTER, "no_eval": False}
+    outs = launch.spawn(_run_jobs, configs[0].world_size, ([(c, p, collect) for c, p in zip(configs, plans)],),
+                        timeout_s=configs[0].timeout_s, threads=1, max_runtime_s=240)
+    results = []
+    for k, plan in enumerate(plans):
+        per_rank = [o[k] for o in outs]
+        grads = {e: {} for e in GRADS_AFTER}
+        for o in per_rank:
+            for e, g in o["grads"].items():
+                grads[e].update(g)
+        results.append((plan, per_rank, grads))
+    return results
+
+
+_CACHE: dict = {}
+
+
+def cached_runs(key, make_configs, data_fn):
+    """Run all configs of ``key`` once per test session (one spawn), return ``{model: (cfg, plan, outs, grads)}``."""
+    if key not in _CACHE:
+        configs = make_configs()
+        data = data_fn()
+        _CACHE[key] = {cfg.model: (cfg, *r) for cfg, r in zip(configs, run_many(configs, data))}
+    return _CACHE[key]
+
+
+def way_of(plan):
+    w = torch.empty(plan.data.num_nodes, dtype=torch.long)
+    ptr, cp = plan.way_ptr.tolist(), plan.chunk_ptr.tolist()
+    for k in range(len(ptr) - 1):
+        w[cp[ptr[k]]:cp[ptr[k + 1]]] = k
+    return w
+
+
+def model_sizes(cfg, plan):
+    model = make_model(cfg, plan.num_features, plan.num_classes)
+    sum_d = sum(d for _, _, d in model.aggregation_dims())
+    params = sum(p.numel() for p in model.parameters())
+    return model, sum_d, params
+
+
+def assert_equal_to_reference(cfg, plan, outs, grads, evaluated=True):
+    trainer, ref_losses, ref_grads = run_reference(cfg, plan.data)
+    for a, b in zip(outs[0]["losses"], ref_losses):
+        assert abs(a - b) < 1e-5, (outs[0]["losses"], ref_losses)
+    for e in (1, 3):
+        assert set(grads[e]) == set(ref_grads[e])
+        for name, g in ref_grads[e].items():
+            torch.testing.assert_close(grads[e][name], g, rtol=0, atol=1e-5, msg=f"{name} after epoch {e}")
+    if evaluated:
+        ref = trainer.evaluate()
+        last = outs[0]["result"].epochs[-1]
+        for k in ("train_acc", "val_acc", "test_acc"):
+            assert last[k] == pytest.approx(ref[k], abs=1e-6), k
+        assert last["val_loss"] == pytest.approx(ref["val_loss"], abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ GP
+@pytest.mark.parametrize("ways", [2, 3, 4])
+@pytest.mark.parametrize("model", MODELS)
+def test_graph_parallel_equals_single_process_and_bytes(model, ways):
+    """GP with W ways is exact (loss, every gradient, evaluation), and its bytes are DESIGN §6's:
+    graph = 2·4·M·Σd with M the mirror count of the way partition, weight = 2·(W−1)·4·P (ring all-reduce)."""
+    runs = cached_runs(("gp", ways), lambda: [base_config(model=m, ways=ways, stages=1, layers=3) for m in MODELS],
+                       small_graph)
+    cfg, plan, outs, grads = runs[model]
+    assert_equal_to_reference(cfg, plan, outs, grads)
+    _, sum_d, params = model_sizes(cfg, plan)
+    m = partition_metrics(plan.data.edge_index, plan.data.num_nodes, way_of(plan)).mirror_count
+    assert m == plan.info["mirror_count"] and m > 0
+    for rec in outs[0]["result"].epochs:
+        assert rec["bytes_graph"] == 2 * 4 * m * sum_d == predict_gp_bytes(m, [sum_d])
+        assert rec["bytes_weight"] == 2 * (ways - 1) * 4 * params
+        assert rec["bytes_layer"] == 0
+    assert outs[0]["result"].extra["history_bytes"] == [0] * ways
+
+
+def test_send_lists_sum_to_mirror_count():
+    """The GP exchange lists are exactly the mirrors: Σ_p Σ_q |list(p→q)| = M (partition metrics), on a
+    directed graph too; backward lists count (i, way of an in-neighbour) pairs."""
+    g = torch.Generator().manual_seed(0)
+    n = 60
+    ei = torch.randint(0, n, (2, 400), generator=g)
+    ways = torch.sort(torch.randint(0, 3, (n,), generator=g)).values
+    fwd = send_lists(ei, ways, ways, 3)
+    assert sum(t.numel() for t in fwd.values()) == partition_metrics(ei, n, ways).mirror_count
+    for (p, q), t in fwd.items():
+        assert p != q and bool((ways[t] == p).all())
+        assert torch.equal(t, torch.unique(t))
+    bwd = send_lists(ei, ways, ways, 3, backward=True)
+    assert sum(t.numel() for t in bwd.values()) == partition_metrics(ei.flip(0), n, ways).mirror_count
+
+
+# ------------------------------------------------------------------------------------------------ hybrid
+@pytest.mark.parametrize("model", MODELS)
+def test_hybrid_one_chunk_per_way_equals_single_process(model):
+    """2 ways × 2 stages, C = 2 (one chunk per way): every row is fresh, so the hybrid is exact."""
+    runs = cached_runs("hybrid", lambda: [base_config(model=m, ways=2, stages=2, chunks=2, layers=4) for m in MODELS],
+                       small_graph)
+    cfg, plan, outs, grads = runs[model]
+    assert plan.info["layout"] == "rank = way * stages + stage"
+    assert_equal_to_reference(cfg, plan, outs, grads)
+
+
+def _expected_peer_rows(plan, W):
+    """Rows the peers exchange per aggregation op and epoch, computed from the edges independently."""
+    ei = plan.data.edge_index.tolist()
+    wo = way_of(plan).tolist()
+    cp = plan.chunk_ptr.tolist()
+    chunk = [0] * plan.data.num_nodes
+    for c in range(len(cp) - 1):
+        for v in range(cp[c], cp[c + 1]):
+            chunk[v] = c
+    fwd, bwd = set(), set()
+    for j, i in zip(*ei):
+        if wo[j] != wo[i]:
+            fwd.add((j, wo[i]))  # j's chunk sends H_in[j] to i's way
+            bwd.add((i, wo[j]))  # i's chunk sends G_out[i] to j's way
+    return len(fwd) + len(bwd)
+
+
+@pytest.mark.parametrize("model,chunks", [("gcn", 4), ("gcnii", 6)])
+def test_hybrid_bytes_equal_design_formula(model, chunks):
+    """Hybrid 2×2: layer bytes = the pipeline term 2·4·(S−1)·N·d (×2 for GCNII), graph bytes = the peer rows
+    (from the edge lists, independently) · 4 · Σd = the GP term 2·4·M·Σd, weight = Σ_stages 2·(W−1)·4·P_s."""
+    W, S = 2, 2
+    data = small_graph(n=100)
+    cfg = base_config(model=model, ways=W, stages=S, chunks=chunks, layers=4, epochs=2)
+    plan, outs, _ = run_distributed(cfg, data, grads_after=())
+    _, sum_d, params = model_sizes(cfg, plan)
+    rows = _expected_peer_rows(plan, W)
+    m = plan.info["mirror_count"]
+    factor = 2 if model == "gcnii" else 1
+    for rec in outs[0]["result"].epochs:
+        assert rec["bytes_layer"] == 2 * 4 * (S - 1) * data.num_nodes * cfg.hidden * factor
+        assert rec["bytes_graph"] == 4 * rows * sum_d == 2 * 4 * m * sum_d
+        assert rec["bytes_weight"] == 2 * (W - 1) * 4 * params
+
+
+def test_hybrid_first_epoch_forward_matches_hand_built_reference():
+    """2×2, C = 4 (two chunks per way), correctors none, gpipe: in slot t every way processes its t-th chunk;
+    an aggregation reads fresh rows of every chunk processed in slots ≤ t (own way and — exchanged — the
+    peers'), zeros for the rest. Checked on the loss of epoch 0."""
+    data = small_graph(n=80)
+    cfg = base_config(model="gcn", ways=2, stages=2, chunks=4, correctors=[], layers=2, epochs=1)
+    plan, outs, _ = run_distributed(cfg, data, grads_after=())
+    d = plan.data
+    model = make_model(cfg, d.x.size(1), plan.num_classes).double().eval()
+    A = build_adjacency(d.edge_index, d.num_nodes, "gcn", torch.float64).to_dense()
+    ptr, wp = plan.chunk_ptr.tolist(), plan.way_ptr.tolist()
+    n_train = int(d.train_mask.sum())
+    H = {i: torch.zeros(d.num_nodes, cfg.hidden, dtype=torch.float64) for i in range(model.num_units)}
+    total = 0.0
+    for t in range(wp[1] - wp[0]):
+        slot = [wp[w] + t for w in range(2)]
+        hs = {c: d.x[ptr[c]:ptr[c + 1]].double() for c in slot}
+        for i in range(model.num_units):
+            for c in slot:  # all peers write before anyone reads (GCN: the op's input is the unit's input)
+                if model.units[i].aggregations:
+                    H[i][ptr[c]:ptr[c + 1]] = hs[c]
+            for c in slot:
+                lo, hi = ptr[c], ptr[c + 1]
+                hs[c] = model.units[i](hs[c], None, lambda h, kind, lo=lo, hi=hi, i=i: A[lo:hi] @ H[i])[0]
+        for c in slot:
+            m = d.train_mask[ptr[c]:ptr[c + 1]]
+            if m.any():
+                total += float(torch.nn.functional.cross_entropy(hs[c][m], d.y[ptr[c]:ptr[c + 1]][m],
+                                                                 reduction="sum")) / n_train
+    assert abs(outs[0]["losses"][0] - total) < 1e-5
+
+
+def test_hybrid_needs_equal_chunks_per_way():
+    data = small_graph(n=60)
+    cfg = base_config(ways=2, stages=2, chunks=3, layers=2, epochs=1)
+    with pytest.raises((ConfigError, DistributedError), match="multiple of 2"):
+        run_distributed(cfg, data, grads_after=())

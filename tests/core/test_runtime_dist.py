@@ -1,0 +1,112 @@
+"""Multi-process tests: recompute, async-stale, failure handling, configuration errors, torchrun."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import attrs
+import pytest
+import torch
+
+from gnnpipe import api
+from gnnpipe.correctors import Corrector
+from gnnpipe.errors import ConfigError, DistributedError, UnknownComponentError
+
+from .distutil import base_config, run_distributed, small_graph
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
+
+
+def test_recompute_gives_identical_losses_and_gradients_with_dropout():
+    """Activation recomputation replays the same dropout masks: with C = 1 it changes nothing."""
+    data = small_graph()
+    cfg = base_config(model="gcnii", stages=2, chunks=1, dropout=0.3, epochs=2)
+    _, outs_a, grads_a = run_distributed(cfg, data, grads_after=(2,))
+    _, outs_b, grads_b = run_distributed(attrs.evolve(cfg, recompute=True), data, grads_after=(2,))
+    assert outs_a[0]["losses"] == pytest.approx(outs_b[0]["losses"], abs=1e-6)
+    for name, g in grads_a[2].items():
+        torch.testing.assert_close(grads_b[2][name], g, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("stash", [False, True])
+def test_async_stale_runs_without_drain_and_moves_the_same_bytes(stash):
+    data = small_graph(n=100)
+    cfg = base_config(model="gcn", stages=3, chunks=6, scheduler="async-stale", stash_weights=stash,
+                      epochs=4, eval_every=2, correctors=["t1"])
+    _, outs, _ = run_distributed(cfg, data, grads_after=())
+    res = outs[0]["result"]
+    assert len(res.epochs) == 4
+    # forwards of epoch e+1 may run inside epoch e's step, so bytes balance over the whole run
+    total = sum(e["bytes_layer"] for e in res.epochs)
+    assert total == 4 * 2 * 4 * (3 - 1) * data.num_nodes * cfg.hidden
+    assert all(e["loss"] > 0 for e in res.epochs)
+
+
+def test_stash_weights_needs_a_non_flush_scheduler():
+    with pytest.raises(ConfigError, match="does not flush"):
+        api.train(base_config(stages=2, chunks=4, stash_weights=True), data=small_graph(), progress=False)
+
+
+class _Fail(Corrector):
+    """Test corrector: makes one stage fail mid-epoch (raise, or die by SIGKILL)."""
+
+    def __init__(self, stage, epoch, how):
+        self.stage, self.at_epoch, self.how = stage, epoch, how
+
+    def after_forward(self, epoch, chunk):
+        if self.ctx.stage == self.stage and epoch == self.at_epoch and chunk >= 0:
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("injected failure in a test")
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_rank_ends_every_rank_with_a_message(how):
+    data = small_graph()
+    cfg = base_config(stages=4, chunks=8, epochs=5, correctors=[_Fail(2, 1, how)], timeout_s=30.0)
+    t0 = time.monotonic()
+    with pytest.raises(DistributedError) as err:
+        api.train(cfg, data=data, progress=False)
+    assert time.monotonic() - t0 < 60
+    msg = str(err.value)
+    assert "rank 2" in msg
+    assert ("injected failure" in msg) if how == "raise" else ("SIGKILL" in msg)
+
+
+@pytest.mark.parametrize("overrides,exc,match", [
+    ({"stages": 9, "layers": 4}, ConfigError, "only 6 layer units"),
+    ({"stages": 2, "chunks": 500}, ConfigError, "fewer chunks"),
+    ({"stages": 2, "scheduler": "zigzag"}, UnknownComponentError, "available: 1f1b"),
+    ({"stages": 2, "correctors": ["t9"]}, UnknownComponentError, "available: .*t1"),
+    ({"stages": 2, "partitioner": "magic"}, UnknownComponentError, "metis"),
+    ({"stages": 2, "layer_split": "best"}, UnknownComponentError, "equal"),
+])
+def test_bad_configurations_fail_before_any_process_starts(overrides, exc, match):
+    t0 = time.monotonic()
+    with pytest.raises(exc, match=match):
+        api.train(base_config(**overrides), data=small_graph(), progress=False)
+    assert time.monotonic() - t0 < 10
+
+
+def _train_cmd(extra):
+    return ["--stages", "2", "--chunks", "4", "--model", "gcnii", "--layers", "3", "--hidden", "8",
+            "--num-nodes", "150", "--epochs", "3", "--seed", "5", "--no-progress"] + extra
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
+                    reason="torchrun not installed")
+def test_torchrun_gives_the_same_result_as_the_builtin_launcher(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    a, b = tmp_path / "builtin.json", tmp_path / "torchrun.json"
+    subprocess.run([sys.executable, "-m", "gnnpipe", "train", *_train_cmd(["--out", str(a)])], check=True, env=env, timeout=240)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "gnnpipe", "train",
+                    *_train_cmd(["--out", str(b)])], check=True, env=env, timeout=240)
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert [e["loss"] for e in ra["epochs"]] == pytest.approx([e["loss"] for e in rb["epochs"]], abs=1e-6)
+    assert ra["best_val_acc"] == rb["best_val_acc"]
+    assert [e["bytes_layer"] for e in ra["epochs"]] == [e["bytes_layer"] for e in rb["epochs"]]
