@@ -42,8 +42,6 @@ correct counts are gathered from every rank, so every rank returns the same metr
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -63,8 +61,15 @@ TAG_HALO = 1 << 20
 TAG_PEER = 1 << 21
 TAG_EVAL = 1 << 22
 
-__all__ = ["GraphParallelWay", "HybridMember", "HaloExchange", "make_parallel_member", "send_lists",
-           "hybrid_rank", "check_parallel_config"]
+__all__ = [
+    "GraphParallelWay",
+    "HaloExchange",
+    "HybridMember",
+    "check_parallel_config",
+    "hybrid_rank",
+    "make_parallel_member",
+    "send_lists",
+]
 
 
 # ---------------------------------------------------------------------------------------------- index lists
@@ -239,7 +244,7 @@ def _op_counter_factory(model: GNNModel, make_op):
     return factory
 
 
-def _gather_accuracy(logits: Optional[Tensor], y: Tensor, masks: dict[str, Tensor]) -> dict:
+def _gather_accuracy(logits: Tensor | None, y: Tensor, masks: dict[str, Tensor]) -> dict:
     """Exact metrics from each rank's own rows (``logits`` ``None`` on ranks that hold none): counts are
     all-gathered (control traffic, not counted) and summed in rank order, so every rank gets the same dict."""
     vec = torch.zeros(7, dtype=torch.float64)
@@ -294,7 +299,7 @@ class GraphParallelWay:
     """
 
     def __init__(self, config: TrainConfig, model: GNNModel, plan, way: int, comm: Comm, group=None,
-                 ranks: Optional[list[int]] = None, device: torch.device | str = "cpu"):
+                 ranks: list[int] | None = None, device: torch.device | str = "cpu"):
         self.config = config
         self.device = torch.device(device)
         self.dtype = DTYPES[config.dtype]
@@ -362,12 +367,11 @@ class GraphParallelWay:
 class _PeerOp:
     """One aggregation op of a hybrid stage: its history and the peer exchange of the slot's chunk rows."""
 
-    def __init__(self, member: "HybridMember", hist: History, number: int):
+    def __init__(self, member: HybridMember, hist: History, number: int):
         self.m, self.hist, self.number = member, hist, number
 
     def exchange(self, buf: Tensor, c: int, backward: bool) -> None:
         m = self.m
-        return
         lists = m.bwd_lists if backward else m.fwd_lists
         local = c - m.base
         sends, recvs = [], []
@@ -441,7 +445,7 @@ class HybridMember(PipelineStage):
         self.bwd_lists = send_lists(data.edge_index, chunk_of, way_of, W, backward=True)
         self.way_rows = _way_rows(plan, way)
         self._plan_way_of = way_of
-        self._halo: Optional[HaloExchange] = None
+        self._halo: HaloExchange | None = None
         offsets, k = {}, 0
         for i, u in enumerate(model.units):
             for j, _ in enumerate(u.aggregations):
@@ -478,7 +482,7 @@ class HybridMember(PipelineStage):
 
         return factory
 
-    def forward_chunk(self, c: int, epoch: Optional[int] = None) -> None:
+    def forward_chunk(self, c: int, epoch: int | None = None) -> None:
         """Forward of this way's local chunk ``c`` (global ``base + c``); the correctors' ``after_forward``
         then also fires for the peers' chunks of the slot."""
         e = self.epoch if epoch is None else epoch
@@ -489,7 +493,7 @@ class HybridMember(PipelineStage):
             for k in self.correctors:
                 k.after_forward(e, p)
 
-    def backward_chunk(self, c: int, epoch: Optional[int] = None) -> None:
+    def backward_chunk(self, c: int, epoch: int | None = None) -> None:
         """Backward of local chunk ``c``; ``after_backward`` also fires for the peers' chunks of the slot."""
         e = self.epoch if epoch is None else epoch
         g = self.base + c
@@ -515,7 +519,7 @@ class HybridMember(PipelineStage):
         return self._halo
 
     @torch.no_grad()
-    def infer(self, capture: bool = False) -> Optional[Tensor]:
+    def infer(self, capture: bool = False) -> Tensor | None:
         """Exact inference of this way's rows through its pipeline, with the GP halo exchange among the
         peers of each stage (kind ``eval``). ``capture=True`` writes each op's exact input (own and halo
         rows — every row this way's aggregations read) into ``H_in``. Returns the way's logits on the last stage."""

@@ -6,10 +6,10 @@ import torch
 
 from gnnpipe.core import launch
 from gnnpipe.core.graph import build_adjacency
-from gnnpipe.core.runner import build_plan, worker
 from gnnpipe.core.parallel import send_lists
+from gnnpipe.core.runner import build_plan, worker
 from gnnpipe.core.trainer import make_model
-from gnnpipe.errors import ConfigError, DistributedError
+from gnnpipe.errors import ConfigError
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
@@ -175,7 +175,7 @@ def test_hybrid_first_epoch_forward_matches_hand_built_reference():
     cfg = base_config(model="gcn", ways=2, stages=2, chunks=4, correctors=[], layers=2, epochs=1)
     plan, outs, _ = run_distributed(cfg, data, grads_after=())
     d = plan.data
-    model = make_model(cfg, d.x.size(1), plan.num_classes).double().eval()
+    model = make_model(cfg, d.x.size(1), plan.num_classes).double().eval().requires_grad_(False)
     A = build_adjacency(d.edge_index, d.num_nodes, "gcn", torch.float64).to_dense()
     ptr, wp = plan.chunk_ptr.tolist(), plan.way_ptr.tolist()
     n_train = int(d.train_mask.sum())
@@ -200,7 +200,34 @@ def test_hybrid_first_epoch_forward_matches_hand_built_reference():
 
 
 def test_hybrid_needs_equal_chunks_per_way():
+    """Hybrid slots pair the t-th chunks of all ways, so C must be a multiple of W; rejected before any process starts."""
     data = small_graph(n=60)
-    cfg = base_config(ways=2, stages=2, chunks=3, layers=2, epochs=1)
-    with pytest.raises((ConfigError, DistributedError), match="multiple of 2"):
-        run_distributed(cfg, data, grads_after=())
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        build_plan(base_config(ways=2, stages=2, chunks=3, layers=2, epochs=1), data)
+    build_plan(base_config(ways=2, stages=1, chunks=3, layers=2, epochs=1), data)  # GP ignores chunks
+
+
+# ------------------------------------------------------------------------------------------------ compare
+def test_compare_layouts_and_table():
+    """``gnnpipe compare``: layouts per P, and one real P = 2 comparison (GP 2×1 vs GNNPipe 1×2; 2 is prime,
+    so no hybrid) whose rows carry DESIGN §6's bytes and whose table prints the GP / GNNPipe ratios."""
+    from gnnpipe.cli.compare import compare, default_hybrid, format_table, layouts
+
+    assert default_hybrid(4) == (2, 2) and default_hybrid(8) == (2, 4) and default_hybrid(6) == (2, 3)
+    assert default_hybrid(5) is None
+    assert layouts(4, None, ("gp", "gnnpipe", "hybrid")) == {"gp": (4, 1), "gnnpipe": (1, 4), "hybrid": (2, 2)}
+    with pytest.raises(ConfigError):
+        layouts(4, (3, 2), ("hybrid",))
+    data = small_graph(n=80)
+    cfg = base_config(model="gcn", layers=2, epochs=1, chunks=4)
+    out = compare(cfg, 2, progress=False, data=data)
+    rows = out["rows"]
+    assert set(rows) == {"gp", "gnnpipe"}
+    sum_d = 2 * cfg.hidden
+    assert rows["gp"]["bytes_graph"] == 2 * 4 * rows["gp"]["mirror_count"] * sum_d
+    assert rows["gp"]["chunks"] == 2 and rows["gnnpipe"]["chunks"] == 4
+    assert rows["gnnpipe"]["bytes_layer"] == 2 * 4 * data.num_nodes * cfg.hidden
+    assert rows["gnnpipe"]["bytes_graph"] == 0 and rows["gp"]["bytes_layer"] == 0
+    text = format_table(rows, out["ratios"])
+    assert "GP / GNNPipe" in text and "gnnpipe" in text
+    assert out["ratios"]["bytes_total"] == pytest.approx(rows["gp"]["bytes_total"] / rows["gnnpipe"]["bytes_total"])
