@@ -73,6 +73,9 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
         raise ConfigError(f"{C} chunks but the graph has only {num_nodes} vertices; use fewer chunks")
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
+    from .parallel import check_parallel_config
+
+    check_parallel_config(config, C)
     if config.threads < 1:
         raise ConfigError(f"threads must be >= 1, got {config.threads}")
 
