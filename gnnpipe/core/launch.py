@@ -80,6 +80,11 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
                     dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
+    try:  # os._exit kills the queue's feeder thread: flush the report first (a large one spans several pipe writes)
+        results.close()
+        results.join_thread()
+    except Exception:  # noqa: BLE001
+        pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown (gloo threads can hang it after a failure)
