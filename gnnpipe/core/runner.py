@@ -132,6 +132,8 @@ def format_plan(info: dict) -> str:
          f"N={info['num_nodes']}, E={info['num_edges']}; stage unit bounds {info['stage_bounds']}")
     if "mirror_count" in info:
         s += f"; mirrors M={info['mirror_count']}"
+    if info["world_size"] > 1:
+        s += f"; layout: {info['layout']}"
     return s
 
 
