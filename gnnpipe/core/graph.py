@@ -114,24 +114,27 @@ class GraphOps:
         edge_index: ``LongTensor[2, E]`` (already preprocessed; see :func:`gnnpipe.data.prepare`).
         num_nodes: ``N``.
         dtype: dtype of ``Â``'s values; must match the embeddings' dtype.
+        device: where ``Â`` lives (built on the CPU, then moved).
     """
 
-    def __init__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32):
+    def __init__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu"):
         self.edge_index = edge_index
         self.num_nodes = int(num_nodes)
         self.dtype = dtype
+        self.device = torch.device(device)
         self._adj: dict[str, tuple[Tensor, Tensor]] = {}
 
     def adj(self, kind: str) -> tuple[Tensor, Tensor]:
         """``(Â, Âᵀ)`` of ``kind`` as CSR tensors (cached)."""
         if kind not in self._adj:
-            a = build_adjacency(self.edge_index, self.num_nodes, kind, self.dtype)
-            self._adj[kind] = (a, csr_transpose(a))
+            a = build_adjacency(self.edge_index.cpu(), self.num_nodes, kind, self.dtype)
+            self._adj[kind] = (a.to(self.device), csr_transpose(a).to(self.device))
         return self._adj[kind]
 
     def to(self, dtype: torch.dtype) -> "GraphOps":
         """A copy of these ops with values of ``dtype``."""
-        return GraphOps(self.edge_index, self.num_nodes, dtype)
+        return GraphOps(self.edge_index, self.num_nodes, dtype, self.device)
 
     def aggregate(self, h: Tensor, kind: str) -> Tensor:
         """Exact full-graph aggregation ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``), differentiable in ``h``."""

@@ -257,11 +257,13 @@ def _gather_accuracy(logits: Tensor | None, y: Tensor, masks: dict[str, Tensor])
         vm = masks["val"]
         if bool(vm.any()):
             vec[6] = float(F.cross_entropy(logits[vm].double(), y[vm], reduction="sum"))
+    if dist.get_backend() == "nccl":  # nccl collects device tensors only
+        vec = vec.to(torch.device("cuda", torch.cuda.current_device()))
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
-    tot = torch.zeros_like(vec)
+    tot = torch.zeros(7, dtype=torch.float64)
     for t in out:
-        tot += t
+        tot += t.cpu()
     res = {}
     for k, split in enumerate(("train", "val", "test")):
         n = float(tot[2 * k + 1])
@@ -314,7 +316,7 @@ class GraphParallelWay:
         self.y = data.y[self.lo:self.hi].to(self.device)
         self.masks = {s: getattr(data, f"{s}_mask")[self.lo:self.hi].to(self.device) for s in ("train", "val", "test")}
         self.num_train = int(data.train_mask.sum())
-        ops = GraphOps(data.edge_index, data.num_nodes, self.dtype)
+        ops = GraphOps(data.edge_index, data.num_nodes, self.dtype, self.device)
         way_of = _way_of(plan)
         fwd = send_lists(data.edge_index, way_of, way_of, self.W)
         self.halo = HaloExchange(ops, way, self.W, self.lo, self.hi, fwd, ranks or list(range(self.W)), comm)
@@ -577,7 +579,7 @@ def check_parallel_config(config: TrainConfig, num_chunks: int) -> None:
 
 
 def make_parallel_member(config: TrainConfig, model: GNNModel, plan, rank: int, world: int, correctors,
-                         comm: Comm, order_policy):
+                         comm: Comm, order_policy, device: torch.device | str = "cpu"):
     """This rank's executor for ``config.ways > 1``: a :class:`GraphParallelWay` (``S = 1``) or a
     :class:`HybridMember` (``S > 1``). Creates the process groups (every rank creates every group, in
     the same order). Correctors are unused in GP (exact: no history)."""
@@ -592,9 +594,9 @@ def make_parallel_member(config: TrainConfig, model: GNNModel, plan, rank: int, 
     check_parallel_config(config, C)
     if S == 1:
         plan.data.x = plan.data.x.to(DTYPES[config.dtype])
-        return GraphParallelWay(config, model, plan, rank, comm, group=None, ranks=list(range(W)))
+        return GraphParallelWay(config, model, plan, rank, comm, group=None, ranks=list(range(W)), device=device)
     peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
     pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
     way, stage = divmod(rank, S)
     return HybridMember(config, model, plan, way, stage, make_scheduler(config), order_policy,
-                        correctors, comm, peer_groups[stage], pipe_groups[way])
+                        correctors, comm, peer_groups[stage], pipe_groups[way], device=device)

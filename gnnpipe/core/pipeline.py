@@ -45,6 +45,18 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _rng_state(device: torch.device):
+    """The RNG state dropout draws from on ``device`` (replayed when recomputing a chunk)."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _set_rng_state(device: torch.device, state) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
 def _actions(schedule, stage: int):
     """``(kind, chunk, epoch)`` of the stage's actions in order, idle slots skipped; kind in ``F``, ``B``, ``STEP``."""
     for a in schedule.stages[stage]:
@@ -102,7 +114,7 @@ class PipelineStage:
         self.flush = bool(getattr(scheduler, "flush", True))
         self.stash = bool(getattr(scheduler, "stash_weights", False))
         self.recompute = config.recompute or not self.flush
-        self.ops = GraphOps(data.edge_index, data.num_nodes, self.dtype)
+        self.ops = GraphOps(data.edge_index, data.num_nodes, self.dtype, self.device)
         # widths of the boundary tensors
         self.shared_dim = model.units[0].out_dim if model.shared_tensor else 0
         self.in_dim = model.units[self.lo_unit].in_dim
@@ -177,7 +189,7 @@ class PipelineStage:
             buf = self.comm.recv((n, self.in_dim + self.shared_dim), self.dtype, self.ranks[self.s - 1], TAG_STRIDE * c)
             h_in = buf[:, : self.in_dim].clone().requires_grad_()
             sh_in = buf[:, self.in_dim :].clone().requires_grad_() if self.shared_dim else None
-        rng = torch.get_rng_state() if self.recompute else None
+        rng = _rng_state(self.device) if self.recompute else None
         self.model.train()
         with torch.set_grad_enabled(not self.recompute):
             out, sh_out = self._run(c, h_in, sh_in, write=True)
@@ -217,10 +229,10 @@ class PipelineStage:
                 with torch.no_grad():
                     for p, w in zip(self._params(), self._stashed[version]):
                         p.copy_(w)
-            cur = torch.get_rng_state()
-            torch.set_rng_state(rng)
+            cur = _rng_state(self.device)
+            _set_rng_state(self.device, rng)
             out, sh_out = self._run(c, h_in, sh_in, write=False)
-            torch.set_rng_state(cur)
+            _set_rng_state(self.device, cur)
             if self.is_last:
                 loss = masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
         if self.is_last:
@@ -366,7 +378,7 @@ class PipelineStage:
         import torch.distributed as dist
 
         logits = self.infer()
-        obj = [accuracies(logits, self.data) if self.is_last else None]
+        obj = [accuracies(logits.cpu(), self.data) if self.is_last else None]
         dist.broadcast_object_list(obj, src=self.ranks[-1], group=self.eval_group)
         return obj[0]
 

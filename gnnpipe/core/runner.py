@@ -148,6 +148,13 @@ def _order_policy(config: TrainConfig, correctors):
     return FixedOrder()
 
 
+def rank_device() -> torch.device:
+    """This rank's device: its GPU (``LOCAL_RANK``) under the nccl backend, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def make_scheduler(config: TrainConfig):
     """The configured scheduler instance (``stash_weights`` only for schedulers that do not flush)."""
     from .. import schedulers
@@ -170,25 +177,28 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     model = make_model(config, plan.num_features, plan.num_classes)
     torch.manual_seed(config.seed + 1 + 1000 * rank)
     correctors = corr.build_correctors(config.correctors)
-    comm = Comm()
+    device = rank_device()
+    comm = Comm(device)
     if config.ways == 1:
         ranks = list(range(config.stages))
         data = plan.data
         data.x = data.x.to(dtype)
         return PipelineStage(config, model, data, plan.chunk_ptr, plan.bounds, rank, ranks,
-                             make_scheduler(config), _order_policy(config, correctors), correctors, comm)
+                             make_scheduler(config), _order_policy(config, correctors), correctors, comm,
+                             device=device)
     from .parallel import make_parallel_member  # graph-parallel and hybrid executors
 
-    return make_parallel_member(config, model, plan, rank, world, correctors, comm, _order_policy(config, correctors))
+    return make_parallel_member(config, model, plan, rank, world, correctors, comm, _order_policy(config, correctors),
+                                device=device)
 
 
 def _gather_epoch(stage, wall: float, loss: float) -> dict:
     c = stage.comm.counters()
     vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
-                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64)
+                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64, device=stage.device)
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
-    m = torch.stack(out)
+    m = torch.stack(out).cpu()
     walls, comms, idles = m[:, 5].tolist(), m[:, 6].tolist(), m[:, 7].tolist()
     return {
         "loss": float(m[:, 0].sum()),
@@ -233,9 +243,11 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
     result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
                         desc=f"train {config.ways}x{config.stages}")
-    mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64)
+    mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64,
+                       device=stage.device)
     mems = [torch.zeros_like(mem) for _ in range(world)]
     dist.all_gather(mems, mem)
+    mems = [m.cpu() for m in mems]
     result.extra["plan"] = plan.info
     result.extra["peak_mem_bytes"] = [int(m[0]) for m in mems]
     result.extra["history_bytes"] = [int(m[1]) for m in mems]
