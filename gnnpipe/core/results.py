@@ -50,7 +50,7 @@ class TrainResult:
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON (NaN written as ``null``)."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(_clean(self.to_dict()), indent=1))
+        Path(path).write_text(json.dumps(json_safe(self.to_dict()), indent=1))
 
     def summary(self) -> str:
         """A short human-readable summary."""
@@ -73,11 +73,12 @@ def _pct(v: Optional[float]) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f} %"
 
 
-def _clean(o):
+def json_safe(o):
+    """``o`` with NaN/inf floats replaced by ``None`` and dict keys made strings (strict JSON)."""
     if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
         return None
     if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
+        return {str(k): json_safe(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
+        return [json_safe(v) for v in o]
     return o

@@ -20,13 +20,13 @@ next run starts, so a study killed at any point loses at most the run in progres
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
+from ..core.results import json_safe
 from ..errors import ConfigError
 
 
@@ -43,16 +43,6 @@ def results_stem(results_path: str | Path) -> str:
         if name.endswith(suf):
             name = name[: -len(suf)]
     return name or "results"
-
-
-def _clean(o):
-    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
 
 
 def read_records(path: str | Path, *, warn: bool = True) -> list[dict]:
@@ -128,7 +118,7 @@ class ResultsWriter:
         """Write ``record`` as one line (NaN/inf as ``null``), flush and fsync."""
         if self._fh is None:
             raise RuntimeError("ResultsWriter is not open; use it as a context manager")
-        data = (json.dumps(_clean(record), separators=(",", ":")) + "\n").encode("utf-8")
+        data = (json.dumps(json_safe(record), separators=(",", ":")) + "\n").encode("utf-8")
         self._fh.seek(0, os.SEEK_END)
         self._fh.write(data)
         self._fh.flush()
@@ -139,7 +129,7 @@ class ResultsWriter:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "wb") as out:
             for r in records:
-                out.write((json.dumps(_clean(r), separators=(",", ":")) + "\n").encode("utf-8"))
+                out.write((json.dumps(json_safe(r), separators=(",", ":")) + "\n").encode("utf-8"))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
