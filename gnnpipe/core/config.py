@@ -9,6 +9,14 @@ import attrs
 from ..errors import ConfigError
 
 
+def _nonneg(name):
+    def check(inst, attr, value):
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+
+    return check
+
+
 def _pos(name):
     def check(inst, attr, value):
         if value is not None and value < 1:
@@ -53,21 +61,21 @@ class TrainConfig:
     weight_decay: Optional[float] = None
     weight_decay_conv: Optional[float] = None
     epochs: int = attrs.field(default=200, validator=_pos("epochs"))
-    patience: int = 100
+    patience: int = attrs.field(default=100, validator=_nonneg("patience"))
     eval_every: int = attrs.field(default=1, validator=_pos("eval_every"))
     seed: int = 0
     # parallelism
     ways: int = attrs.field(default=1, validator=_pos("ways"))
     stages: int = attrs.field(default=1, validator=_pos("stages"))
-    chunks: Optional[int] = None
+    chunks: Optional[int] = attrs.field(default=None, validator=_pos("chunks"))
     scheduler: str = "gpipe"
     stash_weights: bool = False
     correctors: list[str] = attrs.field(factory=lambda: ["t1", "t2", "t3"])
     partitioner: str = "metis"
-    over_partition: int = 4
+    over_partition: int = attrs.field(default=4, validator=_pos("over_partition"))
     layer_split: str = "equal"
     recompute: bool = False
-    threads: int = 1
+    threads: int = attrs.field(default=1, validator=_pos("threads"))
     backend: Optional[str] = None
     timeout_s: float = 60.0
     dtype: str = "float32"
