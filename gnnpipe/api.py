@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Optional
 
 import attrs
@@ -21,6 +22,11 @@ def _prepare(data, config: TrainConfig):
     from .data import prepare
 
     data = prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
+    for split in ("val", "test"):
+        if not bool(getattr(data, f"{split}_mask").any()):
+            warnings.warn(f"the {split} mask selects no vertex: {'model selection' if split == 'val' else 'testing'} "
+                          f"is impossible and its accuracy is reported as n/a; give the graph a {split}_mask "
+                          f"(or more labelled vertices per class for the default split)", stacklevel=3)
     if config.normalize_features:
         from torch_geometric.transforms import NormalizeFeatures
 

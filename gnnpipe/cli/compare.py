@@ -184,7 +184,7 @@ def compare(config, ranks: int, hybrid: tuple[int, int] | None = None, modes=MOD
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.results import _clean
+    from ..core.results import json_safe
 
     config = config_from_args(args)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -194,6 +194,6 @@ def run(args: argparse.Namespace) -> int:
         doc = {"rows": out["rows"], "ratios": out["ratios"],
                "results": {m: r.to_dict() for m, r in out["results"].items()}}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(_clean(doc), indent=1))
+        Path(args.out).write_text(json.dumps(json_safe(doc), indent=1))
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

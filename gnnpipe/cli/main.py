@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except GnnpipeError as exc:
         print(f"gnnpipe: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(f"gnnpipe: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ import queue
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Optional
@@ -120,6 +121,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     errors: dict[int, tuple[float, str]] = {}  # rank -> (time, message)
     deaths: dict[int, str] = {}  # rank -> how it died without a report
     start = time.monotonic()
+    exited: dict[int, float] = {}
     first_failure: Optional[float] = None
     timed_out = False
 
@@ -133,18 +135,31 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         else:
             errors[rank] = payload
 
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout`: stop the ranks too
     try:
         while len(out) < world_size:
             poll(0.2)
             for r, p in enumerate(procs):
-                # exit code 0/1: the rank reported (result/error) before exiting; the report arrives via the queue
-                if p.exitcode is not None and p.exitcode not in (0, 1) and r not in out and r not in errors \
-                        and r not in deaths:
-                    poll(0.5)
-                    if r not in out and r not in errors:
-                        code = p.exitcode
-                        deaths[r] = (f"was killed by signal {signal.Signals(-code).name}" if code < 0
-                                     else f"exited with code {code}") + " without reporting a result"
+                if p.exitcode is None or r in out or r in errors or r in deaths:
+                    continue
+                # exit code 0/1: the rank reported (result/error) before exiting and the report is on its
+                # way through the queue; give it a moment, then count the rank as dead
+                exited.setdefault(r, time.monotonic())
+                if p.exitcode in (0, 1) and time.monotonic() - exited[r] < 3.0:
+                    continue
+                poll(0.5)
+                if r not in out and r not in errors:
+                    code = p.exitcode
+                    if code < 0:
+                        deaths[r] = f"was killed by signal {signal.Signals(-code).name} without reporting a result"
+                    elif code == 1:
+                        deaths[r] = ("exited with code 1 before it could start its work. Local ranks are started "
+                                     "with the 'spawn' method, which re-imports the main script: when calling "
+                                     "gnnpipe.api.train from a script, guard it with `if __name__ == \"__main__\":`")
+                    else:
+                        deaths[r] = f"exited with code {code} without reporting a result"
             if (errors or deaths) and first_failure is None:
                 first_failure = time.monotonic()
             # after the first failure, wait briefly so that the root cause (not its echoes) is known
@@ -154,6 +169,8 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                 timed_out = True
                 break
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if errors or deaths or timed_out or len(out) < world_size:
             _terminate(procs)
         else:
@@ -162,6 +179,8 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             _terminate(procs)
     for _ in range(4 * world_size):  # reports still queued
         poll(0.05)
+    results.close()
+    results.join_thread()
     if errors or deaths or timed_out:
         if deaths:  # a rank that died without a word is the root cause; the others only lost it
             rank = min(deaths)
@@ -176,6 +195,10 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         tail = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
         raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}{tail}")
     return [out[r] for r in range(world_size)]
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
 
 
 _ECHOES = ("Connection closed by peer", "Connection reset", "remote worker crashing", "Broken pipe",

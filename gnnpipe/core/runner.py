@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Optional
 
 import attrs
@@ -76,8 +77,20 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     from .parallel import check_parallel_config
 
     check_parallel_config(config, C)
-    if config.threads < 1:
-        raise ConfigError(f"threads must be >= 1, got {config.threads}")
+    if config.backend not in (None, "gloo", "nccl"):
+        raise ConfigError(f"unknown backend {config.backend!r}; use gloo (CPU) or nccl (one GPU per rank)")
+    if config.backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("backend nccl needs CUDA GPUs, and none is available; use --backend gloo")
+    ignored = []
+    if config.stages == 1 and config.ways > 1:
+        if config.chunks not in (None, config.ways):
+            ignored.append(f"--chunks {config.chunks} (graph parallelism has one part per way)")
+        if config.correctors:
+            ignored.append("--correctors (graph parallelism is exact: there is no history to correct)")
+        if config.scheduler != "gpipe" or config.stash_weights:
+            ignored.append("--scheduler/--stash-weights (graph parallelism has no pipeline)")
+    if ignored:
+        warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
@@ -98,8 +111,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
     t_part = time.perf_counter() - t0
     rdata = plan.data
     if config.layer_split == "profiled" and config.stages > 1:
-        lo, hi = int(plan.chunk_ptr[0]), int(plan.chunk_ptr[1])
-        split = split_layers(model, config.stages, "profiled", data=rdata, sample_nodes=max(hi - lo, 1))
+        # time the units on the whole graph: an induced subgraph of one chunk drops its cross-chunk edges
+        # and so under-weights the aggregations against dense units (e.g. a wide encoder)
+        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2)
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]

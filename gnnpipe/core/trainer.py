@@ -94,7 +94,8 @@ def epoch_loop(
     best = (-1.0, float("inf"))
     best_loss = float("inf")
     since = 0
-    bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
+    # disable=None: tqdm shows the bar on a terminal only (no redraws in logs and pipes)
+    bar = tqdm(range(config.epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
     for epoch in bar:
         t0 = time.perf_counter()
         rec = {"epoch": epoch}
@@ -166,4 +167,11 @@ class SingleProcessTrainer:
 
     def fit(self, progress: bool = True) -> TrainResult:
         torch.manual_seed(self.config.seed + 1)
-        return epoch_loop(self.config, self.train_step, self.evaluate, progress=progress)
+        result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress)
+        from .pipeline import peak_memory_bytes
+
+        result.extra["plan"] = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
+                                "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
+                                "num_units": self.model.num_units}
+        result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.x.device)]
+        return result

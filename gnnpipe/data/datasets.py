@@ -431,6 +431,11 @@ def load_dataset(
         return _finish(data, given if isinstance(given, str) else path.stem, split, seed)
 
     spec = dataset_spec(text)
+    if root is not None and not root_path.is_dir():
+        raise ConfigError(
+            f"root folder {os.fspath(root)!r} does not exist; check the path (the real datasets of this project lie "
+            f"under ../shared/data), or create the folder (mkdir -p) to let PyG download {spec.name} into it"
+        )
     if spec.kind == "pyg":
         data = _load_pyg(spec, root_path, cache)
     elif spec.kind == "platonov":

@@ -110,3 +110,43 @@ def test_torchrun_gives_the_same_result_as_the_builtin_launcher(tmp_path):
     assert [e["loss"] for e in ra["epochs"]] == pytest.approx([e["loss"] for e in rb["epochs"]], abs=1e-6)
     assert ra["best_val_acc"] == rb["best_val_acc"]
     assert [e["bytes_layer"] for e in ra["epochs"]] == [e["bytes_layer"] for e in rb["epochs"]]
+
+
+def test_compare_command_end_to_end(tmp_path, capsys):
+    from gnnpipe.cli.main import main
+
+    out = tmp_path / "cmp.json"
+    rc = main(["compare", "--ranks", "2", "--num-nodes", "150", "--epochs", "2", "--layers", "2", "--hidden", "8",
+               "--no-progress", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "GP" in text and "GNNPipe" in text
+    doc = json.loads(out.read_text())
+    assert doc  # the comparison was written as JSON
+
+
+def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
+    script = tmp_path / "noguard.py"
+    script.write_text(
+        "from gnnpipe import api\n"
+        "api.train(num_nodes=150, layers=2, hidden=8, epochs=1, stages=2, chunks=2, progress=False)\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert r.returncode != 0
+    assert time.monotonic() - t0 < 120
+    assert "__main__" in r.stderr and "DistributedError" in r.stderr
+
+
+def test_sigterm_stops_every_rank(tmp_path):
+    """`kill`/`timeout` send SIGTERM to the launcher: it must stop its ranks, not orphan them."""
+    proc = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--stages", "2", "--num-nodes", "300",
+                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(15)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    time.sleep(1)
+    alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+    assert not alive, f"ranks left running: {alive}"

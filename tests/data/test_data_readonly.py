@@ -84,6 +84,13 @@ def test_writable_root_missing_raw_calls_pyg_download(tmp_path, monkeypatch):
         raise OSError("offline")
 
     monkeypatch.setattr(webkb.WebKB, "download", fake_download)
+    (tmp_path / "dl").mkdir()
     with pytest.raises(ConfigError, match="offline"):
         load_dataset("texas", tmp_path / "dl", cache_dir=tmp_path / "cache")
     assert called["raw_dir"] == str(tmp_path / "dl" / "texas" / "raw")
+
+
+def test_a_root_that_does_not_exist_is_an_error_not_a_download(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist.*mkdir"):
+        load_dataset("Cora", tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()
