@@ -87,7 +87,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
         if rank == 0:
             print(format_plan(plan.info), file=sys.stderr)
+        import torch.distributed as dist
+
         out = worker(rank, world, config, plan, progress)
+        dist.barrier()
+        dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
         return out["result"] if out else None
     print(format_plan(plan.info), file=sys.stderr)
     outs = launch.spawn(worker, config.world_size, (config, plan, progress), backend=config.backend,

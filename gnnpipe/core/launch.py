@@ -1,7 +1,7 @@
 """Starting ranks: local processes (the built-in launcher) or an existing ``torchrun`` environment.
 
 Failure handling: every rank runs its function inside ``try``; an exception is reported to the
-parent with the rank's traceback. The parent watches the queue *and* the processes' exit codes: as
+parent with the rank's traceback. The parent watches the ranks' result pipes *and* the processes' exit codes: as
 soon as one rank fails or dies (e.g. killed by a signal), it terminates every other rank and raises
 :class:`~gnnpipe.errors.DistributedError` naming the failing rank and its error. Ranks blocked in a
 receive on a dead peer are ended by the parent; under ``torchrun`` (no parent of ours) the process
@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import queue
 import signal
 import socket
 import sys
@@ -25,6 +24,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from multiprocessing import connection as mp_connection
 
 from ..errors import DistributedError
 
@@ -63,6 +63,11 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
+    # tqdm's default lock is a multiprocessing semaphore, which os._exit below would leak (and the resource
+    # tracker then warns about); a rank only needs a thread lock
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     code = 0
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size,
@@ -70,9 +75,9 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
                                 timeout=datetime.timedelta(seconds=timeout_s))
         out = fn(rank, world_size, *args)
         # plain pickle (bytes): tensors travel by value, not as shared-memory handles that die with this process
-        results.put((rank, "ok", pickle.dumps(out)))
+        results.send((rank, "ok", pickle.dumps(out)))
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
-        results.put((rank, "error", (time.time(), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
+        results.send((rank, "error", (time.time(), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
         code = 1
     finally:
         if dist.is_initialized():
@@ -81,9 +86,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
                     dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
-    try:  # os._exit kills the queue's feeder thread: flush the report first (a large one spans several pipe writes)
-        results.close()
-        results.join_thread()
+    try:
+        results.close()  # send() above wrote the whole report synchronously
     except Exception:  # noqa: BLE001
         pass
     sys.stdout.flush()
@@ -111,12 +115,16 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     """
     backend = backend or default_backend()
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    # one pipe per rank (no semaphores to leak, unlike a multiprocessing.Queue)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, results),
+    procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, pipes[r][1]),
                          daemon=True, name=f"gnnpipe-rank{r}") for r in range(world_size)]
     for p in procs:
         p.start()
+    for _, w in pipes:
+        w.close()  # the parent only reads; a rank's end closing = EOF
+    open_conns = {pipes[r][0]: r for r in range(world_size)}
     out: dict[int, Any] = {}
     errors: dict[int, tuple[float, str]] = {}  # rank -> (time, message)
     deaths: dict[int, str] = {}  # rank -> how it died without a report
@@ -126,14 +134,16 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     timed_out = False
 
     def poll(timeout: float) -> None:
-        try:
-            rank, status, payload = results.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if status == "ok":
-            out[rank] = pickle.loads(payload)
-        else:
-            errors[rank] = payload
+        for conn in mp_connection.wait(list(open_conns), timeout=timeout):
+            try:
+                rank, status, payload = conn.recv()
+            except (EOFError, OSError):
+                open_conns.pop(conn, None)
+                continue
+            if status == "ok":
+                out[rank] = pickle.loads(payload)
+            else:
+                errors[rank] = payload
 
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -145,7 +155,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                 if p.exitcode is None or r in out or r in errors or r in deaths:
                     continue
                 # exit code 0/1: the rank reported (result/error) before exiting and the report is on its
-                # way through the queue; give it a moment, then count the rank as dead
+                # way through its pipe; give it a moment, then count the rank as dead
                 exited.setdefault(r, time.monotonic())
                 if p.exitcode in (0, 1) and time.monotonic() - exited[r] < 3.0:
                     continue
@@ -177,10 +187,10 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             for p in procs:
                 p.join(timeout=10)
             _terminate(procs)
-    for _ in range(4 * world_size):  # reports still queued
+    for _ in range(4 * world_size):  # reports still in the pipes
         poll(0.05)
-    results.close()
-    results.join_thread()
+    for conn in pipes:
+        conn[0].close()
     if errors or deaths or timed_out:
         if deaths:  # a rank that died without a word is the root cause; the others only lost it
             rank = min(deaths)
