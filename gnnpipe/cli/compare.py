@@ -174,8 +174,11 @@ def compare(config, ranks: int, hybrid: tuple[int, int] | None = None, modes=MOD
         raise ConfigError(f"unknown mode(s) {', '.join(sorted(unknown))}; use gp, gnnpipe, hybrid")
     rows, results = {}, {}
     for mode, (w, s) in layouts(ranks, hybrid, modes).items():
-        chunks = None if mode == "gp" else config.chunks
-        cfg = attrs.evolve(config, ways=w, stages=s, chunks=chunks)
+        if mode == "gp":  # exact: one part per rank, no history, no pipeline schedule
+            cfg = attrs.evolve(config, ways=w, stages=s, chunks=None, correctors=[], scheduler="gpipe",
+                               stash_weights=False)
+        else:
+            cfg = attrs.evolve(config, ways=w, stages=s, chunks=config.chunks)
         print(f"gnnpipe compare: {mode} ({w}x{s})", file=sys.stderr)
         res = train(cfg, data=data, progress=progress)
         results[mode] = res
