@@ -465,24 +465,11 @@ class HybridMember(PipelineStage):
         local = c - self.base
         return [self.way_base[q] + local for q in range(self.W) if q != self.w]
 
-    def _make_agg(self, c: int, write: bool):
+    def _chunk_op(self, i: int, j: int, kind: str, h: Tensor, c: int, write: bool) -> Tensor:
+        """The chunk aggregation with the peers' exchange of this slot's rows (module docstring)."""
         lo, hi = self.rows(c)
-
-        def factory(i: int):
-            counter = [0]
-            kinds = self.model.units[i].aggregations
-
-            def agg(h: Tensor, kind: str) -> Tensor:
-                j = counter[0]
-                counter[0] += 1
-                if j >= len(kinds) or kinds[j] != kind:
-                    raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {kinds}")
-                a_c, at_c = self._chunk_adj[(kind, c)]
-                return PeerChunkAggregate.apply(h, self._ops[(i, j)], a_c, at_c, lo, hi, c, write)
-
-            return agg
-
-        return factory
+        a_c, at_c = self._chunk_adj[(kind, c)]
+        return PeerChunkAggregate.apply(h, self._ops[(i, j)], a_c, at_c, lo, hi, c, write)
 
     def forward_chunk(self, c: int, epoch: int | None = None) -> None:
         """Forward of this way's local chunk ``c`` (global ``base + c``); the correctors' ``after_forward``

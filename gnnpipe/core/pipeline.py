@@ -157,7 +157,7 @@ class PipelineStage:
         return self.s == self.S - 1
 
     def _make_agg(self, c: int, write: bool):
-        lo, hi = self.rows(c)
+        """The per-unit aggregation callbacks for chunk ``c``: op ``j`` of unit ``i`` → :meth:`_chunk_op`."""
 
         def factory(i: int):
             counter = [0]
@@ -168,12 +168,17 @@ class PipelineStage:
                 counter[0] += 1
                 if j >= len(kinds) or kinds[j] != kind:
                     raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {kinds}")
-                a_c, at_c = self._chunk_adj[(kind, c)]
-                return ChunkAggregate.apply(h, self.histories[(i, j)], a_c, at_c, lo, hi, write)
+                return self._chunk_op(i, j, kind, h, c, write)
 
             return agg
 
         return factory
+
+    def _chunk_op(self, i: int, j: int, kind: str, h: Tensor, c: int, write: bool) -> Tensor:
+        """Op ``j`` of unit ``i`` on chunk ``c``: the history-backed chunk aggregation (DESIGN §5)."""
+        lo, hi = self.rows(c)
+        a_c, at_c = self._chunk_adj[(kind, c)]
+        return ChunkAggregate.apply(h, self.histories[(i, j)], a_c, at_c, lo, hi, write)
 
     def _run(self, c: int, h: Tensor, sh: Optional[Tensor], write: bool):
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, self._make_agg(c, write))
