@@ -534,12 +534,7 @@ class HybridMember(PipelineStage):
             return out
 
         out, sh = self.model.run_units(self.lo_unit, self.hi_unit, h, sh, _op_counter_factory(self.model, op))
-        if not self.is_last:
-            payload = torch.cat([out, sh], 1) if self.shared_dim else out
-            self.comm.isend(payload, self.ranks[self.s + 1], tag, "eval")
-            self.comm.wait_sends()
-            return None
-        return out
+        return self._pass_on_inference(out, sh, tag)
 
     def evaluate(self) -> dict:
         """Exact evaluation; every rank of the world gets the same metrics dict."""

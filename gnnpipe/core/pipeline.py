@@ -208,8 +208,7 @@ class PipelineStage:
                 loss = masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
                 self._losses.setdefault(e, []).append(float(loss.detach()))
         else:
-            payload = torch.cat([out, sh_out], 1) if self.shared_dim else out
-            self.comm.isend(payload, self.ranks[self.s + 1], TAG_STRIDE * c, "layer")
+            self.comm.isend(self._boundary(out, sh_out), self.ranks[self.s + 1], TAG_STRIDE * c, "layer")
         if self.recompute:
             self._saved[(e, c)] = (h_in, sh_in, None, None, None, rng, self.version)
             if self.stash and self.version not in self._stashed:
@@ -367,12 +366,19 @@ class PipelineStage:
             return agg
 
         out, sh = self.model.run_units(self.lo_unit, self.hi_unit, h, sh, factory)
-        if not self.is_last:
-            payload = torch.cat([out, sh], 1) if self.shared_dim else out
-            self.comm.isend(payload, self.ranks[self.s + 1], tag, "eval")
-            self.comm.wait_sends()
-            return None
-        return out
+        return self._pass_on_inference(out, sh, tag)
+
+    def _boundary(self, out: Tensor, sh: Optional[Tensor]) -> Tensor:
+        """The stage-boundary payload: output rows with the shared tensor (e.g. GCNII's h0) on the right."""
+        return torch.cat([out, sh], 1) if self.shared_dim else out
+
+    def _pass_on_inference(self, out: Tensor, sh: Optional[Tensor], tag: int) -> Optional[Tensor]:
+        """End of a stage's inference: send to the next stage (``None`` returned) or return the logits."""
+        if self.is_last:
+            return out
+        self.comm.isend(self._boundary(out, sh), self.ranks[self.s + 1], tag, "eval")
+        self.comm.wait_sends()
+        return None
 
     def refresh_history(self) -> None:
         """Recompute every ``H_in`` exactly from the current weights (the ``refresh`` corrector)."""
