@@ -436,8 +436,6 @@ class HybridMember(PipelineStage):
         self.own_chunks = range(int(plan.way_ptr[way]), int(plan.way_ptr[way + 1]))
         super().__init__(config, model, data, plan.chunk_ptr, plan.bounds, stage, ranks, scheduler, order_policy,
                          correctors, comm, eval_group=pipe_group, device=device)
-        # keep only this way's chunk slices (the base class sliced every chunk)
-        self._chunk_adj = {k: v for k, v in self._chunk_adj.items() if k[1] in self.own_chunks}
         self.num_chunks = len(self.own_chunks)
         self.peer_group = peer_group
         self.peer_ranks = [hybrid_rank(q, stage, S) for q in range(W)]
@@ -461,6 +459,10 @@ class HybridMember(PipelineStage):
         self.masks_own = {s: getattr(ys, f"{s}_mask")[lo:hi] for s in ("train", "val", "test")}
 
     # ------------------------------------------------------------------ chunk ids
+    def _owns_chunk(self, c: int) -> bool:
+        """Only this way's chunks are run (and sliced) here."""
+        return c in self.own_chunks
+
     def _peer_chunks(self, c: int) -> list[int]:
         local = c - self.base
         return [self.way_base[q] + local for q in range(self.W) if q != self.w]

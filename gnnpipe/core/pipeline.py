@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
 from .config import TrainConfig
-from .graph import GraphOps, csr_row_slice
+from .graph import CompactRows, GraphOps, csr_row_slice
 from .history import ChunkAggregate, History
 from .trainer import accuracies, make_optimizer, masked_loss
 
@@ -124,13 +124,17 @@ class PipelineStage:
         for i in self.units:
             for j, _ in enumerate(model.units[i].aggregations):
                 self.histories[(i, j)] = History(data.num_nodes, self.dtype, f"unit{i}.op{j}", self.device)
-        self._chunk_adj: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
+        # rows R_c of Â and Âᵀ per chunk and kind, columns compacted to the chunk's own rows + halo
+        self._chunk_adj: dict[tuple[str, int], tuple[CompactRows, CompactRows]] = {}
         for i in self.units:
             for kind in model.units[i].aggregations:
                 a, at = self.ops.adj(kind)
                 for c in range(self.num_chunks):
+                    if (kind, c) in self._chunk_adj or not self._owns_chunk(c):
+                        continue
                     lo, hi = self.rows(c)
-                    self._chunk_adj[(kind, c)] = (csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi))
+                    self._chunk_adj[(kind, c)] = (CompactRows(csr_row_slice(a, lo, hi)),
+                                                  CompactRows(csr_row_slice(at, lo, hi)))
         self.optimizer = make_optimizer_for(model, config, self.units)
         self.ctx = StageContext(stage=stage, num_stages=self.S, histories=list(self.histories.values()),
                                 chunk_ptr=self.chunk_ptr, seed=config.seed)
@@ -145,6 +149,10 @@ class PipelineStage:
         self.epoch = 0
 
     # ------------------------------------------------------------------ helpers
+    def _owns_chunk(self, c: int) -> bool:
+        """Whether this rank runs chunk ``c`` (every chunk here; a hybrid member only its way's)."""
+        return True
+
     def rows(self, c: int) -> tuple[int, int]:
         return int(self.chunk_ptr[c]), int(self.chunk_ptr[c + 1])
 

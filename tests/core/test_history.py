@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gnnpipe.core.graph import GraphOps, build_adjacency, csr_row_slice, csr_rows, csr_transpose
+from gnnpipe.core.graph import CompactRows, GraphOps, build_adjacency, csr_row_slice, csr_rows, csr_transpose, spmm
 from gnnpipe.core.history import ChunkAggregate, History
 
 N, D = 12, 3
@@ -40,11 +40,41 @@ def test_row_slices(adj):
     torch.testing.assert_close(csr_rows(a, rows).to_dense(), dense[rows])
 
 
+def test_compact_rows_equal_the_row_slice_product_bitwise(adj):
+    _, a, at = adj
+    h = torch.randn(N, D, dtype=torch.float64)
+    for lo, hi in [(0, 4), (4, 9), (9, 12), (0, N)]:
+        for m in (a, at):
+            rows = csr_row_slice(m, lo, hi)
+            comp = CompactRows(rows)
+            assert comp.cols.tolist() == sorted(set(rows.col_indices().tolist()))
+            assert comp.local.size(1) == comp.cols.numel() <= N
+            assert torch.equal(spmm(comp, h), torch.sparse.mm(rows, h))
+
+
+def test_compact_rows_without_nonzeros_give_zeros():
+    ei = torch.tensor([[0, 1], [1, 0]])  # vertices 2, 3 isolated: their "mean" rows are empty
+    a = build_adjacency(ei, 4, "mean", torch.float64)
+    comp = CompactRows(csr_row_slice(a, 2, 4))
+    assert comp.cols.numel() == 0
+    assert torch.equal(spmm(comp, torch.randn(4, 5, dtype=torch.float64)), torch.zeros(2, 5, dtype=torch.float64))
+
+
+def _slice(m, lo, hi, form):
+    """Rows [lo, hi) of m as the chunk op takes them: a CSR row slice or (as the pipeline builds them) CompactRows."""
+    rows = csr_row_slice(m, lo, hi)
+    return CompactRows(rows) if form == "compact" else rows
+
+
+FORMS = pytest.mark.parametrize("form", ["slice", "compact"])
+
+
 def _chunks():
     return [(0, 4), (4, 9), (9, 12)]
 
 
-def test_forward_reads_fresh_processed_rows_and_history_for_the_rest(adj):
+@FORMS
+def test_forward_reads_fresh_processed_rows_and_history_for_the_rest(adj, form):
     _, a, at = adj
     dense = a.to_dense()
     hist = History(N, torch.float64)
@@ -54,13 +84,14 @@ def test_forward_reads_fresh_processed_rows_and_history_for_the_rest(adj):
     x = torch.randn(N, D, dtype=torch.float64)
     expected_buf = stale.clone()
     for lo, hi in _chunks():
-        out = ChunkAggregate.apply(x[lo:hi], hist, csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi), lo, hi, True)
+        out = ChunkAggregate.apply(x[lo:hi], hist, _slice(a, lo, hi, form), _slice(at, lo, hi, form), lo, hi, True)
         expected_buf[lo:hi] = x[lo:hi]
         torch.testing.assert_close(out, dense[lo:hi] @ expected_buf)
     torch.testing.assert_close(hist.H_in, x)
 
 
-def test_backward_is_the_pull_over_all_out_neighbours(adj):
+@FORMS
+def test_backward_is_the_pull_over_all_out_neighbours(adj, form):
     """After every chunk's backward, chunk c's input gradient = Âᵀ[R_c,:] @ G_out with G_out holding
     the fresh gradients of chunks already back-propagated and the old ones of the rest."""
     _, a, at = adj
@@ -73,7 +104,7 @@ def test_backward_is_the_pull_over_all_out_neighbours(adj):
     g_all = torch.randn(N, D, dtype=torch.float64)
     for lo, hi in reversed(_chunks()):
         x = torch.randn(hi - lo, D, dtype=torch.float64, requires_grad=True)
-        out = ChunkAggregate.apply(x, hist, csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi), lo, hi, True)
+        out = ChunkAggregate.apply(x, hist, _slice(a, lo, hi, form), _slice(at, lo, hi, form), lo, hi, True)
         out.backward(g_all[lo:hi])
         gbuf[lo:hi] = g_all[lo:hi]
         torch.testing.assert_close(x.grad, dense_t[lo:hi] @ gbuf)
@@ -91,7 +122,8 @@ def test_single_chunk_equals_exact_autograd(adj):
     torch.testing.assert_close(x.grad, x2.grad)
 
 
-def test_gradcheck_against_dense_reference_including_cross_chunk_pull(adj):
+@FORMS
+def test_gradcheck_against_dense_reference_including_cross_chunk_pull(adj, form):
     """gradcheck (float64) of the chunk op: with the other chunks' output gradients held in G_out
     as constants, the op's backward is the exact vector-Jacobian product of the function
     x_c ↦ Σ_rows (Â[R_c,:] @ H)·W_c + Σ_{c'≠c} <Â[R_c', R_c] x_c, G_out[R_c']>, i.e. of the chunk's own
@@ -108,7 +140,7 @@ def test_gradcheck_against_dense_reference_including_cross_chunk_pull(adj):
         hist.ensure(D)
         hist.H_in.copy_(base)
         hist.G_out.copy_(other_g)
-        out = ChunkAggregate.apply(x, hist, csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi), lo, hi, True)
+        out = ChunkAggregate.apply(x, hist, _slice(a, lo, hi, form), _slice(at, lo, hi, form), lo, hi, True)
         return out
 
     def reference(x):
