@@ -111,9 +111,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
     t_part = time.perf_counter() - t0
     rdata = plan.data
     if config.layer_split == "profiled" and config.stages > 1:
-        # time the units on the whole graph: an induced subgraph of one chunk drops its cross-chunk edges
-        # and so under-weights the aggregations against dense units (e.g. a wide encoder)
-        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2)
+        # time every unit as the pipeline runs it: chunk by chunk with the history-backed op (a chunk's
+        # aggregation also reads its halo from cold history, which a whole-graph profile misses)
+        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr)
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]

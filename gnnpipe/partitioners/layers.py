@@ -230,7 +230,9 @@ class ProfiledLayerPartitioner(LayerPartitioner):
         ``model_or_costs`` is a ``GNNModel`` and ``data=`` (a PyG ``Data`` with ``x`` and
         ``edge_index``) must be given; ``sample_nodes=`` (optional int) restricts it to the subgraph
         induced by vertices ``[0, sample_nodes)`` (after :class:`~gnnpipe.partitioners.ChunkPlan`
-        relabelling, the first chunks); ``graph_ops=`` reuses a ``GraphOps`` of the sample.
+        relabelling, the first chunks); ``graph_ops=`` reuses a ``GraphOps`` of the sample;
+        ``chunk_ptr=`` (with the whole relabelled graph as ``data``) times every unit chunk by chunk as
+        the pipeline runs it (see :func:`profile_unit_costs`).
 
     Raises:
         ConfigError: no ``data`` for a model; ``S`` out of range.
@@ -254,7 +256,8 @@ class ProfiledLayerPartitioner(LayerPartitioner):
             if sample_nodes is not None and sample_nodes < int(data.num_nodes):
                 data = _row_slice_sample(data, int(sample_nodes))
             costs = profile_unit_costs(
-                model_or_costs, data, ctx.get("graph_ops"), repeats=int(ctx.get("repeats", self.repeats))
+                model_or_costs, data, ctx.get("graph_ops"), repeats=int(ctx.get("repeats", self.repeats)),
+                chunk_ptr=None if sample_nodes is not None else ctx.get("chunk_ptr"),
             )
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
 
@@ -268,16 +271,28 @@ def _row_slice_sample(data: Any, k: int) -> Any:
     return Data(x=data.x[:k], edge_index=ei[:, keep], num_nodes=k)
 
 
-def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3) -> list[float]:
-    """Seconds of forward + backward of every unit of ``model`` on a sample chunk.
+def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
+                       chunk_ptr: Tensor | None = None) -> list[float]:
+    """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
 
     Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
-    that requires grad, and the shared tensor likewise); aggregation is the exact full-graph op on the
-    sample's own graph (``GraphOps(sample.edge_index, n).aggregate``). Each unit's time covers its
-    forward and the backward of ``out.sum()`` (plus ``shared.sum()`` if it produces a new shared
-    tensor). One untimed warm-up pass, then ``repeats`` timed passes; the **minimum**
-    per unit is reported (noise on a shared machine only adds time). The model is run in training
-    mode (dropout on), its parameters' ``.grad`` and training flag and the global RNG are restored.
+    that requires grad, and the shared tensor likewise; the encoder's input ``x`` does not require grad,
+    as in training). Each unit's time covers its forward and the backward of ``out.sum()`` (plus
+    ``shared.sum()`` if it produces a new shared tensor).
+
+    * Without ``chunk_ptr``, aggregation is the exact full-graph op on the sample's own graph
+      (``GraphOps(sample.edge_index, n).aggregate``).
+    * With ``chunk_ptr`` (``LongTensor[C+1]``, chunks = contiguous id ranges, as after
+      :class:`~gnnpipe.partitioners.ChunkPlan` relabelling), each unit runs **as the pipeline runs it**:
+      chunk by chunk, with the history-backed chunk aggregation op
+      (:class:`gnnpipe.core.history.ChunkAggregate` on :class:`~gnnpipe.core.graph.CompactRows`, one
+      scratch history per op), and its cost is the sum over chunks. This captures what a whole-graph
+      profile misses: a chunk's aggregation also reads its halo from cold history buffers, so
+      aggregation units cost relatively more in a pipeline than dense units.
+
+    One untimed warm-up pass, then ``repeats`` timed passes; the **minimum** per unit is reported (noise
+    on a shared machine only adds time). The model is run in training mode (dropout on), its
+    parameters' ``.grad`` and training flag and the global RNG are restored.
 
     Args:
         model: a ``GNNModel`` (``.units``: callables ``unit(h, shared, agg) → (h, shared)``).
@@ -285,6 +300,7 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
             within ``[0, n)``).
         graph_ops: optional ``gnnpipe.core.graph.GraphOps`` of the sample (built if ``None``).
         repeats: timed passes (``>= 1``).
+        chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
 
     Returns:
         ``list[float]`` of length ``U``, seconds per unit.
@@ -302,7 +318,20 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         from ..core.graph import GraphOps
 
         graph_ops = GraphOps(ei, x.size(0), dtype=x.dtype)
-    agg = graph_ops.aggregate
+    n = int(x.size(0))
+    if chunk_ptr is not None:
+        ptr = [int(v) for v in torch.as_tensor(chunk_ptr).tolist()]
+        if len(ptr) < 2 or ptr[0] != 0 or ptr[-1] != n or any(b <= a for a, b in zip(ptr, ptr[1:])):
+            raise ConfigError(f"chunk_ptr must rise strictly from 0 to the {n} vertices of the sample; got "
+                              f"{ptr[:4]}{'…' if len(ptr) > 4 else ''}")
+        ranges = list(zip(ptr, ptr[1:]))
+        run_unit = _chunked_runner(graph_ops, ranges, n)
+    else:
+        agg = graph_ops.aggregate
+
+        def run_unit(unit, i, h, shared):
+            return _timed_unit(unit, h, shared, agg, i > 0)
+
     params = list(model.parameters())
     saved_grads = [p.grad for p in params]
     for p in params:  # backward would otherwise accumulate into the caller's .grad tensors in place
@@ -318,23 +347,66 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
                 h: Tensor = x
                 shared: Tensor | None = None
                 for i, unit in enumerate(units):
-                    h_in = h.detach().requires_grad_(True)
-                    s_in = None if shared is None else shared.detach().requires_grad_(True)
-                    t0 = time.perf_counter()
-                    out, s_out = unit(h_in, s_in, agg)
-                    loss = (out * torch.ones_like(out)).sum()
-                    if s_out is not None and s_out is not s_in and s_out.requires_grad:
-                        loss = loss + s_out.sum()
-                    loss.backward()
-                    dt = time.perf_counter() - t0
+                    h, shared, dt = run_unit(unit, i, h, shared)
                     if rep > 0:
                         times[i].append(dt)
-                    h, shared = out.detach(), (None if s_out is None else s_out.detach())
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g
         model.train(was_training)
     return [min(t) for t in times]
+
+
+def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool):
+    """Forward + backward of one unit on ``h``; returns the detached outputs and the seconds taken."""
+    h_in = h.detach().requires_grad_(input_grad)
+    s_in = None if shared is None else shared.detach().requires_grad_(True)
+    t0 = time.perf_counter()
+    out, s_out = unit(h_in, s_in, agg)
+    loss = out.sum()
+    if s_out is not None and s_out is not s_in and s_out.requires_grad:
+        loss = loss + s_out.sum()
+    if loss.requires_grad:
+        loss.backward()
+    dt = time.perf_counter() - t0
+    return out.detach(), (None if s_out is None else s_out.detach()), dt
+
+
+def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
+    """``run_unit(unit, i, h, shared) -> (h', shared', seconds)`` running a unit chunk by chunk with the
+    pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
+    from ..core.graph import CompactRows, csr_row_slice
+    from ..core.history import ChunkAggregate, History
+
+    rows: dict[str, list] = {}
+
+    def chunk_rows(kind: str) -> list:
+        if kind not in rows:
+            a, at = graph_ops.adj(kind)
+            rows[kind] = [(CompactRows(csr_row_slice(a, lo, hi)), CompactRows(csr_row_slice(at, lo, hi)))
+                          for lo, hi in ranges]
+        return rows[kind]
+
+    def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
+        hists = [History(n, h.dtype) for _ in getattr(unit, "aggregations", ())]
+        outs, shs, total = [], [], 0.0
+        for c, (lo, hi) in enumerate(ranges):
+            counter = [0]
+
+            def agg(t: Tensor, kind: str, c: int = c, lo: int = lo, hi: int = hi) -> Tensor:
+                j = counter[0]
+                counter[0] += 1
+                a_c, at_c = chunk_rows(kind)[c]
+                return ChunkAggregate.apply(t, hists[j], a_c, at_c, lo, hi, True)
+
+            o, s_o, dt = _timed_unit(unit, h[lo:hi], None if shared is None else shared[lo:hi], agg, i > 0)
+            outs.append(o)
+            shs.append(s_o)
+            total += dt
+        sh = None if shs[0] is None else torch.cat(shs)
+        return torch.cat(outs), sh, total
+
+    return run_unit
 
 
 def split_layers(model_or_costs: Any, num_stages: int, method: str = "equal", **ctx: Any) -> StageSplit:
