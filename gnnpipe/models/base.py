@@ -49,7 +49,8 @@ def dropout(h: Tensor, p: float, training: bool) -> Tensor:
         return h
     if p >= 1.0:
         return h * 0.0
-    return h * ((torch.rand_like(h) >= p).to(h.dtype) * (1.0 / (1.0 - p)))
+    mask = torch.rand_like(h).ge_(p).mul_(1.0 / (1.0 - p))  # in place: two ops fewer per call (chunks call it often)
+    return h * mask
 
 
 def activation(name: str) -> Callable[[Tensor], Tensor]:
