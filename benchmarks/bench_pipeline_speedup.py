@@ -34,6 +34,7 @@ def main():
     p.add_argument("--chunks", type=int, default=16)
     p.add_argument("--scheduler", default="gpipe")
     p.add_argument("--layer-split", default="profiled")
+    p.add_argument("--over-partition", type=int, default=4, help="METIS over-partitioning factor (paper: 4)")
     p.add_argument("--out", default=None, help="write both results as JSON")
     a = p.parse_args()
 
@@ -50,12 +51,12 @@ def main():
 
     single = api.train(base, progress=False)
     pipe_cfg = resolve_config(attrs.evolve(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler,
-                                           layer_split="equal"))
+                                           layer_split="equal", over_partition=a.over_partition))
     torch.set_num_threads(1)
     relabelled = build_plan(pipe_cfg, api.load_data(pipe_cfg)).data  # same chunking (same seed) as the pipeline's
     single_rl = SingleProcessTrainer(relabelled, resolve_config(base)).fit(progress=False)
     pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
-                     progress=False)
+                     over_partition=a.over_partition, progress=False)
 
     def med(r):
         return statistics.median(e["time_s"] for e in r.epochs[1:])
@@ -67,7 +68,7 @@ def main():
     sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
     sim = schedulers.simulate(sched, costs=schedulers.CostModel(forward=1.0, backward=2.0, stage_scale=costs))
     print(f"GCNII-{a.layers} hidden {a.hidden}, {a.dataset}: {a.stages} stages x 1 thread, {a.chunks} chunks, "
-          f"{a.scheduler}, layer split {a.layer_split} {plan['stage_bounds']} (profiled costs {['%.4f' % c for c in costs]})")
+          f"{a.scheduler}, over-partition {a.over_partition}, layer split {a.layer_split} {plan['stage_bounds']} (profiled costs {['%.4f' % c for c in costs]})")
     print(f"  single process (1 thread): {ts * 1000:8.1f} ms/epoch (median of epochs 2..{a.epochs})")
     print(f"  single process, pipeline's vertex order: {tr * 1000:8.1f} ms/epoch")
     print(f"  pipeline ({a.stages} ranks):     {tp * 1000:8.1f} ms/epoch")

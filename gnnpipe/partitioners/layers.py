@@ -5,8 +5,9 @@ boundaries ``0 = b_0 < b_1 < … < b_S = U``; stage ``s`` runs units ``[b_s, b_{
 
 * ``equal`` — the paper's rule (GNNPipe, arXiv 2308.10087, §4: layers are assigned evenly to GPUs):
   every unit costs 1 and the split is greedy and contiguous.
-* ``profiled`` — each unit's forward+backward time measured on a sample chunk
-  (:func:`profile_unit_costs`), then the exact min–max contiguous split (the "linear partition"
+* ``profiled`` — each unit's forward+backward time measured (:func:`profile_unit_costs`: on a sample,
+  or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
+  history-backed chunk op), then the exact min–max contiguous split (the "linear partition"
   / chains-on-chains problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming.
 
 This family has its own registry, separate from the vertex partitioners:
