@@ -35,8 +35,12 @@ def main():
     p.add_argument("--scheduler", default="gpipe")
     p.add_argument("--layer-split", default="profiled")
     p.add_argument("--over-partition", type=int, default=4, help="METIS over-partitioning factor (paper: 4)")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of (single, single relabelled, pipeline)")
+    p.add_argument("--_single-copy", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="write both results as JSON")
     a = p.parse_args()
+    if a._single_copy is not None:
+        return _single_copy(a)
 
     import torch
 
@@ -49,37 +53,100 @@ def main():
     from gnnpipe.core.runner import build_plan
     from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
 
-    single = api.train(base, progress=False)
+    torch.set_num_threads(1)
     pipe_cfg = resolve_config(attrs.evolve(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler,
                                            layer_split="equal", over_partition=a.over_partition))
-    torch.set_num_threads(1)
     relabelled = build_plan(pipe_cfg, api.load_data(pipe_cfg)).data  # same chunking (same seed) as the pipeline's
-    single_rl = SingleProcessTrainer(relabelled, resolve_config(base)).fit(progress=False)
-    pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
-                     over_partition=a.over_partition, progress=False)
 
     def med(r):
         return statistics.median(e["time_s"] for e in r.epochs[1:])
 
-    ts, tr, tp = med(single), med(single_rl), med(pipe)
-    compute = [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:]) for r in range(a.stages)]
-    plan = pipe.extra["plan"]
-    costs = plan["stage_costs"]
-    sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
-    sim = schedulers.simulate(sched, costs=schedulers.CostModel(forward=1.0, backward=2.0, stage_scale=costs))
+    rounds = []
+    for _ in range(a.repeat):  # each round runs the three side by side; noise drifts slowly on this VM
+        single = api.train(base, progress=False)
+        single_rl = SingleProcessTrainer(relabelled, resolve_config(base)).fit(progress=False)
+        pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
+                         over_partition=a.over_partition, progress=False)
+        rounds.append({"single": med(single), "single_relabelled": med(single_rl), "pipeline": med(pipe),
+                       "compute_s": [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:])
+                                     for r in range(a.stages)],
+                       "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
+                       "stage_costs": pipe.extra["plan"]["stage_costs"]})
+    pair = concurrent_single_copies(a, 2)
+
+    ts = statistics.median(r["single"] for r in rounds)
+    tr = statistics.median(r["single_relabelled"] for r in rounds)
+    tp = statistics.median(r["pipeline"] for r in rounds)
     print(f"GCNII-{a.layers} hidden {a.hidden}, {a.dataset}: {a.stages} stages x 1 thread, {a.chunks} chunks, "
-          f"{a.scheduler}, over-partition {a.over_partition}, layer split {a.layer_split} {plan['stage_bounds']} (profiled costs {['%.4f' % c for c in costs]})")
-    print(f"  single process (1 thread): {ts * 1000:8.1f} ms/epoch (median of epochs 2..{a.epochs})")
-    print(f"  single process, pipeline's vertex order: {tr * 1000:8.1f} ms/epoch")
-    print(f"  pipeline ({a.stages} ranks):     {tp * 1000:8.1f} ms/epoch")
+          f"{a.scheduler}, over-partition {a.over_partition}, layer split {a.layer_split}; {a.repeat} round(s)")
+    for i, r in enumerate(rounds):
+        costs = r["stage_costs"]
+        sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
+        sim = schedulers.simulate(sched, costs=schedulers.CostModel(forward=1.0, backward=2.0, stage_scale=costs))
+        r["simulated_bubble"] = list(sim.bubble_fraction)
+        print(f"  round {i}: single {r['single'] * 1e3:7.1f}, single (pipeline's vertex order) "
+              f"{r['single_relabelled'] * 1e3:7.1f}, pipeline {r['pipeline'] * 1e3:7.1f} ms/epoch -> "
+              f"{r['single'] / r['pipeline']:.3f}x / {r['single_relabelled'] / r['pipeline']:.3f}x; split "
+              f"{r['bounds']} (profiled {['%.3f' % c for c in costs]} s); compute per rank "
+              f"{[round(c, 3) for c in r['compute_s']]} s; idle {[round(f, 3) for f in r['idle_fraction']]}; "
+              f"simulated bubble {[round(b, 3) for b in sim.bubble_fraction]}")
+    print(f"  median single process (1 thread): {ts * 1e3:8.1f} ms/epoch (median of epochs 2..{a.epochs})")
+    print(f"  median single process, pipeline's vertex order: {tr * 1e3:8.1f} ms/epoch")
+    print(f"  median pipeline ({a.stages} ranks): {tp * 1e3:8.1f} ms/epoch")
     print(f"  speed-up single / pipeline = {ts / tp:.3f}x  (against the relabelled single process: {tr / tp:.3f}x)")
-    print(f"  compute per rank (s/epoch): {[round(c, 3) for c in compute]}  (sum {sum(compute):.3f})")
-    print(f"  measured idle fraction per rank: {[round(f, 3) for f in pipe.extra['idle_fraction']]}")
-    print(f"  simulator predicted bubble per stage: {[round(b, 3) for b in sim.bubble_fraction]}")
+    r1 = statistics.median(r["single"] / r["pipeline"] for r in rounds)
+    r2 = statistics.median(r["single_relabelled"] / r["pipeline"] for r in rounds)
+    print(f"  median of the per-round speed-ups: {r1:.3f}x  (against the relabelled single process: {r2:.3f}x)")
+    slow = statistics.mean(pair) / ts
+    bound = a.stages / slow * a.chunks / (a.chunks + a.stages - 1)
+    print(f"  {a.stages} concurrent copies of the single-process trainer: {[round(t * 1e3, 1) for t in pair]} ms/epoch "
+          f"= {slow:.3f}x one copy alone -> bound on the speed-up with the gpipe bubble: "
+          f"{a.stages} / {slow:.3f} x {a.chunks}/{a.chunks + a.stages - 1} = {bound:.3f}x")
     if a.out:
-        Path(a.out).write_text(json.dumps({"single": single.to_dict(), "single_relabelled": single_rl.to_dict(),
-                                           "pipeline": pipe.to_dict(), "speedup": ts / tp,
-                                           "speedup_vs_relabelled": tr / tp}, indent=1, default=str))
+        Path(a.out).write_text(json.dumps({"args": vars(a), "rounds": rounds, "single_ms": ts * 1e3,
+                                           "single_relabelled_ms": tr * 1e3, "pipeline_ms": tp * 1e3,
+                                           "speedup": ts / tp, "speedup_vs_relabelled": tr / tp,
+                                           "median_round_speedup": r1, "median_round_speedup_vs_relabelled": r2,
+                                           "concurrent_single_ms": [t * 1e3 for t in pair],
+                                           "concurrency_slowdown": slow, "bound": bound}, indent=1))
+
+
+def concurrent_single_copies(a, copies: int) -> list[float]:
+    """Median epoch time (s) of ``copies`` single-process trainers (1 thread each) running at the same time:
+    how much two busy processes slow each other on this machine, whatever the pipeline does."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 30.0  # after every copy has loaded the data
+    cmd = [sys.executable, __file__, "--_single-copy", str(start), "--epochs", str(a.epochs), "--dataset", a.dataset,
+           "--root", a.root, "--layers", str(a.layers), "--hidden", str(a.hidden)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(copies)]
+    return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+
+
+def _single_copy(a) -> None:
+    import time
+
+    import torch
+
+    from gnnpipe import api
+    from gnnpipe.core.config import TrainConfig
+    from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+
+    torch.set_num_threads(1)
+    cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
+                                     epochs=a.epochs, patience=0, threads=1))
+    trainer = SingleProcessTrainer(api.load_data(cfg), cfg)
+    trainer.train_step(0)
+    while time.time() < a._single_copy:
+        time.sleep(0.01)
+    times = []
+    for e in range(a.epochs):
+        t0 = time.perf_counter()
+        trainer.train_step(e)
+        times.append(time.perf_counter() - t0)
+    print(statistics.median(times[1:]))
 
 
 if __name__ == "__main__":
