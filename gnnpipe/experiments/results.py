@@ -10,7 +10,10 @@ Each line is one JSON object:
 * ``result`` — the ``gnnpipe train --out`` JSON (see :class:`gnnpipe.core.results.TrainResult`), ``null``
   when failed;
 * ``wall_s`` — seconds the run took, process start included; ``finished_at`` — UTC ISO time;
-  ``log`` — path of the run's captured output.
+  ``log`` — path of the run's captured output;
+* ``code`` — the code that ran: ``{"gnnpipe": version, "git": commit or null, "dirty": bool or null}``
+  (whether the package's tracked files differed from the commit); lines written before this field
+  existed lack it.
 
 Every line is written with a single ``write`` of the whole line, flushed and ``fsync``-ed before the
 next run starts, so a study killed at any point loses at most the run in progress. A torn last line

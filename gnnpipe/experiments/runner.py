@@ -22,6 +22,30 @@ from pathlib import Path
 from typing import Optional
 
 from .grid import Run, Study
+
+
+def code_version() -> dict:
+    """The code a run used: ``{"gnnpipe": version, "git": commit or None, "dirty": bool or None}``.
+
+    Runs are subprocesses of the installed package; with an editable install a study resumed (or left
+    running) across code changes mixes versions, and this tells them apart. ``git`` is ``None`` outside
+    a git checkout or without git.
+    """
+    from .. import __version__
+
+    out: dict = {"gnnpipe": __version__, "git": None, "dirty": None}
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode == 0:
+            out["git"] = head.stdout.strip()
+            st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                 "gnnpipe"], capture_output=True, text=True, timeout=10)
+            out["dirty"] = bool(st.stdout.strip()) if st.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
 from .results import ResultsWriter, read_records, results_stem
 
 #: characters of a failed run's output kept as its ``error``
@@ -237,7 +261,7 @@ def run_study(
                     "overrides": run.overrides, "settings": run.settings, "argv": run.argv,
                     "status": outcome.status, "error": outcome.error, "result": outcome.result,
                     "wall_s": wall, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "log": outcome.log,
+                    "log": outcome.log, "code": code_version(),
                 }
                 writer.append(rec)
                 prog.ran += 1

@@ -118,3 +118,17 @@ def test_nan_written_as_null(tmp_path):
     with ResultsWriter(res) as w:
         w.append({"run_id": "a", "result": {"v": float("nan")}})
     assert json.loads(res.read_text())["result"]["v"] is None
+
+
+def test_each_record_names_the_code_that_ran(tmp_path, monkeypatch):
+    import gnnpipe
+    from gnnpipe.experiments import runner
+
+    res = tmp_path / "r.jsonl"
+    run_study(make(), res, execute=FakeExec(), progress=False, log=lambda m: None)
+    codes = [r["code"] for r in lines(res)]
+    assert all(c["gnnpipe"] == gnnpipe.__version__ for c in codes)
+    # in this checkout: a 40-hex commit; outside one (or without git): None, and the study still runs
+    assert all(c["git"] is None or (len(c["git"]) == 40 and isinstance(c["dirty"], bool)) for c in codes)
+    monkeypatch.setattr(runner.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no git")))
+    assert runner.code_version() == {"gnnpipe": gnnpipe.__version__, "git": None, "dirty": None}
