@@ -71,7 +71,8 @@ def main():
                        "compute_s": [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:])
                                      for r in range(a.stages)],
                        "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
-                       "stage_costs": pipe.extra["plan"]["stage_costs"]})
+                       "stage_costs": pipe.extra["plan"]["stage_costs"],
+                       "measured_bubble": measured_phase_bubble(a, pipe.extra["plan"])})
     pair = concurrent_single_copies(a, 2)
 
     ts = statistics.median(r["single"] for r in rounds)
@@ -89,7 +90,9 @@ def main():
               f"{r['single'] / r['pipeline']:.3f}x / {r['single_relabelled'] / r['pipeline']:.3f}x; split "
               f"{r['bounds']} (profiled {['%.3f' % c for c in costs]} s); compute per rank "
               f"{[round(c, 3) for c in r['compute_s']]} s; idle {[round(f, 3) for f in r['idle_fraction']]}; "
-              f"simulated bubble {[round(b, 3) for b in sim.bubble_fraction]}")
+              f"simulated bubble {[round(b, 3) for b in sim.bubble_fraction]} (uniform F:B = 1:2), "
+              f"{[round(b, 3) for b in r['measured_bubble']] if r['measured_bubble'] else 'n/a'} "
+              f"(profiled per-chunk F and B)")
     print(f"  median single process (1 thread): {ts * 1e3:8.1f} ms/epoch (median of epochs 2..{a.epochs})")
     print(f"  median single process, pipeline's vertex order: {tr * 1e3:8.1f} ms/epoch")
     print(f"  median pipeline ({a.stages} ranks): {tp * 1e3:8.1f} ms/epoch")
@@ -109,6 +112,25 @@ def main():
                                            "median_round_speedup": r1, "median_round_speedup_vs_relabelled": r2,
                                            "concurrent_single_ms": [t * 1e3 for t in pair],
                                            "concurrency_slowdown": slow, "bound": bound}, indent=1))
+
+
+def measured_phase_bubble(a, plan: dict):
+    """The simulator's bubble per stage for this schedule with the profiled forward and backward seconds of
+    every stage on every chunk (``plan["stage_chunk_forward_s"]``/``..._backward_s``), or ``None``."""
+    from gnnpipe import schedulers
+    from gnnpipe.schedulers.ir import ActionKind
+
+    fwd, bwd = plan.get("stage_chunk_forward_s"), plan.get("stage_chunk_backward_s")
+    if not fwd or not bwd:
+        return None
+
+    def cost(act) -> float:
+        if act.kind == ActionKind.STEP:
+            return 0.0
+        return (fwd if act.kind == ActionKind.F else bwd)[act.stage][act.chunk]
+
+    sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
+    return list(schedulers.simulate(sched, costs=cost).bubble_fraction)
 
 
 def concurrent_single_copies(a, copies: int) -> list[float]:

@@ -112,8 +112,10 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
     rdata = plan.data
     if config.layer_split == "profiled" and config.stages > 1:
         # time every unit as the pipeline runs it: chunk by chunk with the history-backed op (a chunk's
-        # aggregation also reads its halo from cold history, which a whole-graph profile misses)
-        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr)
+        # aggregation also reads its halo from cold history, which a whole-graph profile misses), then
+        # refine the split for this schedule's simulated makespan with separate forward/backward costs
+        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
+                             scheduler=make_scheduler(config))
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
@@ -123,6 +125,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
         "num_units": model.num_units, "stage_bounds": bounds,
         "stage_costs": [float(c) for c in split.stage_costs],
+        # measured seconds of each stage on each chunk (profiled split only): S × C lists
+        "stage_chunk_forward_s": (split.stage_phase_costs() or (None, None))[0],
+        "stage_chunk_backward_s": (split.stage_phase_costs() or (None, None))[1],
         "chunk_sizes": [int(b - a) for a, b in zip(plan.chunk_ptr[:-1].tolist(), plan.chunk_ptr[1:].tolist())],
         "way_ptr": [int(w) for w in plan.way_ptr.tolist()],
         "partition_time_s": t_part,

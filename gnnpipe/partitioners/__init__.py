@@ -47,12 +47,14 @@ from .layers import (  # noqa: F401
     LayerPartitioner,
     ProfiledLayerPartitioner,
     StageSplit,
+    UnitPhases,
     available_layer_partitioners,
     get_layer_partitioner,
     layer_partitioners,
     minmax_split,
     profile_unit_costs,
     register_layer_partitioner,
+    schedule_split,
     split_layers,
 )
 from .methods import (  # noqa: F401

@@ -40,7 +40,9 @@ __all__ = [
     "layer_partitioners",
     "minmax_split",
     "profile_unit_costs",
+    "schedule_split",
     "split_layers",
+    "UnitPhases",
 ]
 
 
@@ -53,11 +55,14 @@ class StageSplit:
         stage_costs: ``list[float]`` of length ``S``: the predicted cost of each stage (sum of its
             unit costs; seconds for ``profiled``, unit counts for ``equal``).
         unit_costs: ``list[float]`` of length ``U``: the cost of every unit used for the split.
+        phases: the measured forward/backward seconds per unit and chunk when the split was profiled
+            (``None`` otherwise); :meth:`stage_phase_costs` sums them per stage.
     """
 
     bounds: list[int]
     stage_costs: list[float]
     unit_costs: list[float]
+    phases: "UnitPhases | None" = None
 
     @property
     def num_stages(self) -> int:
@@ -73,6 +78,19 @@ class StageSplit:
     def bottleneck(self) -> float:
         """``max(stage_costs)``: the predicted per-chunk time of the slowest stage."""
         return max(self.stage_costs)
+
+    def stage_phase_costs(self) -> "tuple[list[list[float]], list[list[float]]] | None":
+        """``(forward, backward)``: seconds of each stage on each chunk (``S × C`` lists), summed over the
+        stage's units from :attr:`phases`; ``None`` without measured phases. Feed them to the schedule
+        simulator for a prediction with measured, per-chunk costs."""
+        if self.phases is None:
+            return None
+        out = []
+        for table in (self.phases.forward, self.phases.backward):
+            chunks = len(table[0])
+            out.append([[sum(table[u][c] for u in range(a, b)) for c in range(chunks)]
+                        for a, b in itertools.pairwise(self.bounds)])
+        return out[0], out[1]
 
     def stage_units(self, s: int) -> range:
         """Unit indices of stage ``s`` (``range``).
@@ -233,7 +251,9 @@ class ProfiledLayerPartitioner(LayerPartitioner):
         induced by vertices ``[0, sample_nodes)`` (after :class:`~gnnpipe.partitioners.ChunkPlan`
         relabelling, the first chunks); ``graph_ops=`` reuses a ``GraphOps`` of the sample;
         ``chunk_ptr=`` (with the whole relabelled graph as ``data``) times every unit chunk by chunk as
-        the pipeline runs it (see :func:`profile_unit_costs`).
+        the pipeline runs it (see :func:`profile_unit_costs`); ``scheduler=`` (a scheduler name or
+        instance) then refines the min–max split for that schedule's simulated makespan with separate
+        forward and backward costs (:func:`schedule_split`).
 
     Raises:
         ConfigError: no ``data`` for a model; ``S`` out of range.
@@ -256,11 +276,99 @@ class ProfiledLayerPartitioner(LayerPartitioner):
             sample_nodes = ctx.get("sample_nodes")
             if sample_nodes is not None and sample_nodes < int(data.num_nodes):
                 data = _row_slice_sample(data, int(sample_nodes))
-            costs = profile_unit_costs(
+            phases = profile_unit_costs(
                 model_or_costs, data, ctx.get("graph_ops"), repeats=int(ctx.get("repeats", self.repeats)),
-                chunk_ptr=None if sample_nodes is not None else ctx.get("chunk_ptr"),
+                chunk_ptr=None if sample_nodes is not None else ctx.get("chunk_ptr"), phases=True,
             )
+            costs = phases.unit_costs()
+            bounds = minmax_split(costs, num_stages)
+            if ctx.get("scheduler") is not None and num_stages > 1:
+                bounds, _ = schedule_split(phases, num_stages, ctx["scheduler"], start=bounds)
+            return attrs.evolve(StageSplit.from_bounds(bounds, costs), phases=phases)
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
+
+
+@attrs.frozen
+class UnitPhases:
+    """Measured forward and backward seconds of every unit on every chunk.
+
+    Attributes:
+        forward, backward: ``list[list[float]]`` of shape ``U × C`` (``C = 1`` for a whole-graph profile).
+    """
+
+    forward: list[list[float]]
+    backward: list[list[float]]
+
+    def unit_costs(self) -> list[float]:
+        """Forward + backward seconds per unit, summed over chunks (``list[float]`` of length ``U``)."""
+        return [sum(f) + sum(b) for f, b in zip(self.forward, self.backward)]
+
+
+def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: Sequence[int] | None = None,
+                   max_rounds: int = 64) -> tuple[list[int], float]:
+    """Refine a contiguous split for one schedule: minimise the makespan the schedule simulator predicts
+    with the measured per-chunk forward and backward costs of each stage.
+
+    A min–max split of forward + backward balances each stage's total, which is what a 1F1B steady
+    state needs; GPipe runs all forwards, then all backwards, so a stage whose forward is relatively heavy
+    (e.g. a wide encoder without input gradient) and another whose backward is heavy each wait in a
+    different phase although their totals are equal. Starting from ``start`` (default: the min–max split of
+    the totals), every stage boundary is moved by ±1 while the simulated makespan
+    (:func:`gnnpipe.schedulers.simulate`, ``F``/``B`` of stage ``s`` on chunk ``c`` = the sum of its units'
+    measured seconds on chunk ``c``) decreases — a local search, steepest descent, at most ``max_rounds``
+    moves.
+
+    Args:
+        phases: per-unit, per-chunk forward/backward seconds (:func:`profile_unit_costs` with ``phases=True``).
+        num_stages: ``S``. scheduler: a registered scheduler name or instance.
+        start: initial boundaries (``S + 1`` ints).
+
+    Returns:
+        ``(bounds, makespan)``: the refined boundaries and their simulated makespan (seconds per epoch).
+
+    Raises:
+        ConfigError: ``S`` out of range; UnknownComponentError: unknown scheduler.
+    """
+    from ..schedulers import build_schedule, simulate
+    from ..schedulers.ir import ActionKind
+
+    units = len(phases.forward)
+    _check_stages(units, num_stages)
+    chunks = len(phases.forward[0])
+    sched = build_schedule(scheduler, num_stages, chunks)
+    pf = [[0.0] * chunks]  # prefix sums over units, per chunk
+    pb = [[0.0] * chunks]
+    for f, b in zip(phases.forward, phases.backward):
+        pf.append([x + y for x, y in zip(pf[-1], f)])
+        pb.append([x + y for x, y in zip(pb[-1], b)])
+
+    def makespan(bounds: Sequence[int]) -> float:
+        def cost(a) -> float:
+            if a.kind == ActionKind.STEP:
+                return 0.0
+            lo, hi = bounds[a.stage], bounds[a.stage + 1]
+            p = pf if a.kind == ActionKind.F else pb
+            return p[hi][a.chunk] - p[lo][a.chunk]
+
+        return simulate(sched, costs=cost).makespan
+
+    bounds = list(start) if start is not None else minmax_split(phases.unit_costs(), num_stages)
+    best = makespan(bounds)
+    for _ in range(max_rounds):
+        move = None
+        for i in range(1, num_stages):
+            for d in (-1, 1):
+                cand = list(bounds)
+                cand[i] += d
+                if not cand[i - 1] < cand[i] < cand[i + 1]:
+                    continue
+                m = makespan(cand)
+                if m < best - 1e-12 and (move is None or m < move[1]):
+                    move = (cand, m)
+        if move is None:
+            break
+        bounds, best = move
+    return bounds, best
 
 
 def _row_slice_sample(data: Any, k: int) -> Any:
@@ -273,7 +381,7 @@ def _row_slice_sample(data: Any, k: int) -> Any:
 
 
 def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
-                       chunk_ptr: Tensor | None = None) -> list[float]:
+                       chunk_ptr: Tensor | None = None, *, phases: bool = False) -> "list[float] | UnitPhases":
     """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
 
     Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
@@ -303,8 +411,10 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         repeats: timed passes (``>= 1``).
         chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
 
+        phases: return a :class:`UnitPhases` (forward and backward seconds per unit and chunk) instead.
+
     Returns:
-        ``list[float]`` of length ``U``, seconds per unit.
+        ``list[float]`` of length ``U``, seconds per unit (forward + backward, summed over chunks).
 
     Raises:
         DataValidationError: the sample lacks ``x`` or ``edge_index``. ConfigError: ``repeats < 1``.
@@ -331,7 +441,8 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         agg = graph_ops.aggregate
 
         def run_unit(unit, i, h, shared):
-            return _timed_unit(unit, h, shared, agg, i > 0)
+            o, s_o, tf, tb = _timed_unit(unit, h, shared, agg, i > 0)
+            return o, s_o, [tf], [tb]
 
     params = list(model.parameters())
     saved_grads = [p.grad for p in params]
@@ -339,7 +450,7 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         p.grad = None
     was_training = model.training
     units = list(model.units)
-    times = [[] for _ in units]
+    times: list[list[tuple[list[float], list[float]]]] = [[] for _ in units]
     try:
         model.train()
         with torch.random.fork_rng(devices=[]):
@@ -348,18 +459,23 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
                 h: Tensor = x
                 shared: Tensor | None = None
                 for i, unit in enumerate(units):
-                    h, shared, dt = run_unit(unit, i, h, shared)
+                    h, shared, tf, tb = run_unit(unit, i, h, shared)
                     if rep > 0:
-                        times[i].append(dt)
+                        times[i].append((tf, tb))
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g
         model.train(was_training)
-    return [min(t) for t in times]
+    # minimum over repeats, per unit, chunk and phase
+    fwd = [[min(rep[0][c] for rep in t) for c in range(len(t[0][0]))] for t in times]
+    bwd = [[min(rep[1][c] for rep in t) for c in range(len(t[0][1]))] for t in times]
+    if phases:
+        return UnitPhases(forward=fwd, backward=bwd)
+    return [sum(f) + sum(b) for f, b in zip(fwd, bwd)]
 
 
 def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool):
-    """Forward + backward of one unit on ``h``; returns the detached outputs and the seconds taken."""
+    """Forward + backward of one unit on ``h``; returns the detached outputs, forward and backward seconds."""
     h_in = h.detach().requires_grad_(input_grad)
     s_in = None if shared is None else shared.detach().requires_grad_(True)
     t0 = time.perf_counter()
@@ -367,15 +483,16 @@ def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_gra
     loss = out.sum()
     if s_out is not None and s_out is not s_in and s_out.requires_grad:
         loss = loss + s_out.sum()
+    t1 = time.perf_counter()
     if loss.requires_grad:
         loss.backward()
-    dt = time.perf_counter() - t0
-    return out.detach(), (None if s_out is None else s_out.detach()), dt
+    t2 = time.perf_counter()
+    return out.detach(), (None if s_out is None else s_out.detach()), t1 - t0, t2 - t1
 
 
 def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
-    """``run_unit(unit, i, h, shared) -> (h', shared', seconds)`` running a unit chunk by chunk with the
-    pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
+    """``run_unit(unit, i, h, shared) -> (h', shared', forward s per chunk, backward s per chunk)`` running a
+    unit chunk by chunk with the pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
     from ..core.graph import CompactRows, csr_row_slice
     from ..core.history import ChunkAggregate, History
 
@@ -390,7 +507,7 @@ def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
 
     def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
         hists = [History(n, h.dtype) for _ in getattr(unit, "aggregations", ())]
-        outs, shs, total = [], [], 0.0
+        outs, shs, fw, bw = [], [], [], []
         for c, (lo, hi) in enumerate(ranges):
             counter = [0]
 
@@ -400,12 +517,13 @@ def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
                 a_c, at_c = chunk_rows(kind)[c]
                 return ChunkAggregate.apply(t, hists[j], a_c, at_c, lo, hi, True)
 
-            o, s_o, dt = _timed_unit(unit, h[lo:hi], None if shared is None else shared[lo:hi], agg, i > 0)
+            o, s_o, tf, tb = _timed_unit(unit, h[lo:hi], None if shared is None else shared[lo:hi], agg, i > 0)
             outs.append(o)
             shs.append(s_o)
-            total += dt
+            fw.append(tf)
+            bw.append(tb)
         sh = None if shs[0] is None else torch.cat(shs)
-        return torch.cat(outs), sh, total
+        return torch.cat(outs), sh, fw, bw
 
     return run_unit
 

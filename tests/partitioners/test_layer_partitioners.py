@@ -167,3 +167,61 @@ def test_chunked_profile_counts_the_chunk_work(monkeypatch):
     assert sorted(calls) == sorted(per_pass * 2)  # warm-up + 1 timed pass
     with pytest.raises(ConfigError, match="chunk_ptr"):
         P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, 5, 3, n]))
+
+
+def test_schedule_split_never_worse_than_its_start():
+    """Two stages, 4 units, 4 chunks: unit 0 is forward-heavy, unit 3 backward-heavy. The refined split's
+    reported makespan is the simulator's for it, never worse than the start, and the best of all splits."""
+    from gnnpipe.schedulers import build_schedule, simulate
+
+    C = 4
+    f = [[3.0] * C, [1.0] * C, [1.0] * C, [0.5] * C]
+    b = [[0.5] * C, [1.0] * C, [1.0] * C, [3.5] * C]
+    ph = P.UnitPhases(forward=f, backward=b)
+    start = P.minmax_split(ph.unit_costs(), 2)
+
+    def sim(bounds):
+        def cost(a):
+            if a.kind.name == "STEP":
+                return 0.0
+            m = f if a.kind.name == "F" else b
+            return sum(m[u][a.chunk] for u in range(bounds[a.stage], bounds[a.stage + 1]))
+        return simulate(build_schedule("gpipe", 2, C), costs=cost).makespan
+
+    bounds, span = P.schedule_split(ph, 2, "gpipe", start=start)
+    assert span == pytest.approx(sim(bounds))
+    assert span <= sim(start) + 1e-9
+    assert span == pytest.approx(min(sim([0, k, 4]) for k in (1, 2, 3)))  # exhaustive: the best 2-stage split
+    # equal units from a bad start ([0, 1, 4]: stage 1 holds 3 of 4) walk to the even split
+    even = P.UnitPhases(forward=[[1.0] * C] * 4, backward=[[2.0] * C] * 4)
+    bounds, span_even = P.schedule_split(even, 2, "gpipe", start=[0, 1, 4])
+    assert bounds == [0, 2, 4] and span_even == pytest.approx(2 * 2 * (C + 1) * 1.5)
+    with pytest.raises(ConfigError, match="at most"):
+        P.schedule_split(ph, 5, "gpipe")
+
+
+def test_profile_phases_shape_and_sum():
+    model = build_model("gcnii", 8, 3, num_layers=2, hidden=8)
+    data = sample()
+    n = int(data.num_nodes)
+    ph = P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, n // 2, n]), phases=True)
+    assert len(ph.forward) == len(ph.backward) == model.num_units
+    assert all(len(r) == 2 for r in ph.forward + ph.backward)
+    assert all(t >= 0 for r in ph.forward + ph.backward for t in r)
+    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 2, data=data, scheduler="gpipe",
+                                                                 chunk_ptr=torch.tensor([0, n // 2, n]))
+    assert split.num_stages == 2 and split.bounds[0] == 0 and split.bounds[-1] == model.num_units
+
+
+def test_profiled_split_keeps_its_phases_per_stage_and_chunk():
+    model = build_model("gcn", 8, 3, num_layers=2, hidden=8)
+    data = sample()
+    n = int(data.num_nodes)
+    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 2, data=data,
+                                                                 chunk_ptr=torch.tensor([0, 9, n]))
+    fwd, bwd = split.stage_phase_costs()
+    assert len(fwd) == len(bwd) == 2 and all(len(r) == 2 for r in fwd + bwd)
+    # per stage: forward + backward over its chunks = the stage cost used for the split
+    for s in range(2):
+        assert sum(fwd[s]) + sum(bwd[s]) == pytest.approx(split.stage_costs[s])
+    assert P.split_layers(model, 2, "equal").stage_phase_costs() is None
