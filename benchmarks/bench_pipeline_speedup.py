@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -73,7 +74,7 @@ def main():
                        "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
                        "stage_costs": pipe.extra["plan"]["stage_costs"],
                        "measured_bubble": measured_phase_bubble(a, pipe.extra["plan"])})
-    pair = concurrent_single_copies(a, 2)
+    pair = concurrent_single_copies(a, a.stages)
 
     ts = statistics.median(r["single"] for r in rounds)
     tr = statistics.median(r["single_relabelled"] for r in rounds)
@@ -100,11 +101,16 @@ def main():
     r1 = statistics.median(r["single"] / r["pipeline"] for r in rounds)
     r2 = statistics.median(r["single_relabelled"] / r["pipeline"] for r in rounds)
     print(f"  median of the per-round speed-ups: {r1:.3f}x  (against the relabelled single process: {r2:.3f}x)")
-    slow = statistics.mean(pair) / ts
-    bound = a.stages / slow * a.chunks / (a.chunks + a.stages - 1)
-    print(f"  {a.stages} concurrent copies of the single-process trainer: {[round(t * 1e3, 1) for t in pair]} ms/epoch "
-          f"= {slow:.3f}x one copy alone -> bound on the speed-up with the gpipe bubble: "
-          f"{a.stages} / {slow:.3f} x {a.chunks}/{a.chunks + a.stages - 1} = {bound:.3f}x")
+    slow = bound = None
+    if pair:
+        slow = statistics.mean(pair) / ts
+        bound = a.stages / slow * a.chunks / (a.chunks + a.stages - 1)
+        print(f"  {a.stages} concurrent copies of the single-process trainer: {[round(t * 1e3, 1) for t in pair]} "
+              f"ms/epoch = {slow:.3f}x one copy alone -> bound on the speed-up with the gpipe bubble: "
+              f"{a.stages} / {slow:.3f} x {a.chunks}/{a.chunks + a.stages - 1} = {bound:.3f}x")
+    else:
+        print(f"  {a.stages} concurrent copies of the single-process trainer: failed (run one copy by hand: "
+              f"{sys.executable} {__file__} --_single-copy 0)")
     if a.out:
         Path(a.out).write_text(json.dumps({"args": vars(a), "rounds": rounds, "single_ms": ts * 1e3,
                                            "single_relabelled_ms": tr * 1e3, "pipeline_ms": tp * 1e3,
@@ -137,14 +143,17 @@ def concurrent_single_copies(a, copies: int) -> list[float]:
     """Median epoch time (s) of ``copies`` single-process trainers (1 thread each) running at the same time:
     how much two busy processes slow each other on this machine, whatever the pipeline does."""
     import subprocess
-    import sys
     import time
 
     start = time.time() + 30.0  # after every copy has loaded the data
     cmd = [sys.executable, __file__, "--_single-copy", str(start), "--epochs", str(a.epochs), "--dataset", a.dataset,
            "--root", a.root, "--layers", str(a.layers), "--hidden", str(a.hidden)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(copies)]
-    return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    outs = [p.communicate()[0].strip().splitlines() for p in procs]
+    try:
+        return [float(o[-1]) for o in outs]
+    except (IndexError, ValueError):  # a copy failed: report it, keep the rounds already measured
+        return []
 
 
 def _single_copy(a) -> None:

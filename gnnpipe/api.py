@@ -73,7 +73,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         DistributedError: a rank failed (all ranks are stopped; the message names it).
     """
     from .core import launch
-    from .core.runner import build_plan, format_plan, worker
+    from .core.runner import build_plan, format_plan, share_profiled_split, worker
 
     config = resolve_config(_as_config(config, overrides))
     data = load_data(config) if data is None else _prepare(data, config)
@@ -85,9 +85,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     plan = build_plan(config, data)
     if launch.under_torchrun():
         rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
+        import torch.distributed as dist
+
+        share_profiled_split(config, plan)
         if rank == 0:
             print(format_plan(plan.info), file=sys.stderr)
-        import torch.distributed as dist
 
         out = worker(rank, world, config, plan, progress)
         dist.barrier()

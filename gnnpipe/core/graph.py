@@ -99,8 +99,8 @@ class CompactRows:
     Why: a chunk's product reads the rows of ``H`` of its own vertices and of its halo (neighbours in
     other chunks). In a pipeline these rows live in large history buffers that are cold in the cache; a
     gather (``index_select``) fetches them with far more memory-level parallelism than the scattered
-    reads inside the sparse kernel. Measured on Amazon Computers, 16 chunks, 40 history buffers: 11.2
-    against 16.7 ms per op (docs/RESULTS.md §5).
+    reads inside the sparse kernel. Measured on Amazon Computers, 16 chunks, 40 history buffers: 11.1
+    against 16.3 ms per op (benchmarks/bench_chunk_gather.py; docs/RESULTS.md §5).
 
     Args:
         rows: ``r × N`` CSR tensor (e.g. :func:`csr_row_slice` of ``Â``).

@@ -114,8 +114,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         # time every unit as the pipeline runs it: chunk by chunk with the history-backed op (a chunk's
         # aggregation also reads its halo from cold history, which a whole-graph profile misses), then
         # refine the split for this schedule's simulated makespan with separate forward/backward costs
+        # (one way only: a hybrid way runs C/W of the chunks, a schedule the profile does not cover)
         split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
-                             scheduler=make_scheduler(config))
+                             scheduler=make_scheduler(config) if config.ways == 1 else None)
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
@@ -142,6 +143,21 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         info["edge_cut"] = int(m.edge_cut)
     return RunPlan(data=rdata, chunk_ptr=plan.chunk_ptr.clone(), way_ptr=plan.way_ptr.clone(), bounds=bounds,
                    num_features=F, num_classes=Cls, info=info)
+
+
+def share_profiled_split(config: TrainConfig, plan: RunPlan) -> None:
+    """Make every rank run rank 0's layer split (in place; call after the process group is up).
+
+    A profiled split comes from timings: ranks that built their plans themselves (``torchrun``: each rank
+    runs :func:`build_plan`) may have measured differently and chosen different stage boundaries, which
+    would pair mismatched stages. The chunking is deterministic (seeded) and is not exchanged.
+    No-op unless ``layer_split == "profiled"`` and ``stages > 1``.
+    """
+    if config.layer_split != "profiled" or config.stages <= 1:
+        return
+    shared = [plan.bounds, plan.info]
+    dist.broadcast_object_list(shared, src=0)
+    plan.bounds, plan.info = shared[0], shared[1]
 
 
 def format_plan(info: dict) -> str:

@@ -28,14 +28,19 @@ def code_version() -> dict:
     """The code a run used: ``{"gnnpipe": version, "git": commit or None, "dirty": bool or None}``.
 
     Runs are subprocesses of the installed package; with an editable install a study resumed (or left
-    running) across code changes mixes versions, and this tells them apart. ``git`` is ``None`` outside
-    a git checkout or without git.
+    running) across code changes mixes versions, and this tells them apart. ``git`` is ``None`` unless the
+    package runs from a git checkout of gnnpipe itself (an installed copy inside some other repository,
+    e.g. a project's ``.venv``, is not mistaken for it), or without git.
     """
     from .. import __version__
 
     out: dict = {"gnnpipe": __version__, "git": None, "dirty": None}
     root = Path(__file__).resolve().parents[2]
     try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=10)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return out
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
         if head.returncode == 0:
@@ -253,6 +258,7 @@ def run_study(
             for i, run in enumerate(todo):
                 if bar is not None:
                     bar.set_postfix_str(f"left={len(todo) - i}, now: {run.variant} seed={run.seed}")
+                code = code_version()  # before the run: the code it starts with
                 t0 = time.perf_counter()
                 outcome = execute(run)
                 wall = time.perf_counter() - t0
@@ -261,7 +267,7 @@ def run_study(
                     "overrides": run.overrides, "settings": run.settings, "argv": run.argv,
                     "status": outcome.status, "error": outcome.error, "result": outcome.result,
                     "wall_s": wall, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "log": outcome.log, "code": code_version(),
+                    "log": outcome.log, "code": code,
                 }
                 writer.append(rec)
                 prog.ran += 1

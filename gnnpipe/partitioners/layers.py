@@ -251,9 +251,10 @@ class ProfiledLayerPartitioner(LayerPartitioner):
         induced by vertices ``[0, sample_nodes)`` (after :class:`~gnnpipe.partitioners.ChunkPlan`
         relabelling, the first chunks); ``graph_ops=`` reuses a ``GraphOps`` of the sample;
         ``chunk_ptr=`` (with the whole relabelled graph as ``data``) times every unit chunk by chunk as
-        the pipeline runs it (see :func:`profile_unit_costs`); ``scheduler=`` (a scheduler name or
-        instance) then refines the min–max split for that schedule's simulated makespan with separate
-        forward and backward costs (:func:`schedule_split`).
+        the pipeline runs it (see :func:`profile_unit_costs`); with ``chunk_ptr=``, ``scheduler=`` (a
+        scheduler name or instance) then refines the min–max split for that schedule's simulated makespan
+        with separate forward and backward costs per chunk (:func:`schedule_split`; without chunks every
+        split has the same simulated makespan and it is ignored).
 
     Raises:
         ConfigError: no ``data`` for a model; ``S`` out of range.
@@ -274,15 +275,16 @@ class ProfiledLayerPartitioner(LayerPartitioner):
             if data is None:
                 raise ConfigError("the 'profiled' layer partitioner needs data= (a sample chunk) to time the units")
             sample_nodes = ctx.get("sample_nodes")
-            if sample_nodes is not None and sample_nodes < int(data.num_nodes):
+            sampled = sample_nodes is not None and sample_nodes < int(data.num_nodes)
+            if sampled:
                 data = _row_slice_sample(data, int(sample_nodes))
             phases = profile_unit_costs(
                 model_or_costs, data, ctx.get("graph_ops"), repeats=int(ctx.get("repeats", self.repeats)),
-                chunk_ptr=None if sample_nodes is not None else ctx.get("chunk_ptr"), phases=True,
+                chunk_ptr=None if sampled else ctx.get("chunk_ptr"), phases=True,
             )
             costs = phases.unit_costs()
             bounds = minmax_split(costs, num_stages)
-            if ctx.get("scheduler") is not None and num_stages > 1:
+            if ctx.get("scheduler") is not None and num_stages > 1 and len(phases.forward[0]) > 1:
                 bounds, _ = schedule_split(phases, num_stages, ctx["scheduler"], start=bounds)
             return attrs.evolve(StageSplit.from_bounds(bounds, costs), phases=phases)
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
@@ -505,8 +507,12 @@ def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
                           for lo, hi in ranges]
         return rows[kind]
 
+    scratch: dict[int, list] = {}  # one history per op, allocated in the untimed warm-up pass and reused
+
     def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
-        hists = [History(n, h.dtype) for _ in getattr(unit, "aggregations", ())]
+        if i not in scratch:
+            scratch[i] = [History(n, h.dtype, device=h.device) for _ in getattr(unit, "aggregations", ())]
+        hists = scratch[i]
         outs, shs, fw, bw = [], [], [], []
         for c, (lo, hi) in enumerate(ranges):
             counter = [0]

@@ -150,3 +150,26 @@ def test_sigterm_stops_every_rank(tmp_path):
     time.sleep(1)
     alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
     assert not alive, f"ranks left running: {alive}"
+
+
+def _share_split(rank, world, config, plan):
+    from gnnpipe.core.runner import share_profiled_split
+
+    plan.bounds = [0, 1 + rank, plan.bounds[-1]]  # as if each rank's profile had chosen differently
+    plan.info = dict(plan.info, stage_bounds=plan.bounds)
+    share_profiled_split(config, plan)
+    return plan.bounds, plan.info["stage_bounds"]
+
+
+def test_torchrun_ranks_run_rank_0s_profiled_split():
+    """Under torchrun every rank profiles for itself; the ranks must agree on rank 0's split."""
+    from gnnpipe.core import launch
+    from gnnpipe.core.runner import RunPlan
+
+    from .distutil import base_config
+
+    config = base_config(stages=2, chunks=2, layer_split="profiled")
+    plan = RunPlan(data=None, chunk_ptr=torch.tensor([0, 1, 2]), way_ptr=torch.tensor([0, 2]), bounds=[0, 2, 4],
+                   num_features=1, num_classes=2, info={})
+    outs = launch.spawn(_share_split, 2, (config, plan), timeout_s=60, threads=1, max_runtime_s=120)
+    assert outs == [([0, 1, 4], [0, 1, 4])] * 2

@@ -132,3 +132,22 @@ def test_each_record_names_the_code_that_ran(tmp_path, monkeypatch):
     assert all(c["git"] is None or (len(c["git"]) == 40 and isinstance(c["dirty"], bool)) for c in codes)
     monkeypatch.setattr(runner.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no git")))
     assert runner.code_version() == {"gnnpipe": gnnpipe.__version__, "git": None, "dirty": None}
+
+
+def test_code_version_ignores_an_enclosing_foreign_repository(tmp_path, monkeypatch):
+    """An installed copy inside another project's git tree (e.g. its .venv) must not report that project's HEAD."""
+    import subprocess
+
+    from gnnpipe.experiments import runner
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--show-toplevel" in cmd:
+            return subprocess.CompletedProcess(cmd, 0, stdout=str(tmp_path) + "\n", stderr="")
+        return subprocess.CompletedProcess(cmd, 0, stdout="f" * 40 + "\n", stderr="")
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    assert runner.code_version()["git"] is None
+    assert not any("HEAD" in c for c in calls)
