@@ -123,20 +123,13 @@ def main():
 def measured_phase_bubble(a, plan: dict):
     """The simulator's bubble per stage for this schedule with the profiled forward and backward seconds of
     every stage on every chunk (``plan["stage_chunk_forward_s"]``/``..._backward_s``), or ``None``."""
-    from gnnpipe import schedulers
-    from gnnpipe.schedulers.ir import ActionKind
+    from gnnpipe import partitioners, schedulers
 
     fwd, bwd = plan.get("stage_chunk_forward_s"), plan.get("stage_chunk_backward_s")
     if not fwd or not bwd:
         return None
-
-    def cost(act) -> float:
-        if act.kind == ActionKind.STEP:
-            return 0.0
-        return (fwd if act.kind == ActionKind.F else bwd)[act.stage][act.chunk]
-
     sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
-    return list(schedulers.simulate(sched, costs=cost).bubble_fraction)
+    return list(schedulers.simulate(sched, costs=partitioners.action_costs(fwd, bwd)).bubble_fraction)
 
 
 def concurrent_single_copies(a, copies: int) -> list[float]:

@@ -114,14 +114,6 @@ class CompactRows:
                                              device=rows.device)
         self.shape = rows.shape
 
-    def size(self, dim: int) -> int:
-        return self.shape[dim]
-
-    def to(self, device) -> "CompactRows":
-        out = object.__new__(CompactRows)
-        out.cols, out.local, out.shape = self.cols.to(device), self.local.to(device), self.shape
-        return out
-
     def mm(self, h: Tensor) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``)."""
         if self.cols.numel() == 0 or h.size(1) == 0:
@@ -177,6 +169,12 @@ class GraphOps:
     def to(self, dtype: torch.dtype) -> "GraphOps":
         """A copy of these ops with values of ``dtype``."""
         return GraphOps(self.edge_index, self.num_nodes, dtype, self.device)
+
+    def chunk_rows(self, kind: str, start: int, end: int) -> tuple[CompactRows, CompactRows]:
+        """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind``, as :class:`CompactRows` (what the chunk
+        aggregation op multiplies with)."""
+        a, at = self.adj(kind)
+        return CompactRows(csr_row_slice(a, start, end)), CompactRows(csr_row_slice(at, start, end))
 
     def aggregate(self, h: Tensor, kind: str) -> Tensor:
         """Exact full-graph aggregation ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``), differentiable in ``h``."""

@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
 from .config import TrainConfig
-from .graph import CompactRows, GraphOps, csr_row_slice
+from .graph import CompactRows, GraphOps
 from .history import ChunkAggregate, History
 from .trainer import accuracies, make_optimizer, masked_loss
 
@@ -128,13 +128,9 @@ class PipelineStage:
         self._chunk_adj: dict[tuple[str, int], tuple[CompactRows, CompactRows]] = {}
         for i in self.units:
             for kind in model.units[i].aggregations:
-                a, at = self.ops.adj(kind)
                 for c in range(self.num_chunks):
-                    if (kind, c) in self._chunk_adj or not self._owns_chunk(c):
-                        continue
-                    lo, hi = self.rows(c)
-                    self._chunk_adj[(kind, c)] = (CompactRows(csr_row_slice(a, lo, hi)),
-                                                  CompactRows(csr_row_slice(at, lo, hi)))
+                    if (kind, c) not in self._chunk_adj and self._owns_chunk(c):
+                        self._chunk_adj[(kind, c)] = self.ops.chunk_rows(kind, *self.rows(c))
         self.optimizer = make_optimizer_for(model, config, self.units)
         self.ctx = StageContext(stage=stage, num_stages=self.S, histories=list(self.histories.values()),
                                 chunk_ptr=self.chunk_ptr, seed=config.seed)

@@ -120,6 +120,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
+    phase_costs = split.stage_phase_costs() or (None, None)
     info = {
         "ways": config.ways, "stages": config.stages, "chunks": C, "world_size": config.world_size,
         "layout": "rank = way * stages + stage",
@@ -127,8 +128,8 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         "num_units": model.num_units, "stage_bounds": bounds,
         "stage_costs": [float(c) for c in split.stage_costs],
         # measured seconds of each stage on each chunk (profiled split only): S × C lists
-        "stage_chunk_forward_s": (split.stage_phase_costs() or (None, None))[0],
-        "stage_chunk_backward_s": (split.stage_phase_costs() or (None, None))[1],
+        "stage_chunk_forward_s": phase_costs[0],
+        "stage_chunk_backward_s": phase_costs[1],
         "chunk_sizes": [int(b - a) for a, b in zip(plan.chunk_ptr[:-1].tolist(), plan.chunk_ptr[1:].tolist())],
         "way_ptr": [int(w) for w in plan.way_ptr.tolist()],
         "partition_time_s": t_part,

@@ -48,6 +48,7 @@ from .layers import (  # noqa: F401
     ProfiledLayerPartitioner,
     StageSplit,
     UnitPhases,
+    action_costs,
     available_layer_partitioners,
     get_layer_partitioner,
     layer_partitioners,
@@ -56,6 +57,7 @@ from .layers import (  # noqa: F401
     register_layer_partitioner,
     schedule_split,
     split_layers,
+    stage_chunk_costs,
 )
 from .methods import (  # noqa: F401
     BFSPartitioner,

@@ -43,6 +43,8 @@ __all__ = [
     "schedule_split",
     "split_layers",
     "UnitPhases",
+    "action_costs",
+    "stage_chunk_costs",
 ]
 
 
@@ -81,16 +83,9 @@ class StageSplit:
 
     def stage_phase_costs(self) -> "tuple[list[list[float]], list[list[float]]] | None":
         """``(forward, backward)``: seconds of each stage on each chunk (``S × C`` lists), summed over the
-        stage's units from :attr:`phases`; ``None`` without measured phases. Feed them to the schedule
-        simulator for a prediction with measured, per-chunk costs."""
-        if self.phases is None:
-            return None
-        out = []
-        for table in (self.phases.forward, self.phases.backward):
-            chunks = len(table[0])
-            out.append([[sum(table[u][c] for u in range(a, b)) for c in range(chunks)]
-                        for a, b in itertools.pairwise(self.bounds)])
-        return out[0], out[1]
+        stage's units from :attr:`phases` (:func:`stage_chunk_costs`); ``None`` without measured phases.
+        Feed them to the schedule simulator through :func:`action_costs`."""
+        return None if self.phases is None else stage_chunk_costs(self.phases, self.bounds)
 
     def stage_units(self, s: int) -> range:
         """Unit indices of stage ``s`` (``range``).
@@ -306,6 +301,30 @@ class UnitPhases:
         return [sum(f) + sum(b) for f, b in zip(self.forward, self.backward)]
 
 
+def stage_chunk_costs(phases: UnitPhases, bounds: Sequence[int]) -> tuple[list[list[float]], list[list[float]]]:
+    """``(forward, backward)``: seconds of each stage ``[bounds[s], bounds[s+1])`` on each chunk, summed over
+    its units (two ``S × C`` lists)."""
+    out = []
+    for table in (phases.forward, phases.backward):
+        chunks = len(table[0])
+        out.append([[sum(table[u][c] for u in range(a, b)) for c in range(chunks)]
+                    for a, b in itertools.pairwise(bounds)])
+    return out[0], out[1]
+
+
+def action_costs(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]):
+    """A cost callable for :func:`gnnpipe.schedulers.simulate`: ``F``/``B`` of stage ``s`` on chunk ``c`` take
+    ``forward[s][c]`` / ``backward[s][c]`` seconds, ``STEP`` is free."""
+    from ..schedulers.ir import ActionKind
+
+    def cost(action) -> float:
+        if action.kind == ActionKind.STEP:
+            return 0.0
+        return (forward if action.kind == ActionKind.F else backward)[action.stage][action.chunk]
+
+    return cost
+
+
 def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: Sequence[int] | None = None,
                    max_rounds: int = 64) -> tuple[list[int], float]:
     """Refine a contiguous split for one schedule: minimise the makespan the schedule simulator predicts
@@ -332,27 +351,12 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
         ConfigError: ``S`` out of range; UnknownComponentError: unknown scheduler.
     """
     from ..schedulers import build_schedule, simulate
-    from ..schedulers.ir import ActionKind
 
-    units = len(phases.forward)
-    _check_stages(units, num_stages)
-    chunks = len(phases.forward[0])
-    sched = build_schedule(scheduler, num_stages, chunks)
-    pf = [[0.0] * chunks]  # prefix sums over units, per chunk
-    pb = [[0.0] * chunks]
-    for f, b in zip(phases.forward, phases.backward):
-        pf.append([x + y for x, y in zip(pf[-1], f)])
-        pb.append([x + y for x, y in zip(pb[-1], b)])
+    _check_stages(len(phases.forward), num_stages)
+    sched = build_schedule(scheduler, num_stages, len(phases.forward[0]))
 
     def makespan(bounds: Sequence[int]) -> float:
-        def cost(a) -> float:
-            if a.kind == ActionKind.STEP:
-                return 0.0
-            lo, hi = bounds[a.stage], bounds[a.stage + 1]
-            p = pf if a.kind == ActionKind.F else pb
-            return p[hi][a.chunk] - p[lo][a.chunk]
-
-        return simulate(sched, costs=cost).makespan
+        return simulate(sched, costs=action_costs(*stage_chunk_costs(phases, bounds))).makespan
 
     bounds = list(start) if start is not None else minmax_split(phases.unit_costs(), num_stages)
     best = makespan(bounds)
@@ -412,7 +416,6 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         graph_ops: optional ``gnnpipe.core.graph.GraphOps`` of the sample (built if ``None``).
         repeats: timed passes (``>= 1``).
         chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
-
         phases: return a :class:`UnitPhases` (forward and backward seconds per unit and chunk) instead.
 
     Returns:
@@ -469,11 +472,9 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
             p.grad = g
         model.train(was_training)
     # minimum over repeats, per unit, chunk and phase
-    fwd = [[min(rep[0][c] for rep in t) for c in range(len(t[0][0]))] for t in times]
-    bwd = [[min(rep[1][c] for rep in t) for c in range(len(t[0][1]))] for t in times]
-    if phases:
-        return UnitPhases(forward=fwd, backward=bwd)
-    return [sum(f) + sum(b) for f, b in zip(fwd, bwd)]
+    measured = UnitPhases(forward=[[min(rep[0][c] for rep in t) for c in range(len(t[0][0]))] for t in times],
+                          backward=[[min(rep[1][c] for rep in t) for c in range(len(t[0][1]))] for t in times])
+    return measured if phases else measured.unit_costs()
 
 
 def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool):
@@ -495,16 +496,13 @@ def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_gra
 def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
     """``run_unit(unit, i, h, shared) -> (h', shared', forward s per chunk, backward s per chunk)`` running a
     unit chunk by chunk with the pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
-    from ..core.graph import CompactRows, csr_row_slice
     from ..core.history import ChunkAggregate, History
 
     rows: dict[str, list] = {}
 
     def chunk_rows(kind: str) -> list:
         if kind not in rows:
-            a, at = graph_ops.adj(kind)
-            rows[kind] = [(CompactRows(csr_row_slice(a, lo, hi)), CompactRows(csr_row_slice(at, lo, hi)))
-                          for lo, hi in ranges]
+            rows[kind] = [graph_ops.chunk_rows(kind, lo, hi) for lo, hi in ranges]
         return rows[kind]
 
     scratch: dict[int, list] = {}  # one history per op, allocated in the untimed warm-up pass and reused
