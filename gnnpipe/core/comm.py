@@ -12,7 +12,8 @@ Bytes are counted as the payload a rank *sends* (``numel · element_size``), by 
 
 Time is split as: ``comm`` = seconds inside send/collective calls (including waiting for sends to
 complete), ``idle`` = seconds blocked in receives waiting for a peer (pipeline bubbles appear here),
-and the caller derives ``compute`` = wall − comm − idle.
+and the caller derives ``compute`` = wall − comm − idle. A receive posted early (:meth:`Comm.irecv`)
+counts as idle only the time its :meth:`Comm.wait_recv` blocks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ import torch.distributed as dist
 from torch import Tensor
 
 KINDS = ("layer", "graph", "weight", "eval")
+
+
+class PostedRecv:
+    """A receive posted with :meth:`Comm.irecv`: the ``torch.distributed`` work handle, the buffer it fills,
+    and its source rank and tag."""
+
+    __slots__ = ("buf", "src", "tag", "work")
+
+    def __init__(self, work, buf: Tensor, src: int, tag: int):
+        self.work, self.buf, self.src, self.tag = work, buf, src, tag
 
 
 class Comm:
@@ -72,6 +83,25 @@ class Comm:
         dist.recv(buf, src, tag=tag)
         self.idle_s += time.perf_counter() - t0
         return buf
+
+    def irecv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int) -> PostedRecv:
+        """Post a non-blocking receive of a tensor of known ``shape`` and ``dtype`` from global rank ``src``.
+
+        The transport fills the buffer in the background while this rank computes; :meth:`wait_recv`
+        returns it. Posting the next receive before computing the current action hides the transfer
+        (pre-posted receives, as in Megatron-LM's and PipeDream's pipeline runtimes)."""
+        t0 = time.perf_counter()
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        work = dist.irecv(buf, src, tag=tag)
+        self.comm_s += time.perf_counter() - t0
+        return PostedRecv(work, buf, src, tag)
+
+    def wait_recv(self, posted: PostedRecv) -> Tensor:
+        """Block until a posted receive completes (the wait counts as idle); returns its buffer."""
+        t0 = time.perf_counter()
+        posted.work.wait()
+        self.idle_s += time.perf_counter() - t0
+        return posted.buf
 
     def exchange(self, sends: list[tuple[Tensor, int]], recvs: list[tuple[Tensor, int]], tag: int, kind: str) -> None:
         """Batched isend/irecv (``torch.distributed.batch_isend_irecv``): send each ``(tensor, dst)``,

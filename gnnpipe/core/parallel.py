@@ -473,6 +473,10 @@ class HybridMember(PipelineStage):
         a_c, at_c = self._chunk_adj[(kind, c)]
         return PeerChunkAggregate.apply(h, self._ops[(i, j)], a_c, at_c, lo, hi, c, write)
 
+    def _action_chunk(self, c: int) -> int:
+        """Schedule entries are local chunk ids; actions run global ``base + c``."""
+        return self.base + c
+
     def forward_chunk(self, c: int, epoch: int | None = None) -> None:
         """Forward of this way's local chunk ``c`` (global ``base + c``); the correctors' ``after_forward``
         then also fires for the peers' chunks of the slot."""
