@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 import torch
 from torch import Tensor
 
@@ -74,6 +75,9 @@ class Graph:
         degree: ``np.ndarray[N]`` (``int64``), the vertex degrees of ``csr`` (number of distinct neighbours).
         in_degree: ``np.ndarray[N]`` (``int64``), the number of entries of ``edge_index`` whose target is
             the vertex (edges counted as given, duplicates and self-loops included).
+        rcm_order: ``np.ndarray[N]`` (``int64``), the reverse Cuthill–McKee order of ``csr`` (vertex ids,
+            first to last): a BFS-like low-bandwidth order (Cuthill & McKee, ACM 1969; reversed per
+            George 1971), from :func:`scipy.sparse.csgraph.reverse_cuthill_mckee`.
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: int):
@@ -104,6 +108,13 @@ class Graph:
     @cached_property
     def in_degree(self) -> np.ndarray:
         return np.bincount(self.edge_index[1].numpy(), minlength=self.num_nodes).astype(np.int64)
+
+    @cached_property
+    def rcm_order(self) -> np.ndarray:
+        csr = self.csr.copy()
+        csr.indices = csr.indices.astype(np.int32)
+        csr.indptr = csr.indptr.astype(np.int32)
+        return np.asarray(reverse_cuthill_mckee(csr, symmetric_mode=True), dtype=np.int64)
 
     def subgraph(self, vertices: Tensor) -> Graph:
         """The subgraph induced by ``vertices`` (``LongTensor[n]``, distinct), relabelled to ``0..n-1`` in the given order."""
@@ -349,6 +360,20 @@ class GraphPartitioner(abc.ABC):
             DataValidationError: malformed graph, or the method returned ids outside ``[0, P)``.
             ConfigError: ``P < 1`` or ``P > N``.
         """
+        return self.partition_levels(graph, num_parts, seed=seed)[0]
+
+    def partition_levels(self, graph: GraphInput, num_parts: int, *, seed: int = 0) -> tuple[Tensor, Tensor]:
+        """:meth:`partition`, also returning the fine parts the output parts group.
+
+        Returns:
+            ``(parts, fine)``: ``parts`` as :meth:`partition` returns it; ``fine`` (``LongTensor[N]``) the
+            part of every vertex among the ``k·P`` parts the method cut before the random grouping
+            (``fine == parts`` when ``over = 1`` or ``P = 1``). :meth:`ChunkPlan.build
+            <gnnpipe.partitioners.ChunkPlan.build>` keeps each fine part contiguous inside its chunk.
+
+        Raises:
+            as :meth:`partition`.
+        """
         g = as_graph(graph)
         n = g.num_nodes
         if not _is_count(num_parts):
@@ -359,7 +384,8 @@ class GraphPartitioner(abc.ABC):
                 f"cannot cut a graph of {n} vertices into {num_parts} non-empty parts; use at most {n} parts"
             )
         if num_parts == 1:
-            return torch.zeros(n, dtype=torch.long)
+            zeros = torch.zeros(n, dtype=torch.long)
+            return zeros, zeros
         k = self.over
         if k * num_parts > n:
             k_new = n // num_parts
@@ -374,8 +400,9 @@ class GraphPartitioner(abc.ABC):
         raw = self.assign(g, fine_parts, int(seed))
         raw = torch.as_tensor(raw).to("cpu", torch.long).flatten()
         validate_parts(raw, n, fine_parts, allow_empty=True)
+        fine = None
         if k > 1:
-            raw = repair_empty_parts(raw, fine_parts, g.degree, who=self.registry_name)
+            raw = fine = repair_empty_parts(raw, fine_parts, g.degree, who=self.registry_name)
             gen = torch.Generator().manual_seed(int(seed) + 0x5EED)
             perm = torch.randperm(fine_parts, generator=gen)
             group = torch.empty(fine_parts, dtype=torch.long)
@@ -383,7 +410,7 @@ class GraphPartitioner(abc.ABC):
             raw = group[raw]
         parts = repair_empty_parts(raw, num_parts, g.degree, who=self.registry_name)
         validate_parts(parts, n, num_parts)
-        return parts
+        return parts, (parts if fine is None else fine)
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()) if not k.startswith("_"))

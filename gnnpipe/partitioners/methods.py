@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
 
 from ..errors import ConfigError
@@ -296,7 +295,8 @@ class RCMPartitioner(GraphPartitioner):
 
     The RCM order (Cuthill & McKee, *Reducing the bandwidth of sparse symmetric matrices*, ACM 1969;
     reversed per George 1971), from :func:`scipy.sparse.csgraph.reverse_cuthill_mckee` on the
-    symmetrised graph, is a BFS-like low-bandwidth order; consecutive ranges of it are local.
+    symmetrised graph (:attr:`Graph.rcm_order`), is a BFS-like low-bandwidth order; consecutive ranges
+    of it are local.
 
     Args:
         over: over-partitioning factor (see :class:`GraphPartitioner`).
@@ -312,10 +312,7 @@ class RCMPartitioner(GraphPartitioner):
         self.balance = _check_balance(balance)
 
     def assign(self, graph: Graph, num_parts: int, seed: int) -> Tensor:
-        csr = graph.csr.copy()
-        csr.indices = csr.indices.astype(np.int32)
-        csr.indptr = csr.indptr.astype(np.int32)
-        order = np.asarray(reverse_cuthill_mckee(csr, symmetric_mode=True), dtype=np.int64)
+        order = graph.rcm_order
         w = np.ones(order.size) if self.balance == "vertices" else graph.in_degree[order]
         return _ranges_to_parts(order, balanced_cuts(w, num_parts))
 

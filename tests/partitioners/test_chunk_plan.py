@@ -52,6 +52,63 @@ def test_stable_order_within_chunk():
     assert plan.chunk_ptr.tolist() == [0, 6, 13]
 
 
+def test_within_key_orders_vertices_inside_chunks():
+    data = two_communities(n_per=5, extra_isolated=0)
+    parts = torch.tensor([1, 0] * 6 + [1])
+    within = torch.tensor([5, 4, 3, 2, 1, 0, 0, 0, 9, 9, 9, 9, 0])  # ties keep the original order
+    plan = P.ChunkPlan.from_parts(data, parts, within=within)
+    assert plan.perm.tolist() == [5, 7, 3, 1, 9, 11, 6, 12, 4, 2, 0, 8, 10]
+    assert plan.chunk_ptr.tolist() == [0, 6, 13]
+    check_plan(plan, data, parts)
+    with pytest.raises(DataValidationError, match="within"):
+        P.ChunkPlan.from_parts(data, parts, within=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(DataValidationError, match="within"):
+        P.ChunkPlan.from_parts(data, parts, within=torch.zeros(13))
+
+
+def test_partition_levels_fine_parts_nest_in_output_parts(graph):
+    m = P.get("metis")(over=4)
+    parts, fine = m.partition_levels(graph, 5, seed=3)
+    assert torch.equal(parts, m.partition(graph, 5, seed=3))
+    assert int(fine.max()) + 1 == 20
+    for f in range(20):  # every fine part lies inside one output part
+        assert (parts[fine == f] == parts[fine == f][0]).all()
+    parts1, fine1 = P.get("metis")(over=1).partition_levels(graph, 5, seed=3)
+    assert torch.equal(parts1, fine1)
+
+
+@pytest.mark.parametrize("num_ways", [1, 2])
+def test_build_locality_order_keeps_fine_parts_contiguous_in_rcm_order(graph, num_ways):
+    """order="locality": inside a chunk, each fine METIS part is one contiguous run, ordered by RCM rank;
+    the chunk membership is that of order="original" (only the order inside chunks differs)."""
+    loc = P.ChunkPlan.build(graph, 4, seed=1, num_ways=num_ways)
+    orig = P.ChunkPlan.build(graph, 4, seed=1, num_ways=num_ways, order="original")
+    assert torch.equal(loc.parts, orig.parts) and torch.equal(loc.chunk_ptr, orig.chunk_ptr)
+    check_plan(loc, graph, loc.parts)
+    m = P.get("metis")(over=4)
+    if num_ways == 1:
+        _, fine = m.partition_levels(graph, 4, seed=1)
+    else:
+        fine = torch.empty_like(loc.parts)
+        for w in range(num_ways):  # as build does: ways first, then chunks inside each way
+            members = (P.get("metis")(over=1).partition(graph, num_ways, seed=1) == w).nonzero().flatten()
+            fine[members] = m.partition_levels(P.as_graph(graph).subgraph(members), 2, seed=2 + w)[1] + w * 1000
+    rank = torch.empty(graph.num_nodes, dtype=torch.long)
+    rank[torch.from_numpy(P.as_graph(graph).rcm_order)] = torch.arange(graph.num_nodes)
+    fine_new, rank_new = fine[loc.perm], rank[loc.perm]
+    for c in range(4):
+        lo, hi = loc.chunk_rows(c)
+        f, r = fine_new[lo:hi].tolist(), rank_new[lo:hi].tolist()
+        runs = [f[0]] + [b for a, b in zip(f, f[1:]) if a != b]
+        assert len(runs) == len(set(runs)), f"chunk {c}: a fine part is split {f}"
+        for i in range(len(f) - 1):
+            if f[i] == f[i + 1]:
+                assert r[i] < r[i + 1]
+    assert torch.equal(orig.perm, torch.sort(orig.parts, stable=True).indices)
+    with pytest.raises(ConfigError, match="order"):
+        P.ChunkPlan.build(graph, 4, order="bfs")
+
+
 def test_edge_attributes_and_multi_split_masks_follow(graph):
     e, n = graph.edge_index.size(1), graph.num_nodes
     data = graph.clone()
