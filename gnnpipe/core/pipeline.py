@@ -192,6 +192,9 @@ class PipelineStage:
     def _receive(self, kind: str, c: int, e: int) -> Tensor:
         """The boundary tensor of action ``(kind, c, e)``: its pre-posted receive, or a receive posted now."""
         self._post(kind, c, e)
+        if (kind, c, e) not in self._posted:
+            raise RuntimeError(f"stage {self.s}: receive of {kind}{c} (epoch {e}) is queued behind another receive "
+                               f"with the same source and tag: {sorted(self._posted)}")
         return self.comm.wait_recv(self._posted.pop((kind, c, e)))
 
     def _make_agg(self, c: int, write: bool):
