@@ -498,8 +498,9 @@ class HybridMember(PipelineStage):
                 k.after_backward(e, p)
 
     def step(self) -> None:
+        """Sum the weight gradients over the stage's peers, then the stage's step (new weight version)."""
         _allreduce_grads(self.params, self.comm, self.peer_group)
-        self.optimizer.step()
+        super().step()
 
     def train_epoch(self, epoch: int) -> dict:
         self.ctx.fresh_chunks.clear()

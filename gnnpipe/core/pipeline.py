@@ -13,9 +13,9 @@ per aggregation op it owns. Every epoch it executes its row of the schedule:
   (and the shared tensor's, which thus sums over stages) to s−1;
 * ``STEP``: one optimizer step on the stage's parameters (gradients accumulated over chunks).
 
-Receives are posted one action ahead (:meth:`PipelineStage._post`): while a stage computes action k,
-the boundary tensor of action k+1 is already being received, so the transfer is off the critical path
-(measured on Amazon Computers, 2 stages: idle 15 % → 9 % on stage 0, docs/RESULTS.md §5).
+With gloo, receives are posted one action ahead (:meth:`PipelineStage._post`): while a stage computes
+action k, the boundary tensor of action k+1 is already being received, so the transfer is off the
+critical path (Amazon Computers, 2 stages: stage 0's idle 14–15 % → 8–10 %, docs/RESULTS.md §5).
 
 Evaluation is exact full-graph inference through the stages with ``Â`` itself (no history, no dropout)
 and does not touch history.
@@ -28,6 +28,7 @@ import time
 from typing import Optional, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from ..correctors import Corrector, StageContext
@@ -145,6 +146,10 @@ class PipelineStage:
         self._stream: list = []
         self._started: set[int] = set()
         self._posted: dict[tuple[str, int, int], PostedRecv] = {}  # pre-posted receives by (kind, chunk, epoch)
+        #: post each action's receive one action ahead: gloo only. NCCL runs a pair's sends and receives
+        #: in issue order on one stream, so a receive posted before this action's send would deadlock
+        #: against the peer's (send/recv pairs must be grouped there, as Megatron-LM does)
+        self.prepost = dist.is_initialized() and dist.get_backend() == "gloo"
         self.version = 0  # optimizer steps taken by this stage
         self._stashed: dict[int, list[Tensor]] = {}
         self.epoch = 0
@@ -180,21 +185,17 @@ class PipelineStage:
         return c
 
     def _post(self, kind: str, c: int, e: int) -> None:
-        """Post the receive of action ``(kind, c, e)`` now (if it has one and it is not posted yet)."""
+        """Post the receive of action ``(kind, c, e)`` now (if it has one and it is not posted yet).
+        Receives are posted in stream order, and gloo matches them in that order per (source, tag)."""
         key = (kind, c, e)
         spec = None if key in self._posted else self._recv_spec(kind, c)
         if spec is not None:
             shape, src, tag = spec
-            if any(p.src == src and p.tag == tag for p in self._posted.values()):
-                return  # an earlier receive with the same source and tag must match first
             self._posted[key] = self.comm.irecv(shape, self.dtype, src, tag)
 
     def _receive(self, kind: str, c: int, e: int) -> Tensor:
         """The boundary tensor of action ``(kind, c, e)``: its pre-posted receive, or a receive posted now."""
         self._post(kind, c, e)
-        if (kind, c, e) not in self._posted:
-            raise RuntimeError(f"stage {self.s}: receive of {kind}{c} (epoch {e}) is queued behind another receive "
-                               f"with the same source and tag: {sorted(self._posted)}")
         return self.comm.wait_recv(self._posted.pop((kind, c, e)))
 
     def _make_agg(self, c: int, write: bool):
@@ -354,11 +355,10 @@ class PipelineStage:
         while self._stream:
             kind, c, e = self._stream.pop()
             self._start_epoch(e)
-            # pre-post the receives of this action and of the next one, so that the next one's boundary
-            # tensor arrives while this one computes (its transfer leaves the critical path)
-            for k_, c_, e_ in [(kind, c, e)] + self._stream[-1:]:
-                if k_ != "STEP":
-                    self._post(k_, self._action_chunk(c_), e_)
+            if self.prepost and self._stream and self._stream[-1][0] != "STEP":
+                # post the next action's receive, so that its boundary tensor arrives while this one computes
+                nk, nc, ne = self._stream[-1]
+                self._post(nk, self._action_chunk(nc), ne)
             if kind == "F":
                 self.forward_chunk(c, e)
             elif kind == "B":
@@ -430,7 +430,6 @@ class PipelineStage:
 
     def evaluate(self) -> dict:
         """Exact evaluation; every rank of the pipeline gets the same metrics dict (broadcast from the last stage)."""
-        import torch.distributed as dist
 
         logits = self.infer()
         obj = [accuracies(logits.cpu(), self.data) if self.is_last else None]

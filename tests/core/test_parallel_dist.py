@@ -231,3 +231,27 @@ def test_compare_layouts_and_table():
     text = format_table(rows, out["ratios"])
     assert "GP / GNNPipe" in text and "gnnpipe" in text
     assert out["ratios"]["bytes_total"] == pytest.approx(rows["gp"]["bytes_total"] / rows["gnnpipe"]["bytes_total"])
+
+
+def _hybrid_async_epochs(rank, world, config, plan):
+    """Worker: three async-stale epochs of a hybrid member; per epoch, its weight version and whether every
+    parameter gradient is zero right after the epoch's step."""
+    from gnnpipe.core.runner import make_stage
+
+    stage = make_stage(config, plan, rank, world)
+    out = []
+    for e in range(3):
+        stage.train_epoch(e)
+        out.append((stage.version, all(float(p.grad.abs().sum()) == 0 for p in stage.params if p.grad is not None)))
+    return out
+
+
+def test_hybrid_async_stale_steps_advance_the_version_and_restart_gradients():
+    """A hybrid member's step is the stage's step after the peers' all-reduce: with a non-flush scheduler
+    (async-stale) each step makes a new weight version and the next epoch's gradients start from zero."""
+    cfg = base_config(model="gcn", ways=2, stages=2, chunks=4, scheduler="async-stale", epochs=3, correctors=[])
+    plan = build_plan(cfg, small_graph())
+    outs = launch.spawn(_hybrid_async_epochs, 4, (cfg, plan), timeout_s=60, threads=1, max_runtime_s=120)
+    for rank, per_epoch in enumerate(outs):
+        assert [v for v, _ in per_epoch] == [1, 2, 3], f"rank {rank}: {per_epoch}"
+        assert all(zero for _, zero in per_epoch), f"rank {rank}: gradients carried over a step: {per_epoch}"
