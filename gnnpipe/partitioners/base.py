@@ -214,7 +214,8 @@ def validate_parts(parts: Tensor, num_nodes: int, num_parts: int | None = None, 
     return p
 
 
-def repair_empty_parts(parts: Tensor, num_parts: int, degree: np.ndarray | None = None, *, who: str = "partitioner") -> Tensor:
+def repair_empty_parts(parts: Tensor, num_parts: int, degree: np.ndarray | None = None, *, who: str = "partitioner",
+                       stacklevel: int = 3) -> Tensor:
     """Make every part non-empty by moving single vertices out of the largest parts.
 
     For each empty part (in increasing id) one vertex moves from the currently largest part (lowest
@@ -247,7 +248,7 @@ def repair_empty_parts(parts: Tensor, num_parts: int, degree: np.ndarray | None 
         f"{who} returned {len(empty)} empty part(s) {empty[:10]}{'…' if len(empty) > 10 else ''} of {num_parts}; "
         "repaired by moving one low-degree vertex from the largest part into each",
         PartitionWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
     return parts
 
@@ -360,7 +361,7 @@ class GraphPartitioner(abc.ABC):
             DataValidationError: malformed graph, or the method returned ids outside ``[0, P)``.
             ConfigError: ``P < 1`` or ``P > N``.
         """
-        return self.partition_levels(graph, num_parts, seed=seed)[0]
+        return self._levels(graph, num_parts, seed)[0]
 
     def partition_levels(self, graph: GraphInput, num_parts: int, *, seed: int = 0) -> tuple[Tensor, Tensor]:
         """:meth:`partition`, also returning the fine parts the output parts group.
@@ -374,6 +375,10 @@ class GraphPartitioner(abc.ABC):
         Raises:
             as :meth:`partition`.
         """
+        return self._levels(graph, num_parts, seed)
+
+    def _levels(self, graph: GraphInput, num_parts: int, seed: int) -> tuple[Tensor, Tensor]:
+        # called directly by partition / partition_levels: warnings point at their caller (stacklevel)
         g = as_graph(graph)
         n = g.num_nodes
         if not _is_count(num_parts):
@@ -393,7 +398,7 @@ class GraphPartitioner(abc.ABC):
                 f"over-partitioning {k}×{num_parts} = {k * num_parts} parts exceeds the {n} vertices; "
                 f"using over={k_new}",
                 PartitionWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             k = k_new
         fine_parts = k * num_parts
@@ -402,13 +407,13 @@ class GraphPartitioner(abc.ABC):
         validate_parts(raw, n, fine_parts, allow_empty=True)
         fine = None
         if k > 1:
-            raw = fine = repair_empty_parts(raw, fine_parts, g.degree, who=self.registry_name)
+            raw = fine = repair_empty_parts(raw, fine_parts, g.degree, who=self.registry_name, stacklevel=4)
             gen = torch.Generator().manual_seed(int(seed) + 0x5EED)
             perm = torch.randperm(fine_parts, generator=gen)
             group = torch.empty(fine_parts, dtype=torch.long)
             group[perm] = torch.arange(fine_parts) // k  # fine part perm[j] → output part j // k
             raw = group[raw]
-        parts = repair_empty_parts(raw, num_parts, g.degree, who=self.registry_name)
+        parts = repair_empty_parts(raw, num_parts, g.degree, who=self.registry_name, stacklevel=4)
         validate_parts(parts, n, num_parts)
         return parts, (parts if fine is None else fine)
 

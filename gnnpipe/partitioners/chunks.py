@@ -186,7 +186,7 @@ class ChunkPlan:
         summation order but does change speed: ``"locality"`` (default) keeps each of the fine parts a
         chunk groups contiguous and orders each by reverse Cuthill–McKee (:attr:`Graph.rcm_order`), so
         neighbours get nearby ids and a chunk's gathers and sparse products touch fewer cache lines
-        (Amazon Computers, 16 chunks: 11.2 → 9.5 ms per chunk-major op, ``benchmarks/bench_chunk_gather.py``,
+        (Amazon Computers, 16 chunks: 10.8 → 9.2 ms per chunk-major op, ``benchmarks/bench_chunk_gather.py``,
         docs/RESULTS.md §5); ``"original"`` keeps the input's relative order.
 
         Args:
@@ -194,7 +194,7 @@ class ChunkPlan:
             num_chunks: ``C`` (``W <= C <= N``).
             method: a registered vertex partitioner (:func:`gnnpipe.partitioners.available`).
             over: over-partitioning factor ``k`` (lowered with a warning if ``k·C > N``).
-            seed: integer seed; the plan is deterministic for ``(data, C, method, over, seed, W, options)``.
+            seed: integer seed; the plan is deterministic for ``(data, C, method, over, seed, W, order, options)``.
             num_ways: ``W``.
             order: ``"locality"`` or ``"original"`` (above).
             **options: other constructor options of the method (e.g. ``vertex_weight``).
@@ -229,11 +229,12 @@ class ChunkPlan:
                     )
                 sub, sub_fine = chunker.partition_levels(g.subgraph(members), c_hi - c_lo, seed=seed + 1 + w)
                 parts[members] = sub + c_lo
-                fine[members] = sub_fine + w * g.num_nodes  # fine ids distinct across ways
+                fine[members] = sub_fine  # only compared inside a chunk, which never spans two ways
         within = None
         if order == "locality":
-            rank = torch.empty(g.num_nodes, dtype=torch.long)
-            rank[torch.from_numpy(g.rcm_order)] = torch.arange(g.num_nodes)
+            rank = torch.zeros(g.num_nodes, dtype=torch.long)
+            if g.csr.nnz < 2**31:  # scipy's RCM takes int32 indices; beyond that, fine parts alone
+                rank[torch.from_numpy(g.rcm_order)] = torch.arange(g.num_nodes)
             within = fine * g.num_nodes + rank
         return cls.from_parts(data, parts, num_ways=num_ways, within=within)
 

@@ -92,7 +92,7 @@ def test_build_locality_order_keeps_fine_parts_contiguous_in_rcm_order(graph, nu
         fine = torch.empty_like(loc.parts)
         for w in range(num_ways):  # as build does: ways first, then chunks inside each way
             members = (P.get("metis")(over=1).partition(graph, num_ways, seed=1) == w).nonzero().flatten()
-            fine[members] = m.partition_levels(P.as_graph(graph).subgraph(members), 2, seed=2 + w)[1] + w * 1000
+            fine[members] = m.partition_levels(P.as_graph(graph).subgraph(members), 2, seed=2 + w)[1]
     rank = torch.empty(graph.num_nodes, dtype=torch.long)
     rank[torch.from_numpy(P.as_graph(graph).rcm_order)] = torch.arange(graph.num_nodes)
     fine_new, rank_new = fine[loc.perm], rank[loc.perm]
