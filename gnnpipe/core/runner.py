@@ -131,6 +131,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         "stage_chunk_forward_s": phase_costs[0],
         "stage_chunk_backward_s": phase_costs[1],
         "chunk_sizes": [int(b - a) for a, b in zip(plan.chunk_ptr[:-1].tolist(), plan.chunk_ptr[1:].tolist())],
+        "chunk_order": "locality",  # vertex order inside chunks (ChunkPlan.build's default)
         "way_ptr": [int(w) for w in plan.way_ptr.tolist()],
         "partition_time_s": t_part,
     }
