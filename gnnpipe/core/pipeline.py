@@ -15,7 +15,8 @@ per aggregation op it owns. Every epoch it executes its row of the schedule:
 
 With gloo, receives are posted one action ahead (:meth:`PipelineStage._post`): while a stage computes
 action k, the boundary tensor of action k+1 is already being received, so the transfer is off the
-critical path (Amazon Computers, 2 stages: stage 0's idle 14–15 % → 8–10 %, docs/RESULTS.md §5).
+critical path (Amazon Computers, 2 stages: 994 → 924 ms per epoch, ``benchmarks/bench_pipeline_timeline.py``,
+docs/RESULTS.md §5).
 
 Evaluation is exact full-graph inference through the stages with ``Â`` itself (no history, no dropout)
 and does not touch history.
