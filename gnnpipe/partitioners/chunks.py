@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, DataValidationError
-from .base import as_graph, get, validate_parts
+from .base import GraphPartitioner, as_graph, get, validate_parts
 from .metrics import PartitionMetrics, partition_metrics
 
 __all__ = ["ChunkPlan", "relabel_data", "way_bounds"]
@@ -82,6 +82,15 @@ def _instantiate(cls: type, method: str, over: int, options: dict) -> Any:
             raise ConfigError(f"over-partitioning factor must be an integer >= 1; got {over!r}")
         inst.over = int(over)
     return inst
+
+
+def _levels(chunker: Any, graph: Any, num_parts: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``chunker.partition_levels``; a partitioner that overrides ``partition`` itself (not just ``assign``) is
+    used as it is, with its parts as the fine parts."""
+    if type(chunker).partition is not GraphPartitioner.partition:
+        parts = chunker.partition(graph, num_parts, seed=seed)
+        return parts, parts
+    return chunker.partition_levels(graph, num_parts, seed=seed)
 
 
 def _num_nodes(data: Any) -> int:
@@ -214,7 +223,7 @@ class ChunkPlan:
                 f"cannot cut a graph of {g.num_nodes} vertices into {num_chunks} non-empty chunks"
             )
         if way_partitioner is None:
-            parts, fine = chunker.partition_levels(g, num_chunks, seed=seed)
+            parts, fine = _levels(chunker, g, num_chunks, seed)
         else:
             way_of = way_partitioner.partition(g, num_ways, seed=seed)
             parts = torch.empty(g.num_nodes, dtype=torch.long)
@@ -227,7 +236,7 @@ class ChunkPlan:
                         f"way {w} holds {members.numel()} vertices, fewer than its {c_hi - c_lo} chunks; "
                         "use fewer chunks"
                     )
-                sub, sub_fine = chunker.partition_levels(g.subgraph(members), c_hi - c_lo, seed=seed + 1 + w)
+                sub, sub_fine = _levels(chunker, g.subgraph(members), c_hi - c_lo, seed + 1 + w)
                 parts[members] = sub + c_lo
                 fine[members] = sub_fine  # only compared inside a chunk, which never spans two ways
         within = None

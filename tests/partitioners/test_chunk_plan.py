@@ -217,3 +217,21 @@ def test_build_with_user_partitioner_without_over_argument(graph):
             assert plan.parts[fine == q].unique().numel() == 1
     finally:
         P.PARTITIONERS._items.pop("test-mod")
+
+
+def test_build_uses_a_partitioner_that_overrides_partition(graph):
+    """A user partitioner overriding ``partition`` (not ``assign``) is what ChunkPlan.build runs."""
+    @P.register("test-whole")
+    class Whole(P.GraphPartitioner):
+        def assign(self, g, num_parts, seed):
+            raise AssertionError("build must call the overridden partition()")
+
+        def partition(self, graph, num_parts, *, seed=0):
+            return torch.arange(P.as_graph(graph).num_nodes) * num_parts // P.as_graph(graph).num_nodes
+
+    try:
+        plan = P.ChunkPlan.build(graph, 3, "test-whole", seed=0)
+        assert torch.equal(plan.parts, torch.arange(graph.num_nodes) * 3 // graph.num_nodes)
+        check_plan(plan, graph, plan.parts)
+    finally:
+        P.PARTITIONERS._items.pop("test-whole")
