@@ -57,7 +57,8 @@ def make_steps(data):
     from gnnpipe.core.config import TrainConfig
     from gnnpipe.core.trainer import SingleProcessTrainer
 
-    ours = SingleProcessTrainer(data, TrainConfig(model="gcnii", layers=L, hidden=H, dropout=DROPOUT, epochs=1))
+    ours = SingleProcessTrainer(data, TrainConfig(model="gcnii", layers=L, hidden=H, dropout=DROPOUT, epochs=1),
+                                 prepared=True)
     c = int(data.y.max()) + 1
     torch.manual_seed(0)
     pyg = PyGGCNII(data.x.size(1), c)

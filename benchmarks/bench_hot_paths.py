@@ -163,7 +163,7 @@ def _config(**kw):
 def test_single_process_train_step(benchmark, data):
     from gnnpipe.core.trainer import SingleProcessTrainer
 
-    trainer = SingleProcessTrainer(data, _config())
+    trainer = SingleProcessTrainer(data, _config(), prepared=True)
     out = benchmark(trainer.train_step, 0)
     assert out["loss"] > 0
 

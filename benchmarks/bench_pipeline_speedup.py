@@ -65,7 +65,7 @@ def main():
     rounds = []
     for _ in range(a.repeat):  # each round runs the three side by side; noise drifts slowly on this VM
         single = api.train(base, progress=False)
-        single_rl = SingleProcessTrainer(relabelled, resolve_config(base)).fit(progress=False)
+        single_rl = SingleProcessTrainer(relabelled, resolve_config(base), prepared=True).fit(progress=False)
         pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
                          over_partition=a.over_partition, progress=False)
         rounds.append({"single": med(single), "single_relabelled": med(single_rl), "pipeline": med(pipe),
@@ -161,7 +161,7 @@ def _single_copy(a) -> None:
     torch.set_num_threads(1)
     cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
                                      epochs=a.epochs, patience=0, threads=1))
-    trainer = SingleProcessTrainer(api.load_data(cfg), cfg)
+    trainer = SingleProcessTrainer(api.load_data(cfg), cfg, prepared=True)
     trainer.train_step(0)
     while time.time() < a._single_copy:
         time.sleep(0.01)

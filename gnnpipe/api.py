@@ -13,37 +13,26 @@ from typing import Any, Optional
 
 import attrs
 
-from .core.config import TrainConfig
+from .core.config import TrainConfig, check_names, ignored_options
 from .core.results import TrainResult
-from .core.trainer import SingleProcessTrainer, resolve_config
-
-
-def _prepare(data, config: TrainConfig):
-    from .data import prepare
-
-    data = prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops, dedupe=config.dedupe)
-    for split in ("val", "test"):
-        if not bool(getattr(data, f"{split}_mask").any()):
-            warnings.warn(f"the {split} mask selects no vertex: {'model selection' if split == 'val' else 'testing'} "
-                          f"is impossible and its accuracy is reported as n/a; give the graph a {split}_mask "
-                          f"(or more labelled vertices per class for the default split)", stacklevel=3)
-    if config.normalize_features:
-        from torch_geometric.transforms import NormalizeFeatures
-
-        data = NormalizeFeatures()(data)
-    return data
+from .core.trainer import SingleProcessTrainer, prepare_data, resolve_config
 
 
 def load_data(config: TrainConfig):
     """Load and prepare (validate + preprocess, optionally row-normalise features) the configured dataset
-    (DESIGN §4 steps 1–2)."""
+    (DESIGN §4 steps 1–2; :func:`~gnnpipe.core.trainer.prepare_data`).
+
+    Raises:
+        ConfigError: unknown dataset, missing files. DataValidationError: a malformed graph (checked on the
+            values as stored, before any conversion).
+    """
     from .data import load_dataset
 
     raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
                            "num_classes": config.num_classes, "num_features": config.num_features}
                           if config.dataset in (None, "synthetic") else {}))
-    return _prepare(raw, config)
+    return prepare_data(raw, config)
 
 
 def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
@@ -68,6 +57,10 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
         progress: show a progress bar.
 
+    Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
+    also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options
+    the mode ignores are named in a warning when they differ from their defaults.
+
     Raises:
         ConfigError / UnknownComponentError / DataValidationError: before any process starts.
         DistributedError: a rank failed (all ranks are stopped; the message names it).
@@ -75,13 +68,18 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     from .core import launch
     from .core.runner import build_plan, format_plan, share_profiled_split, worker
 
-    config = resolve_config(_as_config(config, overrides))
-    data = load_data(config) if data is None else _prepare(data, config)
+    config = _as_config(config, overrides)
+    check_names(config)
+    config = resolve_config(config)
+    data = load_data(config) if data is None else prepare_data(data, config)
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch
 
+        ignored = ignored_options(config)
+        if ignored:
+            warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
         torch.set_num_threads(config.threads)
-        return SingleProcessTrainer(data, config).fit(progress=progress)
+        return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress)
     plan = build_plan(config, data)
     if launch.under_torchrun():
         rank, world = launch.init_env_process_group(config.backend, config.timeout_s)

@@ -190,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     from ..core.results import json_safe
 
     config = config_from_args(args)
+    if args.out:
+        check_writable(args.out)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     out = compare(config, args.ranks, args.hybrid, modes, progress=args.progress)
     print(format_table(out["rows"], out["ratios"]))

@@ -15,7 +15,7 @@ import sys
 from ..errors import GnnpipeError
 
 #: sub-command modules, in the order ``gnnpipe --help`` lists them
-SUBCOMMANDS = ["train", "partition", "schedule", "simulate", "compare", "ablate", "report"]
+SUBCOMMANDS = ["train", "partition", "schedule", "simulate", "compare", "ablate", "report", "models"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

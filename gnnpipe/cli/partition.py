@@ -170,6 +170,11 @@ def _run(args: argparse.Namespace) -> int:
 
     for m in methods:  # unknown names, bad options and missing optional packages fail before loading
         P.get(m)(**method_options(m, over=args.over, vertex_weight=args.vertex_weight, balance=args.balance))
+    from .train import check_writable
+
+    for path in (args.out, args.save_parts):
+        if path:
+            check_writable(path)
     data = load_graph(args)
     report = run_partition(
         data, args.parts, methods, seed=args.seed, over=args.over, vertex_weight=args.vertex_weight,

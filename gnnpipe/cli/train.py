@@ -41,6 +41,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--dropout", type=float, default=None, help="dropout probability (default: the model's)%(default).0s")
     m.add_argument("--bias", type=_bool, default=d.bias, help="bias in the GNN layers")
     m.add_argument("--activation", default=d.activation, help="activation function")
+    m.add_argument("--model-arg", dest="model_args", action="append", default=None, metavar="NAME=VALUE",
+                   help="one of the model's own options (repeatable; `gnnpipe models` lists them): "
+                   + _model_options_help() + "%(default).0s")
     o = p.add_argument_group("optimisation")
     o.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the model's)%(default).0s")
     o.add_argument("--weight-decay", type=float, default=None, help="weight decay of dense layers (default: the model's)%(default).0s")
@@ -71,11 +74,26 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                      help="seconds after which a failed or stuck rank ends the run")
 
 
+def _model_options_help() -> str:
+    from .. import models
+
+    return "; ".join(f"{name}: {models.describe_options(name)}" for name in models.available())
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed ``gnnpipe train`` flags (``--model-arg`` values typed by the model).
+
+    Raises:
+        ConfigError / UnknownComponentError: a bad value, an unknown model or model option.
+    """
     fields = {a.name for a in TrainConfig.__attrs_attrs__}
     kw = {k: v for k, v in vars(args).items() if k in fields}
     if isinstance(kw.get("correctors"), str):
         kw["correctors"] = [c.strip() for c in kw["correctors"].split(",") if c.strip() and c.strip() != "none"]
+    if kw.get("model_args") is not None and not isinstance(kw["model_args"], dict):
+        from .. import models
+
+        kw["model_args"] = models.parse_model_args(kw.get("model", _DEFAULT.model), kw["model_args"])
     return TrainConfig(**kw)
 
 
@@ -83,14 +101,21 @@ def check_writable(path: str) -> None:
     """Fail before training, not after, when ``--out`` cannot be written.
 
     Raises:
-        ConfigError: the folder cannot be created or is not writable.
+        ConfigError: ``path`` is an existing directory, an existing file that is not writable, or its folder
+            cannot be created or is not writable.
     """
     import os
     from pathlib import Path
 
     from ..errors import ConfigError
 
-    parent = Path(path).expanduser().resolve().parent
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise ConfigError(f"--out {path!r} is an existing directory; --out names the JSON file to write, "
+                          f"e.g. --out {os.path.join(path, 'run.json')}")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ConfigError(f"--out {path!r} exists and is not writable; pick another path")
+    parent = target.resolve().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -37,6 +37,41 @@ def _correctors(value):
     return list(value)
 
 
+#: the floating dtypes a run may use (``TrainConfig.dtype``)
+DTYPE_NAMES = ("float32", "float64")
+
+#: the torch.distributed backends a run may use (``TrainConfig.backend``; ``None`` picks one)
+BACKENDS = ("gloo", "nccl")
+
+
+def _dtype(inst, attr, value):
+    if value not in DTYPE_NAMES:
+        raise ConfigError(f"dtype {value!r} is not supported; use one of {', '.join(DTYPE_NAMES)}")
+
+
+def _backend(inst, attr, value):
+    if value is not None and value not in BACKENDS:
+        raise ConfigError(f"unknown backend {value!r}; available: {', '.join(BACKENDS)} "
+                          f"(gloo: CPU; nccl: one GPU per rank; default: nccl with CUDA, else gloo)")
+
+
+def _model_args(value):
+    if value is None:
+        return {}
+    return dict(value) if isinstance(value, dict) else value
+
+
+def _check_model_args(inst, attr, value):
+    if not isinstance(value, dict):
+        raise ConfigError(f"model_args must be a dict {{option: value}}, e.g. {{'lamda': 0.6}}, got {value!r}")
+    if not value:
+        return
+    from .. import models
+
+    if isinstance(inst.model, str) and inst.model in models.MODELS:  # an unknown model fails on its own
+        models.check_model_args(inst.model, value)
+
+
 def _nonneg(name):
     def check(inst, attr, value):
         if value < 0:
@@ -63,6 +98,15 @@ class TrainConfig:
     Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
     (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
     process = 1×1.
+
+    ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
+    ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.trainer.resolve_config` fills in the defaults
+    of those not given, so a result's config records every value the model was built with.
+
+    Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
+    :data:`DTYPE_NAMES`), an unknown ``backend`` (lists :data:`BACKENDS`), or ``model_args`` that the
+    model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
+    :func:`check_names` when a run starts, so that components registered later still count.
     """
 
     # data
@@ -84,6 +128,7 @@ class TrainConfig:
     dropout: Optional[float] = None
     bias: bool = False
     activation: str = "relu"
+    model_args: dict = attrs.field(factory=dict, converter=_model_args, validator=_check_model_args)
     # optimisation
     lr: Optional[float] = attrs.field(default=None, validator=_rate("lr"))
     weight_decay: Optional[float] = attrs.field(default=None, validator=_rate("weight_decay"))
@@ -104,9 +149,9 @@ class TrainConfig:
     layer_split: str = "equal"
     recompute: bool = False
     threads: int = attrs.field(default=1, validator=_pos("threads"))
-    backend: Optional[str] = None
+    backend: Optional[str] = attrs.field(default=None, validator=_backend)
     timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
-    dtype: str = "float32"
+    dtype: str = attrs.field(default="float32", validator=_dtype)
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
@@ -128,3 +173,63 @@ class TrainConfig:
                 d.pop(k)
         d["correctors"] = [c if isinstance(c, str) else repr(c) for c in self.correctors]
         return d
+
+
+def check_names(config: TrainConfig) -> None:
+    """Check every component name of ``config`` against its registry, in every mode (also where the mode
+    does not use the component: a typo is an error wherever it is made).
+
+    Raises:
+        UnknownComponentError: an unknown model, scheduler, partitioner, layer split or corrector (the
+            message lists the available names). ConfigError: a malformed corrector option, model options
+            the model does not have, an unknown backend.
+    """
+    from .. import correctors, models, partitioners, schedulers
+
+    models.get(config.model)
+    if config.model_args:
+        models.check_model_args(config.model, config.model_args)
+    schedulers.get(config.scheduler)
+    partitioners.get(config.partitioner)
+    partitioners.get_layer_partitioner(config.layer_split)
+    correctors.build_correctors(config.correctors)
+    _backend(config, None, config.backend)
+
+
+def ignored_options(config: TrainConfig, num_chunks: Optional[int] = None) -> list[str]:
+    """The options that ``config``'s mode does not use *and* that were set to something other than
+    their default (options left at their defaults are not reported: a user who never typed
+    ``--correctors`` is not told that graph parallelism ignores them).
+
+    Modes: single process (``ways == stages == 1`` and at most one chunk) ignores every pipeline and
+    distribution option; graph parallelism (``stages == 1``, ``ways > 1``) ignores the pipeline options
+    and chunk counts other than one per way; pipeline and hybrid use them all.
+
+    Returns:
+        One phrase per ignored option (e.g. ``"--correctors t1 (graph parallelism is exact: …)"``).
+    """
+    d = TrainConfig()
+    out: list[str] = []
+
+    def changed(*names):
+        return [n for n in names if getattr(config, n) != getattr(d, n)]
+
+    flag = {"scheduler": "--scheduler", "stash_weights": "--stash-weights", "correctors": "--correctors",
+            "partitioner": "--partitioner", "over_partition": "--over-partition", "layer_split": "--layer-split",
+            "recompute": "--recompute", "backend": "--backend", "chunks": "--chunks"}
+    if config.stages == 1 and config.ways == 1 and (config.chunks or 1) == 1:
+        names = changed("scheduler", "stash_weights", "partitioner", "over_partition", "layer_split",
+                        "recompute", "backend")
+        if config.correctors and changed("correctors"):
+            names.insert(2, "correctors")
+        if names:
+            out.append(", ".join(flag[n] for n in names) + " (a single-process run has no pipeline, chunks or ranks)")
+    elif config.stages == 1 and config.ways > 1:
+        if config.chunks not in (None, config.ways):
+            out.append(f"--chunks {config.chunks} (graph parallelism has one part per way)")
+        if config.correctors and changed("correctors"):
+            out.append("--correctors (graph parallelism is exact: there is no history to correct)")
+        names = changed("scheduler", "stash_weights", "over_partition", "layer_split", "recompute")
+        if names:
+            out.append(", ".join(flag[n] for n in names) + " (graph parallelism has no pipeline)")
+    return out

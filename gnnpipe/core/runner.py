@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError
 from .comm import Comm
-from .config import TrainConfig
+from .config import TrainConfig, ignored_options
 from .results import TrainResult
 from .trainer import DTYPES, epoch_loop, make_model
 
@@ -81,14 +81,7 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
         raise ConfigError(f"unknown backend {config.backend!r}; use gloo (CPU) or nccl (one GPU per rank)")
     if config.backend == "nccl" and not torch.cuda.is_available():
         raise ConfigError("backend nccl needs CUDA GPUs, and none is available; use --backend gloo")
-    ignored = []
-    if config.stages == 1 and config.ways > 1:
-        if config.chunks not in (None, config.ways):
-            ignored.append(f"--chunks {config.chunks} (graph parallelism has one part per way)")
-        if config.correctors:
-            ignored.append("--correctors (graph parallelism is exact: there is no history to correct)")
-        if config.scheduler != "gpipe" or config.stash_weights:
-            ignored.append("--scheduler/--stash-weights (graph parallelism has no pipeline)")
+    ignored = ignored_options(config)
     if ignored:
         warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
 

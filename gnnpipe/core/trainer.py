@@ -11,12 +11,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..models import GNNModel, build_model
-from .config import TrainConfig
+from .config import DTYPE_NAMES, TrainConfig, check_names
 from .graph import GraphOps
 from .results import TrainResult
 
-#: the dtype names a config may use
+#: the dtype names a config may use (``config.DTYPE_NAMES``) and their torch dtypes
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+assert set(DTYPES) == set(DTYPE_NAMES)
 
 
 def masked_loss(logits: Tensor, y: Tensor, mask: Tensor, num_global: int) -> Tensor:
@@ -51,16 +52,36 @@ def make_model(config: TrainConfig, num_features: int, num_classes: int) -> GNNM
     torch.manual_seed(config.seed)
     model = build_model(
         config.model, num_features, num_classes, num_layers=config.layers, hidden=config.hidden,
-        dropout=config.dropout, bias=config.bias, activation=config.activation,
+        dropout=config.dropout, bias=config.bias, activation=config.activation, **config.model_args,
     )
     return model.to(DTYPES[config.dtype])
 
 
 def resolve_config(config: TrainConfig) -> TrainConfig:
-    """Fill hyper-parameters left ``None`` from the model's ``default_hparams``."""
-    from ..models import get
+    """Fill hyper-parameters left ``None`` from the model's ``default_hparams``, and the model options
+    not in ``config.model_args`` from their defaults (so that a result records every value used)."""
+    import attrs
 
-    return config.resolved(get(config.model).default_hparams)
+    from ..models import get, model_options
+
+    resolved = config.resolved(get(config.model).default_hparams)
+    opts = {k: o.default for k, o in model_options(config.model).items()}
+    if set(opts) - set(resolved.model_args):
+        resolved = attrs.evolve(resolved, model_args={**opts, **resolved.model_args})
+    return resolved
+
+
+def prepare_data(data, config: TrainConfig):
+    """Validate and preprocess ``data`` as ``config`` says (DESIGN §4 steps 1–2): :func:`gnnpipe.data.prepare`
+    with ``undirected``, ``remove_self_loops``, ``dedupe`` and ``normalize_features``.
+
+    Raises:
+        DataValidationError: a malformed graph (the message names the fix).
+    """
+    from ..data import prepare
+
+    return prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops,
+                   dedupe=config.dedupe, normalize_features=config.normalize_features)
 
 
 def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimizer:
@@ -128,16 +149,29 @@ def epoch_loop(
 class SingleProcessTrainer:
     """Exact full-graph training in one process (DESIGN §5's reference).
 
+    The data goes through the same input stage as every other entry point (:func:`prepare_data`:
+    validation, then the config's preprocessing: ``undirected``, ``remove_self_loops``, ``dedupe``,
+    ``normalize_features``), unless ``prepared=True`` says it already has.
+
     Args:
-        data: a prepared ``Data`` (see :func:`gnnpipe.data.prepare`): ``x`` ``[N, F]`` float,
-            ``y`` ``[N]`` long, ``edge_index`` ``[2, E]``, bool masks ``[N]``.
-        config: the run configuration (``resolve_config`` is applied).
+        data: a ``Data`` with ``x`` ``[N, F]``, ``y`` ``[N]`` class ids, ``edge_index`` ``[2, E]``,
+            ``train_mask`` (``val_mask`` / ``test_mask`` optional: missing ones are empty, with a warning).
+        config: the run configuration (``resolve_config`` is applied; its component names are checked
+            like every run's, though a single process uses no scheduler, partitioner or corrector).
         model: optional pre-built model (otherwise built from the config with the seed).
+        prepared: ``data`` is the output of :func:`prepare_data` with this config (as ``api.train``
+            passes it): skip the input stage.
+
+    Raises:
+        DataValidationError: malformed data. ConfigError / UnknownComponentError: a bad configuration.
     """
 
-    def __init__(self, data, config: TrainConfig, model: Optional[GNNModel] = None):
+    def __init__(self, data, config: TrainConfig, model: Optional[GNNModel] = None, *, prepared: bool = False):
+        check_names(config)
         self.config = resolve_config(config)
         dtype = DTYPES[self.config.dtype]
+        if not prepared:
+            data = prepare_data(data, self.config)
         self.data = data
         self.x = data.x.to(dtype)
         self.ops = GraphOps(data.edge_index, data.num_nodes, dtype)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,10 @@ from torch_geometric.data import Data
 
 from ..errors import ConfigError
 from .files import read_musae_facebook, read_npz_graph, read_pt_graph
-from .preprocess import canonicalize
+from .preprocess import canonicalize, select_masks
 from .splits import random_split, split_seed
 from .synthetic import synthetic_graph
+from .validation import DataWarning, validate
 
 _PLATONOV_URL = "https://github.com/yandex-research/heterophilous-graphs/raw/main/data"
 
@@ -349,7 +351,13 @@ def _load_musae(spec: DatasetSpec, root: Path) -> Data:
 
 
 def _finish(data: Data, name: str, split: int, seed: int) -> Data:
-    out = canonicalize(data, split=split, dataset=name)
+    staged = select_masks(data, split, dataset=name)
+    # validate the values as stored, before canonicalize's casts could hide them (a float edge_index with
+    # fractions, non-integral labels); its warnings come from prepare() later, on what is trained on
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        validate(staged, require_train_mask=False)
+    out = canonicalize(staged)
     if "train_mask" not in out:
         out.train_mask, out.val_mask, out.test_mask = random_split(out.y, 20, 30, seed=split_seed(seed, split))
     out.name = name
@@ -394,6 +402,9 @@ def load_dataset(
     Raises:
         ConfigError: unknown name (lists the known ones), missing files (names the paths looked at),
             ``split`` out of range (names ``k``), ``synthetic_kwargs`` for a real dataset.
+        DataValidationError: the stored graph is malformed (:func:`gnnpipe.data.validate`, checked on the
+            values as stored, before any cast; a missing ``train_mask`` is allowed: the random split
+            replaces it). Its warnings are left to :func:`gnnpipe.data.prepare`.
     """
     if name is None or _norm(str(name)) in SYNTHETIC_NAMES:
         kwargs = {k: v for k, v in synthetic_kwargs.items() if v is not None}

@@ -39,20 +39,41 @@ def _to_data(data: Any) -> Data:
     )
 
 
-def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = None) -> Data:
-    """Convert dtypes and layouts to the canonical form (module docstring); returns a new ``Data``.
+def select_masks(data: Any, split: int | None, *, dataset: str | None = None) -> Data:
+    """Reduce ``[N, k]`` split matrices to column ``split``; nothing else is converted. Returns a new ``Data``.
 
-    ``x`` is densified if sparse and cast to float32; ``y`` flattened from ``[N, 1]`` and cast to
-    int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool; ``[N, k]`` split matrices
-    reduced to column ``split`` (with ``split=None`` they are left alone, and :func:`validate` will
-    reject them); a 1-D mask next to ``[N, k]`` ones is shared by every split, and if all masks are
-    1-D ``split`` must be 0. Does not validate: run :func:`validate` before or after.
+    A 1-D mask next to ``[N, k]`` ones is shared by every split; if all masks are 1-D, ``split`` must be 0.
+    With ``split=None`` the masks are left alone (and :func:`validate` rejects split matrices). This is the
+    only step allowed before :func:`validate`: it changes no dtype, so it cannot hide a bad value.
 
     Raises:
         ConfigError: ``split`` out of range for an ``[N, k]`` mask (names ``k``).
     """
     out = _to_data(data)
+    if split is None:
+        return out
     name = dataset or str(getattr(out, "name", None) or "the dataset")
+    matrix = any(isinstance(out[k], Tensor) and out[k].dim() == 2 for k in MASKS if k in out)
+    for key in MASKS:
+        m = out[key] if key in out else None
+        if isinstance(m, Tensor) and (m.dim() == 2 or (m.dim() == 1 and not matrix)):
+            out[key] = select_split(m, split, what=key, dataset=name)
+    return out
+
+
+def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = None) -> Data:
+    """Convert dtypes and layouts to the canonical form (module docstring); returns a new ``Data``.
+
+    ``x`` is densified if sparse and cast to float32; ``y`` flattened from ``[N, 1]`` and cast to
+    int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool; ``[N, k]`` split matrices
+    reduced to column ``split`` (:func:`select_masks`). Does not validate, and its casts would hide bad
+    values (a float ``edge_index`` with fractions, non-integral labels): run :func:`validate` *before* it,
+    as :func:`prepare` and ``load_dataset`` do.
+
+    Raises:
+        ConfigError: ``split`` out of range for an ``[N, k]`` mask (names ``k``).
+    """
+    out = select_masks(data, split, dataset=dataset)
     x = out.x if "x" in out else None
     if isinstance(x, Tensor):
         if x.layout != torch.strided:
@@ -65,13 +86,10 @@ def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = N
         out.y = y.long()
     if isinstance(out.edge_index if "edge_index" in out else None, Tensor):
         out.edge_index = out.edge_index.long().contiguous()
-    matrix = any(isinstance(out[k], Tensor) and out[k].dim() == 2 for k in MASKS if k in out)
     for key in MASKS:
         m = out[key] if key in out else None
         if not isinstance(m, Tensor):
             continue
-        if split is not None and (m.dim() == 2 or (m.dim() == 1 and not matrix)):
-            m = select_split(m, split, what=key, dataset=name)
         if m.dtype != torch.bool and not m.is_floating_point() and bool(((m == 0) | (m == 1)).all()):
             m = m.bool()
         out[key] = m
@@ -132,19 +150,30 @@ def prepare(
     undirected: bool = True,
     remove_self_loops: bool = True,
     dedupe: bool = True,
+    normalize_features: bool = False,
 ) -> Data:
     """Validate, convert to the canonical form and preprocess: the input stage of a training run.
 
-    ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data),
-    then :func:`validate` runs (its warnings are emitted), then :func:`canonicalize` and
-    :func:`preprocess` with the given switches. Returns a new ``Data``; the input is not modified.
+    ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data,
+    :func:`select_masks`), then :func:`validate` runs on the values as given (its warnings are emitted),
+    then :func:`canonicalize`; a missing ``val_mask`` / ``test_mask`` becomes an all-``False`` mask
+    (``validate`` has warned); then :func:`preprocess` with the given switches and, with
+    ``normalize_features``, PyG's ``NormalizeFeatures`` (each row of ``x`` divided by its sum: the
+    GCN/GCNII papers' Planetoid preprocessing). Returns a new ``Data``; the input is not modified.
 
     Raises:
         DataValidationError: see :func:`validate`.
         ConfigError: ``split`` out of range.
     """
-    staged = canonicalize(data, split=split) if split is not None else _to_data(data)
+    staged = select_masks(data, split)
     validate(staged, num_classes=num_classes)
-    return preprocess(
-        canonicalize(staged), undirected=undirected, remove_self_loops=remove_self_loops, dedupe=dedupe
-    )
+    out = canonicalize(staged)
+    for key in ("val_mask", "test_mask"):
+        if key not in out:
+            out[key] = torch.zeros(out.num_nodes, dtype=torch.bool)
+    out = preprocess(out, undirected=undirected, remove_self_loops=remove_self_loops, dedupe=dedupe)
+    if normalize_features:
+        from torch_geometric.transforms import NormalizeFeatures
+
+        out = NormalizeFeatures()(out)
+    return out

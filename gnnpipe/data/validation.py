@@ -22,7 +22,11 @@ Decisions:
 * A graph without edges is allowed with a warning (every GNN degenerates to an MLP). Isolated
   vertices are allowed silently: they are common in real graphs (CiteSeer has 48) and every
   aggregation kind handles them (``gcn`` keeps the self term, ``mean``/``sum`` give zero rows).
-* Missing ``val_mask`` / ``test_mask`` and train/test overlap are warnings, not errors.
+* Missing or empty ``val_mask`` / ``test_mask`` and train/test overlap are warnings, not errors:
+  :func:`gnnpipe.data.prepare` then gives the missing masks as all-``False`` (no model selection / no
+  test accuracy; reported as n/a).
+* ``y`` is required (node classification needs labels), also where no mask exists yet and a loader
+  is about to draw a random split from it.
 """
 
 from __future__ import annotations
@@ -185,13 +189,16 @@ def _check_masks(data: Any, n: int) -> dict[str, Tensor]:
     return masks
 
 
-def validate(data: Any, *, num_classes: int | None = None) -> list[str]:
+def validate(data: Any, *, num_classes: int | None = None, require_train_mask: bool = True) -> list[str]:
     """Check that ``data`` is a well-formed node-classification graph; raise on errors, warn otherwise.
 
     Args:
         data: a ``torch_geometric.data.Data`` (anything with the same attributes works).
         num_classes: if given (else ``data.num_classes`` if that attribute is stored), labels of
             masked vertices must be ``< num_classes``.
+        require_train_mask: whether a missing ``train_mask`` is an error (default) or is left to the
+            caller (``load_dataset`` draws a random split for graphs without masks; then no mask
+            warning is given either).
 
     Returns:
         The warning messages, each also emitted as :class:`DataWarning` via ``warnings.warn``
@@ -201,7 +208,8 @@ def validate(data: Any, *, num_classes: int | None = None) -> list[str]:
         DataValidationError: naming the problem and the fix, for: ``edge_index`` missing, not
             ``[2, E]``, not integer, negative or ``>= N`` ids; ``x`` missing, not 2-D, NaN/inf
             (with the number of rows); ``y`` missing, wrong length, multi-column or non-integral;
-            masked labels negative or ``>= num_classes``; ``train_mask`` missing or empty; any mask of
+            masked labels negative or ``>= num_classes``; ``train_mask`` missing (unless
+            ``require_train_mask=False``: a loader that draws a random split itself) or empty; any mask of
             the wrong shape or dtype (see module docstring).
     """
     if data is None:
@@ -214,7 +222,8 @@ def validate(data: Any, *, num_classes: int | None = None) -> list[str]:
     # labels
     y = _get(data, "y")
     if y is None:
-        _fail("data.y (vertex labels) is missing; set data.y = LongTensor[N] of class ids (use -1 for unlabelled)")
+        _fail("data.y (vertex labels) is missing; labels are required for training (node classification): "
+              "set data.y = LongTensor[N] of class ids (use -1 for unlabelled vertices)")
     if not isinstance(y, Tensor):
         _fail(f"data.y must be a torch.Tensor, got {type(y).__name__}; convert it with torch.as_tensor(y).long()")
     if y.dim() == 2 and y.size(1) == 1:
@@ -239,12 +248,14 @@ def validate(data: Any, *, num_classes: int | None = None) -> list[str]:
         _fail(f"data.y has dtype {y.dtype}; labels must be integer class ids: data.y = data.y.long()")
 
     masks = _check_masks(data, n)
-    if "train_mask" not in masks:
+    if "train_mask" not in masks and not require_train_mask:
+        pass  # the caller draws a random split
+    elif "train_mask" not in masks:
         _fail(
             "data.train_mask is missing; set it to a BoolTensor[N] marking the training vertices, e.g. "
             "gnnpipe.data.random_split(data.y) for 20 train / 30 val per class, rest test"
         )
-    if not bool(masks["train_mask"].any()):
+    elif not bool(masks["train_mask"].any()):
         _fail(
             "data.train_mask selects no vertex; mark at least one training vertex (e.g. "
             "gnnpipe.data.random_split(data.y))"
@@ -278,10 +289,20 @@ def validate(data: Any, *, num_classes: int | None = None) -> list[str]:
             "the graph has no edges: every GNN layer reduces to a per-vertex MLP; check data.edge_index "
             "if that is not intended"
         )
-    for key in ("val_mask", "test_mask"):
-        if key not in masks:
-            found.append(f"data.{key} is missing; no {key[:-5]} accuracy can be reported")
-    if "test_mask" in masks:
+    if "train_mask" in masks:
+        for key in ("val_mask", "test_mask"):
+            use = "model selection is impossible" if key == "val_mask" else "there is no test accuracy"
+            if key not in masks:
+                found.append(
+                    f"data.{key} is missing: training treats it as empty ({use}; its accuracy is reported as "
+                    f"n/a); give the graph a {key} to get one"
+                )
+            elif not bool(masks[key].any()):
+                found.append(
+                    f"data.{key} selects no vertex: {use} and its accuracy is reported as n/a; give the graph a "
+                    f"{key} (or more labelled vertices per class for the default split)"
+                )
+    if "test_mask" in masks and "train_mask" in masks:
         overlap = int((masks["train_mask"] & masks["test_mask"]).sum())
         if overlap:
             found.append(

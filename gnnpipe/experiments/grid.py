@@ -31,7 +31,9 @@ Keys of ``[fixed]``, ``[grid]`` and ``[[variants]]`` are the :class:`~gnnpipe.co
 field names that ``gnnpipe train`` has a flag for (``dataset``, ``root``, ``model``, ``layers``, ``hidden``,
 ``ways``, ``stages``, ``chunks``, ``scheduler``, ``correctors``, ``partitioner``, ``layer_split``,
 ``recompute``, ``epochs``, ``seed``, …; a dash may replace an underscore). Booleans are TOML booleans
-(``recompute = true``, ``bias = false``, ``undirected = false``).
+(``recompute = true``, ``bias = false``, ``undirected = false``). The model's own options (``gnnpipe
+models``) go in ``model_args``, a table: ``model_args = { alpha = 0.1, lamda = 0.6 }`` (in ``[grid]``, a
+list of tables); they become ``--model-arg`` flags and are checked against the model.
 
 Runs: for every seed (outermost, so an interrupted study has all variants of the first seed early),
 every combination of ``[grid]`` and every variant, one run with the settings
@@ -166,6 +168,8 @@ def normalize_value(key: str, value: Any, where: str) -> Any:
             non-boolean for a switch).
     """
     spec = train_flag_specs()[key]
+    if key == "model_args":
+        return _normalize_model_args(value, where)
     if key == "correctors":
         if isinstance(value, (list, tuple)):
             items = [str(v).strip() for v in value]
@@ -185,6 +189,31 @@ def normalize_value(key: str, value: Any, where: str) -> Any:
     return value
 
 
+def _normalize_model_args(value: Any, where: str) -> str:
+    """``model_args`` as a study writes it (a table ``{lamda = 0.6}``, ``"lamda=0.6,alpha=0.1"`` or a list of
+    ``"name=value"``) in its canonical form: ``"alpha=0.1,lamda=0.6"`` (sorted; ``""`` for none). The names
+    are checked against the model later, with the run's other flags."""
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                raise ConfigError(f"{where}: model_args.{k} must be a single value, got {v!r}")
+            items.append((str(k), "true" if v is True else "false" if v is False else str(v)))
+    elif isinstance(value, (str, list, tuple)):
+        parts = value.split(",") if isinstance(value, str) else [str(p) for p in value]
+        items = []
+        for part in (p.strip() for p in parts):
+            if not part:
+                continue
+            k, eq, v = part.partition("=")
+            if not eq or not k.strip():
+                raise ConfigError(f"{where}: model_args entry {part!r} must be name=value (e.g. lamda=0.6)")
+            items.append((k.strip(), v.strip()))
+    else:
+        raise ConfigError(f"{where}: model_args must be a table like {{ lamda = 0.6 }}, got {value!r}")
+    return ",".join(f"{k}={v}" for k, v in sorted(items))
+
+
 def to_flags(settings: dict[str, Any]) -> list[str]:
     """The ``gnnpipe train`` arguments for ``settings`` (normalised values; paths already resolved).
 
@@ -195,7 +224,9 @@ def to_flags(settings: dict[str, Any]) -> list[str]:
     argv: list[str] = []
     for key, value in settings.items():
         spec = specs[key]
-        if spec.kind == "true":
+        if key == "model_args":
+            argv += [a for item in str(value).split(",") if item for a in (spec.option, item)]
+        elif spec.kind == "true":
             if value:
                 argv.append(spec.option)
         elif spec.kind == "false":
@@ -233,15 +264,9 @@ def check_flags(argv: list[str], where: str) -> None:
 
 
 def _check_names(config) -> None:
-    from .. import correctors, models, partitioners, schedulers
+    from ..core.config import check_names
 
-    models.get(config.model)
-    schedulers.get(config.scheduler)
-    partitioners.get(config.partitioner)
-    getter = getattr(partitioners, "get_layer_partitioner", None)
-    if getter is not None:
-        getter(config.layer_split)
-    correctors.build_correctors(config.correctors)
+    check_names(config)
 
 
 # ------------------------------------------------------------------------------------------ study

@@ -37,7 +37,7 @@ def run_distributed(config: TrainConfig, data, grads_after=(1, 3), no_eval=True)
 
 def run_reference(config: TrainConfig, data, grads_after=(1, 3)):
     """Single-process exact training on the same (relabelled) graph; losses and grads after given epochs."""
-    t = SingleProcessTrainer(data, attrs.evolve(config, ways=1, stages=1, chunks=1))
+    t = SingleProcessTrainer(data, attrs.evolve(config, ways=1, stages=1, chunks=1), prepared=True)
     losses, grads = [], {}
     for e in range(config.epochs):
         t.optimizer.zero_grad(set_to_none=False)

@@ -1,0 +1,58 @@
+"""gnnpipe models: the registered models, their own options (``--model-arg NAME=VALUE``) and defaults.
+
+Every model is a linear sequence of layer units (encoder, L GNN layers, head). Its options are the extra
+keyword arguments of its constructor (gnnpipe.models.model_options); set them with ``--model-arg`` on
+``gnnpipe train`` / ``gnnpipe compare`` (repeatable), ``model_args = {…}`` in a study file, or
+``TrainConfig(model_args={…})`` in Python. The training hyper-parameters (lr, dropout, weight decay) that
+a run leaves unset take the model's recommended defaults listed here.
+
+examples:
+  gnnpipe models
+  gnnpipe models gcnii
+  gnnpipe train --model gcnii --model-arg alpha=0.1 --model-arg lamda=0.6
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    from .main import HelpFormatter
+
+    p = sub.add_parser("models", help="list the models, their options (--model-arg) and default hyper-parameters",
+                       description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("names", nargs="*", metavar="MODEL", help="only these models (default: all)")
+    p.set_defaults(func=run)
+
+
+def describe(name: str) -> str:
+    """A few lines about one registered model: summary, options (with defaults and help), default hyper-parameters."""
+    from .. import models
+
+    cls = models.get(name)
+    import inspect
+
+    doc = inspect.getdoc(cls) or cls.__name__
+    summary = " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines()).replace("``", "")
+    lines = [f"{name}: {summary}"]
+    opts = models.model_options(name)
+    if opts:
+        lines.append("  options (--model-arg NAME=VALUE):")
+        for o in opts.values():
+            lines.append(f"    {o.name}={o.default!r} ({o.type_name})" + (f": {o.help}" if o.help else ""))
+    else:
+        lines.append("  options: none")
+    hp = ", ".join(f"{k}={v!r}" for k, v in cls.default_hparams.items())
+    lines.append(f"  default hyper-parameters: {hp}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import models
+
+    names = args.names or models.available()
+    for n in names:
+        models.get(n)  # an unknown name fails before anything is printed (lists the available ones)
+    print("\n\n".join(describe(n) for n in names))
+    return 0
