@@ -13,6 +13,7 @@ Canonical form (what :func:`canonicalize`, :func:`prepare` and ``load_dataset`` 
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from torch_geometric.utils import remove_self_loops as _remove_self_loops
 
 from ..errors import DataValidationError
 from .splits import select_split
-from .validation import MASKS, validate
+from .validation import MASKS, DataWarning, validate
 
 _EDGE_KEYS = ("edge_attr", "edge_weight")
 
@@ -157,7 +158,7 @@ def prepare(
     ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data,
     :func:`select_masks`), then :func:`validate` runs on the values as given (its warnings are emitted),
     then :func:`canonicalize`; a missing ``val_mask`` / ``test_mask`` becomes an all-``False`` mask
-    (``validate`` has warned); then :func:`preprocess` with the given switches and, with
+    (``validate`` has warned; an empty one gives a :class:`DataWarning` here); then :func:`preprocess` with the given switches and, with
     ``normalize_features``, PyG's ``NormalizeFeatures`` (each row of ``x`` divided by its sum: the
     GCN/GCNII papers' Planetoid preprocessing). Returns a new ``Data``; the input is not modified.
 
@@ -169,8 +170,12 @@ def prepare(
     validate(staged, num_classes=num_classes)
     out = canonicalize(staged)
     for key in ("val_mask", "test_mask"):
-        if key not in out:
+        if key not in out:  # validate() has warned
             out[key] = torch.zeros(out.num_nodes, dtype=torch.bool)
+        elif not bool(out[key].any()):
+            warnings.warn(f"data.{key} selects no vertex: no {key[:-5]} accuracy (reported as n/a"
+                          + ("; no model selection" if key == "val_mask" else "") + f"); give the graph a {key} "
+                          "(or more labelled vertices per class for the default split)", DataWarning, stacklevel=2)
     out = preprocess(out, undirected=undirected, remove_self_loops=remove_self_loops, dedupe=dedupe)
     if normalize_features:
         from torch_geometric.transforms import NormalizeFeatures

@@ -22,9 +22,9 @@ Decisions:
 * A graph without edges is allowed with a warning (every GNN degenerates to an MLP). Isolated
   vertices are allowed silently: they are common in real graphs (CiteSeer has 48) and every
   aggregation kind handles them (``gcn`` keeps the self term, ``mean``/``sum`` give zero rows).
-* Missing or empty ``val_mask`` / ``test_mask`` and train/test overlap are warnings, not errors:
+* Missing ``val_mask`` / ``test_mask`` and train/test overlap are warnings, not errors:
   :func:`gnnpipe.data.prepare` then gives the missing masks as all-``False`` (no model selection / no
-  test accuracy; reported as n/a).
+  test accuracy; reported as n/a), and warns about empty ones.
 * ``y`` is required (node classification needs labels), also where no mask exists yet and a loader
   is about to draw a random split from it.
 """
@@ -291,16 +291,10 @@ def validate(data: Any, *, num_classes: int | None = None, require_train_mask: b
         )
     if "train_mask" in masks:
         for key in ("val_mask", "test_mask"):
-            use = "model selection is impossible" if key == "val_mask" else "there is no test accuracy"
             if key not in masks:
                 found.append(
-                    f"data.{key} is missing: training treats it as empty ({use}; its accuracy is reported as "
-                    f"n/a); give the graph a {key} to get one"
-                )
-            elif not bool(masks[key].any()):
-                found.append(
-                    f"data.{key} selects no vertex: {use} and its accuracy is reported as n/a; give the graph a "
-                    f"{key} (or more labelled vertices per class for the default split)"
+                    f"data.{key} is missing: training treats it as empty (no {key[:-5]} accuracy, reported as n/a"
+                    + ("; no model selection" if key == "val_mask" else "") + f"); give the graph a {key} to get one"
                 )
     if "test_mask" in masks and "train_mask" in masks:
         overlap = int((masks["train_mask"] & masks["test_mask"]).sum())
