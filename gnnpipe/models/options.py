@@ -65,6 +65,15 @@ def model_options(name_or_cls: Any) -> dict[str, ModelOption]:
     return out
 
 
+def accepts_any_option(name_or_cls: Any) -> bool:
+    """Whether the model's constructor takes ``**kwargs`` (then names beyond its listed options are passed on
+    unchecked: the model itself decides)."""
+    from .registry import get
+
+    cls = get(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
+    return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+
+
 def describe_options(name: str) -> str:
     """``"alpha=0.1, lamda=0.5"`` (the options with their defaults), or ``"(none)"``."""
     opts = model_options(name)
@@ -120,10 +129,23 @@ def _coerce(model: str, opt: ModelOption, value: Any) -> Any:
     return value
 
 
+def _guess(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    for conv in (int, float):
+        try:
+            return conv(value)
+        except ValueError:
+            pass
+    low = value.strip().lower()
+    return True if low == "true" else False if low == "false" else value
+
+
 def check_model_args(model: str, args: dict, *, coerce: bool = False) -> dict:
     """Check ``args`` (``{option: value}``) against the options of ``model``; return them (typed).
 
-    Values must have the type of the option's default (an ``int`` is accepted for a ``float``); with
+    Values must have the type of the option's default (an ``int`` is accepted for a ``float``); a model
+    whose constructor takes ``**kwargs`` also receives names it does not list. With
     ``coerce=True`` strings are converted too (``"0.6"`` → ``0.6``, ``"true"`` → ``True``), as given on
     the command line.
 
@@ -136,6 +158,9 @@ def check_model_args(model: str, args: dict, *, coerce: bool = False) -> dict:
     opts = model_options(model)
     out = {}
     for key, value in args.items():
+        if isinstance(key, str) and key not in opts and accepts_any_option(model):
+            out[key] = _guess(value) if coerce else value
+            continue
         if not isinstance(key, str) or key not in opts:
             raise _unknown(model, str(key), opts)
         if isinstance(value, str) and not coerce and opts[key].type_name not in ("str", "any"):
