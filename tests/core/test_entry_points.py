@@ -18,9 +18,10 @@ from torch_geometric.data import Data
 
 from gnnpipe import api
 from gnnpipe.cli.main import build_parser, main
-from gnnpipe.core.config import TrainConfig, ignored_options
+from gnnpipe.core import config as config_module
+from gnnpipe.core.config import TrainConfig
 from gnnpipe.core.runner import check_config
-from gnnpipe.core.trainer import SingleProcessTrainer, prepare_data, resolve_config
+from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
 from gnnpipe.data import DataWarning, prepare, synthetic_graph
 from gnnpipe.errors import ConfigError, DataValidationError, UnknownComponentError
 
@@ -169,14 +170,14 @@ def test_unknown_names_are_errors_in_every_mode(what, mode):
 def test_graph_parallel_defaults_do_not_warn():
     """`gnnpipe train --ways 4 --stages 1` (a README command) passes no --correctors: no warning about them."""
     cfg = resolve_config(TrainConfig(ways=4, stages=1, model="gcn", layers=2))
-    assert ignored_options(cfg) == []
+    assert config_module.ignored_options(cfg) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_config(cfg, num_nodes=100, num_units=4)
     given = resolve_config(TrainConfig(ways=4, stages=1, model="gcn", layers=2, correctors=["ema"], scheduler="1f1b"))
     with pytest.warns(UserWarning, match="ignored: --correctors.*--scheduler"):
         check_config(given, num_nodes=100, num_units=4)
-    assert ignored_options(TrainConfig(ways=4, correctors="none")) == []  # `--correctors none`: nothing to ignore
+    assert config_module.ignored_options(TrainConfig(ways=4, correctors="none")) == []  # `--correctors none`: nothing to ignore
 
 
 def test_single_process_warns_about_given_pipeline_options_only():
@@ -214,7 +215,7 @@ def test_single_process_trainer_applies_the_preprocessing_options():
     t = SingleProcessTrainer(raw, cfg)
     torch.testing.assert_close(t.data.x.sum(1), torch.ones(raw.num_nodes))
     assert t.data.edge_index.size(1) == 2 * raw.edge_index.size(1)  # made undirected
-    ref = prepare_data(raw, resolve_config(cfg))
+    ref = prepare(raw, normalize_features=True)  # what every entry point does with this config
     assert torch.equal(t.data.x, ref.x) and torch.equal(t.data.edge_index, ref.edge_index)
     a = t.fit(progress=False)
     b = api.train(cfg, data=raw, progress=False)
