@@ -41,6 +41,11 @@ def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
     if overrides:
         if "correctors" in overrides and isinstance(overrides["correctors"], str):
             overrides["correctors"] = [c for c in overrides["correctors"].split(",") if c and c != "none"]
+        if overrides.get("model", config.model) != config.model and "model_args" not in overrides:
+            from .models import model_options
+
+            if config.model_args == {k: o.default for k, o in model_options(config.model).items()}:
+                overrides["model_args"] = {}  # the old model's defaults (a resolved config): not the user's choice
         config = attrs.evolve(config, **overrides)
     return config
 

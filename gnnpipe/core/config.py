@@ -196,7 +196,7 @@ def check_names(config: TrainConfig) -> None:
     _backend(config, None, config.backend)
 
 
-def ignored_options(config: TrainConfig, num_chunks: Optional[int] = None) -> list[str]:
+def ignored_options(config: TrainConfig) -> list[str]:
     """The options that ``config``'s mode does not use *and* that were set to something other than
     their default (options left at their defaults are not reported: a user who never typed
     ``--correctors`` is not told that graph parallelism ignores them).
@@ -206,7 +206,8 @@ def ignored_options(config: TrainConfig, num_chunks: Optional[int] = None) -> li
     and chunk counts other than one per way; pipeline and hybrid use them all.
 
     Returns:
-        One phrase per ignored option (e.g. ``"--correctors t1 (graph parallelism is exact: …)"``).
+        Phrases naming the ignored flags and why (e.g. ``"--correctors (graph parallelism is exact: …)"``);
+        the callers warn ``"ignored: " + "; ".join(...)``.
     """
     d = TrainConfig()
     out: list[str] = []

@@ -78,11 +78,14 @@ def read_npz_graph(path: str | Path) -> Data:
         x = torch.from_numpy(np.asarray(f[kx]))
         y = torch.from_numpy(np.asarray(f[ky]))
         n = x.size(0)
-        edges = torch.from_numpy(np.asarray(f[ke])).long()
-        if ke == "edges":  # Platonov layout: undirected pairs [E, 2]
-            edge_index = to_undirected(edges.t().contiguous(), num_nodes=n)
+        edges = torch.from_numpy(np.asarray(f[ke]))
+        if edges.is_floating_point() or edges.dtype == torch.bool:
+            # left as stored: validate() rejects it with the fix (a cast here would hide fractional ids)
+            edge_index = edges.t().contiguous() if ke == "edges" and edges.dim() == 2 else edges
+        elif ke == "edges":  # Platonov layout: undirected pairs [E, 2]
+            edge_index = to_undirected(edges.long().t().contiguous(), num_nodes=n)
         else:
-            edge_index = edges
+            edge_index = edges.long()
         data = Data(x=x, y=y, edge_index=edge_index)
         for name in ("train", "val", "test"):
             k = _pick(keys, (f"{name}_mask", f"{name}_masks"))

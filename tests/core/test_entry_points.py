@@ -94,6 +94,18 @@ def test_bad_data_fails_alike_on_every_road(case, mode, tmp_path, monkeypatch):
         SingleProcessTrainer(make(), TrainConfig(**SMALL, **kw))
 
 
+@pytest.mark.parametrize("key", ["edge_index", "edges"])
+def test_npz_file_road_validates_before_casting(key, tmp_path):
+    import numpy as np
+
+    d = raw_graph()
+    ei = d.edge_index.numpy().astype("float64") / 2
+    path = tmp_path / "g.npz"
+    np.savez(path, x=d.x.numpy(), y=d.y.numpy(), **{key: ei if key == "edge_index" else ei.T})
+    with pytest.raises(DataValidationError, match="edge_index must hold integer vertex ids"):
+        _cli_run(["--dataset", str(path), *SMALL_FLAGS])
+
+
 def test_cli_prints_the_data_error_and_exits_2(tmp_path, capsys):
     path = tmp_path / "g.pt"
     torch.save(fractional_labels(), path)

@@ -127,3 +127,13 @@ def test_user_model_options_work_through_the_same_door():
         models.parse_model_args("test-opt-model", ["scale=1.5"])
     m = models.build_model("test-opt-model", 4, 3, scale=5)
     assert m.scale == 5
+
+
+def test_switching_model_on_a_resolved_config_drops_the_old_defaults_only():
+    from gnnpipe.api import _as_config
+
+    resolved = resolve_config(TrainConfig(model="gcnii"))
+    assert _as_config(resolved, {"model": "gcn"}).model_args == {}
+    chosen = TrainConfig(model="gcnii", model_args={"lamda": 0.6})
+    with pytest.raises(ConfigError, match="model 'gcn' has no option 'lamda'"):
+        _as_config(chosen, {"model": "gcn"})
