@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from ..errors import ConfigError
-from .train import add_train_arguments, config_from_args
+from .train import add_train_arguments, check_writable, config_from_args
 
 MODES = ("gp", "gnnpipe", "hybrid")
 

@@ -208,6 +208,11 @@ def test_out_naming_a_directory_fails_before_training(tmp_path, capsys, monkeypa
     assert main(["train", *SMALL_FLAGS, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "is an existing directory" in err and "run.json" in err and "Traceback" not in err
+    import gnnpipe.cli.compare as compare_cli
+
+    monkeypatch.setattr(compare_cli, "compare", lambda *a, **k: called.append(1))
+    assert main(["compare", *SMALL_FLAGS, "--out", str(tmp_path)]) == 2
+    assert "is an existing directory" in capsys.readouterr().err
     assert not called
 
 
