@@ -2,10 +2,16 @@
 
 DESIGN §2: an *aggregation op* is the sparse product ``Â[rows, :] @ H`` with ``Â`` one of
 
-* ``gcn``  — ``D̃^{-1/2} (A + I) D̃^{-1/2}`` with ``D̃`` the in-degree of ``A + I``
-  (Kipf & Welling, ICLR 2017, eq. 2; identical to PyG ``gcn_norm`` with self-loops);
-* ``mean`` — ``D^{-1} A`` (1 / in-degree, no self term; rows of isolated vertices are zero);
+* ``gcn``  — ``D̃^{-1/2} Ã D̃^{-1/2}`` with ``Ã`` = ``A`` with exactly one self-loop of weight 1 per
+  vertex and ``D̃`` the in-degree of ``Ã`` (Kipf & Welling, ICLR 2017, eq. 2). Existing self-loops are
+  *replaced*, not doubled: only the missing loops are added (PyG's ``add_remaining_self_loops``), so
+  ``Â`` equals PyG ``gcn_norm(edge_index, add_self_loops=True)`` — the normalisation of ``GCNConv`` and
+  ``GCN2Conv`` — also for graphs that keep their self-loops (``--keep-self-loops``);
+* ``mean`` — ``D^{-1} A`` (1 / in-degree; no self term is added, an existing self-loop counts as a
+  neighbour like any other edge, as in PyG ``SAGEConv(aggr="mean")``; rows of isolated vertices are zero);
 * ``sum``  — ``A``.
+
+Duplicate edges are kept and counted (in ``A`` and in the degrees), as PyG does when it is given them.
 
 Rows are *destinations*: for an edge ``j → i`` in ``edge_index`` (PyG's ``source_to_target``
 flow, ``edge_index[0] = j``, ``edge_index[1] = i``) the entry ``Â[i, j]`` is non-zero. Every op
@@ -31,7 +37,8 @@ def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.
     """Build the normalised adjacency ``Â`` of one aggregation kind as a sparse CSR tensor.
 
     Args:
-        edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (duplicates are summed).
+        edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (duplicates are summed;
+            for ``gcn`` existing self-loops are replaced by one loop of weight 1 per vertex).
         num_nodes: ``N``.
         kind: ``"gcn"``, ``"mean"`` or ``"sum"`` (see module docstring for the formulas).
         dtype: floating dtype of the values.
@@ -45,7 +52,9 @@ def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.
     if kind not in AGGREGATIONS:
         raise ConfigError(f"unknown aggregation {kind!r}; use one of {', '.join(AGGREGATIONS)}")
     src, dst = edge_index[0].long(), edge_index[1].long()
-    if kind == "gcn":
+    if kind == "gcn":  # add_remaining_self_loops: drop the loops given, then one loop per vertex
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
         loop = torch.arange(num_nodes, dtype=torch.long)
         src = torch.cat([src, loop])
         dst = torch.cat([dst, loop])

@@ -11,12 +11,15 @@ from gnnpipe.models import GNNModel, LayerUnit, available, build_model, get, reg
 N, F_IN, H, C = 40, 7, 12, 3
 
 
-@pytest.fixture
-def graph():
+@pytest.fixture(params=["plain", "loops-isolated-duplicates"])
+def graph(request):
     g = torch.Generator().manual_seed(0)
-    ei = torch.randint(0, N, (2, 160), generator=g)
+    ei = torch.randint(0, N - 3, (2, 160), generator=g)
     ei = ei[:, ei[0] != ei[1]]
     ei = torch.cat([ei, ei.flip(0)], 1).unique(dim=1)
+    if request.param != "plain":  # issue #17 item 6: loops on some vertices (one isolated), repeated edges
+        loops = torch.tensor([0, 3, 5, 11, N - 1]).repeat(2, 1)
+        ei = torch.cat([ei, loops, ei[:, :9], loops[:, :2]], 1)
     x = torch.randn(N, F_IN, generator=g, dtype=torch.float64)
     return ei, x, GraphOps(ei, N, torch.float64)
 
