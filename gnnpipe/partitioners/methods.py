@@ -26,6 +26,7 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 from collections import deque
 from typing import Any
 
@@ -86,27 +87,43 @@ def vertex_weights(spec: Any, graph: Graph) -> np.ndarray | None:
     return w
 
 
+def _flush_c_stdio() -> None:
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
-def _quiet_c_stdout(enabled: bool = True):
-    """Silence C-level writes to file descriptor 1 (METIS prints ``***Cannot bisect …`` when asked
-    for nearly as many parts as vertices); Python-level ``sys.stdout`` is flushed and restored."""
-    if not enabled:
+def _captured_c_output(out: list[str]):
+    """Capture C-level writes to file descriptors 1 and 2 (METIS prints warnings such as ``***Cannot
+    bisect …`` to stdout when asked for nearly as many parts as vertices, and ``METIS Error: …`` to
+    stderr before pymetis raises an opaque ``RuntimeError``). The captured text is appended to ``out``;
+    Python-level ``sys.stdout``/``sys.stderr`` are flushed and the descriptors restored."""
+    saved: list[tuple[int, int]] = []
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd in (1, 2):
+            saved.append((fd, os.dup(fd)))
+    except (OSError, ValueError, AttributeError):  # no real fds (e.g. some embedded consoles)
+        for _, dup in saved:
+            os.close(dup)
         yield
         return
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError, AttributeError):  # no real fd 1 (e.g. some embedded consoles)
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
+    with tempfile.TemporaryFile() as tmp:
+        _flush_c_stdio()
+        for fd, _ in saved:
+            os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            _flush_c_stdio()  # METIS's buffered printf output goes to the file, not to the restored fd
+            for fd, dup in saved:
+                os.dup2(dup, fd)
+                os.close(dup)
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace"))
 
 
 @register("metis")
@@ -123,19 +140,27 @@ class MetisPartitioner(GraphPartitioner):
         over: over-partitioning factor (see :class:`GraphPartitioner`).
         vertex_weight: see :func:`vertex_weights`; default ``"50+degree"``.
         recursive: ``True`` = recursive bisection, ``False`` = k-way; ``None`` = pymetis's rule
-            (recursive for at most 8 parts).
+            (recursive for at most 8 parts), except that ``contiguous=True`` always uses k-way.
         ufactor: METIS load-imbalance tolerance in 1/1000 (``None`` = METIS default: 30 for k-way,
             1 for recursive bisection).
-        contiguous: ask METIS for connected parts (k-way only; needs a connected graph).
+        contiguous: ask METIS for connected parts. METIS honours this only in k-way mode and only on a
+            connected graph (of the symmetrised simple graph :attr:`Graph.csr`), so both are checked
+            before METIS runs (see Raises). With ``over > 1`` the promise holds for the ``over·P`` fine
+            parts METIS cuts; the random grouping of fine parts into ``P`` parts may join fine parts that
+            do not touch.
         ncuts: number of METIS runs (the best cut is kept).
 
     Deterministic for a seed: METIS's own RNG is seeded with ``seed mod (2³¹ − 1)``. METIS can
     return empty parts when ``P`` is close to ``N`` or weights are very uneven; they are repaired
     with a :class:`~gnnpipe.partitioners.PartitionWarning` (see :func:`~gnnpipe.partitioners.repair_empty_parts`).
-    METIS's own C-level messages in that regime are silenced.
+    METIS's own C-level messages are captured: silenced when it succeeds, quoted when it fails.
 
     Raises:
-        ConfigError: bad option values.
+        ConfigError: bad option values; ``contiguous=True`` with ``recursive=True`` (recursive
+            bisection ignores METIS's contiguity option) or on a graph with more than one connected
+            component (METIS refuses it; the message gives the number and sizes of the components);
+            any other failure of METIS (its own message quoted), never pymetis's bare
+            ``RuntimeError: Caught an unknown exception!``.
     """
 
     def __init__(
@@ -157,6 +182,11 @@ class MetisPartitioner(GraphPartitioner):
             raise ConfigError(f"ufactor must be an integer >= 1 (1/1000 units); got {ufactor!r}")
         self.ufactor = ufactor
         self.contiguous = bool(contiguous)
+        if self.contiguous and recursive:
+            raise ConfigError(
+                "METIS ignores contiguous=True in recursive bisection (recursive=True); use recursive=False "
+                "(k-way) or leave recursive unset, which picks k-way when contiguous parts are asked for"
+            )
         if int(ncuts) != ncuts or ncuts < 1:
             raise ConfigError(f"ncuts must be an integer >= 1; got {ncuts!r}")
         self.ncuts = int(ncuts)
@@ -165,6 +195,8 @@ class MetisPartitioner(GraphPartitioner):
         import pymetis
 
         csr = graph.csr
+        if self.contiguous:
+            _require_connected(graph, num_parts)
         dt = pymetis.zero_copy_dtype()
         adj = pymetis.CSRAdjacency(
             adj_starts=np.ascontiguousarray(csr.indptr, dtype=dt), adjacent=np.ascontiguousarray(csr.indices, dtype=dt)
@@ -173,18 +205,44 @@ class MetisPartitioner(GraphPartitioner):
         opts = pymetis.Options(seed=int(seed) % (2**31 - 1), ncuts=self.ncuts)
         if self.ufactor is not None:
             opts.ufactor = int(self.ufactor)
+        recursive = self.recursive
         if self.contiguous:
             opts.contig = 1
-        # METIS's C code prints warnings only when parts are nearly single vertices; hide those
-        with _quiet_c_stdout(4 * num_parts > graph.num_nodes):
-            res = pymetis.part_graph(
-                num_parts,
-                adj,
-                vweights=None if vw is None else np.ascontiguousarray(vw, dtype=dt),
-                recursive=self.recursive,
-                options=opts,
-            )
+            recursive = False  # METIS's contiguity option exists in k-way only
+        said: list[str] = []
+        try:
+            with _captured_c_output(said):
+                res = pymetis.part_graph(
+                    num_parts,
+                    adj,
+                    vweights=None if vw is None else np.ascontiguousarray(vw, dtype=dt),
+                    recursive=recursive,
+                    options=opts,
+                )
+        except (RuntimeError, MemoryError) as exc:
+            text = " ".join(" ".join(said).split()) or str(exc)
+            raise ConfigError(
+                f"METIS could not cut the graph ({graph.num_nodes} vertices) into {num_parts} parts with "
+                f"{self!r}: {text}; try other options (recursive, ufactor, contiguous) or another partitioner"
+            ) from None
         return torch.from_numpy(np.asarray(res.vertex_part, dtype=np.int64))
+
+
+def _require_connected(graph: Graph, num_parts: int) -> None:
+    """Raise :class:`ConfigError` unless the symmetrised graph is connected (what METIS needs for
+    contiguous parts)."""
+    from scipy.sparse.csgraph import connected_components
+
+    k, labels = connected_components(graph.csr, directed=False)
+    if k > 1:
+        sizes = np.sort(np.bincount(labels))[::-1]
+        shown = ", ".join(str(int(x)) for x in sizes[:5]) + (", …" if k > 5 else "")
+        isolated = int((sizes == 1).sum())
+        raise ConfigError(
+            f"contiguous=True needs a connected graph, and this one has {k} connected components "
+            f"(sizes {shown}; {isolated} isolated vertices), so METIS cannot make {num_parts} connected "
+            "parts; drop contiguous=True, or partition the largest component on its own"
+        )
 
 
 @register("kahip")
