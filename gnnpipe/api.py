@@ -67,7 +67,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
-        ConfigError / UnknownComponentError / DataValidationError: before any process starts.
+        ConfigError / UnknownComponentError / DataValidationError: before any process starts (under
+            ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
+            every rank before the process group starts).
         DistributedError: a rank failed (all ranks are stopped; the message names it).
     """
     from .core import launch
@@ -76,6 +78,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     config = _as_config(config, overrides)
     check_names(config)
     config = resolve_config(config)
+    launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
     data = load_data(config) if data is None else prepare_data(data, config)
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch

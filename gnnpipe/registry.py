@@ -21,6 +21,16 @@ from .errors import ConfigError, UnknownComponentError
 
 T = TypeVar("T")
 
+#: every Registry made so far (one per component family), for :func:`registered_from`
+_REGISTRIES: list["Registry"] = []
+
+
+def registered_from(module: str) -> list[str]:
+    """``"<family> '<name>'"`` of every registered component defined in ``module`` (e.g. ``"__main__"``,
+    which local ranks started by ``spawn`` cannot always re-import)."""
+    return [f"{r.family} {name!r}" for r in _REGISTRIES for name, obj in sorted(r._items.items())
+            if getattr(obj, "__module__", None) == module]
+
 
 class Registry(Generic[T]):
     """Maps names to component classes (or factories) of one family.
@@ -34,6 +44,7 @@ class Registry(Generic[T]):
         self.family = family
         self.base = base
         self._items: dict[str, T] = {}
+        _REGISTRIES.append(self)
 
     def register(self, name: str, *, overwrite: bool = False) -> Callable[[T], T]:
         """Class decorator registering the decorated class under ``name``.

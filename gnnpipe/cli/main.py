@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 
 from ..errors import GnnpipeError
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except GnnpipeError as exc:
         print(f"gnnpipe: error: {exc}", file=sys.stderr)
+        if os.environ.get("TORCHELASTIC_ERROR_FILE"):  # under torchrun: its failure summary shows this message
+            from ..core.launch import record_torchrun_error
+
+            record_torchrun_error(f"gnnpipe: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
         print(f"gnnpipe: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)

@@ -5,12 +5,21 @@ parent with the rank's traceback. The parent watches the ranks' result pipes *an
 soon as one rank fails or dies (e.g. killed by a signal), it terminates every other rank and raises
 :class:`~gnnpipe.errors.DistributedError` naming the failing rank and its error. Ranks blocked in a
 receive on a dead peer are ended by the parent; under ``torchrun`` (no parent of ours) the process
-group's timeout (``timeout_s``) makes them fail instead of hanging.
+group's timeout (``timeout_s``) makes them fail instead of hanging. When every failure is such a timeout,
+the message names the ranks that reported nothing as the likely stalled ones and points at ``--timeout``.
+
+Rendezvous: the parent opens the ``TCPStore`` itself on a port the OS picks (port 0) and holds it for the
+whole run; ranks join it as clients. No port is chosen, released and bound again later, so two launches
+starting at the same moment cannot race for one port. Ranks wait for each other on the store (with a
+generous limit, as starting a process that imports torch can take seconds) before the process group
+starts, so a short ``timeout_s`` bounds communication, not process start-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import os
 import pickle
 import signal
@@ -26,11 +35,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from multiprocessing import connection as mp_connection
 
-from ..errors import DistributedError
+from ..errors import ConfigError, DistributedError
+
+#: seconds ranks may take to start and meet on the store (independent of the communication timeout)
+RENDEZVOUS_S = 300.0
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port on 127.0.0.1 that is free right now (and may be taken by the time it is used;
+    :func:`spawn` does not use it: its store binds port 0 and keeps it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -44,6 +57,43 @@ def default_backend() -> str:
 def under_torchrun() -> bool:
     """True when the process was started by ``torchrun`` (or another env:// launcher)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def record_torchrun_error(message: str) -> None:
+    """Write ``message`` where ``torchrun`` reads a failed rank's error (``TORCHELASTIC_ERROR_FILE``), so
+    that torchrun's failure summary shows it instead of "To enable traceback see …". No-op elsewhere."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as fh:
+            # the layout of torch's ErrorHandler.record_exception; the summary prints "py_callstack"
+            json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message,
+                                                                     "timestamp": str(int(time.time()))}}}, fh)
+    except OSError:
+        pass
+
+
+def check_torchrun_world(world_size: int, what: str) -> None:
+    """Under ``torchrun``, check that it started ``world_size`` ranks, before any process group starts.
+
+    Args:
+        world_size: the ranks the configuration needs (``ways × stages``).
+        what: how the configuration spells that product, for the message (e.g. ``"--ways 1 × --stages 4"``).
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` differs; the one-line message is also recorded for torchrun's summary
+            (:func:`record_torchrun_error`), so every rank fails with it and nothing waits on a peer.
+    """
+    if not under_torchrun():
+        return
+    got = int(os.environ["WORLD_SIZE"])
+    if got == world_size:
+        return
+    msg = (f"rank {os.environ.get('RANK', '?')}: torchrun started {got} rank(s) but {what} needs {world_size}; "
+           f"run torchrun --nproc-per-node {world_size} (on one machine), or change the configuration")
+    record_torchrun_error(f"gnnpipe: error: {msg}")
+    raise ConfigError(msg)
 
 
 def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[int, int]:
@@ -70,8 +120,12 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     tqdm.set_lock(threading.RLock())
     code = 0
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                init_method=f"tcp://127.0.0.1:{port}",
+        # the parent holds the store's port; meet every rank there (start-up can be slow), then start the group
+        store = dist.TCPStore("127.0.0.1", port, world_size, False,
+                              timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_S)))
+        store.set(f"gnnpipe/ready/{rank}", "1")
+        store.wait([f"gnnpipe/ready/{r}" for r in range(world_size)])
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         out = fn(rank, world_size, *args)
         # plain pickle (bytes): tensors travel by value, not as shared-memory handles that die with this process
@@ -115,13 +169,20 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     """
     backend = backend or default_backend()
     ctx = mp.get_context("spawn")
+    unreadable_main = _unreadable_main()
+    if unreadable_main:
+        _check_no_main_objects((fn, args), unreadable_main)
+    # the store binds a port the OS picks and holds it until the run ends (no free-then-bind race)
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_S)),
+                          wait_for_workers=False)
+    port = store.port
     # one pipe per rank (no semaphores to leak, unlike a multiprocessing.Queue)
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
-    port = free_port()
     procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, pipes[r][1]),
                          daemon=True, name=f"gnnpipe-rank{r}") for r in range(world_size)]
-    for p in procs:
-        p.start()
+    with _main_not_reimported(unreadable_main):
+        for p in procs:
+            p.start()
     for _, w in pipes:
         w.close()  # the parent only reads; a rank's end closing = EOF
     open_conns = {pipes[r][0]: r for r in range(world_size)}
@@ -191,7 +252,11 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         poll(0.05)
     for conn in pipes:
         conn[0].close()
+    del store  # the port is free again only now
     if errors or deaths or timed_out:
+        silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
+        if errors and not deaths and not timed_out and all(_is_timeout(m) for _, m in errors.values()):
+            raise DistributedError(_timeout_message(errors, silent, world_size, timeout_s))
         if deaths:  # a rank that died without a word is the root cause; the others only lost it
             rank = min(deaths)
             msg = f"rank {rank} {deaths[rank]}"
@@ -205,6 +270,94 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         tail = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
         raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}{tail}")
     return [out[r] for r in range(world_size)]
+
+
+def _first_line(msg: str) -> str:
+    return msg.strip().split("\n", 1)[0]
+
+
+def _is_timeout(msg: str) -> bool:
+    """Whether a rank's error is a communication timeout (gloo: "Timed out waiting 2000ms for send …")."""
+    head = _first_line(msg).lower()
+    return "timed out" in head or "timeout" in head
+
+
+def _timeout_message(errors: dict[int, tuple[float, str]], silent: list[int], world_size: int,
+                     timeout_s: float) -> str:
+    """The error of a run whose ranks all failed by timing out: name the silent ranks and ``--timeout``."""
+    first = min(errors, key=lambda r: errors[r][0])
+    waited = sorted(errors)
+    bigger = int(max(4 * timeout_s, 60))
+    head = (f"the run hit its communication timeout (--timeout / timeout_s = {timeout_s:g} s); all {world_size} "
+            f"ranks were stopped.\nrank(s) {waited} timed out waiting for a peer")
+    if silent:
+        who = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {silent}"
+        head += (f"; {who} reported neither a result nor an error, so {who} probably stalled (a slow step or "
+                 f"hook, or a hang)")
+    else:
+        head += "; every rank timed out, so a step slower than the timeout ran on each of them (or they deadlocked)"
+    return (f"{head}.\nIf the work is only slow, rerun with a larger --timeout (e.g. --timeout {bigger}; "
+            f"timeout_s={bigger} in Python).\nfirst timeout (rank {first}): {_first_line(errors[first][1])}")
+
+
+def _unreadable_main() -> Optional[str]:
+    """The main script's path when the spawn start method could not re-import it (``python - <<EOF``
+    gives ``<stdin>``), else ``None``. Mains without a file (``python -c``, a REPL, Jupyter) and
+    ``python -m`` modules are fine."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return None
+    path = getattr(main, "__file__", None)
+    if path is None or os.path.isfile(path):
+        return None
+    return path
+
+
+def _check_no_main_objects(payload: Any, main_path: str) -> None:
+    """Raise :class:`ConfigError` when ``payload`` pickles objects defined in ``__main__``, or a component
+    registry holds one (ranks look those up by name): ranks cannot import them when the main script is
+    ``main_path``, not a readable file."""
+    import pickletools
+
+    try:
+        data = pickle.dumps(payload)
+    except Exception:  # noqa: BLE001 - let the process start report unpicklable arguments as before
+        data = pickle.dumps(None)
+    names = set()
+    strings: list[str] = []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+            strings.append(arg)
+        elif op.name == "STACK_GLOBAL" and len(strings) >= 2 and strings[-2] == "__main__":
+            names.add(strings[-1])
+        elif op.name == "GLOBAL" and str(arg).startswith("__main__ "):
+            names.add(str(arg).split(" ", 1)[1])
+    from ..registry import registered_from
+
+    found = sorted(names) + registered_from("__main__")  # registered by name: ranks look them up
+    if found:
+        raise ConfigError(
+            f"the main script is {main_path!r} (read from standard input, e.g. `python - <<EOF`), so the "
+            f"local ranks cannot import what it defines ({', '.join(found)}); save the script to a "
+            "file and run `python script.py` (with the `if __name__ == \"__main__\":` guard), or move those "
+            "definitions into an importable module"
+        )
+
+
+@contextlib.contextmanager
+def _main_not_reimported(main_path: Optional[str]):
+    """Start processes without asking them to re-run an unreadable main script (``<stdin>``): the spawn
+    method re-imports ``__main__.__file__`` in every child, which fails with ``FileNotFoundError``.
+    Hidden for the duration of ``Process.start()``, the child starts like one of ``python -c``."""
+    main = sys.modules.get("__main__")
+    if not main_path or main is None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = main_path
 
 
 def _interrupt(signum, frame):
