@@ -50,9 +50,11 @@ def register(sub) -> None:
     p.add_argument("--list", dest="list_runs", action="store_true",
                    help="print the runs (id, variant, seed, done/failed/todo) and exit")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
-    p.add_argument("--timeout", dest="run_timeout_s", type=float, default=None,
+    p.add_argument("--run-timeout", dest="run_timeout_s", type=float, default=None,
                    help="seconds after which one run is stopped and recorded as failed (default: the study's "
-                        "run_timeout_s, else none)")
+                        "run_timeout_s, else none); not train's --timeout, which bounds a wait on a peer rank")
+    p.add_argument("--timeout", dest="run_timeout_s", type=float, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)  # its old name
     p.add_argument("--report", action="store_true", help="write the report (gnnpipe report) when the study is done")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="plain lines instead of a progress bar")

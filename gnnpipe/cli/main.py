@@ -2,7 +2,7 @@
 
 Each sub-command lives in its own module ``gnnpipe.cli.<name>`` that defines
 ``register(subparsers)``: it adds its parser and sets ``func`` (called with the parsed namespace,
-returning an exit code). Defaults are shown in every ``--help``.
+returning an exit code). Every ``--help`` states each option's default once (see :class:`HelpFormatter`).
 """
 
 from __future__ import annotations
@@ -11,16 +11,38 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import sys
 
+from .. import __version__
 from ..errors import GnnpipeError
 
 #: sub-command modules, in the order ``gnnpipe --help`` lists them
 SUBCOMMANDS = ["train", "partition", "schedule", "simulate", "compare", "ablate", "report", "models"]
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every flag's default and keeps description line breaks."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps description line breaks and appends ``(default: X)`` to an option's help where that informs.
+
+    One rule for every command: the default is appended unless the help already speaks of its default
+    (``… (default: the model's)``), the argument is required, the default is ``None`` or empty (the help
+    says what happens without it), or the option is a switch (``store_true``/``store_false``: the help
+    says what giving it does). ``--x/--no-x`` pairs (:class:`argparse.BooleanOptionalAction`) name the
+    default spelling, e.g. ``(default: --bias)``.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if isinstance(action, argparse.BooleanOptionalAction):
+            text = text.replace(" (default: %(default)s)", "")  # added by Python < 3.12 itself
+            if isinstance(action.default, bool) and "default" not in text.lower():
+                spelling = action.option_strings[0] if action.default else f"--no-{action.option_strings[0][2:]}"
+                text += f" (default: {spelling})"
+            return text
+        if ("%(default)" in text or re.search(r"\bdefault\b", text, re.IGNORECASE) or action.required
+                or action.nargs == 0 or action.default in (None, "", argparse.SUPPRESS)):
+            return text
+        return text + " (default: %(default)s)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "graph parallelism and their hybrid.",
         formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"gnnpipe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         modname = f"{__package__}.{name.replace('-', '_')}"

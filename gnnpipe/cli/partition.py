@@ -6,9 +6,12 @@ bytes per epoch of graph parallelism (L aggregations of width d over these parts
 pipeline of S stages, side by side. ``--out FILE`` writes the same as JSON.
 
 examples:
-  gnnpipe partition --dataset Cora --root ../shared/data --parts 16 --method metis,random
-  gnnpipe partition --dataset Physics --root ../shared/data --parts 64 --method metis --over 4 --out p.json
-  gnnpipe partition --num-nodes 169343 --avg-degree 16 --parts 64 --method metis,rcm,random
+  gnnpipe partition --dataset Cora --root ../shared/data --parts 16 --partitioner metis,random
+  gnnpipe partition --dataset Physics --root ../shared/data --parts 64 --partitioner metis --over-partition 4 --out p.json
+  gnnpipe partition --num-nodes 169343 --avg-degree 16 --parts 64 --partitioner metis,rcm,random
+
+--partitioner and --over-partition are spelled as in `gnnpipe train`; the older --method and --over
+still work.
 """
 
 from __future__ import annotations
@@ -163,13 +166,13 @@ def load_graph(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    methods = [m.strip() for m in args.partitioner.split(",") if m.strip()]
     if not methods:
-        raise ConfigError("--method needs at least one partitioner name")
+        raise ConfigError("--partitioner needs at least one partitioner name")
     from .. import partitioners as P
 
     for m in methods:  # unknown names, bad options and missing optional packages fail before loading
-        P.get(m)(**method_options(m, over=args.over, vertex_weight=args.vertex_weight, balance=args.balance))
+        P.get(m)(**method_options(m, over=args.over_partition, vertex_weight=args.vertex_weight, balance=args.balance))
     from .train import check_writable
 
     for path in (args.out, args.save_parts):
@@ -177,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             check_writable(path)
     data = load_graph(args)
     report = run_partition(
-        data, args.parts, methods, seed=args.seed, over=args.over, vertex_weight=args.vertex_weight,
+        data, args.parts, methods, seed=args.seed, over=args.over_partition, vertex_weight=args.vertex_weight,
         balance=args.balance, layers=args.layers, hidden=args.hidden, stages=args.stages, shared=args.shared,
     )
     report["dataset"] = getattr(data, "name", None) or (args.dataset or "synthetic")
@@ -198,8 +201,8 @@ def register(sub) -> None:
     p = sub.add_parser("partition", help="partition a graph's vertices and print partition metrics",
                        description=__doc__, formatter_class=HelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", default=None, help="dataset name (Cora, Physics, …) or a .pt/.npz file; "
-                   "none = the synthetic graph")
+    g.add_argument("--dataset", default=None, help="dataset name (Cora, Physics, …) or a .pt/.npz file "
+                   "(default: the synthetic graph)")
     g.add_argument("--root", default=None, help="folder holding the dataset (e.g. ../shared/data)")
     g.add_argument("--num-nodes", type=int, default=2000, help="synthetic graph: vertices")
     g.add_argument("--avg-degree", type=float, default=10.0, help="synthetic graph: mean degree")
@@ -207,12 +210,14 @@ def register(sub) -> None:
                    help="use edge_index as loaded (default: undirected, no self-loops, no duplicates)")
     q = p.add_argument_group("partitioning")
     q.add_argument("--parts", type=int, required=True, help="number of parts P")
-    q.add_argument("--method", default="metis",
+    q.add_argument("--partitioner", default="metis",
                    help="comma-separated vertex partitioners (gnnpipe.partitioners.available(): "
                    "bfs, contiguous, kahip, metis, random, rcm)")
-    q.add_argument("--over", type=int, default=None,
-                   help="over-partitioning factor k: k·P parts grouped randomly k per part (GNNPipe chunks: 4); "
-                   "default: the method's (1)")
+    q.add_argument("--method", dest="partitioner", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # old name
+    q.add_argument("--over-partition", type=int, default=None,
+                   help="over-partitioning factor k: k·P parts grouped randomly k per part (GNNPipe chunks: 4; "
+                   "default: the method's, 1)")
+    q.add_argument("--over", dest="over_partition", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     q.add_argument("--seed", type=int, default=0, help="random seed")
     q.add_argument("--vertex-weight", default=None,
                    help="metis/kahip vertex weight: 'A+degree', 'degree' or 'uniform' (default: '50+degree')")

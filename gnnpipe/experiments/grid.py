@@ -79,7 +79,9 @@ class FlagSpec:
         key: the TrainConfig field name (argparse ``dest``).
         option: the long option (``--weight-decay``).
         kind: ``"value"`` (takes one argument), ``"true"`` (a ``store_true`` switch: given when the
-            setting is true) or ``"false"`` (a ``store_false`` switch: given when the setting is false).
+            setting is true), ``"false"`` (a ``store_false`` switch: given when the setting is false) or
+            ``"bool"`` (a ``--x/--no-x`` pair: ``--x`` when true, ``--no-x`` when false, given when it
+            differs from the default).
         default: the flag's default.
     """
 
@@ -120,7 +122,9 @@ def train_flag_specs() -> dict[str, FlagSpec]:
             if a.dest not in fields or not a.option_strings:
                 continue
             opt = max(a.option_strings, key=len)
-            if a.nargs == 0:
+            if isinstance(a, argparse.BooleanOptionalAction):
+                opt, kind = a.option_strings[0], "bool"
+            elif a.nargs == 0:
                 kind = "true" if a.const is True else "false"
             else:
                 kind = "value"
@@ -217,8 +221,7 @@ def _normalize_model_args(value: Any, where: str) -> str:
 def to_flags(settings: dict[str, Any]) -> list[str]:
     """The ``gnnpipe train`` arguments for ``settings`` (normalised values; paths already resolved).
 
-    Switches are given only when they differ from the default state; booleans of value flags
-    (``--bias``) are written ``true``/``false``.
+    Switches are given only when they differ from the default state (``--bias``/``--no-bias`` likewise).
     """
     specs = train_flag_specs()
     argv: list[str] = []
@@ -232,6 +235,9 @@ def to_flags(settings: dict[str, Any]) -> list[str]:
         elif spec.kind == "false":
             if not value:
                 argv.append(spec.option)
+        elif spec.kind == "bool":
+            if bool(value) != bool(spec.default):
+                argv.append(spec.option if value else f"--no-{spec.option[2:]}")
         elif isinstance(value, bool):
             argv += [spec.option, "true" if value else "false"]
         elif isinstance(value, float):

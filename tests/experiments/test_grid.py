@@ -79,8 +79,9 @@ def test_switches_and_none_correctors():
     specs = train_flag_specs()
     assert specs["recompute"].kind == "true" and specs["undirected"].kind == "false"
     assert to_flags({"recompute": False, "undirected": True}) == []
-    assert to_flags({"recompute": True, "undirected": False, "bias": False}) == [
-        "--recompute", "--no-undirected", "--bias", "false"]
+    assert specs["bias"].kind == "bool"  # --bias / --no-bias (issue #17 item 12; was --bias true|false)
+    assert to_flags({"recompute": True, "undirected": False, "bias": False}) == ["--recompute", "--no-undirected"]
+    assert to_flags({"bias": True}) == ["--bias"]
     s = study('[fixed]\ncorrectors = "none"\n[grid]\nlayers=[2]\n')
     argv = s.runs[0].argv
     assert argv[argv.index("--correctors") + 1] == "none"
