@@ -109,14 +109,13 @@ def epoch_loop(
         train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
         evaluate: ``() → dict`` as :func:`accuracies`.
     """
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
     result = TrainResult(config=config.to_dict())
     best = (-1.0, float("inf"))
     best_loss = float("inf")
     since = 0
-    # disable=None: tqdm shows the bar on a terminal only (no redraws in logs and pipes)
-    bar = tqdm(range(config.epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
+    bar = progress_bar(range(config.epochs), enabled=progress, desc=desc, leave=False)  # on a terminal only
     for epoch in bar:
         t0 = time.perf_counter()
         rec = {"epoch": epoch}

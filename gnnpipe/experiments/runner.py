@@ -201,7 +201,8 @@ def run_study(
         execute: runs one run (default :func:`execute_subprocess` with the study's ``run_timeout_s`` and
             logs in ``<results stem>.logs/`` beside the results file). Tests pass a fake.
         retry_failed: run failed runs again (their old records are removed first).
-        progress: a tqdm bar of runs done / left with an ETA (else one plain line per run).
+        progress: a tqdm bar of runs done / left with an ETA, drawn when standard error is a terminal
+            (:func:`gnnpipe.progress.progress_bar`); one plain line per run is printed in any case.
         log: where per-run lines go (default: ``tqdm.write`` / ``print`` to stderr).
 
     Returns: a :class:`StudyProgress`. On Ctrl-C / SIGTERM the run in progress is stopped (not recorded),
@@ -240,10 +241,10 @@ def run_study(
         elif prog.skipped:
             emit(f"{study.name}: resuming — {prog.skipped} of {prog.total} runs already in {results_path}")
         if progress and todo:
-            from tqdm.auto import tqdm
+            from ..progress import progress_bar
 
-            bar = tqdm(total=prog.total, initial=prog.skipped, unit="run", desc=study.name, dynamic_ncols=True,
-                       file=sys.stderr, smoothing=0.0)
+            # drawn on a terminal only, as every command's bar; the per-run lines below are printed anyway
+            bar = progress_bar(total=prog.total, initial=prog.skipped, unit="run", desc=study.name, smoothing=0.0)
             bar.set_postfix_str(f"left={len(todo)}")
 
         def on_term(signum, frame):
