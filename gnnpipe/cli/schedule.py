@@ -5,8 +5,15 @@ Examples::
     gnnpipe schedule list
     gnnpipe schedule show 1f1b --stages 4 --chunks 8
     gnnpipe schedule show gpipe --stages 4 --chunks 8 --order shuffle --seed 1 --png gpipe.png
-    gnnpipe schedule show async-stale --stages 4 --chunks 4 --epochs 3 --trace trace.json --csv s.csv
+    gnnpipe schedule show 1f1b --stages 4 --chunks 8 --csv s.csv     # the file torch.distributed.pipelining reads
+    gnnpipe schedule show async-stale --stages 4 --chunks 4 --epochs 3 --trace trace.json --csv s.csv --csv-format gnnpipe
     gnnpipe schedule validate s.csv
+
+CSV files: one row per stage, one cell per time slot, an action ("2F0") or empty for idle. The default
+format is torch's compute-only CSV (one epoch, no optimizer-step cells), which torch's
+``_Action.from_str`` and ``_load_csv`` read; ``--csv-format gnnpipe`` adds gnnpipe's optimizer steps
+("0S") and epoch suffixes ("0F3@1"). Reading a single-epoch file without any step (torch's format),
+``--from-csv`` and ``validate`` add the step at the end of every row.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stash-weights", action="store_true",
                    help="weight stashing (schedulers without flush, e.g. async-stale)")
     p.add_argument("--from-csv", metavar="FILE", default=None,
-                   help="load a custom schedule from a compute-only CSV instead of building NAME")
+                   help="load a custom schedule from a CSV (torch's compute-only format or gnnpipe's) instead of "
+                        "building NAME")
 
 
 def build_from_args(args: argparse.Namespace):
@@ -38,7 +46,7 @@ def build_from_args(args: argparse.Namespace):
     if args.from_csv:
         if args.name:
             raise ConfigError("give either a scheduler NAME or --from-csv FILE, not both")
-        return gs.validate(gs.from_csv(args.from_csv))
+        return gs.validate(load_csv(args.from_csv))
     if not args.name:
         raise ConfigError(f"name a scheduler ({', '.join(gs.available())}) or give --from-csv FILE")
     options = {"stash_weights": True} if args.stash_weights else {}
@@ -46,12 +54,31 @@ def build_from_args(args: argparse.Namespace):
                              epochs=args.epochs, **options)
 
 
+def load_csv(path: str, *, add_steps: bool = False, **kwargs):
+    """:func:`gnnpipe.schedulers.from_csv`, adding the optimizer steps that torch's format leaves out
+    when a single-epoch file has none (or when ``add_steps``)."""
+    from .. import schedulers as gs
+    from ..schedulers import ActionKind
+
+    sch = gs.from_csv(path, add_steps=add_steps, **kwargs)
+    has_step = any(a is not None and a.kind is ActionKind.STEP for row in sch.stages for a in row)
+    if not has_step and sch.epochs == 1:
+        sch = gs.from_csv(path, add_steps=True, **kwargs)
+    return sch
+
+
 def _write_outputs(args, schedule, result) -> None:
     from .. import schedulers as gs
+    from ..errors import ConfigError
 
     if getattr(args, "csv", None):
-        gs.to_csv(schedule, args.csv)
-        print(f"wrote CSV to {args.csv}")
+        fmt = getattr(args, "csv_format", "torch")
+        if fmt == "torch" and schedule.epochs > 1:
+            raise ConfigError(f"torch's CSV format holds one epoch; this schedule has {schedule.epochs}. "
+                              "Use --epochs 1, or --csv-format gnnpipe (epoch suffixes and steps; gnnpipe reads it, "
+                              "torch does not)")
+        gs.to_csv(schedule, args.csv, steps=fmt == "gnnpipe")
+        print(f"wrote CSV ({fmt} format) to {args.csv}")
     if getattr(args, "trace", None):
         gs.to_chrome_trace(result, args.trace)
         print(f"wrote chrome trace to {args.trace}")
@@ -96,8 +123,8 @@ def _list(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from .. import schedulers as gs
 
-    sch = gs.from_csv(args.file, num_chunks=args.chunks, flush=not args.no_flush,
-                      weight_staleness=args.weight_staleness, add_steps=args.add_steps)
+    sch = load_csv(args.file, num_chunks=args.chunks, flush=not args.no_flush,
+                   weight_staleness=args.weight_staleness, add_steps=args.add_steps)
     gs.validate(sch)
     print(f"{args.file}: valid ({sch.num_stages} stage(s), {sch.num_chunks} chunk(s), {sch.epochs} epoch(s))")
     print(gs.to_ascii(sch))
@@ -119,17 +146,22 @@ def register(subparsers) -> None:
     show.add_argument("--by-stage", action="store_true", help="one line per stage instead of per slot")
     show.add_argument("--png", metavar="FILE", default=None, help="write a timeline picture (needs the plot extra)")
     show.add_argument("--trace", metavar="FILE", default=None, help="write a chrome-trace JSON (unit costs)")
-    show.add_argument("--csv", metavar="FILE", default=None, help="write the compute-only CSV")
+    show.add_argument("--csv", metavar="FILE", default=None,
+                      help="write the schedule as CSV (see --csv-format)")
+    show.add_argument("--csv-format", choices=["torch", "gnnpipe"], default="torch",
+                      help="torch: torch.distributed.pipelining's compute-only CSV (one epoch, no step cells; as "
+                           "Python to_csv(steps=False)); gnnpipe: with optimizer steps and epoch suffixes")
     show.set_defaults(func=_show)
 
     ls = sub.add_parser("list", help="list the registered schedulers", formatter_class=HelpFormatter)
     ls.set_defaults(func=_list)
 
     val = sub.add_parser("validate", help="validate a schedule CSV", formatter_class=HelpFormatter)
-    val.add_argument("file", metavar="FILE", help="compute-only CSV, one row per stage")
+    val.add_argument("file", metavar="FILE", help="schedule CSV, one row per stage (torch's or gnnpipe's format)")
     val.add_argument("--chunks", type=int, default=None, help="number of chunks (default: inferred)")
     val.add_argument("--add-steps", action="store_true",
-                     help="append a missing optimizer step to each row (files written by torch)")
+                     help="append a missing optimizer step to each row (done anyway for a single-epoch file "
+                          "without any step, as torch writes)")
     val.add_argument("--no-flush", action="store_true", help="the schedule does not flush between epochs")
     val.add_argument("--weight-staleness", type=int, default=0, help="declared weight-staleness bound")
     val.set_defaults(func=_validate)

@@ -1,5 +1,6 @@
 """Pictures (ASCII grid, chrome trace, PNG) and the `gnnpipe schedule` / `gnnpipe simulate` commands."""
 
+import csv
 import json
 import sys
 
@@ -94,8 +95,10 @@ def test_cli_schedule_show_writes_files(tmp_path, capsys):
     assert rc == 0
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert json.loads(trace.read_text())["otherData"]["schedule"] == "gpipe"
-    loaded = gs.from_csv(csv)
-    assert loaded.stages == gs.build_schedule("gpipe", 3, 5, order="shuffle", seed=2).stages
+    built = gs.build_schedule("gpipe", 3, 5, order="shuffle", seed=2)
+    assert csv.read_bytes().decode() == gs.to_csv(built, steps=False)  # torch's format by default (issue #17 item 16)
+    loaded = gs.from_csv(csv, add_steps=True)
+    assert [[a for a in r if a] for r in loaded.stages] == [[a for a in r if a] for r in built.stages]
     assert main(["schedule", "show", "--from-csv", str(csv), "--by-stage"]) == 0
     assert "stage 2  .    .    2F" in capsys.readouterr().out
 
@@ -147,3 +150,50 @@ def test_cli_simulate(tmp_path, capsys):
     assert "send-blocked" in out and "sends: 4" in out and "slot  stage 0" in out
     assert main(["simulate", "1f1b", "-S", "2", "-C", "2", "--stage-scale", "1"]) == 2
     assert "--stage-scale needs 2 numbers" in capsys.readouterr().err
+
+
+# -- the CLI's CSV is what torch.distributed.pipelining reads (issue #17 item 16) ----------------------
+def _torch_schedules():
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    if not (hasattr(schedules, "_Action") and hasattr(schedules._Action, "from_str")
+            and hasattr(schedules, "_validate_schedule")):
+        pytest.skip("this torch has no _Action.from_str / _validate_schedule")
+    return schedules
+
+
+@pytest.mark.parametrize("name, order", [("gpipe", "fixed"), ("gpipe", "shuffle"), ("1f1b", "fixed"), ("1f1b", "shuffle")])
+def test_cli_csv_is_read_and_validated_by_torch(tmp_path, capsys, name, order):
+    ts = _torch_schedules()
+    S, C = 4, 8
+    path = tmp_path / "f.csv"
+    assert main(["schedule", "show", name, "--stages", str(S), "--chunks", str(C), "--order", order, "--seed", "1",
+                 "--csv", str(path)]) == 0
+    text = path.read_bytes().decode()
+    assert text == gs.to_csv(gs.build_schedule(name, S, C, order=order, seed=1), steps=False)
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    actions = {rank: [ts._Action.from_str(cell) for cell in row] for rank, row in enumerate(rows)}
+    assert len(actions) == S and all(a is None or a.stage_index == r for r, row in actions.items() for a in row)
+    ts._validate_schedule(actions, S, S, C)  # raises on a bad schedule
+    if hasattr(ts, "_add_send_recv") and hasattr(ts, "_simulate_comms_compute"):  # and it runs without deadlock
+        comms = ts._add_send_recv({r: [a for a in row if a is not None] for r, row in actions.items()},
+                                  stage_to_rank=lambda s: s, num_stages=S)
+        ts._simulate_comms_compute(comms, stage_to_rank=lambda s: s, num_stages=S)
+
+
+def test_cli_csv_gnnpipe_format_keeps_steps_and_epochs(tmp_path, capsys):
+    path = tmp_path / "g.csv"
+    assert main(["schedule", "show", "async-stale", "-S", "3", "-C", "3", "-E", "2", "--csv", str(path),
+                 "--csv-format", "gnnpipe"]) == 0
+    text = path.read_text()
+    assert "0S" in text and "@1" in text
+    assert main(["schedule", "show", "async-stale", "-S", "3", "-C", "3", "-E", "2", "--csv", str(path)]) == 2
+    assert "torch's CSV format holds one epoch" in capsys.readouterr().err
+
+
+def test_validate_reads_the_torch_format_file(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    assert main(["schedule", "show", "1f1b", "-S", "3", "-C", "4", "--csv", str(path)]) == 0
+    assert "S" not in path.read_text()
+    assert main(["schedule", "validate", str(path)]) == 0
+    assert "valid" in capsys.readouterr().out
