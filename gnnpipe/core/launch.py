@@ -255,7 +255,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     del store  # the port is free again only now
     if errors or deaths or timed_out:
         silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
-        if errors and not deaths and not timed_out and all(_is_timeout(m) for _, m in errors.values()):
+        # every failure a timeout (or a lost connection after one): say so, and who went quiet
+        if (errors and not deaths and not timed_out and any(_is_timeout(m) for _, m in errors.values())
+                and all(_is_timeout(m) or _is_echo(m) for _, m in errors.values())):
             raise DistributedError(_timeout_message(errors, silent, world_size, timeout_s))
         if deaths:  # a rank that died without a word is the root cause; the others only lost it
             rank = min(deaths)
@@ -284,20 +286,33 @@ def _is_timeout(msg: str) -> bool:
 
 def _timeout_message(errors: dict[int, tuple[float, str]], silent: list[int], world_size: int,
                      timeout_s: float) -> str:
-    """The error of a run whose ranks all failed by timing out: name the silent ranks and ``--timeout``."""
-    first = min(errors, key=lambda r: errors[r][0])
-    waited = sorted(errors)
+    """The error of a run whose failures are communication timeouts (and connections lost after them).
+
+    Names the ranks that timed out, those that reported neither a result nor an error (the likely stalled
+    ones: a rank stuck in a slow step or a hang does not get to report before the launcher stops it), the
+    ``--timeout`` value and a larger one to try.
+    """
+    timed = sorted(r for r in errors if _is_timeout(errors[r][1]))
+    lost = sorted(r for r in errors if r not in timed)
+    first = min(timed, key=lambda r: errors[r][0])
     bigger = int(max(4 * timeout_s, 60))
-    head = (f"the run hit its communication timeout (--timeout / timeout_s = {timeout_s:g} s); all {world_size} "
-            f"ranks were stopped.\nrank(s) {waited} timed out waiting for a peer")
+    lines = [f"the run hit its communication timeout (--timeout / timeout_s = {timeout_s:g} s); all {world_size} "
+             f"ranks were stopped."]
+    what = f"rank(s) {timed} timed out waiting for a peer"
+    if lost:
+        what += f"; rank(s) {lost} then lost their connection"
     if silent:
         who = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {silent}"
-        head += (f"; {who} reported neither a result nor an error, so {who} probably stalled (a slow step or "
+        what += (f"; {who} reported neither a result nor an error, so {who} probably stalled (a slow step or "
                  f"hook, or a hang)")
     else:
-        head += "; every rank timed out, so a step slower than the timeout ran on each of them (or they deadlocked)"
-    return (f"{head}.\nIf the work is only slow, rerun with a larger --timeout (e.g. --timeout {bigger}; "
-            f"timeout_s={bigger} in Python).\nfirst timeout (rank {first}): {_first_line(errors[first][1])}")
+        what += ("; every rank reported, so none can be singled out: a step on some rank took longer than the "
+                 "timeout, or the ranks waited on each other (a deadlock)")
+    lines.append(what + ".")
+    lines.append(f"If the work is only slow, rerun with a larger --timeout (e.g. --timeout {bigger}; "
+                 f"timeout_s={bigger} in Python).")
+    lines.append(f"first timeout (rank {first}): {_first_line(errors[first][1])}")
+    return "\n".join(lines)
 
 
 def _unreadable_main() -> Optional[str]:

@@ -45,14 +45,22 @@ def test_a_stalled_rank_is_named_with_the_timeout():
     assert "--timeout" in msg and "2 s" in msg
     assert "rank 1 reported neither a result nor an error" in msg and "probably stalled" in msg
     assert "larger --timeout" in msg
-    assert "rank(s) [0, 2] timed out" in msg
+    assert "timed out waiting for a peer" in msg and "first timeout (rank 1)" not in msg
 
 
 def test_timeout_message_without_silent_ranks():
     errors = {0: (1.0, "RuntimeError: Timed out waiting 2000ms for recv\nTraceback ..."),
               1: (1.5, "RuntimeError: Socket Timeout\nTraceback ...")}
     msg = launch._timeout_message(errors, [], 2, 2.0)
-    assert "every rank timed out" in msg and "--timeout 60" in msg and "rank 0" in msg
+    assert "none can be singled out" in msg and "--timeout 60" in msg and "first timeout (rank 0)" in msg
+
+
+def test_timeout_message_with_a_lost_connection_after_the_timeout():
+    errors = {0: (1.0, "RuntimeError: [pair.cc:534] Timed out waiting 2000ms for send operation to complete"),
+              2: (1.2, "RuntimeError: Connection closed by peer [127.0.0.1]:1234")}
+    msg = launch._timeout_message(errors, [1], 3, 2.0)
+    assert "rank(s) [0] timed out" in msg and "rank(s) [2] then lost their connection" in msg
+    assert "rank 1 reported neither a result nor an error" in msg and "--timeout / timeout_s = 2 s" in msg
 
 
 # ------------------------------------------------------------------------------------------ item 9
