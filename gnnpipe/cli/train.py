@@ -35,7 +35,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--activation", default=d.activation, help="activation function")
     m.add_argument("--model-arg", dest="model_args", action="append", default=None, metavar="NAME=VALUE",
                    help="one of the model's own options (repeatable; `gnnpipe models` lists them): "
-                   + _model_options_help() + "%(default).0s")
+                   + _model_options_help())
     o = p.add_argument_group("optimisation")
     o.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the model's)")
     o.add_argument("--weight-decay", type=float, default=None, help="weight decay of dense layers (default: the model's)")
