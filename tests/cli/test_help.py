@@ -53,7 +53,8 @@ def test_help_states_each_default_once_and_only_where_it_informs(words, parser, 
         h = _option_help(parser, a)
         where = f"{' '.join(words)} {'/'.join(a.option_strings) or a.dest}: {h!r}"
         assert len(re.findall(r"\bdefault\b", h, re.IGNORECASE)) <= 1, where
-        if a.required:  # includes positionals that must be given
+        optional_positional = not a.option_strings and a.nargs in ("?", "*")  # argparse marks "*" required
+        if a.required and not optional_positional:  # includes positionals that must be given
             assert "default" not in h.lower(), where
         if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
             assert "(default: True)" not in h and "(default: False)" not in h, where
