@@ -34,8 +34,9 @@ from .builtin import AsyncStale, GPipe, OneFOneB
 from .csvio import from_csv, to_csv
 from .ir import STEP, Action, ActionKind, B, F, Schedule, check_chunk_order, parse_actions
 from .order import ChunkOrder, FixedOrder, ShuffledOrder, order_policy
-from .render import plot_timeline, to_ascii, to_chrome_trace
+from .render import to_ascii
 from .simulate import CommModel, CostModel, SimulationResult, simulate
+from .timeline import plot_timeline, to_chrome_trace
 from .staleness import StalenessReport, chunk_edge_counts, shuffled_staleness, staleness_report
 from .validate import Violation, find_violations, validate
 

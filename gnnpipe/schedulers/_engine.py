@@ -18,7 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ScheduleError
-from .ir import Action, ActionKind, Schedule
+from typing import TYPE_CHECKING
+
+from .actions import Action, ActionKind
+from .render import to_ascii
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ir import Schedule
 
 
 @dataclass(frozen=True)
@@ -218,8 +224,6 @@ def _deadlock_error(staged, deps, ptr, stuck, present, ok, t, schedule) -> Sched
         f"{sum(len(staged[s]) - ptr[s] for s in stuck)} action(s) never run.\n" + "\n".join(lines)
     )
     if schedule is not None:
-        from .render import to_ascii
-
         msg += "\n\n" + to_ascii(schedule, marks=marks)
     err = ScheduleError(msg)
     err.stuck = [staged[s][ptr[s]][1] for s in stuck]  # type: ignore[attr-defined]
