@@ -38,9 +38,7 @@ def load_data(config: TrainConfig):
 def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
     if config is None:
         config = TrainConfig()
-    if overrides:
-        if "correctors" in overrides and isinstance(overrides["correctors"], str):
-            overrides["correctors"] = [c for c in overrides["correctors"].split(",") if c and c != "none"]
+    if overrides:  # the config's converter parses a corrector string (correctors.parse_spec)
         if overrides.get("model", config.model) != config.model and "model_args" not in overrides:
             from .models import model_options
 

@@ -30,11 +30,11 @@ def _rate(name):
 
 
 def _correctors(value):
-    if value is None:
-        return []
-    if isinstance(value, str):  # "t1,t2,t3" as on the command line
-        return [c.strip() for c in value.split(",") if c.strip() and c.strip() != "none"]
-    return list(value)
+    """A corrector spec (``"t1,t2,t3"`` as on the command line, or a list) as a list: the one parser,
+    :func:`gnnpipe.correctors.parse_spec`."""
+    from ..correctors import parse_spec
+
+    return parse_spec(value)
 
 
 #: the floating dtypes a run may use (``TrainConfig.dtype``)

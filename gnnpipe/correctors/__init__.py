@@ -16,8 +16,8 @@ gradient, ``t3`` periodic history snapshot, ``ema`` smoothing of stale rows (Pip
 
 from __future__ import annotations
 
-from .base import Corrector, StageContext, build_correctors  # noqa: F401
-from .registry import CORRECTORS, available, get, register  # noqa: F401
+from .base import Corrector, StageContext  # noqa: F401
+from .registry import CORRECTORS, available, build_correctors, get, parse_spec, register  # noqa: F401
 from . import builtin  # noqa: F401  (registers the built-ins)
 from .builtin import EMASmoothing, NoCorrector, PeriodicRefresh, T1RandomOrder, T2UnbiasedGradient, T3PeriodicSnapshot  # noqa: F401
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -38,6 +38,8 @@ class Corrector:
     """Base class of staleness correctors; every hook is a no-op by default."""
 
     registry_name: str = ""
+    #: ``True`` for a corrector that does nothing at all (``none``): :func:`build_correctors` drops it
+    is_noop: ClassVar[bool] = False
 
     def setup(self, ctx: StageContext) -> None:
         self.ctx = ctx
@@ -58,36 +60,12 @@ class Corrector:
     def after_backward(self, epoch: int, chunk: int) -> None:
         pass
 
+    def wants_refresh(self, epoch: int) -> bool:
+        """Whether the runtime should recompute every ``H_in`` exactly from the current weights at the
+        start of ``epoch``, before :meth:`on_epoch_start` (a full-graph inference through the stages;
+        flush schedulers only). Default ``False``; the ``refresh`` corrector says ``True`` every ``period``
+        epochs."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-def build_correctors(spec: Sequence[str | Corrector] | None) -> list[Corrector]:
-    """Instantiate a list of corrector names (``"ema"``, ``"ema:0.9"``, ``"t3:10"``) or objects.
-
-    A name may carry one numeric option after a colon (the momentum of ``ema``, the period of ``t3``
-    and ``refresh``). ``None``, ``[]`` and ``["none"]`` give no correctors.
-
-    Raises:
-        UnknownComponentError: unknown name (lists the available ones).
-        ConfigError: a malformed option.
-    """
-    from ..errors import ConfigError
-    from .registry import get
-
-    out: list[Corrector] = []
-    for item in spec or []:
-        if isinstance(item, Corrector):
-            out.append(item)
-            continue
-        name, _, opt = str(item).partition(":")
-        cls = get(name.strip().lower())
-        if opt:
-            try:
-                value = float(opt)
-            except ValueError:
-                raise ConfigError(f"corrector option in {item!r} must be a number, e.g. 'ema:0.9' or 't3:23'") from None
-            out.append(cls(value))
-        else:
-            out.append(cls())
-    return [c for c in out if type(c).__name__ != "NoCorrector"]

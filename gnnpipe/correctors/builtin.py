@@ -11,6 +11,8 @@ from .registry import register
 class NoCorrector(Corrector):
     """No correction: history is read as it is (the ablation's "none")."""
 
+    is_noop = True
+
 
 @register("t1")
 class T1RandomChunkOrder(Corrector):

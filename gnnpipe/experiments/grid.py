@@ -64,6 +64,7 @@ from typing import Any, Optional
 import tomllib
 
 from ..errors import ConfigError
+from .simulate import check_sim_settings, fmt_value  # noqa: F401  (fmt_value: also used by report)
 
 #: top-level keys of a study file
 TOP_KEYS = ("name", "description", "seeds", "run_timeout_s", "fixed", "grid", "variants", "simulate")
@@ -97,7 +98,7 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    from ..cli.train import add_train_arguments
+    from ..core.arguments import add_train_arguments
 
     p = _RaisingParser(prog="gnnpipe train", add_help=False, exit_on_error=False)
     add_train_arguments(p)
@@ -254,7 +255,7 @@ def check_flags(argv: list[str], where: str) -> None:
     Raises:
         ConfigError / UnknownComponentError: the message names the run (``where``) and the problem.
     """
-    from ..cli.train import config_from_args
+    from ..core.arguments import config_from_args
 
     try:
         args = _train_parser().parse_args(argv)
@@ -328,15 +329,6 @@ class Study:
     def variant_names(self) -> list[str]:
         """Distinct variant names in run order."""
         return list(dict.fromkeys(r.variant for r in self.runs))
-
-
-def fmt_value(v: Any) -> str:
-    """Short display form of a setting's value (variant names, tables)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
 
 
 def variant_label(name: Optional[str], overrides: dict[str, Any], grid_keys: list[str]) -> str:
@@ -478,8 +470,6 @@ def parse_study(raw: dict, path: Optional[Path] = None, *, check: bool = True) -
         raise ConfigError(f"{src}: run_timeout_s must be a positive number of seconds, got {timeout!r}")
 
     simulate = _table(raw, "simulate", src)
-    from .simulate import check_sim_settings
-
     check_sim_settings(simulate, src)
 
     study = Study(path=path, name=name, description=description, fixed=fixed, grid=grid, variants=variants,

@@ -42,6 +42,15 @@ SIM_DEFAULTS: dict[str, Any] = {
 }
 
 
+def fmt_value(v: Any) -> str:
+    """Short display form of a setting's value (variant names, tables)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 def _check_one(key: str, v: Any, where: str) -> None:
     if key == "overlap":
         ok = isinstance(v, bool)
@@ -134,7 +143,6 @@ def simulate_one(scheduler: str, stages: int, chunks: int, settings: dict, seed:
 def simulate_study(study) -> list[SimRow]:
     """Simulate every variant of ``study`` (a :class:`~gnnpipe.experiments.grid.Study`) × every combination
     of its ``[simulate]`` lists. A variant whose schedule cannot be built or deadlocks gets ``error`` set."""
-    from .grid import fmt_value
 
     sim = study.simulate
     vary = [k for k, v in sim.items() if isinstance(v, list)]
