@@ -52,18 +52,23 @@ def way_bounds(num_chunks: int, num_ways: int) -> Tensor:
 def relabel_data(data: Any, perm: Tensor, inv_perm: Tensor) -> Any:
     """A copy of ``data`` with vertex ``perm[i]`` renamed ``i``.
 
-    Node-level tensors (first dimension ``N``: ``x``, ``y``, masks of shape ``[N]`` or ``[N, splits]``,
-    …) are indexed by ``perm``; ``edge_index`` becomes ``inv_perm[edge_index]`` with the edge order
-    kept, so edge-level tensors (``edge_attr``, ``edge_weight``) stay aligned and are copied as is.
-    Anything else (graph-level values) is shared unchanged. ``data`` itself is not modified.
+    Node-level tensors (``x``, ``y``, masks of shape ``[N]`` or ``[N, splits]``, …: the attributes PyG's
+    ``Data.is_node_attr`` names) are indexed by ``perm``; ``edge_index`` becomes ``inv_perm[edge_index]``
+    with the edge order kept, so edge-level tensors (``edge_attr``, ``edge_weight``: ``Data.is_edge_attr``)
+    stay aligned and are copied as is. Anything else (graph-level values) is shared unchanged. ``data``
+    itself is not modified. Objects without ``is_node_attr`` (not a PyG ``Data``) fall back to "a tensor
+    whose first dimension is ``N`` and whose name does not contain ``edge``".
     """
     n = perm.numel()
     out = copy.copy(data)  # PyG: new storages, shared tensors
+    is_node = getattr(data, "is_node_attr", None)
     for key in list(data.keys()):
         value = data[key]
         if key == "edge_index":
             out[key] = inv_perm[value]
-        elif isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == n and "edge" not in key:
+        elif not isinstance(value, Tensor) or value.dim() < 1 or value.size(0) != n:
+            continue
+        elif is_node(key) if is_node is not None else "edge" not in key:
             out[key] = value[perm]
     return out
 
