@@ -7,8 +7,12 @@ from typing import Optional
 import math
 
 import attrs
+import torch
 
 from ..errors import ConfigError
+
+#: the dtype names a config may use (``TrainConfig.dtype``) and their torch dtypes
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def _int_pos(name):
@@ -38,7 +42,7 @@ def _correctors(value):
 
 
 #: the floating dtypes a run may use (``TrainConfig.dtype``)
-DTYPE_NAMES = ("float32", "float64")
+DTYPE_NAMES = tuple(DTYPES)
 
 #: the torch.distributed backends a run may use (``TrainConfig.backend``; ``None`` picks one)
 BACKENDS = ("gloo", "nccl")
@@ -160,6 +164,18 @@ class TrainConfig:
         if self.weight_decay_conv is None and "weight_decay_conv" not in model_defaults:
             upd["weight_decay_conv"] = upd.get("weight_decay", self.weight_decay)
         return attrs.evolve(self, **upd)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The floating dtype of every embedding, weight, ``Â`` and history buffer of the run.
+
+        Raises:
+            ConfigError: a dtype name other than those of :data:`DTYPES`.
+        """
+        try:
+            return DTYPES[self.dtype]
+        except KeyError:
+            raise ConfigError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}") from None
 
     @property
     def world_size(self) -> int:

@@ -1,6 +1,7 @@
 """Normalised adjacency matrices as CSR tensors, and the full-graph aggregation op.
 
-DESIGN §2: an *aggregation op* is the sparse product ``Â[rows, :] @ H`` with ``Â`` one of
+DESIGN §2: an *aggregation op* is the sparse product ``Â[rows, :] @ H`` with ``Â`` of a registered
+aggregation kind (:mod:`gnnpipe.core.kinds`, which also takes edge weights); the built-ins:
 
 * ``gcn``  — ``D̃^{-1/2} Ã D̃^{-1/2}`` with ``Ã`` = ``A`` with exactly one self-loop of weight 1 per
   vertex and ``D̃`` the in-degree of ``Ã`` (Kipf & Welling, ICLR 2017, eq. 2). Existing self-loops are
@@ -26,49 +27,43 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-
-AGGREGATIONS = ("gcn", "mean", "sum")
+from . import kinds
 
 warnings.filterwarnings("ignore", message=r"Sparse CSR tensor support is in beta")
 warnings.filterwarnings("ignore", message=r"Sparse invariant checks are implicitly disabled")
 
 
-def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.dtype = torch.float32) -> Tensor:
+def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.dtype = torch.float32,
+                    edge_weight: Tensor | None = None) -> Tensor:
     """Build the normalised adjacency ``Â`` of one aggregation kind as a sparse CSR tensor.
 
     Args:
         edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (duplicates are summed;
             for ``gcn`` existing self-loops are replaced by one loop of weight 1 per vertex).
         num_nodes: ``N``.
-        kind: ``"gcn"``, ``"mean"`` or ``"sum"`` (see module docstring for the formulas).
+        kind: a registered aggregation kind (:mod:`gnnpipe.core.kinds`: ``"gcn"``, ``"mean"``, ``"sum"``, …).
         dtype: floating dtype of the values.
+        edge_weight: optional ``[E]`` edge weights (default: every edge weighs 1).
 
     Returns:
         ``N × N`` sparse CSR tensor, rows = destinations.
 
     Raises:
-        ConfigError: unknown ``kind``.
+        UnknownComponentError: unknown ``kind`` (lists the registered ones).
+        ConfigError: ``edge_weight`` not of shape ``[E]``.
     """
-    if kind not in AGGREGATIONS:
-        raise ConfigError(f"unknown aggregation {kind!r}; use one of {', '.join(AGGREGATIONS)}")
+    agg = kinds.get(kind)()
     src, dst = edge_index[0].long(), edge_index[1].long()
-    if kind == "gcn":  # add_remaining_self_loops: drop the loops given, then one loop per vertex
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-        loop = torch.arange(num_nodes, dtype=torch.long)
-        src = torch.cat([src, loop])
-        dst = torch.cat([dst, loop])
-    w = torch.ones(src.numel(), dtype=dtype)
-    deg = torch.zeros(num_nodes, dtype=dtype).index_add_(0, dst, w)
-    if kind == "gcn":
-        dinv = deg.pow(-0.5)
-        dinv[torch.isinf(dinv)] = 0
-        w = dinv[src] * dinv[dst]
-    elif kind == "mean":
-        dinv = deg.reciprocal()
-        dinv[torch.isinf(dinv)] = 0
-        w = dinv[dst]
-    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (num_nodes, num_nodes), check_invariants=False).coalesce()
+    if edge_weight is None:
+        w = torch.ones(src.numel(), dtype=dtype)
+    else:
+        if edge_weight.dim() != 1 or edge_weight.numel() != src.numel():
+            raise ConfigError(f"edge_weight must have one value per edge ([{src.numel()}]), got shape "
+                              f"{list(edge_weight.shape)}; pass a 1-D edge_weight aligned with edge_index")
+        w = edge_weight.detach().cpu().to(dtype)
+    src, dst, w = agg.values(src, dst, w, num_nodes)
+    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w.to(dtype), (num_nodes, num_nodes),
+                                  check_invariants=False).coalesce()
     return coo.to_sparse_csr()
 
 
@@ -158,11 +153,13 @@ class GraphOps:
         num_nodes: ``N``.
         dtype: dtype of ``Â``'s values; must match the embeddings' dtype.
         device: where ``Â`` lives (built on the CPU, then moved).
+        edge_weight: optional ``[E]`` weights of the edges (e.g. ``data.edge_weight``), used by every kind.
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", edge_weight: Tensor | None = None):
         self.edge_index = edge_index
+        self.edge_weight = edge_weight
         self.num_nodes = int(num_nodes)
         self.dtype = dtype
         self.device = torch.device(device)
@@ -171,13 +168,13 @@ class GraphOps:
     def adj(self, kind: str) -> tuple[Tensor, Tensor]:
         """``(Â, Âᵀ)`` of ``kind`` as CSR tensors (cached)."""
         if kind not in self._adj:
-            a = build_adjacency(self.edge_index.cpu(), self.num_nodes, kind, self.dtype)
+            a = build_adjacency(self.edge_index.cpu(), self.num_nodes, kind, self.dtype, self.edge_weight)
             self._adj[kind] = (a.to(self.device), csr_transpose(a).to(self.device))
         return self._adj[kind]
 
     def to(self, dtype: torch.dtype) -> "GraphOps":
         """A copy of these ops with values of ``dtype``."""
-        return GraphOps(self.edge_index, self.num_nodes, dtype, self.device)
+        return GraphOps(self.edge_index, self.num_nodes, dtype, self.device, self.edge_weight)
 
     def chunk_rows(self, kind: str, start: int, end: int) -> tuple[CompactRows, CompactRows]:
         """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind``, as :class:`CompactRows` (what the chunk

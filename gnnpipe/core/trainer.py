@@ -7,44 +7,15 @@ import time
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
 from ..models import GNNModel, build_model
-from .config import DTYPE_NAMES, TrainConfig, check_names
+from .config import DTYPES, TrainConfig, check_names
 from .graph import GraphOps
+from .metrics import accuracies, masked_loss, peak_memory_bytes
 from .results import TrainResult
 
-#: the dtype names a config may use (``config.DTYPE_NAMES``) and their torch dtypes
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-assert set(DTYPES) == set(DTYPE_NAMES)
-
-
-def masked_loss(logits: Tensor, y: Tensor, mask: Tensor, num_global: int) -> Tensor:
-    """Cross-entropy summed over the masked rows, divided by ``num_global`` (DESIGN §5 "Loss").
-
-    With ``num_global`` the number of training vertices of the whole graph, the sum of this loss
-    over disjoint chunks equals the full-batch mean loss.
-
-    Args:
-        logits: ``[n, C]`` float. y: ``[n]`` long. mask: ``[n]`` bool. num_global: int > 0.
-    """
-    if not bool(mask.any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits[mask], y[mask], reduction="sum") / num_global
-
-
-@torch.no_grad()
-def accuracies(logits: Tensor, data) -> dict:
-    """``train_acc``, ``val_acc``, ``test_acc`` (fractions) and ``val_loss`` of full-graph logits ``[N, C]``."""
-    pred = logits.argmax(-1)
-    out = {}
-    for split in ("train", "val", "test"):
-        m = getattr(data, f"{split}_mask")
-        out[f"{split}_acc"] = float((pred[m] == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
-    vm = data.val_mask
-    out["val_loss"] = float(F.cross_entropy(logits[vm], data.y[vm])) if bool(vm.any()) else float("nan")
-    return out
+__all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
+           "masked_loss", "resolve_config"]
 
 
 def make_model(config: TrainConfig, num_features: int, num_classes: int) -> GNNModel:
@@ -173,7 +144,7 @@ class SingleProcessTrainer:
             data = prepare_data(data, self.config)
         self.data = data
         self.x = data.x.to(dtype)
-        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype)
+        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype, edge_weight=getattr(data, "edge_weight", None))
         num_classes = int(data.y[data.train_mask | data.val_mask | data.test_mask].max()) + 1
         self.model = model if model is not None else make_model(self.config, self.x.size(1), num_classes)
         self.optimizer = make_optimizer(self.model, self.config)
@@ -201,8 +172,6 @@ class SingleProcessTrainer:
     def fit(self, progress: bool = True) -> TrainResult:
         torch.manual_seed(self.config.seed + 1)
         result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress)
-        from .pipeline import peak_memory_bytes
-
         result.extra["plan"] = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
                                 "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
                                 "num_units": self.model.num_units}
