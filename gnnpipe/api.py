@@ -68,10 +68,12 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         ConfigError / UnknownComponentError / DataValidationError: before any process starts (under
             ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
             every rank before the process group starts).
+        ScheduleError: the scheduler builds an invalid schedule (the problems and its picture), before any
+            process starts.
         DistributedError: a rank failed (all ranks are stopped; the message names it).
     """
     from .core import launch
-    from .core.runner import build_plan, format_plan, share_profiled_split, worker
+    from .core.runner import build_plan, check_schedule, format_plan, share_profiled_split, worker
 
     config = _as_config(config, overrides)
     check_names(config)
@@ -87,6 +89,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         torch.set_num_threads(config.threads)
         return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress)
     plan = build_plan(config, data)
+    check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
     if launch.under_torchrun():
         rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
         import torch.distributed as dist

@@ -13,8 +13,9 @@ import torch.distributed as dist
 from ..errors import ConfigError
 from .comm import Comm
 from .config import TrainConfig, ignored_options
+from .metrics import peak_memory_bytes
 from .results import TrainResult
-from .trainer import DTYPES, epoch_loop, make_model
+from .trainer import epoch_loop, make_model
 
 
 @attrs.define
@@ -50,6 +51,17 @@ def default_chunks(config: TrainConfig) -> int:
     return config.ways * (4 * config.stages if config.stages > 1 else 1)
 
 
+def check_parallel_config(config: TrainConfig, num_chunks: int) -> None:
+    """Reject W × S layouts the executors cannot run.
+
+    Raises:
+        ConfigError: hybrid (``W > 1`` and ``S > 1``) with ``C`` not divisible by ``W``.
+    """
+    if config.ways > 1 and config.stages > 1 and num_chunks % config.ways:
+        raise ConfigError(f"the hybrid mode needs the same number of chunks on every way: {num_chunks} chunks "
+                          f"cannot be split evenly over {config.ways} ways; use a multiple of {config.ways}")
+
+
 def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     """Reject configurations that cannot run, before any process starts.
 
@@ -74,8 +86,6 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
         raise ConfigError(f"{C} chunks but the graph has only {num_nodes} vertices; use fewer chunks")
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
-    from .parallel import check_parallel_config
-
     check_parallel_config(config, C)
     if config.backend not in (None, "gloo", "nccl"):
         raise ConfigError(f"unknown backend {config.backend!r}; use gloo (CPU) or nccl (one GPU per rank)")
@@ -186,40 +196,72 @@ def rank_device() -> torch.device:
 
 
 def make_scheduler(config: TrainConfig):
-    """The configured scheduler instance (``stash_weights`` only for schedulers that do not flush)."""
+    """The configured scheduler instance (:func:`gnnpipe.schedulers.make_scheduler` with ``stash_weights``
+    only when asked, so schedulers without that option work)."""
     from .. import schedulers
 
-    cls = schedulers.get(config.scheduler)
-    if config.stash_weights:
-        return cls(stash_weights=True)
-    return cls()
+    options = {"stash_weights": True} if config.stash_weights else {}
+    return schedulers.make_scheduler(config.scheduler, **options)
+
+
+def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
+    """Build and validate the schedule of the first epoch (window) before any rank starts, with the chunk
+    order policy the ranks will use, so that an invalid custom scheduler fails here with its problems and
+    picture instead of in every rank (which validate it again before running it). No-op for graph
+    parallelism (no pipeline schedule).
+
+    Raises:
+        ScheduleError: the schedule is invalid (message: the problems and the ASCII picture).
+    """
+    from .. import correctors as corr
+    from .execute import build_validated
+
+    if config.stages == 1 and config.ways > 1:
+        return
+    C = (len(plan.chunk_ptr) - 1) // config.ways
+    scheduler = make_scheduler(config)
+    policy = _order_policy(config, corr.build_correctors(config.correctors))
+    if getattr(scheduler, "flush", True):
+        window = 1
+    else:
+        window = min(config.eval_every, config.epochs)
+    build_validated(scheduler, config.stages, [list(policy.order(e, C)) for e in range(window)])
 
 
 def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
-    """Build this rank's executor object (pipeline stage, graph-parallel way or hybrid member)."""
+    """Build this rank's executor (:class:`~gnnpipe.core.execute.Executor`): a pipeline stage (``W = 1``), a
+    graph-parallel way (``S = 1``) or a hybrid member. Creates the process groups of a hybrid (every rank
+    creates every group, in the same order).
+
+    Raises:
+        ConfigError: the world size or the plan does not match the configuration.
+    """
     from .. import correctors as corr
-    from .. import schedulers
-    from .pipeline import PipelineStage
+    from .parallel import hybrid_rank, make_graph_parallel_way, make_hybrid_member
+    from .pipeline import make_pipeline_stage
 
     if world != config.world_size:
         raise ConfigError(f"world size {world} does not match ways x stages = {config.world_size}")
-    dtype = DTYPES[config.dtype]
     model = make_model(config, plan.num_features, plan.num_classes)
     torch.manual_seed(config.seed + 1 + 1000 * rank)
     correctors = corr.build_correctors(config.correctors)
     device = rank_device()
     comm = Comm(device)
-    if config.ways == 1:
-        ranks = list(range(config.stages))
-        data = plan.data
-        data.x = data.x.to(dtype)
-        return PipelineStage(config, model, data, plan.chunk_ptr, plan.bounds, rank, ranks,
-                             make_scheduler(config), _order_policy(config, correctors), correctors, comm,
-                             device=device)
-    from .parallel import make_parallel_member  # graph-parallel and hybrid executors
-
-    return make_parallel_member(config, model, plan, rank, world, correctors, comm, _order_policy(config, correctors),
-                                device=device)
+    W, S = config.ways, config.stages
+    if W == 1:
+        return make_pipeline_stage(config, model, plan.data, plan.chunk_ptr, plan.bounds, rank, list(range(S)),
+                                   make_scheduler(config), _order_policy(config, correctors), correctors, comm,
+                                   device=device)
+    if len(plan.way_ptr) - 1 != W:
+        raise ConfigError(f"the plan has {len(plan.way_ptr) - 1} ways, the configuration {W}")
+    check_parallel_config(config, len(plan.chunk_ptr) - 1)
+    if S == 1:  # correctors are unused in GP (exact: no history)
+        return make_graph_parallel_way(config, model, plan, rank, comm, group=None, ranks=list(range(W)), device=device)
+    peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
+    pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
+    way, stage = divmod(rank, S)
+    return make_hybrid_member(config, model, plan, way, stage, make_scheduler(config), _order_policy(config, correctors),
+                              correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
 
 
 def _gather_epoch(stage, wall: float, loss: float) -> dict:
@@ -249,8 +291,6 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
-    from .pipeline import peak_memory_bytes
-
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)
     collect = collect or {}

@@ -81,7 +81,7 @@ def _log_receives(rank, world, config, plan):
 
     stage = make_stage(config, plan, rank, world)
     log = []
-    for name in ("forward_chunk", "backward_chunk"):
+    for name in ("forward", "backward"):  # the interpreter's F and B actions (receive, compute, send)
         fn = getattr(stage, name)
         setattr(stage, name, lambda c, e=None, fn=fn, name=name: (log.append(("start", name[0].upper(), c)), fn(c, e)))
     irecv, wait = stage.comm.irecv, stage.comm.wait_recv

@@ -1,0 +1,346 @@
+"""Aggregation ops as objects: what a stage calls for each ``agg(h, kind)`` of its units (DESIGN §2, §5).
+
+A stage never knows how an aggregation reaches rows it does not hold; it calls one
+:class:`AggregationOp` per aggregation of its units (keyed ``(unit, op index)``):
+
+* :meth:`AggregationOp.train` — the op on chunk ``c``'s rows during training, differentiable in ``h``;
+* :meth:`AggregationOp.infer` — the exact op for inference (no history read, no autograd).
+
+Three implementations, one per way of executing:
+
+* :class:`HistoryOp` — the pipeline's history-backed chunk op: :class:`~gnnpipe.core.history.ChunkAggregate`
+  (forward ``H_in[R_c] ← x_c`` then ``Â[R_c, :] @ H_in``; the pull backward ``Âᵀ[R_c, :] @ G_out``);
+  inference is ``Â @ H`` on the whole graph;
+* :class:`PeerHistoryOp` — the hybrid's op: the same chunk op plus the exchange of the slot's chunk rows
+  with the peers of the stage (:class:`PeerExchange`); inference uses the graph-parallel halo;
+* :class:`HaloOp` — graph parallelism: ``Â[own, :] @ [H_own; H_halo]`` with the halo rows exchanged before
+  the product and their gradient returned to the owners (exact; no history).
+
+:func:`unit_aggregators` is the one place that numbers a unit's ``agg(h, kind)`` calls and checks them
+against the kinds the unit declares.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..models import GNNModel
+from .comm import Comm
+from .graph import CompactRows, GraphOps, csr_row_slice, csr_transpose, spmm
+from .history import ChunkAggregate, History
+
+#: tag bases of the graph-level exchanges (disjoint from the pipeline's point-to-point tags)
+TAG_HALO = 1 << 20
+TAG_PEER = 1 << 21
+TAG_EVAL = 1 << 22
+
+
+def op_numbers(model: GNNModel) -> dict[tuple[int, int], int]:
+    """``(unit, op index) → k``: the model-wide number of every aggregation op, in execution order (tags use it)."""
+    out, k = {}, 0
+    for i, u in enumerate(model.units):
+        for j, _ in enumerate(u.aggregations):
+            out[(i, j)] = k
+            k += 1
+    return out
+
+
+def unit_aggregators(model: GNNModel, call: Callable[[int, int, Tensor, str], Tensor]):
+    """The ``make_agg`` factory of :meth:`~gnnpipe.models.GNNModel.run_units`: unit ``i`` gets a callback
+    ``agg(h, kind)`` that numbers its calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind)``.
+
+    Raises (from the callback):
+        ConfigError: a unit calls more aggregations than it declares, or another kind than declared.
+    """
+
+    def factory(i: int):
+        counter = [0]
+        declared = model.units[i].aggregations
+
+        def agg(h: Tensor, kind: str) -> Tensor:
+            j = counter[0]
+            counter[0] += 1
+            if j >= len(declared) or declared[j] != kind:
+                raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {declared}")
+            return call(i, j, h, kind)
+
+        return agg
+
+    return factory
+
+
+class AggregationOp(ABC):
+    """One aggregation op of a stage (unit ``i``, op ``j``); see the module docstring.
+
+    Attributes:
+        history: the op's :class:`History` (``None`` for ops without one, e.g. graph parallelism).
+    """
+
+    history: Optional[History] = None
+
+    @abstractmethod
+    def train(self, h: Tensor, c: int, rows: tuple[int, int], write: bool) -> Tensor:
+        """The op on chunk ``c`` (global rows ``rows = (lo, hi)``; ``h`` is ``[hi - lo, d]``) during training.
+
+        ``write=False`` when a chunk is recomputed in its backward: history must not be written twice.
+        Returns ``[hi - lo, d]``, differentiable in ``h``.
+        """
+
+    @abstractmethod
+    def infer(self, h: Tensor, capture: bool) -> Tensor:
+        """The exact op for inference on the stage's inference rows (no autograd, no history read).
+        ``capture=True`` writes the op's exact input into ``H_in`` (a full refresh of history)."""
+
+
+class HistoryOp(AggregationOp):
+    """The pipeline's chunk op (DESIGN §5): :class:`ChunkAggregate` over the op's history.
+
+    Args:
+        history: the op's buffers. kind: the aggregation kind. ops: the graph's :class:`GraphOps`.
+        chunk_adj: ``{(kind, c): (Â[R_c, :], Âᵀ[R_c, :])}`` as :class:`CompactRows`, shared by the stage's ops.
+    """
+
+    def __init__(self, history: History, kind: str, ops: GraphOps, chunk_adj: dict):
+        self.history, self.kind, self.ops, self.chunk_adj = history, kind, ops, chunk_adj
+
+    def adj(self, c: int, rows: tuple[int, int]) -> tuple[CompactRows, CompactRows]:
+        key = (self.kind, c)
+        if key not in self.chunk_adj:
+            self.chunk_adj[key] = self.ops.chunk_rows(self.kind, *rows)
+        return self.chunk_adj[key]
+
+    def train(self, h, c, rows, write):
+        a_c, at_c = self.adj(c, rows)
+        return ChunkAggregate.apply(h, self.history, a_c, at_c, rows[0], rows[1], write)
+
+    @torch.no_grad()
+    def infer(self, h, capture):
+        if capture:
+            self.history.ensure(h.size(1))
+            self.history.H_in.copy_(h)
+        return self.ops.aggregate(h, self.kind)
+
+
+# ---------------------------------------------------------------------------------------------- GP halo
+class HaloExchange:
+    """One way's view of the graph-parallel halo: own rows, halo rows, local CSR, exchange lists.
+
+    Args:
+        ops: the graph's :class:`GraphOps` (relabelled ids).
+        way: this way ``w``. num_ways: ``W``. lo, hi: own rows ``[lo, hi)``.
+        fwd: forward send lists keyed by ``(way, q)`` (:func:`gnnpipe.core.parallel.send_lists`).
+        peer_ranks: global rank of each way's peer in the exchange (index = way).
+        comm: the byte-counting facade.
+
+    Attributes:
+        send_idx: ``{q: LongTensor}`` local (own-row) indices sent to way ``q`` (this way's mirrors towards ``q``).
+        recv_sizes: ``{q: int}`` rows received from ``q`` (in halo order: ways ascending).
+        halo: ``LongTensor[n_halo]`` global ids of the halo rows, in the order of the local columns ``n_own:``.
+    """
+
+    def __init__(self, ops: GraphOps, way: int, num_ways: int, lo: int, hi: int,
+                 fwd: dict[tuple[int, int], Tensor], peer_ranks: list[int], comm: Comm):
+        self.ops, self.w, self.W, self.lo, self.hi = ops, way, num_ways, lo, hi
+        self.n_own = hi - lo
+        self.peer_ranks = list(peer_ranks)
+        self.comm = comm
+        self.peers = [q for q in range(num_ways) if q != way]
+        self.send_idx = {q: fwd[(way, q)] - lo for q in self.peers if (way, q) in fwd}
+        recv = [(q, fwd[(q, way)]) for q in self.peers if (q, way) in fwd]
+        self.recv_sizes = {q: int(t.numel()) for q, t in recv}
+        self.halo = torch.cat([t for _, t in recv]) if recv else torch.zeros(0, dtype=torch.long)
+        self.n_halo = int(self.halo.numel())
+        self._local = torch.full((ops.num_nodes,), -1, dtype=torch.long)
+        self._local[lo:hi] = torch.arange(self.n_own)
+        self._local[self.halo] = torch.arange(self.n_own, self.n_own + self.n_halo)
+        self._adj: dict[str, tuple[Tensor, Tensor]] = {}
+
+    @property
+    def mirrors_sent(self) -> int:
+        """Rows this way sends per aggregation (its share of ``M``)."""
+        return int(sum(t.numel() for t in self.send_idx.values()))
+
+    def adj(self, kind: str) -> tuple[Tensor, Tensor]:
+        """``(Â_local, Â_localᵀ)``: ``n_own × (n_own + n_halo)`` rows ``[lo, hi)`` of ``Â`` with local columns, and its transpose."""
+        if kind not in self._adj:
+            a = csr_row_slice(self.ops.adj(kind)[0], self.lo, self.hi)
+            cols = self._local[a.col_indices()]
+            if bool((cols < 0).any()):
+                raise RuntimeError(f"way {self.w}: Â[{kind}] reads a vertex that is neither owned nor a halo row")
+            a_loc = torch.sparse_csr_tensor(a.crow_indices(), cols, a.values(),
+                                            (self.n_own, self.n_own + self.n_halo), dtype=a.dtype)
+            self._adj[kind] = (a_loc, csr_transpose(a_loc))
+        return self._adj[kind]
+
+    def gather(self, h_own: Tensor, tag: int, kind: str = "graph") -> Tensor:
+        """Forward exchange: send mirror rows of ``h_own``, return the halo rows ``[n_halo, d]``."""
+        d = h_own.size(1)
+        h_own = h_own.detach()
+        sends = [(h_own[idx], self.peer_ranks[q]) for q, idx in self.send_idx.items()]
+        bufs = [(torch.empty(n, d, dtype=h_own.dtype, device=h_own.device), self.peer_ranks[q])
+                for q, n in self.recv_sizes.items()]
+        self.comm.exchange(sends, bufs, tag, kind)
+        if not bufs:
+            return h_own.new_zeros(0, d)
+        return torch.cat([b for b, _ in bufs])
+
+    def scatter_grad(self, g_local: Tensor, tag: int, kind: str = "graph") -> Tensor:
+        """Backward exchange: send the halo part of ``g_local`` (``[n_own + n_halo, d]``) to the owners,
+        receive the gradients of this way's mirrors and add them; returns the own-row gradient ``[n_own, d]``."""
+        d = g_local.size(1)
+        g_own = g_local[: self.n_own].clone()
+        parts = torch.split(g_local[self.n_own:], list(self.recv_sizes.values())) if self.recv_sizes else []
+        sends = [(p, self.peer_ranks[q]) for q, p in zip(self.recv_sizes, parts)]
+        bufs = [(torch.empty(idx.numel(), d, dtype=g_local.dtype, device=g_local.device), self.peer_ranks[q], idx)
+                for q, idx in self.send_idx.items()]
+        self.comm.exchange(sends, [(b, r) for b, r, _ in bufs], tag, kind)
+        for b, _, idx in bufs:
+            g_own.index_add_(0, idx, b)
+        return g_own
+
+    @torch.no_grad()
+    def aggregate_nograd(self, h_own: Tensor, kind: str, tag: int, comm_kind: str = "eval") -> tuple[Tensor, Tensor]:
+        """Exact ``Â[lo:hi, :] @ H`` without autograd; returns ``(out [n_own, d], halo rows [n_halo, d])``."""
+        halo = self.gather(h_own, tag, comm_kind)
+        a, _ = self.adj(kind)
+        return spmm(a, torch.cat([h_own, halo])), halo
+
+
+class HaloAggregate(torch.autograd.Function):
+    """``Â[own, :] @ H`` on one way: forward exchanges mirror rows, backward returns the halo gradient to
+    the owners (DESIGN §1 graph parallelism). Exact."""
+
+    @staticmethod
+    def forward(ctx, h_own: Tensor, halo: HaloExchange, kind: str, tag: int) -> Tensor:  # type: ignore[override]
+        rows = halo.gather(h_own, tag)
+        a, at = halo.adj(kind)
+        ctx.halo, ctx.at, ctx.tag = halo, at, tag
+        return spmm(a, torch.cat([h_own.detach(), rows]))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        g_local = spmm(ctx.at, g.contiguous())
+        return ctx.halo.scatter_grad(g_local, ctx.tag + 1), None, None, None
+
+
+class HaloOp(AggregationOp):
+    """Graph parallelism's op ``k``: :class:`HaloAggregate` in training, the halo exchange of kind ``eval``
+    in inference. Exact; chunk ids are ignored (a way's rows are one chunk)."""
+
+    def __init__(self, halo: HaloExchange, kind: str, number: int):
+        self.halo, self.kind, self.number = halo, kind, number
+        halo.adj(kind)  # build the local matrices up front
+
+    def train(self, h, c, rows, write):
+        return HaloAggregate.apply(h, self.halo, self.kind, TAG_HALO + 2 * self.number)
+
+    def infer(self, h, capture):
+        return self.halo.aggregate_nograd(h, self.kind, TAG_EVAL + self.number)[0]
+
+
+# ---------------------------------------------------------------------------------------------- hybrid
+class PeerExchange:
+    """The hybrid's exchange of one slot's chunk rows among the ``W`` peers of a stage (module docstring of
+    :mod:`gnnpipe.core.parallel`).
+
+    Args:
+        way: this way ``w``. num_ways: ``W``. way_base: first global chunk id of each way.
+        fwd_lists, bwd_lists: :func:`~gnnpipe.core.parallel.send_lists` by ``(chunk, way)``, forward / backward.
+        peer_ranks: global rank of each way's peer. comm: the byte-counting facade.
+    """
+
+    def __init__(self, way: int, num_ways: int, way_base: list[int], fwd_lists: dict, bwd_lists: dict,
+                 peer_ranks: list[int], comm: Comm):
+        self.w, self.W, self.way_base = way, num_ways, list(way_base)
+        self.fwd_lists, self.bwd_lists = fwd_lists, bwd_lists
+        self.peer_ranks, self.comm = list(peer_ranks), comm
+
+    def peer_chunks(self, c: int) -> list[int]:
+        """The global chunks the other ways process in the slot where this way processes global chunk ``c``."""
+        local = c - self.way_base[self.w]
+        return [self.way_base[q] + local for q in range(self.W) if q != self.w]
+
+    def exchange(self, buf: Tensor, c: int, number: int, backward: bool) -> None:
+        """Send this way's rows of chunk ``c`` that peers read from ``buf`` (``H_in`` forward, ``G_out``
+        backward) and write the rows the peers send into ``buf``."""
+        lists = self.bwd_lists if backward else self.fwd_lists
+        local = c - self.way_base[self.w]
+        sends, recvs = [], []
+        for q in range(self.W):
+            if q == self.w:
+                continue
+            idx = lists.get((c, q))
+            if idx is not None:
+                sends.append((buf[idx], self.peer_ranks[q]))
+            ridx = lists.get((self.way_base[q] + local, self.w))
+            if ridx is not None:
+                recvs.append((torch.empty(ridx.numel(), buf.size(1), dtype=buf.dtype, device=buf.device),
+                              self.peer_ranks[q], ridx))
+        self.comm.exchange(sends, [(b, r) for b, r, _ in recvs], TAG_PEER + 2 * number + int(backward), "graph")
+        for b, _, ridx in recvs:
+            buf[ridx] = b
+
+
+class PeerChunkAggregate(torch.autograd.Function):
+    """The pipeline's chunk aggregation op (DESIGN §5) plus the hybrid peer exchange: forward writes
+    ``H_in[R_c] ← x_c``, exchanges the slot's chunk rows with the peers, returns ``Â[R_c, :] @ H_in``;
+    backward writes ``G_out[R_c] ← g``, exchanges, returns the pull ``Âᵀ[R_c, :] @ G_out``."""
+
+    @staticmethod
+    def forward(ctx, x_c: Tensor, op: "PeerHistoryOp", a_c, at_c, start: int, end: int, c: int,
+                write: bool = True) -> Tensor:  # type: ignore[override]
+        hist = op.history
+        hist.ensure(x_c.size(1))
+        if write:
+            hist.H_in[start:end] = x_c.detach()
+            op.peers.exchange(hist.H_in, c, op.number, backward=False)
+        ctx.op, ctx.at_c, ctx.start, ctx.end, ctx.c = op, at_c, start, end, c
+        return spmm(a_c, hist.H_in)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        op = ctx.op
+        hist = op.history
+        hist.G_out[ctx.start: ctx.end] = g
+        op.peers.exchange(hist.G_out, ctx.c, op.number, backward=True)
+        return spmm(ctx.at_c, hist.G_out), None, None, None, None, None, None, None
+
+
+class PeerHistoryOp(HistoryOp):
+    """The hybrid's op: :class:`PeerChunkAggregate` in training; in inference the exact graph-parallel halo
+    exchange among the stage's peers over this way's rows (``capture`` writes own and halo rows — every row
+    this way's aggregations read — into ``H_in``).
+
+    Args:
+        history, kind, ops, chunk_adj: as :class:`HistoryOp`. peers: the stage's :class:`PeerExchange`.
+        number: the model-wide op number (tags). halo: a callable returning the way's :class:`HaloExchange`
+            (built on first inference).
+    """
+
+    def __init__(self, history: History, kind: str, ops: GraphOps, chunk_adj: dict, peers: PeerExchange,
+                 number: int, halo: Callable[[], HaloExchange]):
+        super().__init__(history, kind, ops, chunk_adj)
+        self.peers, self.number, self._halo = peers, number, halo
+
+    def train(self, h, c, rows, write):
+        a_c, at_c = self.adj(c, rows)
+        return PeerChunkAggregate.apply(h, self, a_c, at_c, rows[0], rows[1], c, write)
+
+    @torch.no_grad()
+    def infer(self, h, capture):
+        halo = self._halo()
+        out, rows = halo.aggregate_nograd(h, self.kind, TAG_EVAL + self.number)
+        if capture:
+            self.history.ensure(h.size(1))
+            self.history.H_in[halo.lo:halo.hi] = h
+            self.history.H_in[halo.halo] = rows
+        return out
+
+
+__all__ = ["AggregationOp", "HaloAggregate", "HaloExchange", "HaloOp", "HistoryOp", "PeerChunkAggregate",
+           "PeerExchange", "PeerHistoryOp", "TAG_EVAL", "TAG_HALO", "TAG_PEER", "op_numbers", "unit_aggregators"]
