@@ -50,9 +50,10 @@ def op_numbers(model: GNNModel) -> dict[tuple[int, int], int]:
     return out
 
 
-def unit_aggregators(model: GNNModel, call: Callable[[int, int, Tensor, str], Tensor]):
-    """The ``make_agg`` factory of :meth:`~gnnpipe.models.GNNModel.run_units`: unit ``i`` gets a callback
-    ``agg(h, kind)`` that numbers its calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind)``.
+def unit_aggregators(units, call: Callable[[int, int, Tensor, str], Tensor]):
+    """The ``make_agg`` factory of :meth:`~gnnpipe.models.GNNModel.run_units`: unit ``i`` (of ``units``, e.g.
+    ``model.units``; anything indexable by the unit number) gets a callback ``agg(h, kind)`` that numbers its
+    calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind)``.
 
     Raises (from the callback):
         ConfigError: a unit calls more aggregations than it declares, or another kind than declared.
@@ -60,7 +61,7 @@ def unit_aggregators(model: GNNModel, call: Callable[[int, int, Tensor, str], Te
 
     def factory(i: int):
         counter = [0]
-        declared = model.units[i].aggregations
+        declared = units[i].aggregations
 
         def agg(h: Tensor, kind: str) -> Tensor:
             j = counter[0]

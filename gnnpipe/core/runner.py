@@ -118,8 +118,10 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         # aggregation also reads its halo from cold history, which a whole-graph profile misses), then
         # refine the split for this schedule's simulated makespan with separate forward/backward costs
         # (one way only: a hybrid way runs C/W of the chunks, a schedule the profile does not cover)
-        split = split_layers(model, config.stages, "profiled", data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
-                             scheduler=make_scheduler(config) if config.ways == 1 else None)
+        from .profile import profiled_split
+
+        split = profiled_split(model, config.stages, data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
+                               scheduler=make_scheduler(config) if config.ways == 1 else None)
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]

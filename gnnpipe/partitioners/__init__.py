@@ -22,7 +22,8 @@ Metrics and DESIGN §6 predictions::
 Layer partitioners (separate registry)::
 
     split = partitioners.split_layers(model, 4, "equal")      # StageSplit(bounds=[0, …, U], …)
-    split = partitioners.get_layer_partitioner("profiled")().split(model, 4, data=sample)
+    split = partitioners.get_layer_partitioner("profiled")().split(unit_costs, 4)   # costs measured by
+                                                   # gnnpipe.core.profile.profile_unit_costs (or profiled_split)
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from .layers import (  # noqa: F401
     get_layer_partitioner,
     layer_partitioners,
     minmax_split,
-    profile_unit_costs,
     register_layer_partitioner,
     schedule_split,
     split_layers,

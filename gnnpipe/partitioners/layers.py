@@ -5,10 +5,11 @@ boundaries ``0 = b_0 < b_1 < … < b_S = U``; stage ``s`` runs units ``[b_s, b_{
 
 * ``equal`` — the paper's rule (GNNPipe, arXiv 2308.10087, §4: layers are assigned evenly to GPUs):
   every unit costs 1 and the split is greedy and contiguous.
-* ``profiled`` — each unit's forward+backward time measured (:func:`profile_unit_costs`: on a sample,
-  or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
+* ``profiled`` — measured costs per unit (:func:`gnnpipe.core.profile.profile_unit_costs` measures them: on
+  a sample, or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
   history-backed chunk op), then the exact min–max contiguous split (the "linear partition"
-  / chains-on-chains problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming.
+  / chains-on-chains problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming. Layer
+  partitioners receive costs and never run the model (torchgpipe's ``balance``: profile apart from split).
 
 This family has its own registry, separate from the vertex partitioners:
 ``layer_partitioners.register(name)``, :func:`get_layer_partitioner`, :func:`available_layer_partitioners`.
@@ -26,7 +27,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError, DataValidationError
+from ..errors import ConfigError
 from ..registry import Registry
 from .base import _is_count
 
@@ -236,52 +237,36 @@ class EqualLayerPartitioner(LayerPartitioner):
 class ProfiledLayerPartitioner(LayerPartitioner):
     """Measured unit costs + exact min–max contiguous split (:func:`minmax_split`).
 
-    Args:
-        repeats: timed repetitions per unit (the minimum is kept), see :func:`profile_unit_costs`.
+    It takes costs only and never runs a model (the profiler, :func:`gnnpipe.core.profile.profile_unit_costs`,
+    measures; :func:`gnnpipe.core.profile.profiled_split` does both).
 
-    ``split`` context:
-        costs given directly (``model_or_costs`` a sequence of numbers) are used as is; otherwise
-        ``model_or_costs`` is a ``GNNModel`` and ``data=`` (a PyG ``Data`` with ``x`` and
-        ``edge_index``) must be given; ``sample_nodes=`` (optional int) restricts it to the subgraph
-        induced by vertices ``[0, sample_nodes)`` (after :class:`~gnnpipe.partitioners.ChunkPlan`
-        relabelling, the first chunks); ``graph_ops=`` reuses a ``GraphOps`` of the sample;
-        ``chunk_ptr=`` (with the whole relabelled graph as ``data``) times every unit chunk by chunk as
-        the pipeline runs it (see :func:`profile_unit_costs`); with ``chunk_ptr=``, ``scheduler=`` (a
-        scheduler name or instance) then refines the min–max split for that schedule's simulated makespan
-        with separate forward and backward costs per chunk (:func:`schedule_split`; without chunks every
-        split has the same simulated makespan and it is ignored).
+    ``split(costs, S, scheduler=None)``: ``costs`` is a sequence of per-unit costs, or a :class:`UnitPhases`
+    (forward and backward seconds per unit and chunk); with a :class:`UnitPhases` of more than one chunk,
+    ``scheduler=`` (a scheduler name or instance) then refines the min–max split for that schedule's
+    simulated makespan with separate forward and backward costs per chunk (:func:`schedule_split`).
 
     Raises:
-        ConfigError: no ``data`` for a model; ``S`` out of range.
+        ConfigError: a model (or a unit count) instead of costs; ``S`` out of range.
     """
 
     def __init__(self, repeats: int = 3):
         if int(repeats) != repeats or repeats < 1:
             raise ConfigError(f"repeats must be an integer >= 1; got {repeats!r}")
-        self.repeats = int(repeats)
+        self.repeats = int(repeats)  # kept for callers that pass it; the profiler takes its own
 
     def split(self, model_or_costs: Any, num_stages: int, **ctx: Any) -> StageSplit:
-        costs = _costs(model_or_costs)
-        if costs is None:
-            if isinstance(model_or_costs, int):
-                raise ConfigError("the 'profiled' layer partitioner needs a model (and data=) or explicit unit costs")
-            _check_stages(_num_units(model_or_costs), num_stages)
-            data = ctx.get("data")
-            if data is None:
-                raise ConfigError("the 'profiled' layer partitioner needs data= (a sample chunk) to time the units")
-            sample_nodes = ctx.get("sample_nodes")
-            sampled = sample_nodes is not None and sample_nodes < int(data.num_nodes)
-            if sampled:
-                data = _row_slice_sample(data, int(sample_nodes))
-            phases = profile_unit_costs(
-                model_or_costs, data, ctx.get("graph_ops"), repeats=int(ctx.get("repeats", self.repeats)),
-                chunk_ptr=None if sampled else ctx.get("chunk_ptr"), phases=True,
-            )
+        if isinstance(model_or_costs, UnitPhases):
+            phases = model_or_costs
             costs = phases.unit_costs()
             bounds = minmax_split(costs, num_stages)
             if ctx.get("scheduler") is not None and num_stages > 1 and len(phases.forward[0]) > 1:
                 bounds, _ = schedule_split(phases, num_stages, ctx["scheduler"], start=bounds)
             return attrs.evolve(StageSplit.from_bounds(bounds, costs), phases=phases)
+        costs = _costs(model_or_costs)
+        if costs is None:
+            raise ConfigError("the 'profiled' layer partitioner takes measured unit costs, not a model: measure "
+                              "them with gnnpipe.core.profile.profile_unit_costs(model, data, phases=True) and pass "
+                              "the result, or call gnnpipe.core.profile.profiled_split(model, S, data=...)")
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
 
 
@@ -375,161 +360,6 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
             break
         bounds, best = move
     return bounds, best
-
-
-def _row_slice_sample(data: Any, k: int) -> Any:
-    """The subgraph induced by vertices ``[0, k)``: ``x[:k]`` and the edges among them."""
-    from torch_geometric.data import Data
-
-    ei = data.edge_index
-    keep = (ei < k).all(0)
-    return Data(x=data.x[:k], edge_index=ei[:, keep], num_nodes=k)
-
-
-def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
-                       chunk_ptr: Tensor | None = None, *, phases: bool = False) -> "list[float] | UnitPhases":
-    """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
-
-    Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
-    that requires grad, and the shared tensor likewise; the encoder's input ``x`` does not require grad,
-    as in training). Each unit's time covers its forward and the backward of ``out.sum()`` (plus
-    ``shared.sum()`` if it produces a new shared tensor).
-
-    * Without ``chunk_ptr``, aggregation is the exact full-graph op on the sample's own graph
-      (``GraphOps(sample.edge_index, n).aggregate``).
-    * With ``chunk_ptr`` (``LongTensor[C+1]``, chunks = contiguous id ranges, as after
-      :class:`~gnnpipe.partitioners.ChunkPlan` relabelling), each unit runs **as the pipeline runs it**:
-      chunk by chunk, with the history-backed chunk aggregation op
-      (:class:`gnnpipe.core.history.ChunkAggregate` on :class:`~gnnpipe.core.graph.CompactRows`, one
-      scratch history per op), and its cost is the sum over chunks. This captures what a whole-graph
-      profile misses: a chunk's aggregation also reads its halo from cold history buffers, so
-      aggregation units cost relatively more in a pipeline than dense units.
-
-    One untimed warm-up pass, then ``repeats`` timed passes; the **minimum** per unit is reported (noise
-    on a shared machine only adds time). The model is run in training mode (dropout on), its
-    parameters' ``.grad`` and training flag and the global RNG are restored.
-
-    Args:
-        model: a ``GNNModel`` (``.units``: callables ``unit(h, shared, agg) → (h, shared)``).
-        data_sample: a PyG ``Data`` with ``x`` (``[n, F]``) and ``edge_index`` (``LongTensor[2, e]``
-            within ``[0, n)``).
-        graph_ops: optional ``gnnpipe.core.graph.GraphOps`` of the sample (built if ``None``).
-        repeats: timed passes (``>= 1``).
-        chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
-        phases: return a :class:`UnitPhases` (forward and backward seconds per unit and chunk) instead.
-
-    Returns:
-        ``list[float]`` of length ``U``, seconds per unit (forward + backward, summed over chunks).
-
-    Raises:
-        DataValidationError: the sample lacks ``x`` or ``edge_index``. ConfigError: ``repeats < 1``.
-    """
-    if int(repeats) != repeats or repeats < 1:
-        raise ConfigError(f"repeats must be an integer >= 1; got {repeats!r}")
-    x = getattr(data_sample, "x", None)
-    ei = getattr(data_sample, "edge_index", None)
-    if x is None or ei is None:
-        raise DataValidationError("profiling needs a sample Data with node features x and edge_index")
-    if graph_ops is None:
-        from ..core.graph import GraphOps
-
-        graph_ops = GraphOps(ei, x.size(0), dtype=x.dtype)
-    n = int(x.size(0))
-    if chunk_ptr is not None:
-        ptr = [int(v) for v in torch.as_tensor(chunk_ptr).tolist()]
-        if len(ptr) < 2 or ptr[0] != 0 or ptr[-1] != n or any(b <= a for a, b in zip(ptr, ptr[1:])):
-            raise ConfigError(f"chunk_ptr must rise strictly from 0 to the {n} vertices of the sample; got "
-                              f"{ptr[:4]}{'…' if len(ptr) > 4 else ''}")
-        ranges = list(zip(ptr, ptr[1:]))
-        run_unit = _chunked_runner(graph_ops, ranges, n)
-    else:
-        agg = graph_ops.aggregate
-
-        def run_unit(unit, i, h, shared):
-            o, s_o, tf, tb = _timed_unit(unit, h, shared, agg, i > 0)
-            return o, s_o, [tf], [tb]
-
-    params = list(model.parameters())
-    saved_grads = [p.grad for p in params]
-    for p in params:  # backward would otherwise accumulate into the caller's .grad tensors in place
-        p.grad = None
-    was_training = model.training
-    units = list(model.units)
-    times: list[list[tuple[list[float], list[float]]]] = [[] for _ in units]
-    try:
-        model.train()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            for rep in range(int(repeats) + 1):
-                h: Tensor = x
-                shared: Tensor | None = None
-                for i, unit in enumerate(units):
-                    h, shared, tf, tb = run_unit(unit, i, h, shared)
-                    if rep > 0:
-                        times[i].append((tf, tb))
-    finally:
-        for p, g in zip(params, saved_grads):
-            p.grad = g
-        model.train(was_training)
-    # minimum over repeats, per unit, chunk and phase
-    measured = UnitPhases(forward=[[min(rep[0][c] for rep in t) for c in range(len(t[0][0]))] for t in times],
-                          backward=[[min(rep[1][c] for rep in t) for c in range(len(t[0][1]))] for t in times])
-    return measured if phases else measured.unit_costs()
-
-
-def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool):
-    """Forward + backward of one unit on ``h``; returns the detached outputs, forward and backward seconds."""
-    h_in = h.detach().requires_grad_(input_grad)
-    s_in = None if shared is None else shared.detach().requires_grad_(True)
-    t0 = time.perf_counter()
-    out, s_out = unit(h_in, s_in, agg)
-    loss = out.sum()
-    if s_out is not None and s_out is not s_in and s_out.requires_grad:
-        loss = loss + s_out.sum()
-    t1 = time.perf_counter()
-    if loss.requires_grad:
-        loss.backward()
-    t2 = time.perf_counter()
-    return out.detach(), (None if s_out is None else s_out.detach()), t1 - t0, t2 - t1
-
-
-def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
-    """``run_unit(unit, i, h, shared) -> (h', shared', forward s per chunk, backward s per chunk)`` running a
-    unit chunk by chunk with the pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
-    from ..core.history import ChunkAggregate, History
-
-    rows: dict[str, list] = {}
-
-    def chunk_rows(kind: str) -> list:
-        if kind not in rows:
-            rows[kind] = [graph_ops.chunk_rows(kind, lo, hi) for lo, hi in ranges]
-        return rows[kind]
-
-    scratch: dict[int, list] = {}  # one history per op, allocated in the untimed warm-up pass and reused
-
-    def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
-        if i not in scratch:
-            scratch[i] = [History(n, h.dtype, device=h.device) for _ in getattr(unit, "aggregations", ())]
-        hists = scratch[i]
-        outs, shs, fw, bw = [], [], [], []
-        for c, (lo, hi) in enumerate(ranges):
-            counter = [0]
-
-            def agg(t: Tensor, kind: str, c: int = c, lo: int = lo, hi: int = hi) -> Tensor:
-                j = counter[0]
-                counter[0] += 1
-                a_c, at_c = chunk_rows(kind)[c]
-                return ChunkAggregate.apply(t, hists[j], a_c, at_c, lo, hi, True)
-
-            o, s_o, tf, tb = _timed_unit(unit, h[lo:hi], None if shared is None else shared[lo:hi], agg, i > 0)
-            outs.append(o)
-            shs.append(s_o)
-            fw.append(tf)
-            bw.append(tb)
-        sh = None if shs[0] is None else torch.cat(shs)
-        return torch.cat(outs), sh, fw, bw
-
-    return run_unit
 
 
 def split_layers(model_or_costs: Any, num_stages: int, method: str = "equal", **ctx: Any) -> StageSplit:

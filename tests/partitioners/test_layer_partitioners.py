@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gnnpipe import partitioners as P
+from gnnpipe.core.profile import profile_unit_costs, profiled_split
 from gnnpipe.errors import ConfigError, UnknownComponentError
 from gnnpipe.models import build_model
 
@@ -103,7 +104,7 @@ def test_profile_unit_costs(name):
     model = build_model(name, 8, 3, num_layers=3, hidden=16)
     model.eval()
     data = sample()
-    costs = P.profile_unit_costs(model, data, repeats=2)
+    costs = profile_unit_costs(model, data, repeats=2)
     assert len(costs) == model.num_units and all(c > 0 for c in costs)
     assert not model.training  # mode restored
     assert all(p.grad is None for p in model.parameters())  # grads restored
@@ -112,23 +113,23 @@ def test_profile_unit_costs(name):
 def test_profiled_split_on_model():
     model = build_model("gcn", 8, 3, num_layers=4, hidden=16)
     data = sample()
-    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 3, data=data, sample_nodes=40)
+    split = profiled_split(model, 3, data=data, repeats=1, sample_nodes=40)
     assert split.num_stages == 3 and split.num_units == model.num_units
     assert split.bounds == P.minmax_split(split.unit_costs, 3)
     assert split.stage_costs == pytest.approx(
         [sum(split.unit_costs[a:b]) for a, b in zip(split.bounds, split.bounds[1:])]
     )
-    with pytest.raises(ConfigError, match="data="):
+    with pytest.raises(ConfigError, match="takes measured unit costs"):  # partitioners never run a model
         P.ProfiledLayerPartitioner().split(model, 2)
     with pytest.raises(ConfigError, match="at most"):
-        P.ProfiledLayerPartitioner().split(model, 7, data=data)
+        profiled_split(model, 7, data=data)
 
 
 def test_profile_keeps_existing_grads():
     model = build_model("gcn", 8, 3, num_layers=2, hidden=8)
     for p in model.parameters():
         p.grad = torch.full_like(p, 7.0)
-    P.profile_unit_costs(model, sample(), repeats=1)
+    profile_unit_costs(model, sample(), repeats=1)
     assert all(torch.all(p.grad == 7.0) for p in model.parameters())
 
 
@@ -138,11 +139,10 @@ def test_chunked_profile_runs_every_chunk_and_restores_state(name):
     model.eval()
     data = sample()
     n = int(data.num_nodes)
-    costs = P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, n // 3, n // 2, n]))
+    costs = profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, n // 3, n // 2, n]))
     assert len(costs) == model.num_units and all(c > 0 for c in costs)
     assert not model.training and all(p.grad is None for p in model.parameters())
-    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 2, data=data,
-                                                                 chunk_ptr=torch.tensor([0, n // 2, n]))
+    split = profiled_split(model, 2, data=data, repeats=1, chunk_ptr=torch.tensor([0, n // 2, n]))
     assert split.bounds == P.minmax_split(split.unit_costs, 2)
 
 
@@ -162,11 +162,11 @@ def test_chunked_profile_counts_the_chunk_work(monkeypatch):
     data = sample()
     n = int(data.num_nodes)
     ptr = [0, 7, n // 2, n]
-    P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor(ptr))
+    profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor(ptr))
     per_pass = [(b - a, a, b) for a, b in zip(ptr, ptr[1:])] * 2  # 2 GCN layers aggregate, per chunk
     assert sorted(calls) == sorted(per_pass * 2)  # warm-up + 1 timed pass
     with pytest.raises(ConfigError, match="chunk_ptr"):
-        P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, 5, 3, n]))
+        profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, 5, 3, n]))
 
 
 def test_schedule_split_never_worse_than_its_start():
@@ -204,12 +204,11 @@ def test_profile_phases_shape_and_sum():
     model = build_model("gcnii", 8, 3, num_layers=2, hidden=8)
     data = sample()
     n = int(data.num_nodes)
-    ph = P.profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, n // 2, n]), phases=True)
+    ph = profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor([0, n // 2, n]), phases=True)
     assert len(ph.forward) == len(ph.backward) == model.num_units
     assert all(len(r) == 2 for r in ph.forward + ph.backward)
     assert all(t >= 0 for r in ph.forward + ph.backward for t in r)
-    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 2, data=data, scheduler="gpipe",
-                                                                 chunk_ptr=torch.tensor([0, n // 2, n]))
+    split = profiled_split(model, 2, data=data, repeats=1, scheduler="gpipe", chunk_ptr=torch.tensor([0, n // 2, n]))
     assert split.num_stages == 2 and split.bounds[0] == 0 and split.bounds[-1] == model.num_units
 
 
@@ -217,8 +216,7 @@ def test_profiled_split_keeps_its_phases_per_stage_and_chunk():
     model = build_model("gcn", 8, 3, num_layers=2, hidden=8)
     data = sample()
     n = int(data.num_nodes)
-    split = P.get_layer_partitioner("profiled")(repeats=1).split(model, 2, data=data,
-                                                                 chunk_ptr=torch.tensor([0, 9, n]))
+    split = profiled_split(model, 2, data=data, repeats=1, chunk_ptr=torch.tensor([0, 9, n]))
     fwd, bwd = split.stage_phase_costs()
     assert len(fwd) == len(bwd) == 2 and all(len(r) == 2 for r in fwd + bwd)
     # per stage: forward + backward over its chunks = the stage cost used for the split
