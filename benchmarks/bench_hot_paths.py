@@ -15,7 +15,7 @@ Groups put the numbers to compare side by side:
 * ``chunk-op`` — the chunk op for one chunk, forward + backward (the per-action cost);
 * ``epoch`` — one training epoch of a model: exact single process
   (:meth:`~gnnpipe.core.trainer.SingleProcessTrainer.train_step`) vs a one-stage GNNPipe pipeline of C
-  chunks (:meth:`~gnnpipe.core.pipeline.PipelineStage.train_epoch`, gpipe, no process group needed).
+  chunks (:meth:`~gnnpipe.core.execute.Executor.train_epoch` of a one-stage pipeline, gpipe, no process group needed).
 
 Sizes: ``BENCH_NODES`` (default 20000) vertices of the synthetic power-law graph with mean degree
 ``BENCH_DEGREE`` (10), width ``BENCH_DIM`` (64), ``BENCH_CHUNKS`` (16) contiguous chunks,
@@ -174,7 +174,7 @@ def test_pipeline_epoch_one_stage(benchmark, data, chunk_ptr):
     schedule loop without communication."""
     from gnnpipe import correctors, schedulers
     from gnnpipe.core.comm import Comm
-    from gnnpipe.core.pipeline import PipelineStage
+    from gnnpipe.core.pipeline import make_pipeline_stage
     from gnnpipe.core.runner import num_classes_of
     from gnnpipe.core.trainer import make_model, resolve_config
 
@@ -182,8 +182,8 @@ def test_pipeline_epoch_one_stage(benchmark, data, chunk_ptr):
     model = make_model(config, data.x.size(1), num_classes_of(data))
     corr = correctors.build_correctors(config.correctors)
     order = next((p for p in (k.order_policy(config.seed) for k in corr) if p is not None), schedulers.FixedOrder())
-    stage = PipelineStage(config, model, data, chunk_ptr, [0, len(model.units)], 0, [0],
-                          schedulers.get("gpipe")(), order, corr, Comm())
+    stage = make_pipeline_stage(config, model, data, chunk_ptr, [0, len(model.units)], 0, [0],
+                                schedulers.get("gpipe")(), order, corr, Comm())
     epoch = iter(range(10**9))
     out = benchmark(lambda: stage.train_epoch(next(epoch)))
     assert out["loss"] > 0

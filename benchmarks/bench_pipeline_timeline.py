@@ -41,8 +41,8 @@ def _worker(rank: int, world: int, config, plan, prepost: bool, epochs: int) -> 
             return out
         return run
 
-    stage.forward_chunk = timed(stage.forward_chunk, lambda c, e=None: f"F{c}")
-    stage.backward_chunk = timed(stage.backward_chunk, lambda c, e=None: f"B{c}")
+    stage.forward = timed(stage.forward, lambda c, e=None: f"F{c}")  # the interpreter's actions
+    stage.backward = timed(stage.backward, lambda c, e=None: f"B{c}")
     stage.step = timed(stage.step, lambda: "STEP")
     stage.comm.wait_recv = timed(stage.comm.wait_recv, lambda p: f"wait tag {p.tag}")
     stage.comm.wait_sends = timed(stage.comm.wait_sends, lambda: "wait sends")

@@ -11,7 +11,7 @@ given, so the same unit runs
 
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
-``"sum"`` (see :mod:`gnnpipe.core.graph`).
+``"sum"`` or any registered kind (see :mod:`gnnpipe.core.kinds`; the graph's ``edge_weight`` is used when present).
 
 A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
 produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.

@@ -40,7 +40,6 @@ __all__ = [
     "get_layer_partitioner",
     "layer_partitioners",
     "minmax_split",
-    "profile_unit_costs",
     "schedule_split",
     "split_layers",
     "UnitPhases",
@@ -325,7 +324,8 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
     moves.
 
     Args:
-        phases: per-unit, per-chunk forward/backward seconds (:func:`profile_unit_costs` with ``phases=True``).
+        phases: per-unit, per-chunk forward/backward seconds (:func:`gnnpipe.core.profile.profile_unit_costs` with
+            ``phases=True``).
         num_stages: ``S``. scheduler: a registered scheduler name or instance.
         start: initial boundaries (``S + 1`` ints).
 
