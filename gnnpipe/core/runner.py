@@ -121,7 +121,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         from .profile import profiled_split
 
         split = profiled_split(model, config.stages, data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
-                               scheduler=make_scheduler(config) if config.ways == 1 else None)
+                               scheduler=_scheduler(config) if config.ways == 1 else None)
     else:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
@@ -197,9 +197,9 @@ def rank_device() -> torch.device:
     return torch.device("cpu")
 
 
-def make_scheduler(config: TrainConfig):
-    """The configured scheduler instance (:func:`gnnpipe.schedulers.make_scheduler` with ``stash_weights``
-    only when asked, so schedulers without that option work)."""
+def _scheduler(config: TrainConfig):
+    """The configured scheduler, from the one factory :func:`gnnpipe.schedulers.make_scheduler` (the
+    ``stash_weights`` option passed only when asked, so schedulers without that option work)."""
     from .. import schedulers
 
     options = {"stash_weights": True} if config.stash_weights else {}
@@ -221,7 +221,7 @@ def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
     if config.stages == 1 and config.ways > 1:
         return
     C = (len(plan.chunk_ptr) - 1) // config.ways
-    scheduler = make_scheduler(config)
+    scheduler = _scheduler(config)
     policy = _order_policy(config, corr.build_correctors(config.correctors))
     if getattr(scheduler, "flush", True):
         window = 1
@@ -252,7 +252,7 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     W, S = config.ways, config.stages
     if W == 1:
         return make_pipeline_stage(config, model, plan.data, plan.chunk_ptr, plan.bounds, rank, list(range(S)),
-                                   make_scheduler(config), _order_policy(config, correctors), correctors, comm,
+                                   _scheduler(config), _order_policy(config, correctors), correctors, comm,
                                    device=device)
     if len(plan.way_ptr) - 1 != W:
         raise ConfigError(f"the plan has {len(plan.way_ptr) - 1} ways, the configuration {W}")
@@ -262,7 +262,7 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
     pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
     way, stage = divmod(rank, S)
-    return make_hybrid_member(config, model, plan, way, stage, make_scheduler(config), _order_policy(config, correctors),
+    return make_hybrid_member(config, model, plan, way, stage, _scheduler(config), _order_policy(config, correctors),
                               correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
 
 
