@@ -343,5 +343,18 @@ class PeerHistoryOp(HistoryOp):
         return out
 
 
-__all__ = ["AggregationOp", "HaloAggregate", "HaloExchange", "HaloOp", "HistoryOp", "PeerChunkAggregate",
-           "PeerExchange", "PeerHistoryOp", "TAG_EVAL", "TAG_HALO", "TAG_PEER", "op_numbers", "unit_aggregators"]
+__all__ = [
+    "TAG_EVAL",
+    "TAG_HALO",
+    "TAG_PEER",
+    "AggregationOp",
+    "HaloAggregate",
+    "HaloExchange",
+    "HaloOp",
+    "HistoryOp",
+    "PeerChunkAggregate",
+    "PeerExchange",
+    "PeerHistoryOp",
+    "op_numbers",
+    "unit_aggregators",
+]

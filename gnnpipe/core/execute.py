@@ -312,4 +312,4 @@ class Executor:
         return gather_accuracies(logits, self.data.y[lo:hi].to(self.device), masks)
 
 
-__all__ = ["Executor", "TAG_STRIDE", "build_validated"]
+__all__ = ["TAG_STRIDE", "Executor", "build_validated"]

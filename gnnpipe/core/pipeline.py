@@ -34,8 +34,8 @@ from .config import TrainConfig
 from .execute import TAG_STRIDE, Executor
 from .graph import GraphOps
 from .history import History
-from .metrics import peak_memory_bytes  # noqa: F401  (re-exported: its old place)
-from .stage import Stage, make_optimizer_for  # noqa: F401  (re-exported)
+from .metrics import peak_memory_bytes  # re-exported: its old place
+from .stage import Stage, make_optimizer_for
 
 
 def chunk_rows(chunk_ptr: Tensor):
@@ -86,4 +86,4 @@ def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: T
                     eval_group=eval_group, eval_tag=TAG_STRIDE * C + 1)
 
 
-__all__ = ["chunk_rows", "history_ops", "make_pipeline_stage", "make_optimizer_for", "peak_memory_bytes"]
+__all__ = ["chunk_rows", "history_ops", "make_optimizer_for", "make_pipeline_stage", "peak_memory_bytes"]
