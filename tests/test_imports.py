@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gnnpipe"
 #: (errors, registry, the package root) at the bottom, ``__main__`` on top.
 LAYERS = {
     "gnnpipe.errors": 0,
-    "gnnpipe": 1, "gnnpipe.registry": 1,
+    "gnnpipe": 1, "gnnpipe.registry": 1, "gnnpipe.progress": 1,
     "data": 2, "schedulers": 2,
     "models": 3, "partitioners": 3,
     "correctors": 4,
