@@ -91,7 +91,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
     if launch.under_torchrun():
-        rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
+        rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
         import torch.distributed as dist
 
         share_profiled_split(config, plan)
@@ -103,6 +103,6 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
         return out["result"] if out else None
     print(format_plan(plan.info), file=sys.stderr)
-    outs = launch.spawn(worker, config.world_size, (config, plan, progress), backend=config.backend,
+    outs = launch.spawn(worker, config.world_size, (config, plan, progress), backend=plan.info["backend"],
                         timeout_s=config.timeout_s, threads=config.threads)
     return outs[0]["result"]

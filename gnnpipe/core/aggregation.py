@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
 from .graph import CompactRows, GraphOps, csr_row_slice, csr_transpose, spmm
-from .history import ChunkAggregate, History
+from .history import ChunkAggregate, ChunkPushPull, History
 
 #: tag bases of the graph-level exchanges (disjoint from the pipeline's point-to-point tags)
 TAG_HALO = 1 << 20
@@ -50,10 +50,15 @@ def op_numbers(model: GNNModel) -> dict[tuple[int, int], int]:
     return out
 
 
-def unit_aggregators(units, call: Callable[[int, int, Tensor, str], Tensor]):
+def unit_aggregators(units, call: Callable[[int, int, Tensor, str], Tensor],
+                     push_pull: Optional[Callable[[int, int, str], Optional[ChunkPushPull]]] = None):
     """The ``make_agg`` factory of :meth:`~gnnpipe.models.GNNModel.run_units`: unit ``i`` (of ``units``, e.g.
     ``model.units``; anything indexable by the unit number) gets a callback ``agg(h, kind)`` that numbers its
     calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind)``.
+
+    With ``push_pull``, the callback also offers ``agg.push_pull(kind)`` (:mod:`gnnpipe.models.base`): op ``j``
+    as ``push_pull(i, j, kind)`` — a :class:`~gnnpipe.core.history.ChunkPushPull` for a unit that fuses its
+    chunk step, counted like a call of ``agg`` — or ``None`` (not counted: the unit then calls ``agg``).
 
     Raises (from the callback):
         ConfigError: a unit calls more aggregations than it declares, or another kind than declared.
@@ -63,13 +68,25 @@ def unit_aggregators(units, call: Callable[[int, int, Tensor, str], Tensor]):
         counter = [0]
         declared = units[i].aggregations
 
-        def agg(h: Tensor, kind: str) -> Tensor:
+        def next_op(kind: str) -> int:
             j = counter[0]
-            counter[0] += 1
             if j >= len(declared) or declared[j] != kind:
                 raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {declared}")
+            return j
+
+        def agg(h: Tensor, kind: str) -> Tensor:
+            j = next_op(kind)
+            counter[0] += 1
             return call(i, j, h, kind)
 
+        if push_pull is not None:
+            def fused(kind: str) -> Optional[ChunkPushPull]:
+                op = push_pull(i, next_op(kind), kind)
+                if op is not None:
+                    counter[0] += 1
+                return op
+
+            agg.push_pull = fused
         return agg
 
     return factory
@@ -91,6 +108,11 @@ class AggregationOp(ABC):
         ``write=False`` when a chunk is recomputed in its backward: history must not be written twice.
         Returns ``[hi - lo, d]``, differentiable in ``h``.
         """
+
+    def push_pull(self, c: int, rows: tuple[int, int], write: bool) -> Optional[ChunkPushPull]:
+        """The op on chunk ``c`` as a :class:`~gnnpipe.core.history.ChunkPushPull` (its forward and backward halves
+        without autograd) for a unit that fuses its chunk step, or ``None`` (default: not fusable)."""
+        return None
 
     @abstractmethod
     def infer(self, h: Tensor, capture: bool) -> Tensor:
@@ -118,6 +140,12 @@ class HistoryOp(AggregationOp):
     def train(self, h, c, rows, write):
         a_c, at_c = self.adj(c, rows)
         return ChunkAggregate.apply(h, self.history, a_c, at_c, rows[0], rows[1], write)
+
+    def push_pull(self, c, rows, write):
+        if type(self).train is not HistoryOp.train:  # a subclass adds to the op (the hybrid's peer exchange)
+            return None
+        a_c, at_c = self.adj(c, rows)
+        return ChunkPushPull(self.history, a_c, at_c, rows[0], rows[1], write)
 
     @torch.no_grad()
     def infer(self, h, capture):

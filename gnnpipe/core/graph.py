@@ -118,18 +118,26 @@ class CompactRows:
                                              device=rows.device)
         self.shape = rows.shape
 
-    def mm(self, h: Tensor) -> Tensor:
-        """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``)."""
+    def mm(self, h: Tensor, zero_rows: Tensor | None = None) -> Tensor:
+        """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``).
+
+        With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
+        one zero: known zero rows are read from there (one hot row) instead of where they lie. The result is
+        the same, bit for bit."""
         if self.cols.numel() == 0 or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1))
-        return torch.sparse.mm(self.local, h.index_select(0, self.cols))
+        idx = self.cols
+        if zero_rows is not None:
+            idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
+        return torch.mm(self.local, h.index_select(0, idx))
 
 
 def spmm(a: "Tensor | CompactRows", h: Tensor) -> Tensor:
     """``a @ h`` for a CSR ``a`` (or :class:`CompactRows`) and a dense ``h`` (no autograd through ``a``)."""
     if isinstance(a, CompactRows):
         return a.mm(h)
-    return torch.sparse.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
+    # torch.mm: one ATen call (torch.sparse.mm adds a zero-filled output and an addmm); same kernel, same sums
+    return torch.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
 
 
 class _SpMM(torch.autograd.Function):

@@ -49,9 +49,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def default_backend() -> str:
-    """``nccl`` when CUDA is available, else ``gloo``."""
-    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+def local_world_size(world_size: int) -> int:
+    """Ranks that share this machine: ``LOCAL_WORLD_SIZE`` under ``torchrun``, else every rank (local spawn)."""
+    if under_torchrun():
+        return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", world_size)))
+    return world_size
+
+
+def choose_backend(requested: Optional[str], local_ranks: int) -> tuple[str, str]:
+    """The torch.distributed backend for ``local_ranks`` ranks on this machine, and why.
+
+    NCCL needs one GPU per rank (two ranks on one GPU fail with "Duplicate GPU detected"), so the default is
+    ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo`` on the CPU.
+
+    Args:
+        requested: ``None`` (choose), ``"gloo"`` or ``"nccl"``.
+        local_ranks: ranks that run on this machine (>= 1).
+
+    Returns:
+        ``(backend, reason)``, e.g. ``("gloo", "2 ranks but 1 GPU: gloo on the CPU")``.
+
+    Raises:
+        ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank.
+    """
+    from ..errors import ConfigError
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl_ok = gpus >= local_ranks and dist.is_available() and dist.is_nccl_available()
+    if requested is None:
+        if nccl_ok:
+            return "nccl", f"{local_ranks} rank(s), {gpus} GPU(s): nccl, one GPU per rank"
+        why = "no CUDA GPU" if gpus == 0 else f"{local_ranks} ranks but {gpus} GPU(s)"
+        return "gloo", f"{why}: gloo on the CPU"
+    if requested == "gloo":
+        return "gloo", "requested: gloo on the CPU"
+    if requested == "nccl":
+        if not nccl_ok:
+            raise ConfigError(f"backend nccl needs one CUDA GPU per rank, but {local_ranks} rank(s) would share "
+                              f"{gpus} GPU(s) here; use --backend gloo (CPU) or fewer ranks per machine")
+        return "nccl", f"requested: nccl, {local_ranks} rank(s) on {gpus} GPU(s)"
+    raise ConfigError(f"unknown backend {requested!r}; use gloo (CPU) or nccl (one GPU per rank)")
+
+
+def default_backend(local_ranks: int = 1) -> str:
+    """``nccl`` when CUDA is available with one GPU per local rank, else ``gloo`` (see :func:`choose_backend`)."""
+    return choose_backend(None, local_ranks)[0]
 
 
 def under_torchrun() -> bool:
@@ -98,7 +140,7 @@ def check_torchrun_world(world_size: int, what: str) -> None:
 
 def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[int, int]:
     """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``."""
-    backend = backend or default_backend()
+    backend = backend or default_backend(local_world_size(int(os.environ.get("WORLD_SIZE", 1))))
     if not dist.is_initialized():
         kw = {}
         if backend == "nccl":
@@ -120,6 +162,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     tqdm.set_lock(threading.RLock())
     code = 0
     try:
+        if backend == "nccl":  # one GPU per rank (choose_backend checked there are enough)
+            torch.cuda.set_device(rank)
         # the parent holds the store's port; meet every rank there (start-up can be slow), then start the group
         store = dist.TCPStore("127.0.0.1", port, world_size, False,
                               timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_S)))
@@ -155,7 +199,8 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
 
     Args:
         fn: a picklable (module-level) function; its return value must be picklable.
-        backend: ``gloo`` (default on CPU) or ``nccl``.
+        backend: ``gloo`` or ``nccl``; default :func:`default_backend` for ``world_size`` local ranks
+            (nccl only with one GPU per rank).
         timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
         threads: ``torch.set_num_threads`` in each rank.
         max_runtime_s: optional hard limit on the whole run (seconds).
@@ -167,7 +212,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         DistributedError: a rank raised or died; every other rank has been terminated. The message
             names the first failing rank and its error.
     """
-    backend = backend or default_backend()
+    backend = backend or default_backend(world_size)
     ctx = mp.get_context("spawn")
     unreadable_main = _unreadable_main()
     if unreadable_main:

@@ -87,13 +87,22 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
     check_parallel_config(config, C)
-    if config.backend not in (None, "gloo", "nccl"):
-        raise ConfigError(f"unknown backend {config.backend!r}; use gloo (CPU) or nccl (one GPU per rank)")
-    if config.backend == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("backend nccl needs CUDA GPUs, and none is available; use --backend gloo")
+    plan_backend(config)  # raises on an unknown backend or nccl without one GPU per rank
     ignored = ignored_options(config)
     if ignored:
         warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
+
+
+def plan_backend(config: TrainConfig) -> tuple[str, str]:
+    """``(backend, reason)`` of a run: the requested backend checked against the layout, or the default that fits
+    it — nccl only with one GPU per local rank, else gloo on the CPU (:func:`gnnpipe.core.launch.choose_backend`).
+
+    Raises:
+        ConfigError: unknown backend, or nccl without one GPU per local rank.
+    """
+    from .launch import choose_backend, local_world_size
+
+    return choose_backend(config.backend, local_world_size(config.world_size))
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
@@ -126,7 +135,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
     phase_costs = split.stage_phase_costs() or (None, None)
+    backend, backend_reason = plan_backend(config)
     info = {
+        "backend": backend, "backend_reason": backend_reason,
         "ways": config.ways, "stages": config.stages, "chunks": C, "world_size": config.world_size,
         "layout": "rank = way * stages + stage",
         "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
@@ -176,6 +187,8 @@ def format_plan(info: dict) -> str:
         s += f"; mirrors M={info['mirror_count']}"
     if info["world_size"] > 1:
         s += f"; layout: {info['layout']}"
+    if "backend" in info:
+        s += f"; backend {info['backend']} ({info['backend_reason']})"
     return s
 
 
@@ -266,10 +279,10 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
                               correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
 
 
-def _gather_epoch(stage, wall: float, loss: float) -> dict:
+def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
     c = stage.comm.counters()
     vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
-                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64, device=stage.device)
+                        wall, c["comm_s"], c["idle_s"], cpu], dtype=torch.float64, device=stage.device)
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
     m = torch.stack(out).cpu()
@@ -281,6 +294,9 @@ def _gather_epoch(stage, wall: float, loss: float) -> dict:
         "bytes_graph": int(round(float(m[:, 2].sum()))),
         "bytes_weight": int(round(float(m[:, 3].sum()))),
         "compute_s": [w - c_ - i for w, c_, i in zip(walls, comms, idles)],
+        # CPU time of each rank's main thread over the epoch (time.thread_time): its compute, whatever else
+        # shares its core (transport threads, other ranks, other processes) — wall-based compute_s counts those
+        "cpu_s": m[:, 8].tolist(),
         "comm_s": comms,
         "idle_s": idles,
     }
@@ -301,10 +317,10 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     def train_step(epoch: int) -> dict:
         stage.comm.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
-        wall = time.perf_counter() - t0
-        rec = _gather_epoch(stage, wall, out["loss"])
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        rec = _gather_epoch(stage, wall, out["loss"], cpu)
         if epoch + 1 in collect.get("grads_after", ()):
             grads[epoch + 1] = stage.named_grads()
         losses.append(rec["loss"])

@@ -29,9 +29,15 @@ class StageContext:
     chunk_ptr: Tensor
     seed: int = 0
     fresh_chunks: set = attrs.field(factory=set)
+    #: ``chunk_ptr`` as Python ints (hooks run per chunk; indexing a tensor costs two ATen calls per bound)
+    _bounds: list = attrs.field(init=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self._bounds = [int(b) for b in self.chunk_ptr.tolist()]
 
     def rows(self, chunk: int) -> tuple[int, int]:
-        return int(self.chunk_ptr[chunk]), int(self.chunk_ptr[chunk + 1])
+        """``(start, end)`` of chunk ``chunk``'s rows, as Python ints."""
+        return self._bounds[chunk], self._bounds[chunk + 1]
 
 
 class Corrector:

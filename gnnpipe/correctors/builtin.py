@@ -42,7 +42,7 @@ class T2UnbiasedGradient(Corrector):
             return
         for h in self.ctx.histories:
             if h.G_out is not None:
-                h.G_out.zero_()
+                h.zero_grads()
 
     def after_backward(self, epoch: int, chunk: int) -> None:
         if self.ctx.num_stages <= 1:
@@ -50,7 +50,7 @@ class T2UnbiasedGradient(Corrector):
         lo, hi = self.ctx.rows(chunk)
         for h in self.ctx.histories:
             if h.G_out is not None:
-                h.G_out[lo:hi] *= 2.0
+                h.scale_grad_rows(lo, hi, 2.0)
 
 
 @register("t3")

@@ -13,6 +13,13 @@ given, so the same unit runs
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
 ``"sum"`` or any registered kind (see :mod:`gnnpipe.core.kinds`; the graph's ``edge_weight`` is used when present).
 
+On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
+object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
+and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
+autograd (:class:`gnnpipe.core.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
+``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
+its plain ``agg`` path up to floating-point rounding.
+
 A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
 produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.
 """
