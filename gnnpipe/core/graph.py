@@ -198,3 +198,12 @@ class GraphOps:
     def aggregator(self):
         """A callback ``agg(h, kind)`` for :meth:`gnnpipe.models.LayerUnit.forward` on the whole graph."""
         return self.aggregate
+
+
+def _install() -> None:
+    from ..models.base import set_graph_ops_factory
+
+    set_graph_ops_factory(GraphOps)  # model(x, edge_index) builds these ops (gnnpipe.models.base)
+
+
+_install()

@@ -194,7 +194,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
 
 
 def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: Optional[str] = None,
-          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None) -> list[Any]:
+          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None,
+          graceful: bool = False) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh local processes joined in one process group.
 
     Args:
@@ -204,6 +205,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
         threads: ``torch.set_num_threads`` in each rank.
         max_runtime_s: optional hard limit on the whole run (seconds).
+        graceful: the ranks stop cleanly on a signal (:mod:`gnnpipe.core.stopping`): the first SIGINT/SIGTERM
+            is forwarded to them as SIGINT and the launcher waits (up to ``timeout_s`` + 60 s) for them to end;
+            a second one stops them at once. Without it, SIGTERM/SIGINT stop the ranks at once.
 
     Returns:
         the per-rank return values, indexed by rank.
@@ -251,12 +255,42 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             else:
                 errors[rank] = payload
 
-    previous = None
+    previous: dict = {}
+    stop_at: list[float] = []
+
+    def on_signal(signum, frame):
+        now = time.monotonic()
+        if stop_at and now - stop_at[0] < 2.0:
+            return  # the same Ctrl-C, seen by the ranks directly (the ranks debounce likewise)
+        if stop_at:
+            raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+        stop_at.append(now)
+        for p in procs:  # a `kill` of the launcher alone reaches no rank: forward it
+            if p.is_alive() and p.pid is not None:
+                try:
+                    os.kill(p.pid, signal.SIGINT)
+                except OSError:
+                    pass
+
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout`: stop the ranks too
+        if graceful:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                previous[s] = signal.signal(s, on_signal)
+        else:
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout`: stop the ranks too
     try:
         while len(out) < world_size:
             poll(0.2)
+            if stop_at:
+                settled = all(r in out or r in errors or r in deaths or procs[r].exitcode is not None
+                              for r in range(world_size))
+                if settled or time.monotonic() - stop_at[0] > timeout_s + 60.0:
+                    if len(out) < world_size:
+                        poll(0.2)
+                        if not [m for _, m in errors.values() if not m.startswith("KeyboardInterrupt")] and not deaths:
+                            raise KeyboardInterrupt("stopped by signal")
+                        break
+                continue
             for r, p in enumerate(procs):
                 if p.exitcode is None or r in out or r in errors or r in deaths:
                     continue
@@ -285,8 +319,8 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                 timed_out = True
                 break
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
         if errors or deaths or timed_out or len(out) < world_size:
             _terminate(procs)
         else:

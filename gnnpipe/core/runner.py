@@ -303,14 +303,25 @@ def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
 
 
 def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: bool = True,
-           collect: Optional[dict] = None) -> Optional[dict]:
+           collect: Optional[dict] = None, options=None, records=None) -> Optional[dict]:
     """The function every rank runs: build its executor, train with the shared epoch loop, return results.
 
+    Rank 0 returns ``{"result": TrainResult, "model_state": {name: Tensor}}`` (the single-process model's
+    state assembled from all stages, see :mod:`gnnpipe.core.assemble`); other ranks ``None``.
+    ``options``: :class:`~gnnpipe.core.options.RunOptions`. ``records``: a connection rank 0 sends each
+    epoch record to as it is appended (the launcher keeps them for an interrupted run's result).
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
+    from .assemble import gather_state
+    from .session import RunSession
+
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)
+    session = RunSession(config, options, stage, lead=rank == 0, rank=rank, world=world, plan_info=plan.info)
+    hooks = list(session.hooks)
+    if records is not None and rank == 0:
+        hooks.insert(len(hooks) - 1, lambda epoch, rec, st: records.send(rec))  # before the stop hook
     collect = collect or {}
     grads: dict[int, dict] = {}
     losses: list[float] = []
@@ -329,21 +340,42 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     evaluate = stage.evaluate
     if collect.get("no_eval"):
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
-    result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
-                        desc=f"train {config.ways}x{config.stages}")
+    from . import stopping
+
+    try:
+        state = session.start_state()
+        if records is not None and rank == 0:
+            for rec in state.result.epochs:  # a resumed run's earlier epochs belong to its result too
+                records.send(rec)
+        with stopping.installed():
+            result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
+                                desc=f"train {config.ways}x{config.stages}", state=state,
+                                on_best=session.on_best, after_epoch=hooks)
+        session.finish()
+    finally:
+        session.close()
+    # the weights of every stage to rank 0 (graph-parallel ways are replicas: way 0's)
+    model_state = gather_state(session.final_state(), keep=rank // config.stages == 0)  # rank = way·S + stage
     mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64,
                        device=stage.device)
     mems = [torch.zeros_like(mem) for _ in range(world)]
     dist.all_gather(mems, mem)
     mems = [m.cpu() for m in mems]
     result.extra["plan"] = plan.info
+    stats = session.checkpoint_stats()
+    if stats is not None:  # the same on every rank (options are), so the collective is safe
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, stats)
+        result.extra["checkpoint"] = {"write_s": [s["write_s"] for s in per_rank],
+                                      "read_s": [s["read_s"] for s in per_rank]}
     result.extra["peak_mem_bytes"] = [int(m[0]) for m in mems]
     result.extra["history_bytes"] = [int(m[1]) for m in mems]
-    ep = result.epochs
+    ep = [e for e in result.epochs if len(e.get("idle_s", ())) == world]  # a resumed run's records may be of another layout
     if ep:
         tot = [sum(e["time_s"] for e in ep)] * world
         idle = [sum(e["idle_s"][r] for e in ep) for r in range(world)]
         result.extra["idle_fraction"] = [i / t if t else 0.0 for i, t in zip(idle, tot)]
     if collect:
-        return {"result": result if rank == 0 else None, "grads": grads, "losses": losses}
-    return {"result": result} if rank == 0 else None
+        return {"result": result if rank == 0 else None, "grads": grads, "losses": losses,
+                "model_state": model_state}
+    return {"result": result, "model_state": model_state} if rank == 0 else None

@@ -73,5 +73,17 @@ class Corrector:
         epochs."""
         return False
 
+    def state_dict(self) -> dict:
+        """Everything the corrector carries from epoch to epoch (T3's snapshots, EMA's averages, …), for a
+        checkpoint. Default: every attribute but the stage context (picklable values; tensors are copied)."""
+        import copy
+
+        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k != "ctx"}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (call after :meth:`setup`)."""
+        for k, v in state.items():
+            setattr(self, k, v)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -72,6 +72,19 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
         raise ConfigError(f"unknown activation {name!r}; use one of {', '.join(ACTIVATIONS)}") from None
 
 
+#: builds the exact full-graph aggregation ops of a graph for ``model(x, edge_index)``:
+#: ``factory(edge_index, num_nodes, dtype, device)`` → an object with ``aggregate(h, kind)``. The runtime
+#: installs its own (:class:`gnnpipe.core.graph.GraphOps`) when it is imported: the adjacency lives in core,
+#: which the model zoo must not import (models < core, STYLE "Habits").
+_GRAPH_OPS_FACTORY: Optional[Callable] = None
+
+
+def set_graph_ops_factory(factory: Optional[Callable]) -> None:
+    """Install the factory of full-graph aggregation ops ``model(x, edge_index)`` uses (see above)."""
+    global _GRAPH_OPS_FACTORY
+    _GRAPH_OPS_FACTORY = factory
+
+
 class LayerUnit(nn.Module):
     """One element of a model's linear sequence (encoder, a GNN layer, or the head).
 
@@ -118,6 +131,12 @@ class GNNModel(nn.Module):
 
     shared_tensor: Optional[str] = None
     default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
+    #: how to rebuild the model: ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
+    #: :func:`gnnpipe.models.build_model`; what :func:`gnnpipe.models.save` stores)
+    spec: Optional[dict] = None
+    #: the edge/feature preprocessing of the run that trained it (``undirected``, ``remove_self_loops``,
+    #: ``dedupe``, ``normalize_features``), which :meth:`predict` repeats; ``None`` = none
+    preprocessing: Optional[dict] = None
 
     def __init__(self, units: list[LayerUnit]):
         super().__init__()
@@ -142,14 +161,81 @@ class GNNModel(nn.Module):
             h, shared = self.units[i](h, shared, make_agg(i))
         return h, shared
 
-    def forward(self, x: Tensor, agg: Aggregator | Callable[[int], Aggregator], *, per_unit: bool = False) -> Tensor:
+    def forward(self, x: Tensor, agg: Tensor | Aggregator | Callable[[int], Aggregator], *,
+                per_unit: bool = False) -> Tensor:
         """Full forward: ``x`` (``[n, F]``) → logits (``[n, C]``).
 
-        ``agg`` is one callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
+        ``agg`` is either
+
+        * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG): the call is
+          ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
+          graph (``Â`` of each kind, :mod:`gnnpipe.core.graph`) are built on first use and cached for
+          later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
+        * one aggregation callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
+
+        Raises:
+            ConfigError: ``agg`` is a tensor that is not a ``[2, E]`` integer ``edge_index``.
         """
+        if isinstance(agg, Tensor):
+            agg, per_unit = self._edge_index_aggregator(agg, x), False
         make = agg if per_unit else (lambda i: agg)
         h, _ = self.run_units(0, self.num_units, x, None, make)  # type: ignore[arg-type]
         return h
+
+    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor) -> Aggregator:
+        """The cached full-graph aggregation callback of ``edge_index`` for ``x``'s rows, dtype and device."""
+        if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+            raise ConfigError(f"model(x, edge_index) needs edge_index as an integer tensor of shape [2, E], got "
+                              f"{edge_index.dtype} of shape {list(edge_index.shape)}; or pass an aggregation callback")
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, x.size(0), x.dtype, x.device)
+        cached = self.__dict__.get("_graph_ops")
+        if cached is None or cached[0] != key:
+            if _GRAPH_OPS_FACTORY is None:
+                raise ConfigError("model(x, edge_index) needs the runtime's graph ops: import gnnpipe.api (or "
+                                  "gnnpipe.core) first, or call gnnpipe.api.predict(model, data)")
+            ops = _GRAPH_OPS_FACTORY(edge_index.long(), x.size(0), x.dtype, x.device)
+            self.__dict__["_graph_ops"] = cached = (key, ops)
+        return cached[1].aggregate
+
+    @torch.no_grad()
+    def predict(self, data, *, preprocess: bool = True) -> Tensor:
+        """Class scores (logits) of every vertex of ``data`` in ``data``'s own vertex order.
+
+        Exact full-graph inference in eval mode (no dropout). With ``preprocess`` the edges are
+        preprocessed as at training (:attr:`preprocessing`, set by the trainer or by
+        :func:`gnnpipe.models.load`: made undirected, self-loops and duplicates removed, features
+        row-normalised if the run did); vertices are never reordered.
+
+        Args:
+            data: a PyG ``Data`` with ``x`` (``[N, F]``) and ``edge_index`` (``[2, E]``).
+
+        Returns:
+            ``[N, C]`` float logits on the model's device (argmax = predicted class).
+        """
+        x, edge_index = data.x, data.edge_index
+        pre = self.preprocessing if preprocess else None
+        if pre:
+            from torch_geometric.data import Data
+
+            from ..data.preprocess import preprocess as _pre
+
+            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0)),
+                     undirected=pre.get("undirected", True), remove_self_loops=pre.get("remove_self_loops", True),
+                     dedupe=pre.get("dedupe", True))
+            x, edge_index = d.x, d.edge_index
+            if pre.get("normalize_features"):
+                from torch_geometric.transforms import NormalizeFeatures
+
+                x = NormalizeFeatures()(Data(x=x.clone())).x
+        p = next(self.parameters(), None)
+        if p is not None:
+            x, edge_index = x.to(p.device, p.dtype), edge_index.to(p.device)
+        was = self.training
+        self.eval()
+        try:
+            return self(x, edge_index)
+        finally:
+            self.train(was)
 
     def aggregation_dims(self) -> list[tuple[int, str, int]]:
         """``(unit_index, kind, width)`` of every aggregation op, in execution order (width = input width of the op)."""
