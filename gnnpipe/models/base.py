@@ -162,12 +162,13 @@ class GNNModel(nn.Module):
         return h, shared
 
     def forward(self, x: Tensor, agg: Tensor | Aggregator | Callable[[int], Aggregator], *,
-                per_unit: bool = False) -> Tensor:
+                per_unit: bool = False, edge_weight: Optional[Tensor] = None) -> Tensor:
         """Full forward: ``x`` (``[n, F]``) → logits (``[n, C]``).
 
         ``agg`` is either
 
-        * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG): the call is
+        * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG; optional
+          ``edge_weight`` ``[E]``): the call is
           ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
           graph (``Â`` of each kind, :mod:`gnnpipe.core.graph`) are built on first use and cached for
           later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
@@ -177,23 +178,24 @@ class GNNModel(nn.Module):
             ConfigError: ``agg`` is a tensor that is not a ``[2, E]`` integer ``edge_index``.
         """
         if isinstance(agg, Tensor):
-            agg, per_unit = self._edge_index_aggregator(agg, x), False
+            agg, per_unit = self._edge_index_aggregator(agg, x, edge_weight), False
         make = agg if per_unit else (lambda i: agg)
         h, _ = self.run_units(0, self.num_units, x, None, make)  # type: ignore[arg-type]
         return h
 
-    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor) -> Aggregator:
+    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor, edge_weight: Optional[Tensor] = None) -> Aggregator:
         """The cached full-graph aggregation callback of ``edge_index`` for ``x``'s rows, dtype and device."""
         if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
             raise ConfigError(f"model(x, edge_index) needs edge_index as an integer tensor of shape [2, E], got "
                               f"{edge_index.dtype} of shape {list(edge_index.shape)}; or pass an aggregation callback")
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, x.size(0), x.dtype, x.device)
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, x.size(0), x.dtype, x.device,
+               None if edge_weight is None else (edge_weight.data_ptr(), edge_weight._version))
         cached = self.__dict__.get("_graph_ops")
         if cached is None or cached[0] != key:
             if _GRAPH_OPS_FACTORY is None:
                 raise ConfigError("model(x, edge_index) needs the runtime's graph ops: import gnnpipe.api (or "
                                   "gnnpipe.core) first, or call gnnpipe.api.predict(model, data)")
-            ops = _GRAPH_OPS_FACTORY(edge_index.long(), x.size(0), x.dtype, x.device)
+            ops = _GRAPH_OPS_FACTORY(edge_index.long(), x.size(0), x.dtype, x.device, edge_weight=edge_weight)
             self.__dict__["_graph_ops"] = cached = (key, ops)
         return cached[1].aggregate
 
@@ -212,17 +214,17 @@ class GNNModel(nn.Module):
         Returns:
             ``[N, C]`` float logits on the model's device (argmax = predicted class).
         """
-        x, edge_index = data.x, data.edge_index
+        x, edge_index, ew = data.x, data.edge_index, getattr(data, "edge_weight", None)
         pre = self.preprocessing if preprocess else None
         if pre:
             from torch_geometric.data import Data
 
             from ..data.preprocess import preprocess as _pre
 
-            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0)),
+            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0), **({} if ew is None else {"edge_weight": ew})),
                      undirected=pre.get("undirected", True), remove_self_loops=pre.get("remove_self_loops", True),
                      dedupe=pre.get("dedupe", True))
-            x, edge_index = d.x, d.edge_index
+            x, edge_index, ew = d.x, d.edge_index, getattr(d, "edge_weight", None)
             if pre.get("normalize_features"):
                 from torch_geometric.transforms import NormalizeFeatures
 
@@ -230,10 +232,11 @@ class GNNModel(nn.Module):
         p = next(self.parameters(), None)
         if p is not None:
             x, edge_index = x.to(p.device, p.dtype), edge_index.to(p.device)
+            ew = None if ew is None else ew.to(p.device, p.dtype)
         was = self.training
         self.eval()
         try:
-            return self(x, edge_index)
+            return self(x, edge_index, edge_weight=ew)
         finally:
             self.train(was)
 
