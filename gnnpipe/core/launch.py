@@ -321,6 +321,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        # who had reported nothing when the run was stopped: what a rank says after the termination below
+        # (a graceful stop's report, a lost connection) is an echo of it, not a sign of life
+        silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
         if errors or deaths or timed_out or len(out) < world_size:
             _terminate(procs)
         else:
@@ -333,7 +336,6 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         conn[0].close()
     del store  # the port is free again only now
     if errors or deaths or timed_out:
-        silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
         # every failure a timeout (or a lost connection after one): say so, and who went quiet
         if (errors and not deaths and not timed_out and any(_is_timeout(m) for _, m in errors.values())
                 and all(_is_timeout(m) or _is_echo(m) for _, m in errors.values())):
