@@ -317,6 +317,15 @@ class HaloExchange:
         return spmm(a, torch.cat([h_own, halo])), halo
 
 
+def local_edges(halo: HaloExchange, kind: str) -> tuple[Tensor, Tensor]:
+    """``(edge_index, edge_weight)``: the non-zeros of a way's local ``Â`` of ``kind`` as PyG edges, sources in
+    local numbering (own rows ``0 … n_own−1``, then the halo rows), destinations the own rows."""
+    a, _ = halo.adj(kind)
+    crow = a.crow_indices()
+    dst = torch.repeat_interleave(torch.arange(halo.n_own, device=crow.device), crow.diff())
+    return torch.stack([a.col_indices(), dst]), a.values()
+
+
 class HaloAggregate(torch.autograd.Function):
     """``Â[own, :] @ H`` on one way: forward exchanges mirror rows, backward returns the halo gradient to
     the owners (DESIGN §1 graph parallelism). Exact."""
@@ -349,10 +358,7 @@ class HaloOp(AggregationOp):
 
     def edges(self) -> tuple[Tensor, Tensor]:
         """``(edge_index, edge_weight)`` of the way's local ``Â`` (sources local: own rows, then halo rows)."""
-        a, _ = self.halo.adj(self.kind)
-        crow = a.crow_indices()
-        dst = torch.repeat_interleave(torch.arange(self.halo.n_own, device=crow.device), crow.diff())
-        return torch.stack([a.col_indices(), dst]), a.values()
+        return local_edges(self.halo, self.kind)
 
     def train(self, h, c, rows, write, layer=None):
         if layer is not None:
@@ -468,8 +474,7 @@ class PeerHistoryOp(HistoryOp):
 
     def train(self, h, c, rows, write, layer=None):
         if layer is not None:
-            raise ConfigError("hybrid (W > 1 and S > 1) does not run message-passing units yet; use a pipeline "
-                              "(W = 1) or graph parallelism (S = 1)")
+            raise ConfigError("a message-passing unit needs the halo-gradient op (PeerPushOp) in a hybrid")
         a_c, at_c = self.adj(c, rows)
         return PeerChunkAggregate.apply(h, self, a_c, at_c, rows[0], rows[1], c, write)
 
@@ -482,6 +487,97 @@ class PeerHistoryOp(HistoryOp):
             self.history.H_in[halo.lo:halo.hi] = h
             self.history.H_in[halo.halo] = rows
         return out
+
+
+class PeerPushGather(torch.autograd.Function):
+    """:class:`PushGather` in a hybrid way: forward also exchanges the slot's chunk rows of ``H_in`` with the
+    peers (as :class:`PeerChunkAggregate`); backward pushes the halo rows' gradient into this way's ``G_in``
+    for its own rows and sends the rows of other ways' chunks to those ways, which push them into theirs
+    (keyed by the sending chunk), before adding ``G_in[R_c]``."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, op: "PeerPushOp", c: int, start: int, end: int,
+                write: bool = True) -> Tensor:  # type: ignore[override]
+        hist = op.history
+        hist.ensure(h.size(1))
+        if write:
+            hist.H_in[start:end] = h.detach()
+            op.peers.exchange(hist.H_in, c, op.number, backward=False)
+        ctx.op, ctx.c, ctx.start, ctx.end = op, c, start, end
+        return torch.cat([h.detach(), hist.H_in[op.bipartite(c)[0]]])
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        op, n = ctx.op, ctx.end - ctx.start
+        op.push(ctx.c, g[n:])
+        return g[:n] + op.history.G_in[ctx.start: ctx.end], None, None, None, None, None
+
+
+class PeerPushOp(AggregationOp):
+    """The hybrid's halo-gradient op of a message-passing unit: :class:`PeerPushGather` and the layer on the
+    chunk's in-edges in training; in inference the graph-parallel halo exchange over the way's rows and the
+    layer on the way's local edges (``capture`` writes own and halo rows into ``H_in``).
+
+    Args:
+        history: a :class:`~gnnpipe.core.history.PushHistory`. kind, ops, chunk_edges: as :class:`PushHistoryOp`.
+        peers: the stage's :class:`PeerExchange`. number: the model-wide op number (tags). halo: a callable
+            returning the way's :class:`HaloExchange`. way_of: ``LongTensor[N]``, the way owning each vertex.
+    """
+
+    def __init__(self, history, kind: str, ops: GraphOps, chunk_edges: dict, peers: PeerExchange, number: int,
+                 halo: Callable[[], HaloExchange], way_of: Tensor, rows: Callable[[int], tuple[int, int]]):
+        self.history, self.kind, self.ops, self.chunk_edges = history, kind, ops, chunk_edges
+        self.peers, self.number, self._halo, self.way_of, self.rows = peers, number, halo, way_of, rows
+
+    def bipartite(self, c: int):
+        """``(halo, edge_index, edge_weight)`` of chunk ``c`` (any way's; :meth:`GraphOps.bipartite_rows`)."""
+        key = ("push", self.kind, c)
+        if key not in self.chunk_edges:
+            self.chunk_edges[key] = self.ops.bipartite_rows(self.kind, *self.rows(c))
+        return self.chunk_edges[key]
+
+    def adj(self, c: int, rows: tuple[int, int]):
+        """The chunk's bipartite edges, built now (what a stage factory calls up front)."""
+        return self.bipartite(c)
+
+    def push(self, c: int, g_halo: Tensor) -> None:
+        """Chunk ``c``'s halo gradient: own-way rows into ``G_in``; the others sent to their ways, whose
+        peer chunks of this slot send theirs here (pushed under the sending chunk's id)."""
+        w = self.peers.w
+        halo = self.bipartite(c)[0]
+        owner = self.way_of[halo]
+        mine = owner == w
+        self.history.push(c, halo[mine], g_halo[mine])
+        sends, recvs = [], []
+        for q, cq in zip([q for q in range(self.peers.W) if q != w], self.peers.peer_chunks(c)):
+            m = owner == q
+            if bool(m.any()):
+                sends.append((g_halo[m].contiguous(), self.peers.peer_ranks[q]))
+            hq = self.bipartite(cq)[0]
+            rq = hq[self.way_of[hq] == w]
+            if rq.numel():
+                recvs.append((torch.empty(rq.numel(), g_halo.size(1), dtype=g_halo.dtype, device=g_halo.device),
+                              self.peers.peer_ranks[q], cq, rq))
+        self.peers.comm.exchange(sends, [(b, r) for b, r, _, _ in recvs], TAG_PEER + 2 * self.number + 1, "graph")
+        for b, _, cq, rq in recvs:
+            self.history.push(cq, rq, b)
+
+    def train(self, h, c, rows, write, layer=None):
+        if layer is None:
+            raise ConfigError("the halo-gradient op runs a message-passing layer: call agg(h, kind, layer)")
+        _, edge_index, weight = self.bipartite(c)
+        return layer(PeerPushGather.apply(h, self, c, rows[0], rows[1], write), h, edge_index, weight)
+
+    @torch.no_grad()
+    def infer(self, h, capture, layer=None):
+        halo = self._halo()
+        rows = halo.gather(h, TAG_EVAL + self.number, "eval")
+        if capture:
+            self.history.ensure(h.size(1))
+            self.history.H_in[halo.lo:halo.hi] = h
+            self.history.H_in[halo.halo] = rows
+        edge_index, weight = local_edges(halo, self.kind)
+        return layer(torch.cat([h, rows]), h, edge_index, weight)
 
 
 __all__ = [
@@ -497,9 +593,12 @@ __all__ = [
     "PeerChunkAggregate",
     "PeerExchange",
     "PeerHistoryOp",
+    "PeerPushGather",
+    "PeerPushOp",
     "PushGather",
     "PushHistoryOp",
     "history_op",
+    "local_edges",
     "op_numbers",
     "unit_aggregators",
 ]

@@ -18,7 +18,6 @@ from ..errors import ConfigError, DataValidationError
 from ..partitioners import StageSplit, UnitPhases, get_layer_partitioner
 from .aggregation import history_op, unit_aggregators
 from .graph import GraphOps
-from .history import History
 
 
 def _row_slice_sample(data: Any, k: int) -> Any:

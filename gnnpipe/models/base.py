@@ -248,6 +248,14 @@ class GNNModel(nn.Module):
                 out.append((i, kind, getattr(u, "agg_dim", u.in_dim)))
         return out
 
+    def backward_aggregation_dims(self) -> list[tuple[int, str, int]]:
+        """The entries of :meth:`aggregation_dims` whose input needs a gradient, i.e. those of units after the
+        first unit with trainable parameters (a layer reading the raw features, e.g. GAT's first, sends no
+        halo gradient back in graph parallelism)."""
+        first = next((i for i, u in enumerate(self.units) if any(p.requires_grad for p in u.parameters())),
+                     self.num_units)
+        return [t for t in self.aggregation_dims() if t[0] > first]
+
     def param_groups(self, weight_decay: float, weight_decay_conv: float | None = None,
                      units: range | None = None) -> list[dict]:
         """Parameter groups for an optimizer: dense units with ``weight_decay``, GNN layers with

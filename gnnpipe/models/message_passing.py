@@ -200,4 +200,4 @@ class _Act(nn.Module):
         return self.fn(x)
 
 
-__all__ = ["GAT", "GATResidual", "GATv2", "GIN", "Identity", "MessagePassingUnit"]
+__all__ = ["GAT", "GIN", "GATResidual", "GATv2", "Identity", "MessagePassingUnit"]
