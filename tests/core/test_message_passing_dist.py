@@ -112,12 +112,17 @@ def test_gp_bytes_of_gat_equal_the_extended_formula():
         assert rec["bytes_graph"] == 8 * m * (sum(dims) + sum(back)) == 2 * predict_gp_bytes(m, dims, back)
 
 
-@pytest.mark.parametrize("correctors", [[], ["t2"]], ids=["none", "t2"])
-def test_push_equals_pull_for_a_linear_aggregation(correctors):
+@pytest.mark.parametrize("correctors,scheduler,recompute", [
+    ([], "gpipe", False), (["t2"], "gpipe", False), (["t1", "t2"], "1f1b", True),
+    pytest.param(["t2", "t3"], "async-stale", True, marks=pytest.mark.slow)],
+    ids=["none", "t2", "t1t2-1f1b-recompute", "t2t3-async"])
+def test_push_equals_pull_for_a_linear_aggregation(correctors, scheduler, recompute):
     """GCN through the adapter (the halo-gradient op: forward gathers history, backward pushes) equals the
-    built-in pull op, C = 4 chunks, S = 2, 3 epochs, losses and gradients within 1e-5."""
+    built-in pull op, C = 4 chunks, S = 2, 3 epochs, losses and gradients within 1e-5 — also under 1f1b with
+    recomputation and async-stale (recomputation and weight stashing)."""
     data = small_graph(n=80)
-    kw = {"stages": 2, "chunks": 4, "correctors": correctors, "epochs": 3}
+    kw = {"stages": 2, "chunks": 4, "correctors": correctors, "epochs": 3, "scheduler": scheduler,
+          "recompute": recompute}
     (pull_plan, pull, pull_g), (_, push, push_g) = run_many([_config("gcn", **kw), _config("test-gcn-push", **kw)], data,
                                                     no_eval=True)
     assert push[0]["losses"] == pytest.approx(pull[0]["losses"], abs=1e-5, rel=0)
@@ -127,5 +132,13 @@ def test_push_equals_pull_for_a_linear_aggregation(correctors):
         for name, g in pull_g[e].items():
             torch.testing.assert_close(renamed[name], g, rtol=0, atol=1e-5, msg=f"{name} after epoch {e}")
     # C > 1 with history: not trivially equal to exact training (the chunks read stale rows)
-    _, exact, _ = run_reference(_config("gcn", **kw), pull_plan.data)
+    _, exact, _ = run_reference(_config("gcn", **{**kw, "scheduler": "gpipe", "recompute": False}), pull_plan.data)
     assert abs(pull[0]["losses"][1] - exact[1]) > 1e-6
+
+
+def test_one_chunk_pipeline_with_1f1b_and_recompute_equals_single_process():
+    """The halo-gradient op under 1f1b with activations recomputed in the backward (``write=False``):
+    C = 1, S = 2 still equals the single process for gat and gin."""
+    configs = [_config(m, stages=2, chunks=1, scheduler="1f1b", recompute=True) for m in ("gat", "gin")]
+    for cfg, (plan, outs, grads) in zip(configs, run_many(configs, small_graph())):
+        assert_equal_to_reference(cfg, plan, outs, grads)
