@@ -142,3 +142,24 @@ def test_one_chunk_pipeline_with_1f1b_and_recompute_equals_single_process():
     configs = [_config(m, stages=2, chunks=1, scheduler="1f1b", recompute=True) for m in ("gat", "gin")]
     for cfg, (plan, outs, grads) in zip(configs, run_many(configs, small_graph())):
         assert_equal_to_reference(cfg, plan, outs, grads)
+
+
+def test_hybrid_bytes_with_pushes():
+    """Hybrid 2 × 2, C = 4, gin: graph bytes = the forward peer rows (``M`` per op, as the pull op) plus, per op,
+    the pushed halo rows of other ways, ``Σ_c |{v ∈ halo(c) : way(v) ≠ way(c)}|``, counted from the edges."""
+    data = small_graph(n=100)
+    cfg = base_config(model="gin", ways=2, stages=2, chunks=4, layers=2, epochs=2)
+    (plan, outs, _), = run_many([cfg], data, no_eval=True)
+    wo = way_of(plan).tolist()
+    chunk = torch.repeat_interleave(torch.arange(len(plan.chunk_ptr) - 1), plan.chunk_ptr.diff()).tolist()
+    fwd, push = set(), set()
+    for j, i in zip(*plan.data.edge_index.tolist()):
+        if wo[j] != wo[i]:
+            fwd.add((j, wo[i]))
+            push.add((j, chunk[i]))
+    model = models.build_model("gin", plan.num_features, plan.num_classes, num_layers=2, hidden=cfg.hidden)
+    dims = sum(d for _, _, d in model.aggregation_dims())
+    back = sum(d for _, _, d in model.backward_aggregation_dims())
+    assert dims == back == 2 * cfg.hidden and len(push) > len(fwd) == plan.info["mirror_count"]
+    for rec in outs[0]["result"].epochs:
+        assert rec["bytes_graph"] == 4 * (len(fwd) * dims + len(push) * back)
