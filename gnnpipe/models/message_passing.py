@@ -38,7 +38,8 @@ from .zoo import Encoder, Head
 
 
 class MessagePassingUnit(LayerUnit):
-    """``h' = act(norm(conv((dropout(h)_src, dropout(h)_dst), edge_index)))`` (``+ h`` with ``residual``).
+    """``h' = act(norm(conv(dropout(h))))``, or with ``residual`` the pre-activation ("res+", DeeperGCN, Li et
+    al. 2020) block ``h' = h + conv(dropout(act(norm(h))))`` (the conv on ``(x_src, x_dst)``, edges as below).
 
     Args:
         conv: a PyG ``MessagePassing`` accepting ``((x_src [n_src, in_dim], x_dst [n_dst, in_dim]), edge_index
@@ -46,7 +47,8 @@ class MessagePassingUnit(LayerUnit):
             as that keyword (e.g. ``"edge_weight"`` for ``GCNConv``/``SimpleConv``).
         in_dim, out_dim: widths. kind: the aggregation kind whose ``Â`` non-zeros are the edges (``"sum"``:
             the graph's edges). dropout: on the unit's input (both sides). act: activation name.
-        residual: add the input (needs ``in_dim == out_dim``). norm: ``"layer"`` for a LayerNorm before ``act``.
+        residual: the res+ block (needs ``in_dim == out_dim``). norm: ``"layer"`` for a LayerNorm (of the output,
+            or of the input in a residual block).
 
     Raises:
         ConfigError: residual with ``in_dim != out_dim``; unknown norm or activation.
@@ -69,7 +71,7 @@ class MessagePassingUnit(LayerUnit):
         self.dropout = dropout
         self.act = activation(act)
         self.residual = residual
-        self.norm = nn.LayerNorm(out_dim) if norm == "layer" else None
+        self.norm = nn.LayerNorm(in_dim if residual else out_dim) if norm == "layer" else None
         self.edge_weight = edge_weight
 
     def layer(self, x_src: Tensor, x_dst: Tensor, edge_index: Tensor, edge_weight: Tensor) -> Tensor:
@@ -80,11 +82,13 @@ class MessagePassingUnit(LayerUnit):
         return self.conv((x_src, x_dst), edge_index)
 
     def forward(self, h, shared, agg):
+        if self.residual:
+            z = self.act(self.norm(h) if self.norm is not None else h)
+            return h + agg(dropout(z, self.dropout, self.training), self.kind, self.layer), shared
         out = agg(dropout(h, self.dropout, self.training), self.kind, self.layer)
         if self.norm is not None:
             out = self.norm(out)
-        out = self.act(out)
-        return (h + out if self.residual else out), shared
+        return self.act(out), shared
 
 
 class Identity(LayerUnit):
@@ -113,10 +117,10 @@ def _attention_model(conv_cls, in_channels, out_channels, num_layers, hidden, he
     _check(num_layers, hidden, heads, dropout)
     width = heads * hidden
     if residual:
-        units = [Encoder(in_channels, width, dropout, act)]
+        units = [Encoder(in_channels, width, dropout, act=None)]
         units += [MessagePassingUnit(conv_cls(width, hidden, heads=heads, dropout=dropout, bias=bias), width, width,
-                                     dropout=dropout, act=act, residual=True) for _ in range(num_layers)]
-        return units + [Head(width, out_channels, dropout)]
+                                     dropout=dropout, act=act, residual=True, norm="layer") for _ in range(num_layers)]
+        return units + [Head(width, out_channels, dropout, norm=True, act=act)]
     units: list[LayerUnit] = [Identity(in_channels)]
     d = in_channels
     for _ in range(num_layers - 1):
@@ -136,8 +140,8 @@ class GAT(GNNModel):
     ``heads`` heads of ``hidden`` features concatenated, a last ``GATConv`` to the classes (``out_heads`` heads,
     averaged), and an identity head. The paper's Cora setting: ``num_layers=2, hidden=8, heads=8,
     dropout=0.6, activation="elu", bias=True`` (dropout also on the attention coefficients).
-    Deep form (``residual=True``, registered as ``gat-res``): encoder ``Linear(F → heads·hidden)``, ``L`` residual
-    layers ``h + act(GATConv(dropout(h)))``, head ``Linear(heads·hidden → C)``.
+    Deep form (``residual=True``, registered as ``gat-res``), shaped as ResGCN+: encoder ``Linear(F → heads·hidden)``,
+    ``L`` res+ blocks ``h + GATConv(dropout(act(LayerNorm(h))))``, head ``Linear(dropout(act(LayerNorm(h))))``.
     """
 
     default_hparams = {"lr": 0.005, "dropout": 0.6, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
