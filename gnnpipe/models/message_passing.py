@@ -145,6 +145,9 @@ class GAT(GNNModel):
     """
 
     default_hparams = {"lr": 0.005, "dropout": 0.6, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
+    option_help = {"heads": "attention heads of the hidden layers (concatenated)",
+                   "residual": "the deep form: res+ blocks between a linear encoder and head",
+                   "out_heads": "attention heads of the last layer (averaged; paper form only)"}
     conv_name = "GATConv"
 
     def __init__(self, in_channels, out_channels, *, num_layers=2, hidden=8, heads=8, dropout=0.6, bias=True,
@@ -159,9 +162,10 @@ class GAT(GNNModel):
 class GATResidual(GAT):
     """The deep residual form of :class:`GAT` (``residual=True``)."""
 
-    def __init__(self, in_channels, out_channels, **kwargs):
-        kwargs.setdefault("residual", True)
-        super().__init__(in_channels, out_channels, **kwargs)
+    def __init__(self, in_channels, out_channels, *, num_layers=16, hidden=8, heads=8, dropout=0.6, bias=True,
+                 activation="elu", residual=True, out_heads=1):
+        super().__init__(in_channels, out_channels, num_layers=num_layers, hidden=hidden, heads=heads,
+                         dropout=dropout, bias=bias, activation=activation, residual=residual, out_heads=out_heads)
 
 
 @register("gatv2")
