@@ -547,7 +547,7 @@ class PeerPushOp(AggregationOp):
         halo = self.bipartite(c)[0]
         owner = self.way_of[halo]
         mine = owner == w
-        self.history.push(c, halo[mine], g_halo[mine])
+        self.history.push(c, halo[mine], g_halo[mine], self.rows(c)[0])
         sends, recvs = [], []
         for q, cq in zip([q for q in range(self.peers.W) if q != w], self.peers.peer_chunks(c)):
             m = owner == q
@@ -560,7 +560,7 @@ class PeerPushOp(AggregationOp):
                               self.peers.peer_ranks[q], cq, rq))
         self.peers.comm.exchange(sends, [(b, r) for b, r, _, _ in recvs], TAG_PEER + 2 * self.number + 1, "graph")
         for b, _, cq, rq in recvs:
-            self.history.push(cq, rq, b)
+            self.history.push(cq, rq, b, self.rows(cq)[0])
 
     def train(self, h, c, rows, write, layer=None):
         if layer is None:
