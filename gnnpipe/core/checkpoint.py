@@ -14,7 +14,8 @@ Keys of the flat state (DCP deduplicates keys that several ranks write, e.g. gra
 ``best.units.{i}.{name}``                   weights of the best-validation epoch (``keep="best"``)
 ``loop``                                    the epoch loop's state (records, best, early stopping)
 ``meta``                                    format version, config, layout and plan
-``rank{r}.history.unit{i}.op{j}.H_in|G_out`` rank ``r``'s history buffers (layout-specific)
+``rank{r}.history.unit{i}.op{j}.H_in|G_out`` rank ``r``'s history buffers (layout-specific; a halo-gradient
+                                            op: ``H_in|G_in|push{c}.halo|grad|start``, ``History.state_tensors``)
 ``rank{r}.correctors``                      rank ``r``'s corrector state (T3 snapshots, EMA averages…)
 ``rank{r}.rng.cpu`` / ``rank{r}.rng.cuda``  rank ``r``'s RNG states (dropout)
 ``rank{r}.stage``                           rank ``r``'s executor counters (weight version)
@@ -209,9 +210,8 @@ def executor_checkpoint(ex, rank: int) -> dict:
             for k, v in st.items():
                 sd[f"optim.{names[id(p)]}.{k}"] = v if isinstance(v, Tensor) else torch.tensor(v)
     for (i, j), h in getattr(c, "histories", {}).items():
-        if h.H_in is not None:
-            sd[f"rank{rank}.history.unit{i}.op{j}.H_in"] = h.H_in
-            sd[f"rank{rank}.history.unit{i}.op{j}.G_out"] = h.G_out
+        for name, t in h.state_tensors().items():
+            sd[f"rank{rank}.history.unit{i}.op{j}.{name}"] = t
     sd[f"rank{rank}.correctors"] = _obj([k.state_dict() for k in getattr(ex, "correctors", [])])
     for k, v in _rng_state(_device(ex)).items():
         sd[f"rank{rank}.rng.{k}"] = v
@@ -377,10 +377,7 @@ def load_checkpoint(path: str | Path, ex, rank: int, config: TrainConfig, plan_i
         dev = _device(ex)
         for (i, j), h in getattr(c, "histories", {}).items():
             key = f"rank{rank}.history.unit{i}.op{j}."
-            if key + "H_in" in tpl:
-                h.ensure(tpl[key + "H_in"].size(1))
-                h.H_in.copy_(tpl[key + "H_in"])
-                h.G_out.copy_(tpl[key + "G_out"])
+            h.load_state_tensors({k[len(key):]: v for k, v in tpl.items() if k.startswith(key)})
         states = pickle.loads(tpl[f"rank{rank}.correctors"])
         for k, s in zip(getattr(ex, "correctors", []), states):
             k.load_state_dict(s)

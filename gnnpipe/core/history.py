@@ -90,6 +90,8 @@ class History:
 
     def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
         """``G_out[start:end] *= factor`` (e.g. T2's doubling); known zero rows stay zero."""
+        if self.G_out is None:
+            return
         tracking = self._tracking()
         self.G_out[start:end].mul_(factor)  # not `G[a:b] *= f`: that also copies the rows onto themselves
         if tracking:
@@ -101,6 +103,21 @@ class History:
         if self._tracking():
             return self._g_buf, self._g_zero
         return self.G_out, None
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """The buffers a checkpoint saves (:mod:`gnnpipe.core.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
+        before the first use."""
+        if self.H_in is None:
+            return {}
+        return {"H_in": self.H_in, "G_out": self.G_out}
+
+    def load_state_tensors(self, state: dict[str, Tensor]) -> None:
+        """Restore what :meth:`state_tensors` gave (no-op for ``{}``); copies into this history's buffers."""
+        if "H_in" not in state:
+            return
+        self.ensure(state["H_in"].size(1))
+        self.H_in.copy_(state["H_in"])
+        self.G_out.copy_(state["G_out"])
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +169,96 @@ class ChunkPushPull:
         if zero is not None and isinstance(self.at_c, CompactRows):
             return self.at_c.mm(src, zero_rows=zero)
         return spmm(self.at_c, hist.G_out)
+
+
+class PushHistory(History):
+    """The buffers of a halo-gradient (push) op (:class:`gnnpipe.core.aggregation.PushHistoryOp`).
+
+    * ``H_in`` (``[N, d]``): the op's input rows, as :class:`History`;
+    * ``G_in`` (``[N, d]``): gradients *pushed* into rows by the other chunks' backward: ``G_in[v]`` is
+      ``Σ_c P_c[v]`` over the chunks ``c`` whose halo holds ``v``, ``P_c`` being the latest push of ``c``
+      (this epoch's when ``c`` back-propagated already, else the last epoch's; zeros before any);
+    * ``pushes``: ``{c: (halo rows LongTensor[h_c], P_c [h_c, d])}``, kept so that a new push of ``c``
+      replaces its old one (``G_in[halo] += new − old``) instead of adding to it.
+
+    T2 goes through :meth:`zero_grads` and :meth:`scale_grad_rows`, as for :class:`History`; checkpoints
+    through :meth:`state_tensors` / :meth:`load_state_tensors`.
+
+    ``G_out`` is unused (``None``). Memory: ``2·N·d`` plus ``Σ_c |halo(c)|·d``.
+    """
+
+    def __init__(self, num_nodes: int, dtype: torch.dtype = torch.float32, name: str = "",
+                 device: torch.device | str = "cpu"):
+        super().__init__(num_nodes, dtype, name, device)
+        self.G_in: Optional[Tensor] = None
+        self.pushes: dict[int, tuple[Tensor, Tensor]] = {}
+        self.chunk_at: dict[int, int] = {}  # first row of a chunk → the chunk (T2's scale_grad_rows)
+
+    def ensure(self, dim: int) -> None:
+        if self.H_in is None:
+            self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+            self.G_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        if self.H_in is None:
+            return 0
+        held = sum(p.numel() for _, p in self.pushes.values())
+        return (2 * self.H_in.numel() + held) * self.H_in.element_size()
+
+    def push(self, chunk: int, halo: Tensor, grad: Tensor, start: Optional[int] = None) -> None:
+        """Chunk ``chunk`` (first row ``start``) pushes ``grad`` (``[|halo|, d]``, the gradient of its halo rows
+        ``halo``) into ``G_in``, replacing its previous push."""
+        old = self.pushes.get(chunk)
+        delta = grad if old is None else grad - old[1]
+        self.G_in.index_add_(0, halo, delta)
+        self.pushes[chunk] = (halo, grad.detach().clone())
+        if start is not None:
+            self.chunk_at[start] = chunk
+
+    def zero_grads(self) -> None:
+        """T2 at epoch end: ``G_in ← 0`` and every stored push forgotten."""
+        if self.G_in is not None:
+            self.G_in.zero_()
+        self.pushes.clear()
+
+    def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
+        """T2 after the backward of the chunk whose rows are ``[start, end)``: its (fresh) push counts ``factor``
+        times (``G_in[halo] += (factor − 1)·P_c``). The chunk is the one that pushed with first row ``start``;
+        no-op when it has not pushed (yet, or since :meth:`zero_grads`)."""
+        chunk = self.chunk_at.get(start)
+        if chunk in self.pushes:
+            halo, p = self.pushes[chunk]
+            self.G_in.index_add_(0, halo, p * (factor - 1.0))
+            self.pushes[chunk] = (halo, p * factor)
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """``{"H_in", "G_in", "push{c}.halo", "push{c}.grad", "push{c}.start"}`` (see :meth:`History.state_tensors`)."""
+        if self.H_in is None:
+            return {}
+        out = {"H_in": self.H_in, "G_in": self.G_in}
+        starts = {c: s for s, c in self.chunk_at.items()}
+        for c, (halo, p) in self.pushes.items():
+            out[f"push{c}.halo"], out[f"push{c}.grad"] = halo, p
+            out[f"push{c}.start"] = torch.tensor(starts.get(c, -1))
+        return out
+
+    def load_state_tensors(self, state: dict[str, Tensor]) -> None:
+        if "H_in" not in state:
+            return
+        self.ensure(state["H_in"].size(1))
+        self.H_in.copy_(state["H_in"])
+        self.G_in.copy_(state["G_in"])
+        self.pushes.clear()
+        self.chunk_at.clear()
+        for k in state:
+            if k.startswith("push") and k.endswith(".halo"):
+                c = int(k[len("push"): -len(".halo")])
+                self.pushes[c] = (state[k].to(self.device, torch.long).clone(),
+                                  state[f"push{c}.grad"].to(self.device, self.dtype).clone())
+                s = int(state[f"push{c}.start"])
+                if s >= 0:
+                    self.chunk_at[s] = c
 
 
 class ChunkAggregate(torch.autograd.Function):

@@ -133,7 +133,8 @@ class Stage:
     # ------------------------------------------------------------------ compute
     def _run(self, c: int, h: Tensor, sh: Optional[Tensor], write: bool):
         rows = self.rows(c)
-        make = unit_aggregators(self.model.units, lambda i, j, t, kind: self.ops[(i, j)].train(t, c, rows, write),
+        make = unit_aggregators(self.model.units,
+                                lambda i, j, t, kind, layer: self.ops[(i, j)].train(t, c, rows, write, layer),
                                 lambda i, j, kind: self.ops[(i, j)].push_pull(c, rows, write))
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
 
@@ -257,7 +258,7 @@ class Stage:
         """Exact inference of the stage's units on its inference rows (eval mode; each op's :meth:`infer`).
         ``capture=True`` writes every op's exact input into its history (a full refresh)."""
         self.model.eval()
-        make = unit_aggregators(self.model.units, lambda i, j, t, kind: self.ops[(i, j)].infer(t, capture))
+        make = unit_aggregators(self.model.units, lambda i, j, t, kind, layer: self.ops[(i, j)].infer(t, capture, layer))
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
 
     # ------------------------------------------------------------------ reporting

@@ -2,7 +2,8 @@
 
 ``register(name)`` / ``get(name)`` / ``available()`` form the registry; :func:`build_model` builds a
 registered model by name; :func:`model_options` lists a model's own options (GCNII's ``alpha``,
-``lamda``). Built-ins: ``gcn``, ``graphsage``, ``gcnii``, ``resgcn+``.
+``lamda``). Built-ins: ``gcn``, ``graphsage``, ``gcnii``, ``resgcn+``; on PyG convolutions
+(:class:`MessagePassingUnit`): ``gat``, ``gat-res``, ``gatv2``, ``gin``.
 """
 
 from __future__ import annotations
@@ -19,5 +20,6 @@ from .options import (  # noqa: F401
 )
 from . import zoo  # noqa: F401  (registers the built-ins)
 from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus  # noqa: F401
+from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit  # noqa: F401
 from .build import build_model  # noqa: F401
 from .io import load, save  # noqa: F401

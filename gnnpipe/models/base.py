@@ -12,6 +12,10 @@ given, so the same unit runs
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
 ``"sum"`` or any registered kind (see :mod:`gnnpipe.core.kinds`; the graph's ``edge_weight`` is used when present).
+A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
+``agg(h, kind, layer)`` instead and gets ``layer(x_src, x_dst, edge_index, edge_weight)`` computed on the rows'
+in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themselves then their halo rows
+(docs/HALO_GRADIENT.md).
 
 On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
 object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
@@ -95,10 +99,13 @@ class LayerUnit(nn.Module):
             (e.g. ``("gcn",)``); the runtime keeps one history buffer per entry (DESIGN §2).
         param_group: ``"conv"`` for GNN-layer weights or ``"dense"`` for encoder/head weights;
             the trainer can apply a different weight decay to each (as GCNII does).
+        message_passing: the unit passes a layer to ``agg`` (its aggregations then run through the
+            halo-gradient ops of the runtime).
     """
 
     aggregations: tuple[str, ...] = ()
     param_group: str = "dense"
+    message_passing: bool = False
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -247,6 +254,14 @@ class GNNModel(nn.Module):
             for kind in u.aggregations:
                 out.append((i, kind, getattr(u, "agg_dim", u.in_dim)))
         return out
+
+    def backward_aggregation_dims(self) -> list[tuple[int, str, int]]:
+        """The entries of :meth:`aggregation_dims` whose input needs a gradient, i.e. those of units after the
+        first unit with trainable parameters (a layer reading the raw features, e.g. GAT's first, sends no
+        halo gradient back in graph parallelism)."""
+        first = next((i for i, u in enumerate(self.units) if any(p.requires_grad for p in u.parameters())),
+                     self.num_units)
+        return [t for t in self.aggregation_dims() if t[0] > first]
 
     def param_groups(self, weight_decay: float, weight_decay_conv: float | None = None,
                      units: range | None = None) -> list[dict]:

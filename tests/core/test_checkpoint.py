@@ -190,3 +190,19 @@ def test_history_loads_only_into_the_same_layout(tmp_path):
     info = {"chunks": 2, "chunk_sizes": [48, 48], "stage_bounds": [0, 6], "way_ptr": [0, 1]}
     with pytest.raises(ConfigError, match="chunk_sizes"):
         load_checkpoint(tmp_path, t, 0, cfg, info, 1, require_history=True)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("layout", [pytest.param(dict(stages=2), id="pipeline"),
+                                    pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid",
+                                                 marks=pytest.mark.slow)])
+def test_resume_of_a_halo_gradient_model_is_bit_identical(tmp_path, layout):
+    """GAT (a message-passing unit: halo-gradient op, PushHistory): the checkpoint holds H_in, G_in and every
+    chunk's last push (History.state_tensors), so K epochs + resume == 2K straight epochs. Without T2 (which
+    clears the pushes at every epoch end) the pushes outlive the epoch and must be restored."""
+    data = small_graph()
+    gat = dict(model="gat", layers=3, hidden=8, correctors="t1,t3:2,ema", **layout)
+    straight = _run(data, 2 * K, **gat)
+    _run(data, K, checkpoint_dir=str(tmp_path / "ck"), **gat)
+    resumed = _run(data, 2 * K, resume=str(tmp_path / "ck"), **gat)
+    _same_run(straight, resumed)

@@ -91,7 +91,7 @@ def test_only_the_plain_history_op_offers_push_pull():
     assert HaloOp.push_pull(object.__new__(HaloOp), 0, (0, 5), True) is None
     # the factory counts an op taken through push_pull like a call of agg, and not when push_pull gives None
     layer = GCNIILayer(D, 1, 0.0, 0.1, 0.5, bias=False, act="relu")
-    make = unit_aggregators([layer], lambda i, j, t, kind: t, lambda i, j, kind: None)
+    make = unit_aggregators([layer], lambda i, j, t, kind, layer: t, lambda i, j, kind: None)
     agg = make(0)
     assert agg.push_pull("gcn") is None
     agg(torch.zeros(1), "gcn")  # still op 0
