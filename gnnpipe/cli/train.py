@@ -45,6 +45,12 @@ def register(sub) -> None:
                    help="write the result (config, per-epoch records, summary) as JSON")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: shown on a terminal)")
+    p.add_argument("--layout", choices=["manual", "auto"], default="manual",
+                   help="manual: --ways/--stages/--chunks as given; auto: profile, predict every layout of --ranks "
+                        "ranks (the cost model of `gnnpipe plan`), print the ranking, train the best that fits")
+    from .plan import add_plan_arguments
+
+    add_plan_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -54,7 +60,18 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.out:
         check_writable(args.out)
-    result = train(config, progress=args.progress)
+    if args.layout == "auto":
+        from ..errors import ConfigError
+
+        if args.ranks is None:
+            raise ConfigError("--layout auto needs the number of ranks: --ranks R")
+        options = {"chunks_per_stage": args.chunks_per_stage, "over_partitions": args.over_partitions,
+                   "schedulers": [x.strip() for x in args.schedulers.split(",") if x.strip()],
+                   "profile_in": args.profile_in, "profile_out": args.profile_out}
+        result = train(config, progress=args.progress, layout="auto", ranks=args.ranks, hardware=args.hardware,
+                       plan_options=options)
+    else:
+        result = train(config, progress=args.progress)
     if result is None:  # a non-zero rank under torchrun
         return 0
     print(result.summary())
