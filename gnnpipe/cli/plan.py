@@ -52,6 +52,7 @@ def register(sub) -> None:
     add_train_arguments(p)
     add_plan_arguments(p)
     p.add_argument("--out", default=None, help="write the ranking as JSON records")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress messages")
     p.set_defaults(func=run)
 
 
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(config_from_args(args))
     if args.out:
         check_writable(args.out)
-    preds, hw, prof = plan_from_args(config, args)
+    preds, hw, prof = plan_from_args(config, args, progress=args.progress)
     print(format_ranking(preds, hw))
     if not any(p.fits for p in preds):
         print("gnnpipe plan: no layout fits the hardware's memory", file=sys.stderr)

@@ -9,11 +9,11 @@ on chunks of several sizes measured as the pipeline runs them (the history-backe
 ``4`` and ``2``) and on the whole graph (``halo = 0``). The fit extrapolates to any chunk count and to a
 graph-parallel way's part (its rows and halo).
 
-Timing: every pass is timed by wall clock (the profiler's ``perf_counter``) and, around it, by the CPU
-time of this thread (``time.thread_time``). The ratio ``cpu_over_wall`` says how much of the wall time the
-thread actually ran (1.0 on a quiet machine); the fitted costs are wall seconds multiplied by it — the
-work itself, without time lost to other processes — so they transfer to a machine with other
-co-tenants, and so a machine with fewer cores than ranks is modelled by the simulation, not by noise.
+Timing: every unit's forward and backward is timed by the CPU time of this thread (``time.thread_time``
+through the profiler's ``clock``), which other processes on a busy machine do not inflate; the wall time of
+the profile passes is measured beside it, and ``cpu_over_wall`` (their ratio; 1.0 on a quiet machine, 0.4
+with two busy co-tenants per core) is reported. The predictions are thus of the work itself, and a machine
+with fewer cores than ranks is modelled by the simulation (:mod:`.predict`), not by noise.
 
 **Activations.** Bytes that autograd saves per row for each unit kind (``saved_tensors_hooks``, distinct
 storages, parameters excluded), measured on a chunk.
@@ -262,15 +262,14 @@ def _time_step(model, config) -> float:
 
 # ---------------------------------------------------------------------------------------------- link
 def _pingpong(rank: int, world: int, sizes: list[int], reps: int) -> dict:
-    import resource
-
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
 
     from ..core import parallel, pipeline, runner  # noqa: F401  (what a training rank imports)
 
-    floor = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    out = {"p2p": [], "allreduce": [], "floor": floor}
+    from ..core.pipeline import peak_memory_bytes
+
+    out = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu"))}
     for n in sizes:
         t = torch.zeros(max(1, n // 4), dtype=torch.float32)
         for phase in ("warm", "timed"):
@@ -385,7 +384,8 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
             step = base // C if base % C == 0 else 1
             cptr = ptr[::step] if ptr[::step][-1] == N else ptr[::step] + [N]
             w0, c0 = time.perf_counter(), time.thread_time()
-            ph = profile_unit_costs(model, rdata, repeats=repeats, chunk_ptr=torch.tensor(cptr), phases=True)
+            ph = profile_unit_costs(model, rdata, repeats=repeats, chunk_ptr=torch.tensor(cptr), phases=True,
+                                    clock=time.thread_time)
             wall_total += time.perf_counter() - w0
             cpu_total += time.thread_time() - c0
             rows_f.append(chunk_features(rdata.edge_index, cptr))
@@ -394,10 +394,10 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
                 times_b[i].extend(ph.backward[i])
         # the whole graph in one process (the single-process trainer's op)
         w0, c0 = time.perf_counter(), time.thread_time()
-        whole = profile_unit_costs(model, rdata, repeats=repeats, phases=True)
+        whole = profile_unit_costs(model, rdata, repeats=repeats, phases=True, clock=time.thread_time)
         wall_total += time.perf_counter() - w0
         cpu_total += time.thread_time() - c0
-        # (the passes include untimed warm-ups on both clocks, so the ratio is a fair estimate)
+        # how much of the wall time this thread ran (a busy machine: < 1); reported, not applied
         ratio = min(1.0, cpu_total / wall_total) if wall_total > 0 else 1.0
         whole_feats = np.array([[1.0, N, 0.0, float(data.edge_index.size(1))]])
         X = np.concatenate(rows_f + [whole_feats])
@@ -409,7 +409,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         for key, i in rep.items():
             fits = []
             for times, whole_t in ((times_f[i], whole.forward[i][0]), (times_b[i], whole.backward[i][0])):
-                y = np.array(times + [whole_t]) * ratio
+                y = np.array(times + [whole_t])
                 wts = 1.0 / np.maximum(y, 1e-6)
                 coef, _ = nnls(X * wts[:, None], y * wts)
                 pred = X @ coef
@@ -417,8 +417,8 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
                 fits.append([float(c) for c in coef])
             u = model.units[i]
             kinds[key] = UnitKind(key=key, forward=fits[0], backward=fits[1],
-                                  whole_forward_s=float(whole.forward[i][0] * ratio),
-                                  whole_backward_s=float(whole.backward[i][0] * ratio),
+                                  whole_forward_s=float(whole.forward[i][0]),
+                                  whole_backward_s=float(whole.backward[i][0]),
                                   saved_bytes_per_row=saved_per_unit[i] / max(rows0, 1),
                                   params=int(sum(p.numel() for p in u.parameters())))
         step = _time_step(full, config)
