@@ -21,9 +21,11 @@ What a rank holds, by kind (``b`` = element size of ``--dtype``; sizes from the 
   communication wrapper keeps until its end-of-epoch ``wait_sends`` (``N_way·(d+d_h0)·b`` per direction);
 * ``transient``   — the largest short-lived working set on top of the steady state: building ``Â``/``Âᵀ``
   (COO indices, coalescing and conversion: ``≈ 3·nnz·(16+b)`` per kind, before training allocates), or
-  exact evaluation (whole-part inputs, outputs and one unit's intermediates: ``≈ (d_in + d_h0 + 4·d)·rows·b``).
+  exact evaluation (whole-part inputs, outputs and one unit's intermediates: ``≈ (d_in + d_h0 + 6·d)·rows·b``),
+  or a backward pass's gradients beyond the saved activations (``≈ 4·d·rows·b`` for the largest block).
 
-The peak is ``max(build phase, training phase, evaluation phase)``, each the sum of the kinds alive then.
+The live peak is ``max(build phase, training phase, evaluation phase)``, each the sum of the kinds alive then.
+The resident peak adds what glibc's allocator keeps of freed short-lived memory (:data:`RETENTION`).
 Measured against: peak resident memory minus the process's resident memory before it loaded data (the
 runtime floor: torch, PyG and the process group, measured by :func:`gnnpipe.costmodel.profile.profile` in a
 spawned rank). glibc's allocator does not return every freed page, so the measured peak can exceed the
@@ -35,6 +37,18 @@ from __future__ import annotations
 import attrs
 
 KINDS = ("graph", "adjacency", "parameters", "history", "activations", "boundary", "transient")
+
+#: unit-width tensors per row alive at once in a backward pass beyond the saved activations (the incoming
+#: gradient, the gradient being formed, the shared tensor's and a temporary); measured on synthetic 40k
+#: GCNII-8 (docs/RESULTS.md, cost model section)
+BACKWARD_WIDTHS = 4
+#: unit-width tensors per row alive at once in exact (no-grad) evaluation of a unit on the whole part
+EVAL_WIDTHS = 6
+#: glibc's malloc keeps freed memory of the short-lived working set (its mmap threshold rises after the first
+#: large free, and later allocations come from a heap that fragments): resident peak ≈ steady + (live peak −
+#: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest); 0.6 is used for the
+#: resident prediction and the fits check, the live prediction is reported beside it.
+RETENTION = 0.6
 
 
 @attrs.define
@@ -60,13 +74,22 @@ class MemoryBreakdown:
     train_peak: int = 0
     eval_peak: int = 0
 
+    steady: int = 0
+
     @property
     def peak(self) -> int:
+        """Predicted peak of live bytes (what the runtime allocates), above the runtime floor."""
         return max(self.build_peak, self.train_peak, self.eval_peak)
+
+    @property
+    def resident_peak(self) -> int:
+        """Predicted peak resident bytes above the runtime floor, with glibc's retention (:data:`RETENTION`)."""
+        return int(self.steady + (self.peak - self.steady) * (1.0 + RETENTION))
 
     def to_dict(self) -> dict:
         d = attrs.asdict(self)
         d["peak"] = self.peak
+        d["resident_peak"] = self.resident_peak
         return d
 
 
@@ -84,7 +107,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
                 params_total: int, params_trained: int, allreduce: bool, history_dims: list[int],
                 own_parts: list[tuple[int, int, int]], inflight_rows: int, act_bytes_per_row: float,
                 recompute_rows: int, d_in: int, d_out: int, d_shared: int, first: bool, last: bool,
-                way_rows: int, max_dim: int, local_csr: bool) -> MemoryBreakdown:
+                way_rows: int, max_dim: int, local_csr: bool, active_rows: int) -> MemoryBreakdown:
     """The breakdown of one rank.
 
     Args:
@@ -99,6 +122,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         d_in, d_out, d_shared: boundary widths (``d_in = 0`` for the first stage, ``d_out = 0`` for the last).
         way_rows: rows of the rank's way (boundary sends per epoch, evaluation). max_dim: widest unit output.
         local_csr: the rank builds a local CSR of its part (GP, hybrid evaluation).
+        active_rows: rows of the largest block one backward pass works on (a chunk, a part, the graph).
     """
     m = MemoryBreakdown(rank=rank, way=way, stage=stage)
     m.graph = N * F * b + 2 * E * 8 + N * 8 + 3 * N
@@ -120,10 +144,13 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
     m.boundary = boundary_kept + boundary_sent
     build = max(_adj_build_transient(nnz, b) for nnz in kinds_nnz.values()) if kinds_nnz else 0
     rows_eval = way_rows if local_csr or way_rows < N else N
-    eval_t = ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0) + 4 * max_dim) * rows_eval * b
-    m.transient = max(build, eval_t)
+    eval_t = ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0) + EVAL_WIDTHS * max_dim) \
+        * rows_eval * b
+    backward_t = BACKWARD_WIDTHS * max_dim * b * active_rows
+    m.transient = max(build, eval_t, backward_t)
     steady = m.graph + m.adjacency + m.parameters
     m.build_peak = m.graph + full + params_total * b + build
-    m.train_peak = steady + m.history + m.activations + m.boundary
+    m.train_peak = steady + m.history + m.activations + m.boundary + backward_t
     m.eval_peak = steady + m.history + eval_t
+    m.steady = steady
     return m

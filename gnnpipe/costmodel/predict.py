@@ -91,8 +91,9 @@ class LayoutPrediction:
 
     @property
     def peak_bytes_per_rank(self) -> list[int]:
-        """Predicted peak resident bytes per rank: runtime floor + the model's peak."""
-        return [self.floor_bytes + m.peak for m in self.memory]
+        """Predicted peak resident bytes per rank: runtime floor + the model's resident peak (live peak with
+        glibc's retention, :data:`gnnpipe.costmodel.memory.RETENTION`)."""
+        return [self.floor_bytes + m.resident_peak for m in self.memory]
 
     def to_record(self) -> dict:
         """The ``plan.json`` record (issue #14 keys, then details)."""
@@ -102,7 +103,9 @@ class LayoutPrediction:
             "scheduler": s.scheduler, "predicted_epoch_s": self.epoch_s, "predicted_bytes": self.total_bytes,
             "predicted_peak_bytes_per_rank": self.peak_bytes_per_rank, "fits": self.fits,
             "mode": s.mode, "predicted_bytes_by_kind": dict(self.bytes),
-            "predicted_mem_bytes": [m.peak for m in self.memory], "runtime_floor_bytes": self.floor_bytes,
+            "predicted_mem_bytes": [m.peak for m in self.memory],
+            "predicted_resident_above_floor_bytes": [m.resident_peak for m in self.memory],
+            "runtime_floor_bytes": self.floor_bytes,
             "memory_breakdown": [m.to_dict() for m in self.memory], "predicted_compute_s": self.compute_s,
             "cpu_share_slowdown": self.share,
         }
@@ -356,8 +359,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                 bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B") for w in range(W)) * k / speed
                 if config.recompute:
                     bw[s][c] += fw[s][c]
-                fw[s][c] += exch(c, s, False)
-                bw[s][c] += exch(c, s, True)
+                fw[s][c] += exch(c, s, False) + profile.action_overhead_s * k / speed
+                bw[s][c] += exch(c, s, True) + profile.action_overhead_s * k / speed
         step = []
         for s in range(S):
             lo, hi = _stage_units(g.bounds, s)
@@ -426,7 +429,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
         m = rank_memory(rank=0, way=0, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
                         params_trained=P, allreduce=False, history_dims=[], own_parts=[], inflight_rows=N,
                         act_bytes_per_row=act(0, U), recompute_rows=0, d_in=0, d_out=0, d_shared=0, first=True,
-                        last=True, way_rows=N, max_dim=max_dim, local_csr=False)
+                        last=True, way_rows=N, max_dim=max_dim, local_csr=False, active_rows=N)
         return [m]
     g = _geometry(plan, config)
     out = []
@@ -460,7 +463,8 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
                 params_trained=P_s, allreduce=W > 1, history_dims=hist, own_parts=parts, inflight_rows=rows_inflight,
                 act_bytes_per_row=act(lo, hi), recompute_rows=sizes[0] if config.recompute else 0,
                 d_in=profile.unit_dims[lo][0] if s > 0 else 0, d_out=profile.unit_dims[hi - 1][1] if s < S - 1 else 0,
-                d_shared=sh, first=s == 0, last=s == S - 1, way_rows=way_rows, max_dim=max_dim, local_csr=W > 1))
+                d_shared=sh, first=s == 0, last=s == S - 1, way_rows=way_rows, max_dim=max_dim, local_csr=W > 1,
+                active_rows=sizes[0]))
     return out
 
 
@@ -469,7 +473,7 @@ def _gp_rank(w, N, F, E, b, kinds, P, part, act_per_row, max_dim) -> MemoryBreak
     return rank_memory(rank=w, way=w, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P, params_trained=P,
                        allreduce=True, history_dims=[], own_parts=part, inflight_rows=rows,
                        act_bytes_per_row=act_per_row, recompute_rows=0, d_in=0, d_out=0, d_shared=0, first=True,
-                       last=True, way_rows=rows, max_dim=max_dim, local_csr=True)
+                       last=True, way_rows=rows, max_dim=max_dim, local_csr=True, active_rows=rows)
 
 
 # ---------------------------------------------------------------------------------------------- ranking
@@ -485,7 +489,7 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
     nbytes = predict_bytes(cfg, plan, model)
     t, comp, k = predict_time(cfg, plan, model, profile, hardware)
     mem = predict_memory(cfg, plan, model, profile)
-    fits = hardware.fits([floor_bytes + m.peak for m in mem])
+    fits = hardware.fits([floor_bytes + m.resident_peak for m in mem])
     return LayoutPrediction(spec=spec, epoch_s=t, bytes=nbytes, memory=mem, floor_bytes=int(floor_bytes), fits=fits,
                             compute_s=comp, share=k, plan_info=dict(plan.info))
 
