@@ -127,7 +127,14 @@ def main() -> None:
     ap.add_argument("--no-live-memory", dest="live_memory", action="store_false",
                     help="skip the extra 1-epoch run per layout that measures live memory")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--from-json", default=None, help="only print the tables of a previous --out file")
     args = ap.parse_args()
+    if args.from_json:
+        records = json.loads(Path(args.from_json).read_text())
+        print(table(records))
+        print()
+        print(ranking(records))
+        return
 
     from gnnpipe import api
     from gnnpipe.cli.train import add_train_arguments, config_from_args
@@ -176,6 +183,8 @@ def main() -> None:
             print(f"    measured {1000 * meas['epoch_s']:.1f} ms (cpu share {meas['cpu_share']:.2f}), bytes "
                   f"{'equal' if meas['bytes'] == pred.bytes else 'DIFFER'}", file=sys.stderr)
     print(table(records))
+    print()
+    print(ranking(records))
     if args.out:
         Path(args.out).write_text(json.dumps(records, indent=1))
         print(f"wrote {args.out}", file=sys.stderr)
@@ -204,6 +213,32 @@ def table(records: list[dict]) -> str:
             f"{1000 * m['epoch_s']:,.1f} | {ratio(p['predicted_epoch_s'], m['epoch_s'])} | {m['cpu_share']:.2f} | "
             f"{'yes' if m['bytes'] == p['predicted_bytes_by_kind'] else 'NO'} | {live_p:,.0f} | {live_m:,.0f} | "
             f"{ratio(live_p, live_m)} | {res_p:,.0f} | {res_m:,.0f} | {ratio(res_p, res_m)} |")
+    return "\n".join(lines)
+
+
+def ranking(records: list[dict], margin: float = 0.2) -> str:
+    """Per job, every pair of layouts whose measured epoch times differ by more than ``margin``: does the
+    prediction order them the same way? Also the error counts of the acceptance criteria."""
+    lines = ["| job | pairs differing > 20 % | predicted order agrees |", "|---|--:|--:|"]
+    by_job: dict[str, list] = {}
+    for r in records:
+        by_job.setdefault(r["job"], []).append(r)
+    for job, rs in by_job.items():
+        n = ok = 0
+        for i in range(len(rs)):
+            for j in range(i + 1, len(rs)):
+                a, b = rs[i], rs[j]
+                ma, mb = a["measured"]["epoch_s"], b["measured"]["epoch_s"]
+                if max(ma, mb) / min(ma, mb) - 1 <= margin:
+                    continue
+                n += 1
+                pa, pb = a["predicted"]["predicted_epoch_s"], b["predicted"]["predicted_epoch_s"]
+                ok += (pa < pb) == (ma < mb)
+        lines.append(f"| {job} | {n} | {ok} |")
+    within = sum(abs(r["predicted"]["predicted_epoch_s"] / r["measured"]["epoch_s"] - 1) <= 0.25 for r in records)
+    exact = sum(r["measured"]["bytes"] == r["predicted"]["predicted_bytes_by_kind"] for r in records)
+    lines.append("")
+    lines.append(f"epoch time within 25 %: {within} of {len(records)} runs; bytes equal: {exact} of {len(records)}")
     return "\n".join(lines)
 
 

@@ -332,6 +332,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         return t1, comp1, k
 
     # pipeline / hybrid: one way's schedule, every slot the slowest way's chunk (+ peer exchange per op)
+    # the runtime's per-action bookkeeping runs on the host CPU: a GPU's speed factor does not shorten it
+    overhead = profile.action_overhead_s / (speed if hardware.kind == "cpu" else 1.0)
     Cw = (len(g.chunk_ptr) - 1) // W
     bases = [g.way_ptr[w] for w in range(W)]
 
@@ -359,8 +361,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                 bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B") for w in range(W)) * k / speed
                 if config.recompute:
                     bw[s][c] += fw[s][c]
-                fw[s][c] += exch(c, s, False) + profile.action_overhead_s * k / speed
-                bw[s][c] += exch(c, s, True) + profile.action_overhead_s * k / speed
+                fw[s][c] += exch(c, s, False) + overhead * k
+                bw[s][c] += exch(c, s, True) + overhead * k
         step = []
         for s in range(S):
             lo, hi = _stage_units(g.bounds, s)
