@@ -319,7 +319,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             for u in range(len(profile.units)):
                 for d in profile.agg_dims[u]:
                     rows = max(float(halo.max()), g.mirror_fwd / W)
-                    total += 2 * ((W - 1) * link.latency_s + rows * d * b / link.bandwidth_Bps)
+                    total += 2 * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
             P = sum(P_units)
             ar = hardware.group_link(list(range(W)), R, measured_ar)
             total += ar.allreduce_time(P * b, W) + step_pp * P
@@ -348,7 +348,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         t = 0.0
         for u in range(lo, hi):
             for d in profile.agg_dims[u]:
-                t += (W - 1) * link.latency_s + rows * d * b / link.bandwidth_Bps
+                t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
         return t
 
     def costs(k: float):
