@@ -115,6 +115,10 @@ def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None
         "chunk_sizes": r.get("plan", {}).get("chunk_sizes"),
         "compute_s": [sum(e["compute_s"][k] for e in later) / len(later) for k in range(len(r["peak_mem_bytes"]))]
         if "compute_s" in last else None,
+        # thread CPU seconds per rank per epoch (a single process records one number)
+        "cpu_s": ([sum(e["cpu_s"][k] for e in later) / len(later) for k in range(len(r["peak_mem_bytes"]))]
+                  if isinstance(last.get("cpu_s"), list) else [sum(e["cpu_s"] for e in later) / len(later)])
+        if "cpu_s" in last else None,
     }
 
 
@@ -193,9 +197,10 @@ def main() -> None:
 def table(records: list[dict]) -> str:
     """Markdown: time, bytes, and memory above the runtime floor (max over ranks): predicted live vs measured
     live (fixed mmap threshold), predicted resident vs measured resident (default allocator)."""
-    lines = ["| job | layout | C | over | sched | predicted ms | measured ms | pred/meas | cpu share | bytes equal | "
+    lines = ["| job | layout | C | over | sched | predicted ms | measured ms | pred/meas | cpu share | "
+             "work ms/rank pred (max) | CPU ms/rank meas (max) | pred/meas | bytes equal | "
              "live MiB pred | live MiB meas | pred/meas | resident MiB pred | resident MiB meas | pred/meas |",
-             "|---|---|--:|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
+             "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
 
     def ratio(a, b):
         return f"{a / b:.2f}" if b > 0 else "n/a"
@@ -207,10 +212,13 @@ def table(records: list[dict]) -> str:
         res_p = max(p["predicted_resident_above_floor_bytes"]) / 2**20
         res_m = (max(m["peak_mem_bytes"]) - fl) / 2**20
         live_m = (max(m["live_peak_mem_bytes"]) - fl) / 2**20 if "live_peak_mem_bytes" in m else float("nan")
+        work_p = 1000 * max(p.get("predicted_work_s") or [float("nan")])
+        cpu_m = 1000 * max(m.get("cpu_s") or [float("nan")])
         lines.append(
             f"| {r['job']} | {r['layout']} | {r['chunks']} | {r['over_partition']} | "
             f"{r['scheduler'] if r['stages'] > 1 else '-'} | {1000 * p['predicted_epoch_s']:,.1f} | "
             f"{1000 * m['epoch_s']:,.1f} | {ratio(p['predicted_epoch_s'], m['epoch_s'])} | {m['cpu_share']:.2f} | "
+            f"{work_p:,.1f} | {cpu_m:,.1f} | {ratio(work_p, cpu_m)} | "
             f"{'yes' if m['bytes'] == p['predicted_bytes_by_kind'] else 'NO'} | {live_p:,.0f} | {live_m:,.0f} | "
             f"{ratio(live_p, live_m)} | {res_p:,.0f} | {res_m:,.0f} | {ratio(res_p, res_m)} |")
     return "\n".join(lines)

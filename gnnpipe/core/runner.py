@@ -266,10 +266,10 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
                               correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
 
 
-def _gather_epoch(stage, wall: float, loss: float) -> dict:
+def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
     c = stage.comm.counters()
     vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
-                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64, device=stage.device)
+                        wall, c["comm_s"], c["idle_s"], cpu], dtype=torch.float64, device=stage.device)
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
     m = torch.stack(out).cpu()
@@ -283,6 +283,7 @@ def _gather_epoch(stage, wall: float, loss: float) -> dict:
         "compute_s": [w - c_ - i for w, c_, i in zip(walls, comms, idles)],
         "comm_s": comms,
         "idle_s": idles,
+        "cpu_s": m[:, 8].tolist(),  # thread CPU seconds of each rank's epoch (compute_s is wall-derived)
     }
 
 
@@ -301,10 +302,10 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     def train_step(epoch: int) -> dict:
         stage.comm.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
-        wall = time.perf_counter() - t0
-        rec = _gather_epoch(stage, wall, out["loss"])
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        rec = _gather_epoch(stage, wall, out["loss"], cpu)
         if epoch + 1 in collect.get("grads_after", ()):
             grads[epoch + 1] = stage.named_grads()
         losses.append(rec["loss"])

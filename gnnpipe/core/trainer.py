@@ -88,10 +88,11 @@ def epoch_loop(
     since = 0
     bar = progress_bar(range(config.epochs), enabled=progress, desc=desc, leave=False)  # on a terminal only
     for epoch in bar:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         rec = {"epoch": epoch}
         rec.update(train_step(epoch))
         rec.setdefault("time_s", time.perf_counter() - t0)
+        rec.setdefault("cpu_s", time.thread_time() - c0)  # CPU time of this thread (distributed: per rank)
         if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
             ev = evaluate()
             rec.update(ev)

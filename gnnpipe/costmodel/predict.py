@@ -72,6 +72,8 @@ class LayoutPrediction:
         per epoch summed over ranks. memory: one :class:`MemoryBreakdown` per rank (bytes above the runtime
         floor). floor_bytes: the runtime floor per process. fits: every rank fits the hardware's memory.
         compute_s: per rank, predicted compute seconds per epoch. share: the CPU-sharing slowdown applied.
+        work_s: per rank, predicted CPU work per epoch (compute without the sharing slowdown; compare with
+        the ``cpu_s`` a run records).
         plan_info: the plan's description (chunk sizes, mirror count, …).
     """
 
@@ -83,6 +85,7 @@ class LayoutPrediction:
     fits: bool
     compute_s: list
     share: float
+    work_s: list = attrs.field(factory=list)
     plan_info: dict = attrs.field(factory=dict, repr=False)
 
     @property
@@ -107,7 +110,7 @@ class LayoutPrediction:
             "predicted_resident_above_floor_bytes": [m.resident_peak for m in self.memory],
             "runtime_floor_bytes": self.floor_bytes,
             "memory_breakdown": [m.to_dict() for m in self.memory], "predicted_compute_s": self.compute_s,
-            "cpu_share_slowdown": self.share,
+            "cpu_share_slowdown": self.share, "predicted_work_s": self.work_s,
         }
 
 
@@ -273,8 +276,9 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any
     return simulate(sched, costs=cost, comm=comm)
 
 
-def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float]:
-    """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown)`` for ``plan`` on ``hardware``."""
+def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float, list]:
+    """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown, CPU work seconds per rank)`` for ``plan``
+    on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures)."""
     from ..core.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
@@ -301,7 +305,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     if W == 1 and S == 1:
         t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(len(profile.units)))
         t = t / speed + step_pp * sum(P_units)
-        return t, [t], 1.0
+        return t, [t], 1.0, [t]
 
     g = _geometry(plan, config)
     if S == 1:  # graph parallelism: per unit the slowest way; an exchange per op and direction
@@ -326,10 +330,11 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             return total, [c + step_pp * P for c in comp]
 
         t1, comp1 = gp_time(1.0)
+        work = list(comp1)
         k = share_factor(comp1, t1)
         if k > 1.0:
             t1, comp1 = gp_time(k)
-        return t1, comp1, k
+        return t1, comp1, k, work
 
     # pipeline / hybrid: one way's schedule, every slot the slowest way's chunk (+ peer exchange per op)
     # the runtime's per-action bookkeeping runs on the host CPU: a GPU's speed factor does not shorten it
@@ -399,10 +404,11 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         return res.makespan, per_rank
 
     t1, comp1 = run(1.0)
+    work = list(comp1)
     k = share_factor(comp1, t1)
     if k > 1.0:
         t1, comp1 = run(k)
-    return t1, comp1, k
+    return t1, comp1, k, work
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -489,11 +495,11 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
         plan = build_layout_plan(config, data, spec)
     model = make_model(cfg, profile.num_features, profile.num_classes)
     nbytes = predict_bytes(cfg, plan, model)
-    t, comp, k = predict_time(cfg, plan, model, profile, hardware)
+    t, comp, k, work = predict_time(cfg, plan, model, profile, hardware)
     mem = predict_memory(cfg, plan, model, profile)
     fits = hardware.fits([floor_bytes + m.resident_peak for m in mem])
     return LayoutPrediction(spec=spec, epoch_s=t, bytes=nbytes, memory=mem, floor_bytes=int(floor_bytes), fits=fits,
-                            compute_s=comp, share=k, plan_info=dict(plan.info))
+                            compute_s=comp, share=k, work_s=work, plan_info=dict(plan.info))
 
 
 def build_layout_plan(config, data, spec: LayoutSpec):
