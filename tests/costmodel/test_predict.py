@@ -70,6 +70,7 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
         for rec in outs[0][k]["result"].epochs:
             got = {"layer": rec["bytes_layer"], "graph": rec["bytes_graph"], "weight": rec["bytes_weight"]}
             assert got == pred, (cfg.model, cfg.ways, cfg.stages)
+            assert len(rec["cpu_s"]) == 4 and all(c > 0 for c in rec["cpu_s"])  # each rank's thread CPU time
         assert sum(pred.values()) > 0
     # the directed hybrid really exercises M_fwd != M_bwd
     from gnnpipe.costmodel.predict import _geometry
