@@ -120,7 +120,8 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         recompute_rows: with ``--recompute``, rows of the largest chunk (its activations alive while
             recomputed); else 0.
         d_in, d_out, d_shared: boundary widths (``d_in = 0`` for the first stage, ``d_out = 0`` for the last).
-        way_rows: rows of the rank's way (boundary sends per epoch, evaluation). max_dim: widest unit output.
+        way_rows: rows of the rank's way (boundary sends per epoch, evaluation). max_dim: widest unit output
+            (not the input features: ``x`` is the graph kind).
         local_csr: the rank builds a local CSR of its part (GP, hybrid evaluation).
         active_rows: rows of the largest block one backward pass works on (a chunk, a part, the graph).
     """

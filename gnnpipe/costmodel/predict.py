@@ -431,7 +431,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
     def act(lo: int, hi: int) -> float:
         return sum(profile.kind(u).saved_bytes_per_row for u in range(lo, hi))
 
-    max_dim = max(max(d) for d in profile.unit_dims)
+    max_dim = max(d for _, d in profile.unit_dims)  # widest unit output (the input features are the graph kind)
     if W == 1 and S == 1:
         kinds = {k: nnz(k) for u in range(U) for k in profile.agg_kinds[u]}
         m = rank_memory(rank=0, way=0, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
