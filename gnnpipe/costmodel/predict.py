@@ -150,8 +150,9 @@ def enumerate_layouts(ranks: int, num_units: int, num_nodes: int, *, chunks_per_
 def layout_config(config, spec: LayoutSpec):
     """``config`` with the layout applied (GP: no correctors, gpipe — it has no history and no pipeline)."""
     if spec.stages == 1:
+        # over-partitioning does not apply to GP (one part per way): the configured value is left alone
         return attrs.evolve(config, ways=spec.ways, stages=1, chunks=None, correctors=[], scheduler="gpipe",
-                            stash_weights=False, over_partition=spec.over_partition)
+                            stash_weights=False)
     return attrs.evolve(config, ways=spec.ways, stages=spec.stages, chunks=spec.chunks,
                         over_partition=spec.over_partition, scheduler=spec.scheduler)
 
