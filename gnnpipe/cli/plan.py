@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_config(config_from_args(args))
     if args.out:
         check_writable(args.out)
-    preds, hw, prof = plan_from_args(config, args, progress=args.progress)
+    preds, hw, _ = plan_from_args(config, args, progress=args.progress)
     print(format_ranking(preds, hw))
     if not any(p.fits for p in preds):
         print("gnnpipe plan: no layout fits the hardware's memory", file=sys.stderr)

@@ -133,7 +133,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         rows_part += 2 * (nnz * 8 + (rows + halo) * 8 + (rows + 1) * 8)
     rows_part *= max(1, len(kinds_nnz))
     if local_csr:  # GP / hybrid evaluation: Â_local (new columns) and its transpose (a full copy)
-        r, h, z = (sum(p[0] for p in own_parts), sum(p[1] for p in own_parts), sum(p[2] for p in own_parts))
+        r, z = sum(p[0] for p in own_parts), sum(p[2] for p in own_parts)
         rows_part += max(1, len(kinds_nnz)) * (z * 8 + (r + 1) * 8 + z * (16 + b) + N * 8)
     m.adjacency = full + rows_part
     m.parameters = params_total * b + 3 * params_trained * b + (params_trained * b if allreduce else 0)

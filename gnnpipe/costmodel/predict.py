@@ -254,7 +254,7 @@ class _LinkComm(CommModel):
 
     link: Optional[Callable[[int, int], Link]] = None
 
-    def time(self, src: int, dst: int, action) -> float:  # noqa: D102
+    def time(self, src: int, dst: int, action) -> float:
         return self.link(src, dst).time(self.nbytes(src, dst, action))
 
 
@@ -290,7 +290,6 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     measured_ar = profile.allreduce or measured
     step_pp = profile.step_s_per_param / speed
     sh = profile.shared_dim
-    sum_d_ops = [sum(profile.agg_dims[u]) for u in range(len(profile.units))]
     P_units = [profile.kind(u).params for u in range(len(profile.units))]
     cores = hardware.devices_per_node if hardware.kind == "cpu" else None
 

@@ -4,7 +4,6 @@ the plan CLI's output and JSON keys; ``--layout auto`` trains the predicted best
 import json
 
 import pytest
-import torch
 
 from gnnpipe import api
 from gnnpipe.cli.main import main
@@ -122,7 +121,7 @@ def test_plan_ranks_layouts_and_marks_what_does_not_fit(small_profile):
 
 
 def test_plan_cli_table_and_json(small_profile, tmp_path, capsys):
-    cfg, data, prof = small_profile
+    _, _, prof = small_profile
     pin = tmp_path / "profile.json"
     prof.save(pin)
     assert Profile.load(pin).units == prof.units
