@@ -140,15 +140,18 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     config = _as_config(config, overrides)
     check_names(config)
     config = resolve_config(config)
-    launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
-    data = load_data(config) if data is None else prepare_data(data, config)
-    auto = None
     if layout not in (None, "manual", "auto"):
         from .errors import ConfigError
 
         raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
+    if layout != "auto":
+        launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
+    data = load_data(config) if data is None else prepare_data(data, config)
+    auto = None
     if layout == "auto":
         config, auto = _auto_layout(config, data, ranks, hardware, progress, plan_options or {})
+        launch.check_torchrun_world(config.world_size, f"the layout --layout auto picked ({config.ways} × "
+                                    f"{config.stages})")
     result = _train_prepared(config, data, progress)
     if result is not None and auto is not None:
         result.extra["layout_auto"] = auto
