@@ -17,31 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from .train import add_train_arguments, check_writable, config_from_args
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return vals
-
-
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags shared by ``gnnpipe plan`` and ``gnnpipe train --layout auto``."""
-    g = p.add_argument_group("layout planning (cost model)")
-    g.add_argument("--ranks", "-P", type=int, default=None, help="ranks R to plan for (plan: required)")
-    g.add_argument("--hardware", default=None,
-                   help="hardware TOML file or shipped name (local-2core, cpu-16core, paper-a5000); "
-                        "default: this machine with the measured link")
-    g.add_argument("--chunks-per-stage", type=_ints, default=[4], help="chunks per stage and way k (C = k·S·W), comma-separated")
-    g.add_argument("--over-partitions", type=_ints, default=[1, 4], help="METIS over-partitioning factors to try")
-    g.add_argument("--schedulers", default="gpipe,1f1b", help="schedulers to try (comma-separated)")
-    g.add_argument("--profile-in", default=None, help="reuse a profile JSON written by --profile-out")
-    g.add_argument("--profile-out", default=None, help="write the profile JSON")
+from .train import add_plan_arguments, add_train_arguments, check_writable, config_from_args
 
 
 def register(sub) -> None:

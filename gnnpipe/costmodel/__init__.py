@@ -17,6 +17,15 @@ from .predict import LayoutPrediction, enumerate_layouts, plan_layouts, predict_
 from .profile import Profile, profile
 
 __all__ = [
-    "Hardware", "Link", "LayoutPrediction", "MemoryBreakdown", "Profile", "enumerate_layouts", "load_hardware",
-    "plan_layouts", "predict_bytes", "profile", "shipped_hardware",
+    "Hardware",
+    "LayoutPrediction",
+    "Link",
+    "MemoryBreakdown",
+    "Profile",
+    "enumerate_layouts",
+    "load_hardware",
+    "plan_layouts",
+    "predict_bytes",
+    "profile",
+    "shipped_hardware",
 ]

@@ -5,7 +5,7 @@ kinds cost the same; GCNII's 32 layers are one kind) the forward and the backwar
 are fitted, by non-negative least squares, as ``t = a + b·rows + c·halo + e·nnz`` — ``rows`` the chunk's
 vertices, ``halo`` the distinct vertices of other chunks its aggregation reads, ``nnz`` its in-edges —
 on chunks of several sizes measured as the pipeline runs them (the history-backed chunk op of
-:func:`gnnpipe.partitioners.layers.profile_unit_costs`, one METIS chunking of ``16`` chunks merged into
+:func:`gnnpipe.core.profile.profile_unit_costs`, one METIS chunking of ``16`` chunks merged into
 ``4`` and ``2``) and on the whole graph (``halo = 0``). The fit extrapolates to any chunk count and to a
 graph-parallel way's part (its rows and halo).
 
@@ -239,21 +239,21 @@ def _saved_bytes(model, data, lo: int, hi: int) -> list[float]:
 
 def _action_overhead(config, model, data, ptr: list[int], kinds: dict, repeats: int) -> tuple[float, int]:
     """Thread CPU seconds per chunk action of the real pipeline runtime beyond the fitted unit costs: one
-    :class:`~gnnpipe.core.pipeline.PipelineStage` holding every unit of ``model``, run as a single stage
-    (no communication) over the chunks ``ptr`` with the configured correctors and gpipe."""
+    pipeline executor (:func:`~gnnpipe.core.pipeline.make_pipeline_stage`) holding every unit of ``model``, run
+    as a single stage (no communication) over the chunks ``ptr`` with the configured correctors and gpipe."""
     import attrs as _attrs
 
     from .. import correctors as corr
     from ..core.comm import Comm
-    from ..core.pipeline import PipelineStage
-    from ..core.runner import _order_policy
+    from ..core.pipeline import make_pipeline_stage
+    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
     from ..schedulers import get as get_scheduler
 
     cfg = _attrs.evolve(config, stages=1, ways=1, chunks=len(ptr) - 1, scheduler="gpipe", stash_weights=False)
     correctors = corr.build_correctors(cfg.correctors)
     U = model.num_units
-    stage = PipelineStage(cfg, model, data, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
-                          _order_policy(cfg, correctors), correctors, Comm())
+    stage = make_pipeline_stage(cfg, model, data, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
+                                _order_policy(cfg, correctors), correctors, Comm())
     feats = chunk_features(data.edge_index, ptr)
     fitted = sum(kinds[unit_key(model.units[i])].time(f, ph) for i in range(U) for f in feats for ph in ("F", "B"))
     stage.train_epoch(0)  # warm-up: allocates history
@@ -268,7 +268,7 @@ def _action_overhead(config, model, data, ptr: list[int], kinds: dict, repeats: 
 
 def _time_step(model, config) -> float:
     """Seconds per parameter of one Adam step (the mean of 3 after a warm-up), thread CPU time."""
-    from ..core.pipeline import make_optimizer_for
+    from ..core.stage import make_optimizer_for
 
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
@@ -297,7 +297,7 @@ def _pingpong(rank: int, world: int, sizes: list[int], reps: int) -> dict:
 
     from ..core import parallel, pipeline, runner  # noqa: F401  (what a training rank imports)
 
-    from ..core.pipeline import peak_memory_bytes
+    from ..core.metrics import peak_memory_bytes
 
     out = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu"))}
     for n in sizes:
@@ -387,7 +387,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
 
     from ..core.runner import num_classes_of
     from ..partitioners import ChunkPlan
-    from ..partitioners.layers import profile_unit_costs
+    from ..core.profile import profile_unit_costs
 
     t_start = time.perf_counter()
     F, Cls = int(data.x.size(1)), num_classes_of(data)

@@ -86,12 +86,18 @@ def test_history_and_parameter_memory_are_exact(small_profile):
     plan = build_plan(c, data)
     model = make_model(c, plan.num_features, plan.num_classes)
     mem = predict_memory(c, plan, model, prof)
-    from gnnpipe.core.pipeline import PipelineStage  # noqa: F401
+    from gnnpipe.core.comm import Comm
+    from gnnpipe.core.pipeline import make_pipeline_stage
+    from gnnpipe.schedulers import FixedOrder, make_scheduler
 
     N = data.num_nodes
     for s, m in enumerate(mem):
         lo, hi = plan.bounds[s], plan.bounds[s + 1]
         ops = sum(len(model.units[u].aggregations) for u in range(lo, hi))
+        # the runtime's stage holds one history-backed op (one History) per aggregation of its units
+        ex = make_pipeline_stage(c, model, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(len(mem))),
+                                 make_scheduler("gpipe"), FixedOrder(), [], Comm())
+        assert len(ex.stage.ops) == ops
         assert m.history == 2 * N * cfg.hidden * 4 * ops
         P_s = sum(p.numel() for u in range(lo, hi) for p in model.units[u].parameters())
         P = sum(p.numel() for p in model.parameters())
