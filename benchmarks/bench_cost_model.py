@@ -115,9 +115,8 @@ def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None
         "chunk_sizes": r.get("plan", {}).get("chunk_sizes"),
         "compute_s": [sum(e["compute_s"][k] for e in later) / len(later) for k in range(len(r["peak_mem_bytes"]))]
         if "compute_s" in last else None,
-        # thread CPU seconds per rank per epoch (a single process records one number)
-        "cpu_s": ([sum(e["cpu_s"][k] for e in later) / len(later) for k in range(len(r["peak_mem_bytes"]))]
-                  if isinstance(last.get("cpu_s"), list) else [sum(e["cpu_s"] for e in later) / len(later)])
+        # thread CPU seconds per rank per epoch (every run records a list: one per rank, one for a single process)
+        "cpu_s": [sum(e["cpu_s"][k] for e in later) / len(later) for k in range(len(last["cpu_s"]))]
         if "cpu_s" in last else None,
     }
 

@@ -65,7 +65,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--layer-split", default=d.layer_split, help="layer-to-stage split: equal | profiled")
     par.add_argument("--recompute", action="store_true", help="recompute stage activations in the backward")
     par.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank")
-    par.add_argument("--backend", default=None, help="torch.distributed backend gloo | nccl (default: nccl with CUDA, else gloo)")
+    par.add_argument("--backend", default=None, help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo on the CPU)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                      help="seconds after which a failed or stuck rank ends the run")
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..correctors import Corrector
 from ..models import GNNModel
-from .aggregation import HistoryOp
+from .aggregation import history_op
 from .comm import Comm
 from .config import TrainConfig
 from .execute import TAG_STRIDE, Executor
@@ -48,14 +48,17 @@ def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows
                 device: torch.device, make=None) -> dict:
     """``{(unit, op index): op}`` of a pipeline stage: one :class:`History` per aggregation of its units and
     the row slices of ``Â``/``Âᵀ`` of each of ``chunks``, built now. ``make(hist, kind, ops, adj, i, j)`` builds
-    another op over the same history (the hybrid's); default :class:`HistoryOp`."""
+    another op over the same history (the hybrid's); default :func:`~gnnpipe.core.aggregation.history_op`
+    (the halo-gradient op for message-passing units, else :class:`HistoryOp`)."""
     ops = GraphOps(data.edge_index, data.num_nodes, dtype, device, edge_weight=getattr(data, "edge_weight", None))
     adj: dict = {}
     out = {}
     for i in units:
         for j, kind in enumerate(model.units[i].aggregations):
-            hist = History(data.num_nodes, dtype, f"unit{i}.op{j}", device)
-            out[(i, j)] = make(hist, kind, ops, adj, i, j) if make else HistoryOp(hist, kind, ops, adj)
+            if make:
+                out[(i, j)] = make(History(data.num_nodes, dtype, f"unit{i}.op{j}", device), kind, ops, adj, i, j)
+            else:
+                out[(i, j)] = history_op(model.units[i], kind, data.num_nodes, dtype, device, f"unit{i}.op{j}", ops, adj)
             for c in chunks:
                 out[(i, j)].adj(c, rows(c))
     return out

@@ -11,7 +11,9 @@ What a rank holds, by kind (``b`` = element size of ``--dtype``; sizes from the 
 * ``parameters``  — the whole model (every rank builds it: ``P·b``) plus, for the parameters the rank trains
   (``P_s``), gradients and Adam's two moments (``3·P_s·b``), plus the flattened all-reduce buffer (``P_s·b``)
   when the rank all-reduces;
-* ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage: ``2·N·d·b`` each (GP: none);
+* ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage: ``2·N·d·b`` each (GP: none); a
+  message-passing unit's halo-gradient op (``PushHistory``: ``H_in``, ``G_in``) also keeps every chunk's last
+  push, ``Σ_c |halo(c)|·d·b``;
 * ``activations`` — what autograd saves per row, measured per unit kind (:mod:`.profile`), times the rows in
   flight under the schedule: every chunk for gpipe, at most the simulated peak in flight for 1f1b
   (``min(S−s, C)``), only the stage inputs with ``--recompute`` plus one chunk's activations while it is
@@ -107,7 +109,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
                 params_total: int, params_trained: int, allreduce: bool, history_dims: list[int],
                 own_parts: list[tuple[int, int, int]], inflight_rows: int, act_bytes_per_row: float,
                 recompute_rows: int, d_in: int, d_out: int, d_shared: int, first: bool, last: bool,
-                way_rows: int, max_dim: int, local_csr: bool, active_rows: int) -> MemoryBreakdown:
+                way_rows: int, max_dim: int, local_csr: bool, active_rows: int, push_bytes: int = 0) -> MemoryBreakdown:
     """The breakdown of one rank.
 
     Args:
@@ -124,6 +126,8 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
             (not the input features: ``x`` is the graph kind).
         local_csr: the rank builds a local CSR of its part (GP, hybrid evaluation).
         active_rows: rows of the largest block one backward pass works on (a chunk, a part, the graph).
+        push_bytes: the halo-gradient ops' kept pushes (``Σ_ops Σ_c |halo(c)|·d·b``; 0 without
+            message-passing units).
     """
     m = MemoryBreakdown(rank=rank, way=way, stage=stage)
     m.graph = N * F * b + 2 * E * 8 + N * 8 + 3 * N
@@ -137,7 +141,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         rows_part += max(1, len(kinds_nnz)) * (z * 8 + (r + 1) * 8 + z * (16 + b) + N * 8)
     m.adjacency = full + rows_part
     m.parameters = params_total * b + 3 * params_trained * b + (params_trained * b if allreduce else 0)
-    m.history = sum(2 * N * d * b for d in history_dims)
+    m.history = sum(2 * N * d * b for d in history_dims) + int(push_bytes)
     chunk_act = int(act_bytes_per_row * (recompute_rows if recompute_rows else inflight_rows))
     m.activations = chunk_act
     boundary_kept = inflight_rows * ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0)) * b

@@ -4,8 +4,13 @@
 
 * ``layer``  = ``Σ_ways Σ_{stage boundaries} 2·b·N_way·(d_boundary + d_h0)`` (forward embeddings and their
   gradients; ``d_h0`` is GCNII's shared tensor, which travels with the boundary);
-* ``graph``  = GP: ``2·b·M·Σd``; hybrid: ``b·(M_fwd + M_bwd)·Σd`` (forward: mirror rows ``j → i`` across ways;
-  backward: the reverse pairs; equal for undirected graphs) — ``Σd`` over every aggregation op;
+* ``graph``  = GP: ``b·M·(Σd + Σ_back d)`` (:func:`gnnpipe.partitioners.predict_gp_bytes`, ``b/4`` times its fp32
+  bytes): forward every op's mirror rows, backward their gradients for the ops whose input needs one
+  (``GNNModel.backward_aggregation_dims``: not a first layer reading the raw features, e.g. GAT's); hybrid:
+  ``b·(M_fwd·Σd + M_bwd·Σ_back,pull d + M_C·Σ_back,push d)`` — forward the mirror rows ``j → i`` across ways;
+  backward, for the pull op the reverse pairs (``M_bwd``, equal to ``M_fwd`` for undirected graphs), for a
+  message-passing unit's halo-gradient op the pushed halo rows of other ways, ``M_C = Σ_c |{v ∈ halo(c) :
+  way(v) ≠ way(c)}|`` (docs/HALO_GRADIENT.md);
 * ``weight`` = ``2·(W−1)·b·P`` (ring all-reduce of every trained parameter within each stage's peer group).
 
 **Time**: per stage and chunk, forward and backward seconds from the profile's fits (:mod:`.profile`) on the
@@ -174,8 +179,10 @@ class _Geometry:
     way_feats: np.ndarray  # [W, 4]
     mirror_fwd: int = 0
     mirror_bwd: int = 0
+    mirror_push: int = 0  # M_C: Σ_c |{v ∈ halo(c) : way(v) ≠ way(c)}| (hybrid halo-gradient pushes)
     peer_rows: dict = field(default_factory=dict)  # chunk -> (sent rows, received rows) per op, forward
     peer_rows_bwd: dict = field(default_factory=dict)
+    peer_rows_push: dict = field(default_factory=dict)  # backward of a message-passing unit's op
 
 
 def _geometry(plan, config) -> _Geometry:
@@ -210,6 +217,22 @@ def _geometry(plan, config) -> _Geometry:
                     recv[peer] = recv.get(peer, 0) + int(idx.numel())
                 for c in range(len(ptr) - 1):
                     dest[c] = (sent.get(c, 0), recv.get(c, 0))
+            # the halo-gradient op's backward: chunk c pushes the gradient of each halo row v of another way
+            # to way(v), which adds it under c's id (docs/HALO_GRADIENT.md)
+            src, dst = ei[0].long(), ei[1].long()
+            cut = way_of[src] != way_of[dst]
+            pairs = torch.unique(chunk_of[dst[cut]] * N + src[cut])
+            pc, pv = (pairs // N).tolist(), (pairs % N).tolist()
+            g.mirror_push = len(pc)
+            sent_p: dict[int, int] = {}
+            recv_p: dict[int, int] = {}
+            for c, v in zip(pc, pv):
+                sent_p[c] = sent_p.get(c, 0) + 1
+                w = int(np.searchsorted(wptr, c, side="right") - 1)
+                peer = wptr[int(way_of[v])] + (c - wptr[w])
+                recv_p[peer] = recv_p.get(peer, 0) + 1
+            for c in range(len(ptr) - 1):
+                g.peer_rows_push[c] = (sent_p.get(c, 0), recv_p.get(c, 0))
     return g
 
 
@@ -233,13 +256,20 @@ def predict_bytes(config, plan, model) -> dict:
     layer = sum(2 * b * N * (model.units[bounds[s + 1] - 1].out_dim + sh) for s in range(S - 1))
     graph = weight = 0
     if W > 1:
-        sum_d = sum(d for _, _, d in model.aggregation_dims())
+        from ..partitioners.metrics import FP32_BYTES, predict_gp_bytes
+
+        dims = [d for _, _, d in model.aggregation_dims()]
+        back = model.backward_aggregation_dims()
         g = _geometry(plan, config) if "mirror_count" not in plan.info or S > 1 else None
         if S == 1:
             m = int(plan.info["mirror_count"]) if g is None else g.mirror_fwd
-            graph = 2 * b * m * sum_d
+            graph = predict_gp_bytes(m, dims, [d for _, _, d in back])
         else:
-            graph = b * (g.mirror_fwd + g.mirror_bwd) * sum_d
+            push = [d for i, _, d in back if getattr(model.units[i], "message_passing", False)]
+            pull = [d for i, _, d in back if not getattr(model.units[i], "message_passing", False)]
+            graph = (predict_gp_bytes(g.mirror_fwd, dims, []) + predict_gp_bytes(g.mirror_bwd, [], pull)
+                     + predict_gp_bytes(g.mirror_push, [], push))
+        graph = graph * b // FP32_BYTES  # the formula counts fp32 elements
         P = sum(p.numel() for p in model.parameters() if p.requires_grad)
         weight = 2 * (W - 1) * b * P
     if W == 1 and S == 1:
@@ -292,6 +322,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     sh = profile.shared_dim
     P_units = [profile.kind(u).params for u in range(len(profile.units))]
     cores = hardware.devices_per_node if hardware.kind == "cpu" else None
+    back_units = {i for i, _, _ in model.backward_aggregation_dims()}  # ops whose input gradient is exchanged
+    push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
 
     def share_factor(per_rank_compute: list[float], makespan: float) -> float:
         if cores is None or makespan <= 0:
@@ -323,7 +355,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             for u in range(len(profile.units)):
                 for d in profile.agg_dims[u]:
                     rows = max(float(halo.max()), g.mirror_fwd / W)
-                    total += 2 * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
+                    n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
+                    total += n_dir * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
             P = sum(P_units)
             ar = hardware.group_link(list(range(W)), R, measured_ar)
             total += ar.allreduce_time(P * b, W) + step_pp * P
@@ -346,12 +379,14 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         if W == 1:
             return 0.0
         lo, hi = _stage_units(g.bounds, s)
-        rows_tab = g.peer_rows_bwd if backward else g.peer_rows
-        rows = max(max(rows_tab.get(bases[w] + c_local, (0, 0))) for w in range(W))
         members = [w * S + s for w in range(W)]
         link = hardware.group_link(members, R, measured)
         t = 0.0
         for u in range(lo, hi):
+            if backward and u not in back_units:
+                continue
+            rows_tab = (g.peer_rows_push if u in push_units else g.peer_rows_bwd) if backward else g.peer_rows
+            rows = max(max(rows_tab.get(bases[w] + c_local, (0, 0))) for w in range(W))
             for d in profile.agg_dims[u]:
                 t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
         return t
@@ -432,6 +467,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
         return sum(profile.kind(u).saved_bytes_per_row for u in range(lo, hi))
 
     max_dim = max(d for _, d in profile.unit_dims)  # widest unit output (the input features are the graph kind)
+    push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
     if W == 1 and S == 1:
         kinds = {k: nnz(k) for u in range(U) for k in profile.agg_kinds[u]}
         m = rank_memory(rank=0, way=0, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
@@ -466,13 +502,15 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
             n_inflight = min(int(inflight[s]), len(sizes))
             rows_inflight = int(sum(sizes[:n_inflight]))
             hist = [d for u in range(lo, hi) for d in profile.agg_dims[u]]
+            halo_rows = sum(int(g.chunk_feats[c][2]) for c in chunks)
+            push = sum(halo_rows * d * b for u in range(lo, hi) if u in push_units for d in profile.agg_dims[u])
             out.append(rank_memory(
                 rank=w * S + s, way=w, stage=s, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
                 params_trained=P_s, allreduce=W > 1, history_dims=hist, own_parts=parts, inflight_rows=rows_inflight,
                 act_bytes_per_row=act(lo, hi), recompute_rows=sizes[0] if config.recompute else 0,
                 d_in=profile.unit_dims[lo][0] if s > 0 else 0, d_out=profile.unit_dims[hi - 1][1] if s < S - 1 else 0,
                 d_shared=sh, first=s == 0, last=s == S - 1, way_rows=way_rows, max_dim=max_dim, local_csr=W > 1,
-                active_rows=sizes[0]))
+                active_rows=sizes[0], push_bytes=push))
     return out
 
 

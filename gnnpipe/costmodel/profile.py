@@ -192,10 +192,11 @@ def _representatives(config, F: int, Cls: int):
 def _saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     """Bytes saved for backward by each unit of ``model`` on rows ``[lo, hi)`` with the chunk op
     (distinct storages, parameters excluded; a storage counts for the first unit that saved it)."""
+    from ..core.aggregation import history_op
     from ..core.graph import GraphOps
-    from ..core.history import ChunkAggregate, History
 
     ops = GraphOps(data.edge_index, data.num_nodes, data.x.dtype)
+    adj: dict = {}  # the ops' shared cache of chunk rows, as in a stage
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: set[int] = set()
     out = []
@@ -216,14 +217,15 @@ def _saved_bytes(model, data, lo: int, hi: int) -> list[float]:
                 pass
             return t
 
-        hists = [History(data.num_nodes, h.dtype) for _ in unit.aggregations]
+        # the pipeline's op per aggregation (a message-passing unit's: the halo-gradient op, which takes the layer)
+        unit_ops = [history_op(unit, kind, data.num_nodes, h.dtype, h.device, "", ops, adj)
+                    for kind in unit.aggregations]
         counter = [0]
 
-        def agg(t, kind, hists=hists, counter=counter):
+        def agg(t, kind, layer=None, unit_ops=unit_ops, counter=counter):
             j = counter[0]
             counter[0] += 1
-            a_c, at_c = ops.chunk_rows(kind, lo, hi)
-            return ChunkAggregate.apply(t, hists[j], a_c, at_c, lo, hi, True)
+            return unit_ops[j].train(t, 0, (lo, hi), True, layer)
 
         h_in = h.detach().requires_grad_(i > 0)
         s_in = None if sh is None else sh.detach().requires_grad_(True)

@@ -78,6 +78,46 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
     assert g.mirror_fwd != g.mirror_bwd
 
 
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+def test_predicted_bytes_of_message_passing_models():
+    """GAT (message-passing units, halo-gradient op) in GP over 2 ways: predicted bytes equal measured exactly,
+    and its first layer (reading the raw features) sends no gradient back (``predict_gp_bytes`` with
+    ``backward_aggregation_dims``). GIN hybrid 2 × 2, C = 4: graph bytes are the forward mirror rows plus the
+    pushed halo rows of other ways per chunk, counted from the edges (the formula
+    ``tests/core/test_message_passing_dist.py::test_hybrid_bytes_with_pushes`` pins to the measurement)."""
+    from gnnpipe.costmodel.predict import _geometry
+
+    data = small_graph(n=120)
+    cfg = base_config(model="gat", ways=2, stages=1, correctors=[], layers=2, hidden=4, epochs=2)
+    plan = build_plan(cfg, data)
+    model = make_model(cfg, plan.num_features, plan.num_classes)
+    pred = predict_bytes(cfg, plan, model)
+    outs = launch.spawn(_jobs, 2, ([(cfg, plan)],), timeout_s=60, threads=1, max_runtime_s=150)
+    for rec in outs[0][0]["result"].epochs:
+        assert {"layer": rec["bytes_layer"], "graph": rec["bytes_graph"], "weight": rec["bytes_weight"]} == pred
+    dims = [d for _, _, d in model.aggregation_dims()]
+    m = _geometry(plan, cfg).mirror_fwd
+    b = 8 if cfg.dtype == "float64" else 4
+    assert 0 < pred["graph"] < 2 * b * m * sum(dims)  # less than if the first layer's gradient went back
+
+    hcfg = base_config(model="gin", ways=2, stages=2, chunks=4, layers=2, epochs=2)
+    hplan = build_plan(hcfg, small_graph(n=100))
+    hmodel = make_model(hcfg, hplan.num_features, hplan.num_classes)
+    g = _geometry(hplan, hcfg)
+    chunk = [c for c in range(len(g.chunk_ptr) - 1) for _ in range(g.chunk_ptr[c], g.chunk_ptr[c + 1])]
+    way = [w for w in range(hcfg.ways) for _ in range(g.chunk_ptr[g.way_ptr[w]], g.chunk_ptr[g.way_ptr[w + 1]])]
+    fwd, push = set(), set()
+    for j, i in zip(*hplan.data.edge_index.tolist()):
+        if way[j] != way[i]:
+            fwd.add((j, way[i]))
+            push.add((j, chunk[i]))
+    d = sum(d for _, _, d in hmodel.aggregation_dims())
+    assert len(push) > len(fwd) == g.mirror_fwd and g.mirror_push == len(push)
+    hb = 8 if hcfg.dtype == "float64" else 4
+    assert predict_bytes(hcfg, hplan, hmodel)["graph"] == hb * (len(fwd) + len(push)) * d
+
+
 def test_history_and_parameter_memory_are_exact(small_profile):
     """The memory model's history bytes equal the buffers a stage allocates (2·N·d·b per op of the stage)."""
     cfg, data, prof = small_profile
