@@ -49,6 +49,61 @@ def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
     return config
 
 
+def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = None, data=None,
+         chunks_per_stage=(4,), over_partitions=(1, 4), schedulers=("gpipe", "1f1b"), profile_in=None,
+         profile_out=None, progress: bool = True, **overrides: Any):
+    """Profile the model on the graph here and predict every feasible layout of ``ranks`` ranks (cost model,
+    :mod:`gnnpipe.costmodel`): epoch time, bytes per epoch, peak memory per rank.
+
+    Args:
+        config / overrides: as for :func:`train` (its ``ways``, ``stages``, ``chunks`` are ignored).
+        ranks: ``R``. hardware: a :class:`~gnnpipe.costmodel.Hardware`, a TOML path or shipped name, or
+            ``None`` (this machine with the measured link). data: optional PyG ``Data`` instead of the dataset.
+        chunks_per_stage, over_partitions, schedulers: the candidates (see
+            :func:`gnnpipe.costmodel.enumerate_layouts`).
+        profile_in / profile_out: load / save the profile JSON.
+
+    Returns:
+        ``(predictions sorted best first — those that fit first, hardware, profile)``.
+
+    Raises:
+        ConfigError: bad ranks or hardware file; no feasible layout.
+    """
+    config = _as_config(config, overrides)
+    check_names(config)
+    config = resolve_config(config)
+    data = load_data(config) if data is None else prepare_data(data, config)
+    return _plan_prepared(config, data, ranks, hardware, chunks_per_stage, over_partitions, schedulers,
+                          profile_in, profile_out, progress)
+
+
+def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),
+                   schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress=True):
+    from .costmodel import Profile, load_hardware, plan_layouts, profile
+    from .costmodel.hardware import Hardware, local_hardware
+    from .errors import ConfigError
+
+    if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
+    if hardware is None:
+        hw = local_hardware()
+    elif isinstance(hardware, Hardware):
+        hw = hardware
+    else:
+        hw = load_hardware(hardware)
+    if profile_in:
+        prof = Profile.load(profile_in)
+    else:
+        if progress:
+            print("gnnpipe: profiling the model on this graph (unit chunk costs, activations, link)…", file=sys.stderr)
+        prof = profile(config, data, verbose=progress)
+    if profile_out:
+        prof.save(profile_out)
+    preds = plan_layouts(config, data, ranks, prof, hw, chunks_per_stage=chunks_per_stage,
+                         over_partitions=over_partitions, schedulers=schedulers)
+    return preds, hw, prof
+
+
 _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume"}
 
 
@@ -76,6 +131,8 @@ def describe_run(config: TrainConfig, data) -> str:
 
 
 def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,
+          layout: Optional[str] = None, ranks: Optional[int] = None, hardware: Any = None,
+          plan_options: Optional[dict] = None,
           **overrides: Any) -> Optional[TrainResult]:
     """Train as configured and return a :class:`~gnnpipe.core.results.TrainResult`.
 
@@ -90,6 +147,12 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         progress: show a progress bar on a terminal, and (unless ``log_every`` is given) epoch lines elsewhere.
         options: a :class:`~gnnpipe.core.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
             ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be keywords.
+        layout: ``None``/``"manual"`` (use ``ways``/``stages``/``chunks`` as configured) or ``"auto"``: profile,
+            predict every layout of ``ranks`` ranks (:func:`plan`), print the ranking and train the best that fits
+            (the ranking and the choice are stored in ``result.extra["layout_auto"]``).
+        ranks: ``R`` for ``layout="auto"``. hardware: for ``layout="auto"`` (see :func:`plan`).
+        plan_options: for ``layout="auto"``, more keywords of :func:`plan` (``chunks_per_stage``,
+            ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``).
 
     Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
     also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options
@@ -107,7 +170,6 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     """
     from .core import launch
     from .core.options import RunOptions
-    from .core.runner import build_plan, check_schedule, format_plan, share_profiled_split, worker
 
     opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
     if options is None:
@@ -119,25 +181,71 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     config = _as_config(config, overrides)
     check_names(config)
     config = resolve_config(config)
-    launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
-    if options.resume:  # refuse a changed configuration before loading data or starting ranks
-        from .core.checkpoint import check_resume, read_meta
+    if layout not in (None, "manual", "auto"):
+        from .errors import ConfigError
 
-        changed = check_resume(config, read_meta(options.resume))
-        if changed:
-            warnings.warn(f"resuming {options.resume} in another layout ({', '.join(changed)} changed): weights, "
-                          f"optimizer state and the epoch records carry over; history, corrector state and random "
-                          f"states restart, so the continuation is not bit-identical to an uninterrupted run",
-                          stacklevel=2)
+        raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
+    if layout != "auto":
+        launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
+        _check_resume(config, options)  # refuse a changed configuration before loading data or starting ranks
     data = load_data(config) if data is None else prepare_data(data, config)
+    auto = None
+    if layout == "auto":
+        config, auto = _auto_layout(config, data, ranks, hardware, progress, plan_options or {})
+        launch.check_torchrun_world(config.world_size, f"the layout --layout auto picked ({config.ways} × "
+                                    f"{config.stages})")
+        _check_resume(config, options)
     if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
         print(describe_run(config, data), file=sys.stderr)
+    result = _train_prepared(config, data, progress, options)
+    if result is not None and auto is not None:
+        result.extra["layout_auto"] = auto
+    return result
+
+
+def _check_resume(config: TrainConfig, options) -> None:
+    """Warn when ``options.resume`` names a checkpoint of another layout
+    (:func:`~gnnpipe.core.checkpoint.check_resume`)."""
+    if not options.resume:
+        return
+    from .core.checkpoint import check_resume, read_meta
+
+    changed = check_resume(config, read_meta(options.resume))
+    if changed:
+        warnings.warn(f"resuming {options.resume} in another layout ({', '.join(changed)} changed): weights, "
+                      f"optimizer state and the epoch records carry over; history, corrector state and random "
+                      f"states restart, so the continuation is not bit-identical to an uninterrupted run",
+                      stacklevel=3)
+
+
+def _auto_layout(config, data, ranks, hardware, progress, options):
+    """Plan, print the ranking, pick the best layout that fits; returns ``(config, record)``."""
+    from .costmodel.predict import format_ranking, layout_config
+    from .errors import ConfigError
+
+    preds, hw, _ = _plan_prepared(config, data, ranks, hardware, progress=progress, **options)
+    print(format_ranking(preds, hw), file=sys.stderr)
+    best = next((p for p in preds if p.fits), None)
+    if best is None:
+        raise ConfigError(f"no layout of {ranks} rank(s) fits the memory of {hw.name}; use more ranks, a smaller "
+                          f"model, --recompute, or --hardware with more memory")
+    s = best.spec
+    print(f"gnnpipe: --layout auto picked {s.label()}, {s.chunks} chunk(s), over-partition {s.over_partition}"
+          f"{', ' + s.scheduler if s.stages > 1 else ''} (predicted {1000 * best.epoch_s:,.1f} ms/epoch)",
+          file=sys.stderr)
+    return layout_config(config, s), {"chosen": best.to_record(), "ranking": [p.to_record() for p in preds]}
+
+
+def _train_prepared(config, data, progress, options):
+    from .core import launch
+    from .core.runner import build_plan, check_schedule, format_plan, share_profiled_split, worker
+
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch
 
         ignored = ignored_options(config)
         if ignored:
-            warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
+            warnings.warn("ignored: " + "; ".join(ignored), stacklevel=3)
         torch.set_num_threads(config.threads)
         return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
     plan = build_plan(config, data)

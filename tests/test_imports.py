@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "gnnpipe"
 
 #: the layering (STYLE "Habits", DESIGN §3): a module may import its own package or a strictly lower layer.
-#: data < models; schedulers < partitioners; correctors < core < experiments < api < cli; shared utilities
+#: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < api < cli; shared utilities
 #: (errors, registry, the package root) at the bottom, ``__main__`` on top.
 LAYERS = {
     "gnnpipe.errors": 0,
@@ -24,7 +24,7 @@ LAYERS = {
     "models": 3, "partitioners": 3,
     "correctors": 4,
     "core": 5,
-    "experiments": 6,
+    "experiments": 6, "costmodel": 6,
     "api": 7,
     "cli": 8,
     "__main__": 9,
@@ -146,5 +146,7 @@ def test_a_circle_and_an_upward_import_would_be_caught():
     """The checks themselves: a two-module circle is found, and the layer map ranks cli above core."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
+    # the cost model profiles with core and is used by api/cli; core never imports it
+    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.runner")[1]
     with pytest.raises(AssertionError, match="no layer"):
         _layer("gnnpipe.newpkg.mod")

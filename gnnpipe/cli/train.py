@@ -35,6 +35,30 @@ def check_writable(path: str) -> None:
         raise ConfigError(f"the folder of --out {path!r} is not writable; pick another path")
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return vals
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags shared by ``gnnpipe plan`` and ``gnnpipe train --layout auto``."""
+    g = p.add_argument_group("layout planning (cost model)")
+    g.add_argument("--ranks", "-P", type=int, default=None, help="ranks R to plan for (plan: required)")
+    g.add_argument("--hardware", default=None,
+                   help="hardware TOML file or shipped name (local-2core, cpu-16core, paper-a5000); "
+                        "default: this machine with the measured link")
+    g.add_argument("--chunks-per-stage", type=_ints, default=[4], help="chunks per stage and way k (C = k·S·W), comma-separated")
+    g.add_argument("--over-partitions", type=_ints, default=[1, 4], help="METIS over-partitioning factors to try")
+    g.add_argument("--schedulers", default="gpipe,1f1b", help="schedulers to try (comma-separated)")
+    g.add_argument("--profile-in", default=None, help="reuse a profile JSON written by --profile-out")
+    g.add_argument("--profile-out", default=None, help="write the profile JSON")
+
+
 def register(sub) -> None:
     from .main import HelpFormatter
 
@@ -45,6 +69,10 @@ def register(sub) -> None:
                    help="write the result (config, per-epoch records, summary) as JSON")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: shown on a terminal)")
+    p.add_argument("--layout", choices=["manual", "auto"], default="manual",
+                   help="manual: --ways/--stages/--chunks as given; auto: profile, predict every layout of --ranks "
+                        "ranks (the cost model of `gnnpipe plan`), print the ranking, train the best that fits")
+    add_plan_arguments(p)
     add_run_arguments(p)
     p.set_defaults(func=run)
 
@@ -85,11 +113,21 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     if args.out:
         check_writable(args.out)
+    layout_kw = {}
+    if args.layout == "auto":
+        from ..errors import ConfigError
+
+        if args.ranks is None:
+            raise ConfigError("--layout auto needs the number of ranks: --ranks R")
+        plan_options = {"chunks_per_stage": args.chunks_per_stage, "over_partitions": args.over_partitions,
+                        "schedulers": [x.strip() for x in args.schedulers.split(",") if x.strip()],
+                        "profile_in": args.profile_in, "profile_out": args.profile_out}
+        layout_kw = {"layout": "auto", "ranks": args.ranks, "hardware": args.hardware, "plan_options": plan_options}
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C
     try:
-        result = train(config, progress=args.progress, options=options)
+        result = train(config, progress=args.progress, options=options, **layout_kw)
     except BaseException as exc:
         partial = getattr(exc, "result", None)
         if partial is not None and args.out:  # the epochs completed so far are not lost

@@ -74,7 +74,19 @@ def gather_accuracies(logits: Tensor | None, y: Tensor, masks: dict[str, Tensor]
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this process in bytes: CUDA max allocated on a GPU, else the peak resident set size."""
+    """Peak memory of this process in bytes: CUDA max allocated on a GPU, else the peak resident set size.
+
+    On Linux the peak resident size is ``VmHWM`` of ``/proc/self/status``: ``getrusage``'s ``ru_maxrss`` survives
+    ``exec``, so in a rank started with the 'spawn' method it starts at the launcher's resident size at the
+    fork (which holds the whole graph and the partitioner's work), not at the rank's own. Elsewhere: ``ru_maxrss``.
+    """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

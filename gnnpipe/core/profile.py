@@ -30,7 +30,8 @@ def _row_slice_sample(data: Any, k: int) -> Any:
 
 
 def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
-                       chunk_ptr: Tensor | None = None, *, phases: bool = False) -> "list[float] | UnitPhases":
+                       chunk_ptr: Tensor | None = None, *, phases: bool = False,
+                       clock: Any = time.perf_counter) -> "list[float] | UnitPhases":
     """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
 
     Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
@@ -60,6 +61,9 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         repeats: timed passes (``>= 1``).
         chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
         phases: return a :class:`UnitPhases` (forward and backward seconds per unit and chunk) instead.
+        clock: the timer, a callable returning seconds (default wall time, ``time.perf_counter``;
+            ``time.thread_time`` measures the CPU time of this thread, which other processes on a busy
+            machine do not inflate).
 
     Returns:
         ``list[float]`` of length ``U``, seconds per unit (forward + backward, summed over chunks).
@@ -82,12 +86,12 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
             raise ConfigError(f"chunk_ptr must rise strictly from 0 to the {n} vertices of the sample; got "
                               f"{ptr[:4]}{'…' if len(ptr) > 4 else ''}")
         ranges = list(zip(ptr, ptr[1:]))
-        run_unit = _chunked_runner(graph_ops, ranges, n)
+        run_unit = _chunked_runner(graph_ops, ranges, n, clock)
     else:
         agg = graph_ops.aggregate
 
         def run_unit(unit, i, h, shared):
-            o, s_o, tf, tb = _timed_unit(unit, h, shared, agg, i > 0)
+            o, s_o, tf, tb = _timed_unit(unit, h, shared, agg, i > 0, clock)
             return o, s_o, [tf], [tb]
 
     params = list(model.parameters())
@@ -118,23 +122,24 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
     return measured if phases else measured.unit_costs()
 
 
-def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool):
+def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool,
+                clock: Any = time.perf_counter):
     """Forward + backward of one unit on ``h``; returns the detached outputs, forward and backward seconds."""
     h_in = h.detach().requires_grad_(input_grad)
     s_in = None if shared is None else shared.detach().requires_grad_(True)
-    t0 = time.perf_counter()
+    t0 = clock()
     out, s_out = unit(h_in, s_in, agg)
     loss = out.sum()
     if s_out is not None and s_out is not s_in and s_out.requires_grad:
         loss = loss + s_out.sum()
-    t1 = time.perf_counter()
+    t1 = clock()
     if loss.requires_grad:
         loss.backward()
-    t2 = time.perf_counter()
+    t2 = clock()
     return out.detach(), (None if s_out is None else s_out.detach()), t1 - t0, t2 - t1
 
 
-def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
+def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int, clock: Any = time.perf_counter):
     """``run_unit(unit, i, h, shared) -> (h', shared', forward s per chunk, backward s per chunk)`` running a
     unit chunk by chunk with the pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
     adj: dict = {}  # (kind, chunk) -> row slices, shared by the ops as in a stage
@@ -149,7 +154,7 @@ def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
         for c, rows in enumerate(ranges):
             make = unit_aggregators({i: unit}, lambda _, j, t, kind, layer, c=c, rows=rows: ops[j].train(t, c, rows, True, layer))
             o, s_o, tf, tb = _timed_unit(unit, h[rows[0]:rows[1]], None if shared is None else shared[rows[0]:rows[1]],
-                                         make(i), i > 0)
+                                         make(i), i > 0, clock)
             outs.append(o)
             shs.append(s_o)
             fw.append(tf)

@@ -299,6 +299,7 @@ def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
         "cpu_s": m[:, 8].tolist(),
         "comm_s": comms,
         "idle_s": idles,
+        "cpu_s": m[:, 8].tolist(),  # thread CPU seconds of each rank's epoch (compute_s is wall-derived)
     }
 
 

@@ -1,0 +1,254 @@
+"""Cost model validation: predicted vs measured epoch time, bytes per epoch and peak memory per rank.
+
+    python benchmarks/bench_cost_model.py --out cost_model.json            # the full set (16 runs)
+    python benchmarks/bench_cost_model.py --quick --out cost_model.json    # 12 small runs (~10 min on 2 cores)
+
+For each job (dataset × model) the model is profiled once here (``gnnpipe.costmodel.profile``; the link is
+measured once for all jobs), every listed layout is predicted for this machine (``local_hardware``), and then
+trained for ``--epochs`` epochs by ``python -m gnnpipe train`` in a fresh process (so that each run's peak
+memory is its own). Measured: mean epoch time over the epochs after the first, the last epoch's bytes by
+kind, the peak resident memory of every rank (``VmHWM``). Memory is compared above the runtime floor: a
+spawned rank's floor is the profile's probe (torch, PyG and gloo imported and joined, no data), the single
+process's floor a fresh interpreter that imported gnnpipe's CLI; both absolute and above-floor figures are
+printed.
+
+The machine's load is measured around each run: ``cpu share`` = thread CPU time / wall time of a 0.3 s busy
+loop (1.0 on an idle core). The predictions are of CPU work on this machine's cores (ranks beyond the cores
+share them); on a machine shared with other jobs the measured wall time exceeds them by about 1 / share.
+Prints a markdown table; ``--out`` writes every record as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+
+# job name -> (train flags, [(ways, stages, chunks, over, scheduler)])
+JOBS = {
+    "Cora GCNII-16 h64": (["--dataset", "Cora", "--root", str(DATA / "planetoid"), "--normalize-features",
+                           "--model", "gcnii", "--layers", "16", "--hidden", "64"],
+                          [(1, 1, 1, 1, "gpipe"), (1, 2, 8, 4, "gpipe"), (1, 4, 16, 4, "1f1b"), (4, 1, 4, 1, "gpipe")]),
+    "Computers GCNII-32 h100": (["--dataset", "Computers", "--root", str(DATA / "amazon"), "--model", "gcnii",
+                                 "--layers", "32", "--hidden", "100"],
+                                [(1, 1, 1, 1, "gpipe"), (1, 2, 8, 4, "gpipe"), (1, 4, 16, 4, "gpipe"),
+                                 (2, 1, 2, 1, "gpipe"), (2, 2, 16, 4, "1f1b")]),
+    "Physics GCNII-8 h64": (["--dataset", "Physics", "--root", str(DATA / "coauthor"), "--model", "gcnii",
+                             "--layers", "8", "--hidden", "64"],
+                            [(1, 1, 1, 1, "gpipe"), (1, 3, 12, 4, "gpipe"), (2, 1, 2, 1, "gpipe")]),
+    "synthetic 40k d10 GCNII-8 h64": (["--num-nodes", "40000", "--avg-degree", "10", "--model", "gcnii",
+                                       "--layers", "8", "--hidden", "64"],
+                                      [(1, 1, 1, 1, "gpipe"), (1, 2, 8, 1, "1f1b"), (1, 4, 16, 4, "gpipe"),
+                                       (2, 2, 16, 4, "gpipe")]),
+}
+
+QUICK = {
+    "Cora GCNII-16 h64": JOBS["Cora GCNII-16 h64"],
+    "Computers GCNII-8 h64": (["--dataset", "Computers", "--root", str(DATA / "amazon"), "--model", "gcnii",
+                               "--layers", "8", "--hidden", "64"],
+                              [(1, 1, 1, 1, "gpipe"), (1, 2, 8, 4, "gpipe"), (2, 1, 2, 1, "gpipe")]),
+    "Physics GCNII-4 h64": (["--dataset", "Physics", "--root", str(DATA / "coauthor"), "--model", "gcnii",
+                             "--layers", "4", "--hidden", "64"],
+                            [(1, 1, 1, 1, "gpipe"), (1, 3, 12, 4, "gpipe")]),
+    "synthetic 20k d10 GCNII-8 h64": (["--num-nodes", "20000", "--avg-degree", "10", "--model", "gcnii",
+                                       "--layers", "8", "--hidden", "64"],
+                                      [(1, 1, 1, 1, "gpipe"), (1, 2, 8, 1, "1f1b"), (2, 2, 16, 4, "gpipe")]),
+}
+
+
+#: glibc: a fixed mmap threshold returns every freed block >= 128 KiB at once, so the resident peak is the
+#: peak of live memory (2-3x slower; used only to measure memory)
+LIVE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def cpu_share(seconds: float = 0.3) -> float:
+    """Thread CPU time / wall time of a busy loop (1.0 on an idle core)."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    x = 0
+    while time.perf_counter() - w0 < seconds:
+        x += 1
+    return (time.thread_time() - c0) / (time.perf_counter() - w0)
+
+
+def single_floor() -> int:
+    """Peak resident bytes of a fresh interpreter that imported gnnpipe's CLI (no data)."""
+    code = ("import torch, torch_geometric.data, gnnpipe.api, gnnpipe.cli.main\n"
+            "from gnnpipe.core.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
+
+
+def layout_flags(w: int, s: int, c: int, over: int, sch: str) -> list[str]:
+    if w == 1 and s == 1:
+        return []
+    if s == 1:
+        return ["--ways", str(w), "--correctors", "none", "--over-partition", "1"]
+    return ["--ways", str(w), "--stages", str(s), "--chunks", str(c), "--over-partition", str(over), "--scheduler", sch]
+
+
+def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [sys.executable, "-m", "gnnpipe", "train", *flags, "--epochs", str(epochs), "--eval-every",
+               str(epochs), "--no-progress", "--out", str(out)]
+        share0 = cpu_share()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+        share1 = cpu_share()
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
+        r = json.loads(out.read_text())
+    ep = r["epochs"]
+    later = ep[1:] if len(ep) > 1 else ep
+    last = ep[-1]
+    return {
+        "epoch_s": sum(e["time_s"] for e in later) / len(later),
+        "epoch_s_all": [e["time_s"] for e in ep],
+        "bytes": {k: int(last.get(f"bytes_{k}", 0)) for k in ("layer", "graph", "weight")},
+        "peak_mem_bytes": r["peak_mem_bytes"], "cpu_share": (share0 + share1) / 2,
+        "chunk_sizes": r.get("plan", {}).get("chunk_sizes"),
+        "compute_s": [sum(e["compute_s"][k] for e in later) / len(later) for k in range(len(r["peak_mem_bytes"]))]
+        if "compute_s" in last else None,
+        # thread CPU seconds per rank per epoch (every run records a list: one per rank, one for a single process)
+        "cpu_s": [sum(e["cpu_s"][k] for e in later) / len(later) for k in range(len(last["cpu_s"]))]
+        if "cpu_s" in last else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="the 12 smaller runs")
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--jobs", default=None, help="comma-separated job names (substring match)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    ap.add_argument("--no-live-memory", dest="live_memory", action="store_false",
+                    help="skip the extra 1-epoch run per layout that measures live memory")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--from-json", default=None, help="only print the tables of a previous --out file")
+    args = ap.parse_args()
+    if args.from_json:
+        records = json.loads(Path(args.from_json).read_text())
+        print(table(records))
+        print()
+        print(ranking(records))
+        return
+
+    from gnnpipe import api
+    from gnnpipe.cli.train import add_train_arguments, config_from_args
+    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.costmodel import profile
+    from gnnpipe.costmodel.hardware import local_hardware
+    from gnnpipe.costmodel.predict import LayoutSpec, predict_layout
+    from gnnpipe.costmodel.profile import profile_link
+
+    jobs = QUICK if args.quick else JOBS
+    if args.jobs:
+        keys = [k.strip() for k in args.jobs.split(",")]
+        jobs = {n: j for n, j in jobs.items() if any(k in n for k in keys)}
+    hw = local_hardware()
+    p2p, ar, raw = profile_link()
+    floor_rank = int(raw["floor"])
+    floor_single = single_floor()
+    print(f"link: p2p {p2p}, allreduce {ar}; runtime floor: rank {floor_rank / 2**20:.0f} MiB, "
+          f"single process {floor_single / 2**20:.0f} MiB; hardware: {hw.name}", file=sys.stderr)
+    records = []
+    for name, (flags, layouts) in jobs.items():
+        parser = argparse.ArgumentParser()
+        add_train_arguments(parser)
+        cfg = resolve_config(config_from_args(parser.parse_args(flags)))
+        data = api.load_data(cfg)
+        t0 = time.perf_counter()
+        prof = profile(cfg, data, link_result=(p2p, ar, floor_rank))
+        print(f"{name}: profiled in {time.perf_counter() - t0:.1f} s (fit RMS error {prof.fit_error:.1%}, "
+              f"cpu/wall {prof.cpu_over_wall:.2f})", file=sys.stderr)
+        for w, s, c, over, sch in layouts:
+            spec = LayoutSpec(w, s, c, over, sch)
+            floor = floor_single if (w, s) == (1, 1) else floor_rank
+            pred = predict_layout(cfg, data, spec, prof, hw, floor)
+            print(f"  {spec.label()} C={c} over={over} {sch}: predicted {1000 * pred.epoch_s:.1f} ms; training…",
+                  file=sys.stderr)
+            meas = measure(flags + layout_flags(w, s, c, over, sch), args.epochs, args.timeout)
+            if args.live_memory:  # one more epoch with a fixed mmap threshold: resident memory = live memory
+                live = measure(flags + layout_flags(w, s, c, over, sch), 1, args.timeout, LIVE_ENV)
+                meas["live_peak_mem_bytes"] = live["peak_mem_bytes"]
+            rec = {"job": name, "layout": spec.label(), "ways": w, "stages": s, "chunks": c, "over_partition": over,
+                   "scheduler": sch, "predicted": pred.to_record(), "measured": meas, "floor_bytes": floor,
+                   "profile": {"fit_error": prof.fit_error, "cpu_over_wall": prof.cpu_over_wall,
+                               "profile_s": prof.profile_s},
+                   "same_plan": meas["chunk_sizes"] in (None, pred.plan_info.get("chunk_sizes"))}
+            records.append(rec)
+            print(f"    measured {1000 * meas['epoch_s']:.1f} ms (cpu share {meas['cpu_share']:.2f}), bytes "
+                  f"{'equal' if meas['bytes'] == pred.bytes else 'DIFFER'}", file=sys.stderr)
+    print(table(records))
+    print()
+    print(ranking(records))
+    if args.out:
+        Path(args.out).write_text(json.dumps(records, indent=1))
+        print(f"wrote {args.out}", file=sys.stderr)
+
+
+def table(records: list[dict]) -> str:
+    """Markdown: time, bytes, and memory above the runtime floor (max over ranks): predicted live vs measured
+    live (fixed mmap threshold), predicted resident vs measured resident (default allocator)."""
+    lines = ["| job | layout | C | over | sched | predicted ms | measured ms | pred/meas | cpu share | "
+             "work ms/rank pred (max) | CPU ms/rank meas (max) | pred/meas | bytes equal | "
+             "live MiB pred | live MiB meas | pred/meas | resident MiB pred | resident MiB meas | pred/meas |",
+             "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
+
+    def ratio(a, b):
+        return f"{a / b:.2f}" if b > 0 else "n/a"
+
+    for r in records:
+        p, m = r["predicted"], r["measured"]
+        fl = r["floor_bytes"]
+        live_p = max(p["predicted_mem_bytes"]) / 2**20
+        res_p = max(p["predicted_resident_above_floor_bytes"]) / 2**20
+        res_m = (max(m["peak_mem_bytes"]) - fl) / 2**20
+        live_m = (max(m["live_peak_mem_bytes"]) - fl) / 2**20 if "live_peak_mem_bytes" in m else float("nan")
+        work_p = 1000 * max(p.get("predicted_work_s") or [float("nan")])
+        cpu_m = 1000 * max(m.get("cpu_s") or [float("nan")])
+        lines.append(
+            f"| {r['job']} | {r['layout']} | {r['chunks']} | {r['over_partition']} | "
+            f"{r['scheduler'] if r['stages'] > 1 else '-'} | {1000 * p['predicted_epoch_s']:,.1f} | "
+            f"{1000 * m['epoch_s']:,.1f} | {ratio(p['predicted_epoch_s'], m['epoch_s'])} | {m['cpu_share']:.2f} | "
+            f"{work_p:,.1f} | {cpu_m:,.1f} | {ratio(work_p, cpu_m)} | "
+            f"{'yes' if m['bytes'] == p['predicted_bytes_by_kind'] else 'NO'} | {live_p:,.0f} | {live_m:,.0f} | "
+            f"{ratio(live_p, live_m)} | {res_p:,.0f} | {res_m:,.0f} | {ratio(res_p, res_m)} |")
+    return "\n".join(lines)
+
+
+def ranking(records: list[dict], margin: float = 0.2) -> str:
+    """Per job, every pair of layouts whose measured epoch times differ by more than ``margin``: does the
+    prediction order them the same way? Also the error counts of the acceptance criteria."""
+    lines = ["| job | pairs differing > 20 % | predicted order agrees |", "|---|--:|--:|"]
+    by_job: dict[str, list] = {}
+    for r in records:
+        by_job.setdefault(r["job"], []).append(r)
+    for job, rs in by_job.items():
+        n = ok = 0
+        for i in range(len(rs)):
+            for j in range(i + 1, len(rs)):
+                a, b = rs[i], rs[j]
+                ma, mb = a["measured"]["epoch_s"], b["measured"]["epoch_s"]
+                if max(ma, mb) / min(ma, mb) - 1 <= margin:
+                    continue
+                n += 1
+                pa, pb = a["predicted"]["predicted_epoch_s"], b["predicted"]["predicted_epoch_s"]
+                ok += (pa < pb) == (ma < mb)
+        lines.append(f"| {job} | {n} | {ok} |")
+    within = sum(abs(r["predicted"]["predicted_epoch_s"] / r["measured"]["epoch_s"] - 1) <= 0.25 for r in records)
+    exact = sum(r["measured"]["bytes"] == r["predicted"]["predicted_bytes_by_kind"] for r in records)
+    lines.append("")
+    lines.append(f"epoch time within 25 %: {within} of {len(records)} runs; bytes equal: {exact} of {len(records)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,268 @@
+"""The hardware description the cost model predicts for: a TOML file (``gnnpipe plan --hardware FILE``).
+
+A machine is ``count`` identical nodes of ``devices`` compute devices each (CPU cores, or GPUs), a speed
+factor of one device relative to the device the profile was measured on, memory, and two links
+(within a node, between nodes). Ranks are placed in blocks: ``ranks_per_node = ceil(R / count)``, rank
+``r`` on node ``r // ranks_per_node``. On a CPU node, ranks beyond its cores share them (as on a
+2-core machine running 4 ranks): the simulation slows compute down by the mean number of ranks that
+compute at the same time per core (see :func:`gnnpipe.costmodel.predict.predict_time`).
+
+Format (every key below; ``[link.*]`` may be left out, then the link measured by the profile's
+ping-pong over the actual backend is used)::
+
+    name = "8x RTX A5000 over 2 nodes"
+    [node]
+    count = 2            # nodes
+    devices = 4          # compute devices per node: CPU cores (kind = "cpu") or GPUs (kind = "gpu")
+    kind = "gpu"
+    memory_gib = 256     # host memory per node (optional)
+    [device]
+    speed = 40.0         # compute speed of one device / the profiled device's (> 0)
+    memory_gib = 24      # memory of one device (optional; GPUs)
+    [link.intra]         # between two ranks of one node
+    latency_us = 10.0
+    bandwidth_gbps = 12.0   # GB/s (10^9 bytes per second), one direction
+    [link.inter]         # between nodes
+    latency_us = 25.0
+    bandwidth_gbps = 1.25
+
+Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``), in
+``gnnpipe/costmodel/machines/``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+from ..errors import ConfigError
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+MACHINES = Path(__file__).parent / "machines"
+GIB = 2 ** 30
+
+_TOP = {"name", "node", "device", "link"}
+_NODE = {"count", "devices", "kind", "memory_gib"}
+_DEVICE = {"speed", "memory_gib"}
+_LINK = {"latency_us", "bandwidth_gbps"}
+
+
+@attrs.frozen
+class Link:
+    """A point-to-point link: a transfer of ``n`` bytes takes ``latency_s + n / bandwidth_Bps`` seconds.
+
+    Attributes:
+        latency_s: seconds per message (>= 0). bandwidth_Bps: bytes per second, one direction (> 0).
+    """
+
+    latency_s: float
+    bandwidth_Bps: float
+
+    def __attrs_post_init__(self) -> None:
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise ConfigError(f"link latency must be a finite number >= 0 seconds, got {self.latency_s!r}")
+        if not self.bandwidth_Bps > 0:
+            raise ConfigError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_Bps!r}")
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` (0 bytes: nothing is sent, 0 s)."""
+        return self.latency_s + nbytes / self.bandwidth_Bps if nbytes > 0 else 0.0
+
+    def allreduce_time(self, nbytes: float, group: int) -> float:
+        """Ring all-reduce of ``nbytes`` over ``group`` ranks: ``2(G−1)`` steps of ``nbytes / G`` each
+        (Patarasuk & Yuan 2009; the byte count of :class:`gnnpipe.core.comm.Comm`)."""
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        return 2 * (group - 1) * (self.latency_s + nbytes / group / self.bandwidth_Bps)
+
+
+@attrs.frozen
+class Hardware:
+    """A machine to predict for (module docstring).
+
+    Attributes:
+        name: label. nodes: node count. devices_per_node: CPU cores or GPUs per node. kind: ``"cpu"`` or
+        ``"gpu"``. speed: compute speed of one device relative to the profiled device (compute seconds
+        are divided by it). node_memory_bytes / device_memory_bytes: limits (``None``: unknown, not checked).
+        intra / inter: links (``None``: use the profile's measured link).
+    """
+
+    name: str
+    nodes: int = 1
+    devices_per_node: int = 1
+    kind: str = "cpu"
+    speed: float = 1.0
+    node_memory_bytes: Optional[int] = None
+    device_memory_bytes: Optional[int] = None
+    intra: Optional[Link] = None
+    inter: Optional[Link] = None
+
+    def __attrs_post_init__(self) -> None:
+        for key in ("nodes", "devices_per_node"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"hardware {self.name!r}: {key} must be an integer >= 1, got {v!r}")
+        if self.kind not in ("cpu", "gpu"):
+            raise ConfigError(f"hardware {self.name!r}: node kind must be 'cpu' or 'gpu', got {self.kind!r}")
+        if not (isinstance(self.speed, (int, float)) and math.isfinite(self.speed) and self.speed > 0):
+            raise ConfigError(f"hardware {self.name!r}: device speed must be a finite number > 0, got {self.speed!r}")
+
+    # ------------------------------------------------------------------ placement
+    def ranks_per_node(self, ranks: int) -> int:
+        """``ceil(R / nodes)``: ranks fill the nodes in blocks."""
+        return -(-int(ranks) // self.nodes)
+
+    def node_of(self, rank: int, ranks: int) -> int:
+        """Node of global ``rank`` among ``ranks`` (block placement)."""
+        return int(rank) // self.ranks_per_node(ranks)
+
+    def link(self, a: int, b: int, ranks: int, measured: Link) -> Link:
+        """The link between global ranks ``a`` and ``b``: ``intra`` on one node, else ``inter``; a link the
+        description leaves out is the ``measured`` one."""
+        same = self.node_of(a, ranks) == self.node_of(b, ranks)
+        chosen = self.intra if same else self.inter
+        return chosen if chosen is not None else measured
+
+    def group_link(self, members: list[int], ranks: int, measured: Link) -> Link:
+        """The slowest link among ``members`` (a collective is as fast as its slowest hop)."""
+        nodes = {self.node_of(r, ranks) for r in members}
+        if len(nodes) > 1:
+            return self.inter if self.inter is not None else measured
+        return self.intra if self.intra is not None else measured
+
+    def oversubscription(self, ranks: int) -> float:
+        """Ranks per device on the fullest node (>= 1 means devices are shared; GPUs are not shared by the model)."""
+        return self.ranks_per_node(ranks) / self.devices_per_node
+
+    def fits(self, per_rank_bytes: list[int]) -> bool:
+        """Whether every rank fits its device's memory and every node's ranks fit the node's memory
+        (limits that are ``None`` are not checked)."""
+        R = len(per_rank_bytes)
+        if self.device_memory_bytes is not None and max(per_rank_bytes, default=0) > self.device_memory_bytes:
+            return False
+        if self.node_memory_bytes is not None:
+            per_node: dict[int, int] = {}
+            for r, b in enumerate(per_rank_bytes):
+                per_node[self.node_of(r, R)] = per_node.get(self.node_of(r, R), 0) + int(b)
+            if max(per_node.values(), default=0) > self.node_memory_bytes:
+                return False
+        return True
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+def _section(doc: dict, key: str, allowed: set[str], where: str) -> dict:
+    sec = doc.get(key, {})
+    if not isinstance(sec, dict):
+        raise ConfigError(f"{where}: [{key}] must be a table, got {type(sec).__name__}")
+    unknown = set(sec) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} in [{key}]; "
+                          f"allowed: {', '.join(sorted(allowed))}")
+    return sec
+
+
+def _number(sec: dict, key: str, where: str, *, positive: bool = True, default: Any = None) -> Any:
+    if key not in sec:
+        return default
+    v = sec[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise ConfigError(f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
+    return v
+
+
+def _link(doc: dict, key: str, where: str) -> Optional[Link]:
+    links = doc.get("link", {})
+    if not isinstance(links, dict):
+        raise ConfigError(f"{where}: [link] must hold tables [link.intra] / [link.inter]")
+    unknown = set(links) - {"intra", "inter"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown link(s) {', '.join(sorted(unknown))}; use [link.intra] and [link.inter]")
+    if key not in links:
+        return None
+    sec = _section(links, key, _LINK, where)
+    missing = _LINK - set(sec)
+    if missing:
+        raise ConfigError(f"{where}: [link.{key}] needs {', '.join(sorted(missing))}")
+    lat = _number(sec, "latency_us", where, positive=False)
+    bw = _number(sec, "bandwidth_gbps", where)
+    return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9)
+
+
+def parse_hardware(doc: dict, where: str = "hardware") -> Hardware:
+    """A :class:`Hardware` from a parsed TOML document (module docstring).
+
+    Raises:
+        ConfigError: unknown keys, missing ``[node] devices``, non-positive or non-numeric values, bad kind.
+    """
+    unknown = set(doc) - _TOP
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_TOP))}")
+    node = _section(doc, "node", _NODE, where)
+    dev = _section(doc, "device", _DEVICE, where)
+    if "devices" not in node:
+        raise ConfigError(f"{where}: [node] needs devices (CPU cores or GPUs per node)")
+    for key in ("count", "devices"):
+        if key in node and (isinstance(node[key], bool) or not isinstance(node[key], int) or node[key] < 1):
+            raise ConfigError(f"{where}: [node] {key} must be an integer >= 1, got {node[key]!r}")
+    node_mem = _number(node, "memory_gib", where)
+    dev_mem = _number(dev, "memory_gib", where)
+    name = doc.get("name", where)
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: name must be a string")
+    return Hardware(
+        name=name, nodes=int(node.get("count", 1)), devices_per_node=int(node["devices"]),
+        kind=str(node.get("kind", "cpu")), speed=float(_number(dev, "speed", where, default=1.0)),
+        node_memory_bytes=None if node_mem is None else int(node_mem * GIB),
+        device_memory_bytes=None if dev_mem is None else int(dev_mem * GIB),
+        intra=_link(doc, "intra", where), inter=_link(doc, "inter", where),
+    )
+
+
+def shipped_hardware() -> dict[str, Path]:
+    """``{name: path}`` of the example descriptions shipped with gnnpipe."""
+    return {p.stem: p for p in sorted(MACHINES.glob("*.toml"))}
+
+
+def load_hardware(path_or_name: str | Path) -> Hardware:
+    """Read a hardware TOML file, or a shipped example by name (:func:`shipped_hardware`).
+
+    Raises:
+        ConfigError: the file does not exist (the message lists the shipped names), is not valid TOML
+            (with the parser's line and column), or is not a valid description (see :func:`parse_hardware`).
+    """
+    p = Path(path_or_name)
+    if not p.exists():
+        shipped = shipped_hardware()
+        if str(path_or_name) in shipped:
+            p = shipped[str(path_or_name)]
+        else:
+            raise ConfigError(f"hardware file {str(path_or_name)!r} not found; give a TOML file or one of the "
+                              f"shipped descriptions: {', '.join(shipped)}")
+    try:
+        doc = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    return parse_hardware(doc, str(p))
+
+
+def local_hardware(memory_bytes: Optional[int] = None) -> Hardware:
+    """This machine: one CPU node with ``os.cpu_count()`` cores, its physical memory, the measured link."""
+    import os
+
+    if memory_bytes is None:
+        try:
+            pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+            memory_bytes = int(pages * size)
+        except (ValueError, OSError, AttributeError):  # pragma: no cover
+            memory_bytes = None
+    return Hardware(name=f"this machine ({os.cpu_count()} CPU cores)", nodes=1, devices_per_node=os.cpu_count() or 1,
+                    kind="cpu", speed=1.0, node_memory_bytes=memory_bytes)

@@ -1,0 +1,618 @@
+"""Predict a layout's epoch time, bytes per epoch and per-rank memory, and rank every feasible layout.
+
+**Bytes** (DESIGN §6, exact for the plan — the same chunking and way partition the run will build):
+
+* ``layer``  = ``Σ_ways Σ_{stage boundaries} 2·b·N_way·(d_boundary + d_h0)`` (forward embeddings and their
+  gradients; ``d_h0`` is GCNII's shared tensor, which travels with the boundary);
+* ``graph``  = GP: ``b·M·(Σd + Σ_back d)`` (:func:`gnnpipe.partitioners.predict_gp_bytes`, ``b/4`` times its fp32
+  bytes): forward every op's mirror rows, backward their gradients for the ops whose input needs one
+  (``GNNModel.backward_aggregation_dims``: not a first layer reading the raw features, e.g. GAT's); hybrid:
+  ``b·(M_fwd·Σd + M_bwd·Σ_back,pull d + M_C·Σ_back,push d)`` — forward the mirror rows ``j → i`` across ways;
+  backward, for the pull op the reverse pairs (``M_bwd``, equal to ``M_fwd`` for undirected graphs), for a
+  message-passing unit's halo-gradient op the pushed halo rows of other ways, ``M_C = Σ_c |{v ∈ halo(c) :
+  way(v) ≠ way(c)}|`` (docs/HALO_GRADIENT.md);
+* ``weight`` = ``2·(W−1)·b·P`` (ring all-reduce of every trained parameter within each stage's peer group).
+
+**Time**: per stage and chunk, forward and backward seconds from the profile's fits (:mod:`.profile`) on the
+chunk's rows, halo and in-edges, divided by the hardware's speed factor; stage-boundary sends over the
+hardware's links (``latency + bytes/bandwidth``, overlapped with compute as gloo's ``isend`` is); the
+optimizer step as seconds per parameter; then the discrete-event simulation of the actual schedule
+(:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo exchange per
+aggregation op in each direction and one all-reduce. Hybrid: a way's schedule where every slot costs the
+slowest way's chunk plus the peers' exchange of the slot's rows per op, and the step adds the peer
+all-reduce. Ranks beyond a CPU node's cores share them: compute is slowed by ``max(1, demand / cores)``, with
+``demand`` the mean number of that node's ranks computing at once in the unshared simulation (work / makespan),
+and the schedule is simulated again.
+
+**Memory**: :mod:`.memory`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import attrs
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..schedulers.simulate import CommModel
+from .hardware import Hardware, Link, local_hardware
+from .memory import MemoryBreakdown, rank_memory
+from .profile import Profile, chunk_features
+
+SCHEDULERS = ("gpipe", "1f1b")
+
+
+@attrs.frozen
+class LayoutSpec:
+    """One candidate layout: ``ways × stages`` ranks, ``chunks`` in total, METIS over-partitioning, scheduler."""
+
+    ways: int
+    stages: int
+    chunks: int
+    over_partition: int
+    scheduler: str
+
+    @property
+    def mode(self) -> str:
+        if self.ways == 1 and self.stages == 1:
+            return "single"
+        if self.stages == 1:
+            return "GP"
+        return "GNNPipe" if self.ways == 1 else "hybrid"
+
+    def label(self) -> str:
+        return f"{self.mode} {self.ways}x{self.stages}"
+
+
+@attrs.define
+class LayoutPrediction:
+    """Predictions for one layout.
+
+    Attributes:
+        spec: the layout. epoch_s: predicted seconds per training epoch. bytes: ``{"layer", "graph", "weight"}``
+        per epoch summed over ranks. memory: one :class:`MemoryBreakdown` per rank (bytes above the runtime
+        floor). floor_bytes: the runtime floor per process. fits: every rank fits the hardware's memory.
+        compute_s: per rank, predicted compute seconds per epoch. share: the CPU-sharing slowdown applied.
+        work_s: per rank, predicted CPU work per epoch (compute without the sharing slowdown; compare with
+        the ``cpu_s`` a run records).
+        plan_info: the plan's description (chunk sizes, mirror count, …).
+    """
+
+    spec: LayoutSpec
+    epoch_s: float
+    bytes: dict
+    memory: list
+    floor_bytes: int
+    fits: bool
+    compute_s: list
+    share: float
+    work_s: list = attrs.field(factory=list)
+    plan_info: dict = attrs.field(factory=dict, repr=False)
+
+    @property
+    def total_bytes(self) -> int:
+        return int(sum(self.bytes.values()))
+
+    @property
+    def peak_bytes_per_rank(self) -> list[int]:
+        """Predicted peak resident bytes per rank: runtime floor + the model's resident peak (live peak with
+        glibc's retention, :data:`gnnpipe.costmodel.memory.RETENTION`)."""
+        return [self.floor_bytes + m.resident_peak for m in self.memory]
+
+    def to_record(self) -> dict:
+        """The ``plan.json`` record (issue #14 keys, then details)."""
+        s = self.spec
+        return {
+            "ways": s.ways, "stages": s.stages, "chunks": s.chunks, "over_partition": s.over_partition,
+            "scheduler": s.scheduler, "predicted_epoch_s": self.epoch_s, "predicted_bytes": self.total_bytes,
+            "predicted_peak_bytes_per_rank": self.peak_bytes_per_rank, "fits": self.fits,
+            "mode": s.mode, "predicted_bytes_by_kind": dict(self.bytes),
+            "predicted_mem_bytes": [m.peak for m in self.memory],
+            "predicted_resident_above_floor_bytes": [m.resident_peak for m in self.memory],
+            "runtime_floor_bytes": self.floor_bytes,
+            "memory_breakdown": [m.to_dict() for m in self.memory], "predicted_compute_s": self.compute_s,
+            "cpu_share_slowdown": self.share, "predicted_work_s": self.work_s,
+        }
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+def enumerate_layouts(ranks: int, num_units: int, num_nodes: int, *, chunks_per_stage: Sequence[int] = (4,),
+                      over_partitions: Sequence[int] = (1, 4), schedulers: Sequence[str] = SCHEDULERS) -> list[LayoutSpec]:
+    """Every feasible layout of ``ranks`` ranks: ``W·S = R`` with ``S ≤`` units; single process for ``R = 1``;
+    GP (``S = 1``) with one part per way; pipelines and hybrids with ``C = k·S`` chunks per way for each
+    ``k`` in ``chunks_per_stage``, each over-partitioning factor and each scheduler.
+
+    Raises:
+        ConfigError: ``ranks < 1``.
+    """
+    if int(ranks) != ranks or ranks < 1:
+        raise ConfigError(f"--ranks must be an integer >= 1, got {ranks!r}")
+    out = []
+    for W in range(1, ranks + 1):
+        if ranks % W:
+            continue
+        S = ranks // W
+        if S > num_units:
+            continue
+        if S == 1:
+            if W <= num_nodes:
+                out.append(LayoutSpec(W, 1, W, 1, "gpipe"))
+            continue
+        for k in chunks_per_stage:
+            C = W * k * S
+            if C > num_nodes:
+                continue
+            for over in over_partitions:
+                for sch in schedulers:
+                    out.append(LayoutSpec(W, S, C, int(over), sch))
+    return out
+
+
+def layout_config(config, spec: LayoutSpec):
+    """``config`` with the layout applied (GP: no correctors, gpipe — it has no history and no pipeline)."""
+    if spec.stages == 1:
+        # over-partitioning does not apply to GP (one part per way): the configured value is left alone
+        return attrs.evolve(config, ways=spec.ways, stages=1, chunks=None, correctors=[], scheduler="gpipe",
+                            stash_weights=False)
+    return attrs.evolve(config, ways=spec.ways, stages=spec.stages, chunks=spec.chunks,
+                        over_partition=spec.over_partition, scheduler=spec.scheduler)
+
+
+# ---------------------------------------------------------------------------------------------- geometry
+@dataclass
+class _Geometry:
+    """Sizes of one plan that the predictions need."""
+
+    N: int
+    E: int
+    F: int
+    W: int
+    S: int
+    bounds: list
+    chunk_ptr: list
+    way_ptr: list
+    chunk_feats: np.ndarray  # [C, 4]
+    way_feats: np.ndarray  # [W, 4]
+    mirror_fwd: int = 0
+    mirror_bwd: int = 0
+    mirror_push: int = 0  # M_C: Σ_c |{v ∈ halo(c) : way(v) ≠ way(c)}| (hybrid halo-gradient pushes)
+    peer_rows: dict = field(default_factory=dict)  # chunk -> (sent rows, received rows) per op, forward
+    peer_rows_bwd: dict = field(default_factory=dict)
+    peer_rows_push: dict = field(default_factory=dict)  # backward of a message-passing unit's op
+
+
+def _geometry(plan, config) -> _Geometry:
+    data = plan.data
+    ei = data.edge_index
+    N = int(data.num_nodes)
+    ptr = [int(v) for v in plan.chunk_ptr.tolist()]
+    wptr = [int(v) for v in plan.way_ptr.tolist()]
+    W = len(wptr) - 1
+    way_rows = [ptr[w] for w in wptr]
+    g = _Geometry(N=N, E=int(ei.size(1)), F=int(data.x.size(1)), W=W, S=config.stages, bounds=list(plan.bounds),
+                  chunk_ptr=ptr, way_ptr=wptr, chunk_feats=chunk_features(ei, ptr),
+                  way_feats=chunk_features(ei, way_rows))
+    if W > 1:
+        from ..core.parallel import send_lists
+        from ..partitioners import partition_metrics
+
+        way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(way_rows)))
+        g.mirror_fwd = int(partition_metrics(ei, N, way_of).mirror_count)
+        g.mirror_bwd = int(partition_metrics(ei.flip(0), N, way_of).mirror_count)
+        if config.stages > 1:
+            chunk_of = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.tensor(np.diff(ptr)))
+            for backward, dest in ((False, g.peer_rows), (True, g.peer_rows_bwd)):
+                lists = send_lists(ei, chunk_of, way_of, W, backward=backward)
+                sent: dict[int, int] = {}
+                recv: dict[int, int] = {}
+                for (c, q), idx in lists.items():
+                    sent[c] = sent.get(c, 0) + int(idx.numel())
+                    # chunk c's rows go to way q's chunk of the same slot
+                    w = int(np.searchsorted(wptr, c, side="right") - 1)
+                    peer = wptr[q] + (c - wptr[w])
+                    recv[peer] = recv.get(peer, 0) + int(idx.numel())
+                for c in range(len(ptr) - 1):
+                    dest[c] = (sent.get(c, 0), recv.get(c, 0))
+            # the halo-gradient op's backward: chunk c pushes the gradient of each halo row v of another way
+            # to way(v), which adds it under c's id (docs/HALO_GRADIENT.md)
+            src, dst = ei[0].long(), ei[1].long()
+            cut = way_of[src] != way_of[dst]
+            pairs = torch.unique(chunk_of[dst[cut]] * N + src[cut])
+            pc, pv = (pairs // N).tolist(), (pairs % N).tolist()
+            g.mirror_push = len(pc)
+            sent_p: dict[int, int] = {}
+            recv_p: dict[int, int] = {}
+            for c, v in zip(pc, pv):
+                sent_p[c] = sent_p.get(c, 0) + 1
+                w = int(np.searchsorted(wptr, c, side="right") - 1)
+                peer = wptr[int(way_of[v])] + (c - wptr[w])
+                recv_p[peer] = recv_p.get(peer, 0) + 1
+            for c in range(len(ptr) - 1):
+                g.peer_rows_push[c] = (sent_p.get(c, 0), recv_p.get(c, 0))
+    return g
+
+
+# ---------------------------------------------------------------------------------------------- bytes
+def predict_bytes(config, plan, model) -> dict:
+    """Bytes per epoch by kind, summed over ranks (module docstring; DESIGN §6), exact for ``plan``.
+
+    Args:
+        config: the layout's configuration. plan: its :class:`~gnnpipe.core.runner.RunPlan`. model: the model.
+
+    Returns:
+        ``{"layer": int, "graph": int, "weight": int}``.
+    """
+    from ..core.trainer import DTYPES
+
+    b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    W, S = config.ways, config.stages
+    N = int(plan.data.num_nodes)
+    sh = model.units[0].out_dim if model.shared_tensor else 0
+    bounds = list(plan.bounds)
+    layer = sum(2 * b * N * (model.units[bounds[s + 1] - 1].out_dim + sh) for s in range(S - 1))
+    graph = weight = 0
+    if W > 1:
+        from ..partitioners.metrics import FP32_BYTES, predict_gp_bytes
+
+        dims = [d for _, _, d in model.aggregation_dims()]
+        back = model.backward_aggregation_dims()
+        g = _geometry(plan, config) if "mirror_count" not in plan.info or S > 1 else None
+        if S == 1:
+            m = int(plan.info["mirror_count"]) if g is None else g.mirror_fwd
+            graph = predict_gp_bytes(m, dims, [d for _, _, d in back])
+        else:
+            push = [d for i, _, d in back if getattr(model.units[i], "message_passing", False)]
+            pull = [d for i, _, d in back if not getattr(model.units[i], "message_passing", False)]
+            graph = (predict_gp_bytes(g.mirror_fwd, dims, []) + predict_gp_bytes(g.mirror_bwd, [], pull)
+                     + predict_gp_bytes(g.mirror_push, [], push))
+        graph = graph * b // FP32_BYTES  # the formula counts fp32 elements
+        P = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        weight = 2 * (W - 1) * b * P
+    if W == 1 and S == 1:
+        layer = 0
+    return {"layer": int(layer), "graph": int(graph), "weight": int(weight)}
+
+
+# ---------------------------------------------------------------------------------------------- time
+@dataclass
+class _LinkComm(CommModel):
+    """Boundary sends with a per-pair link (``link(src_stage, dst_stage) -> Link``)."""
+
+    link: Optional[Callable[[int, int], Link]] = None
+
+    def time(self, src: int, dst: int, action) -> float:
+        return self.link(src, dst).time(self.nbytes(src, dst, action))
+
+
+def _stage_units(bounds, s):
+    return int(bounds[s]), int(bounds[s + 1])
+
+
+def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any:
+    from ..schedulers import build_schedule, simulate
+
+    sched = build_schedule(scheduler, S, C)
+
+    def cost(a) -> float:
+        k = a.kind.name if hasattr(a.kind, "name") else str(a.kind)
+        if k == "STEP":
+            return step[a.stage]
+        return (fw if k == "F" else bw)[a.stage][a.chunk]
+
+    comm = _LinkComm(bytes_per_chunk=nbytes, link=link)
+    return simulate(sched, costs=cost, comm=comm)
+
+
+def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float, list]:
+    """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown, CPU work seconds per rank)`` for ``plan``
+    on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures)."""
+    from ..core.trainer import DTYPES
+
+    b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    W, S = config.ways, config.stages
+    R = W * S
+    speed = hardware.speed
+    measured = profile.p2p or Link(0.0, 1e12)  # no measured link: communication is (almost) free
+    measured_ar = profile.allreduce or measured
+    step_pp = profile.step_s_per_param / speed
+    sh = profile.shared_dim
+    P_units = [profile.kind(u).params for u in range(len(profile.units))]
+    cores = hardware.devices_per_node if hardware.kind == "cpu" else None
+    back_units = {i for i, _, _ in model.backward_aggregation_dims()}  # ops whose input gradient is exchanged
+    push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
+
+    def share_factor(per_rank_compute: list[float], makespan: float) -> float:
+        if cores is None or makespan <= 0:
+            return 1.0
+        per_node: dict[int, float] = {}
+        for r, c in enumerate(per_rank_compute):
+            per_node[hardware.node_of(r, R)] = per_node.get(hardware.node_of(r, R), 0.0) + c
+        demand = max(per_node.values()) / makespan
+        return max(1.0, demand / cores)
+
+    if W == 1 and S == 1:
+        t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(len(profile.units)))
+        t = t / speed + step_pp * sum(P_units)
+        return t, [t], 1.0, [t]
+
+    g = _geometry(plan, config)
+    if S == 1:  # graph parallelism: per unit the slowest way; an exchange per op and direction
+        def gp_time(k: float) -> tuple[float, list[float]]:
+            comp = [0.0] * W
+            total = 0.0
+            for u in range(len(profile.units)):
+                for phase in ("F", "B"):
+                    ts = [profile.kind(u).time(g.way_feats[w], phase) * k / speed for w in range(W)]
+                    total += max(ts)
+                    for w in range(W):
+                        comp[w] += ts[w]
+            link = hardware.group_link(list(range(W)), R, measured)
+            halo = g.way_feats[:, 2]
+            for u in range(len(profile.units)):
+                for d in profile.agg_dims[u]:
+                    rows = max(float(halo.max()), g.mirror_fwd / W)
+                    n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
+                    total += n_dir * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
+            P = sum(P_units)
+            ar = hardware.group_link(list(range(W)), R, measured_ar)
+            total += ar.allreduce_time(P * b, W) + step_pp * P
+            return total, [c + step_pp * P for c in comp]
+
+        t1, comp1 = gp_time(1.0)
+        work = list(comp1)
+        k = share_factor(comp1, t1)
+        if k > 1.0:
+            t1, comp1 = gp_time(k)
+        return t1, comp1, k, work
+
+    # pipeline / hybrid: one way's schedule, every slot the slowest way's chunk (+ peer exchange per op)
+    # the runtime's per-action bookkeeping runs on the host CPU: a GPU's speed factor does not shorten it
+    overhead = profile.action_overhead_s / (speed if hardware.kind == "cpu" else 1.0)
+    Cw = (len(g.chunk_ptr) - 1) // W
+    bases = [g.way_ptr[w] for w in range(W)]
+
+    def exch(c_local: int, s: int, backward: bool) -> float:
+        if W == 1:
+            return 0.0
+        lo, hi = _stage_units(g.bounds, s)
+        members = [w * S + s for w in range(W)]
+        link = hardware.group_link(members, R, measured)
+        t = 0.0
+        for u in range(lo, hi):
+            if backward and u not in back_units:
+                continue
+            rows_tab = (g.peer_rows_push if u in push_units else g.peer_rows_bwd) if backward else g.peer_rows
+            rows = max(max(rows_tab.get(bases[w] + c_local, (0, 0))) for w in range(W))
+            for d in profile.agg_dims[u]:
+                t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
+        return t
+
+    def costs(k: float):
+        fw = [[0.0] * Cw for _ in range(S)]
+        bw = [[0.0] * Cw for _ in range(S)]
+        for s in range(S):
+            lo, hi = _stage_units(g.bounds, s)
+            for c in range(Cw):
+                fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F") for w in range(W)) * k / speed
+                bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B") for w in range(W)) * k / speed
+                if config.recompute:
+                    bw[s][c] += fw[s][c]
+                fw[s][c] += exch(c, s, False) + overhead * k
+                bw[s][c] += exch(c, s, True) + overhead * k
+        step = []
+        for s in range(S):
+            lo, hi = _stage_units(g.bounds, s)
+            P_s = sum(P_units[lo:hi])
+            t = step_pp * P_s * k
+            if W > 1:
+                members = [w * S + s for w in range(W)]
+                t += hardware.group_link(members, R, measured_ar).allreduce_time(P_s * b, W)
+            step.append(t)
+        return fw, bw, step
+
+    def nbytes(src: int, dst: int, a) -> float:
+        s = min(src, dst)
+        lo, hi = _stage_units(g.bounds, s)
+        d = profile.unit_dims[hi - 1][1] + sh
+        c = a.chunk
+        rows = max(g.chunk_feats[bases[w] + c][1] for w in range(W))
+        return rows * d * b
+
+    def link(src: int, dst: int) -> Link:
+        # the slowest way's link between these two stages
+        worst = None
+        for w in range(W):
+            lk = hardware.link(w * S + src, w * S + dst, R, measured)
+            if worst is None or lk.time(1 << 20) > worst.time(1 << 20):
+                worst = lk
+        return worst
+
+    def run(k: float):
+        fw, bw, step = costs(k)
+        res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link)
+        comp = [sum(fw[s]) + sum(bw[s]) + step[s] for s in range(S)]
+        per_rank = [comp[s] for w in range(W) for s in range(S)]
+        return res.makespan, per_rank
+
+    t1, comp1 = run(1.0)
+    work = list(comp1)
+    k = share_factor(comp1, t1)
+    if k > 1.0:
+        t1, comp1 = run(k)
+    return t1, comp1, k, work
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdown]:
+    """Per-rank :class:`MemoryBreakdown` (bytes above the runtime floor) for ``plan``."""
+    from ..core.trainer import DTYPES
+    from ..schedulers import build_schedule, simulate
+
+    b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    W, S = config.ways, config.stages
+    data = plan.data
+    N, E, F = int(data.num_nodes), int(data.edge_index.size(1)), int(data.x.size(1))
+    U = len(profile.units)
+    sh = profile.shared_dim
+    P = sum(profile.kind(u).params for u in range(U))
+
+    def nnz(kind: str) -> int:
+        return E + (N if kind == "gcn" else 0)
+
+    def act(lo: int, hi: int) -> float:
+        return sum(profile.kind(u).saved_bytes_per_row for u in range(lo, hi))
+
+    max_dim = max(d for _, d in profile.unit_dims)  # widest unit output (the input features are the graph kind)
+    push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
+    if W == 1 and S == 1:
+        kinds = {k: nnz(k) for u in range(U) for k in profile.agg_kinds[u]}
+        m = rank_memory(rank=0, way=0, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
+                        params_trained=P, allreduce=False, history_dims=[], own_parts=[], inflight_rows=N,
+                        act_bytes_per_row=act(0, U), recompute_rows=0, d_in=0, d_out=0, d_shared=0, first=True,
+                        last=True, way_rows=N, max_dim=max_dim, local_csr=False, active_rows=N)
+        return [m]
+    g = _geometry(plan, config)
+    out = []
+    if S == 1:
+        kinds = {k: nnz(k) for u in range(U) for k in profile.agg_kinds[u]}
+        for w in range(W):
+            f = g.way_feats[w]
+            part = [(int(f[1]), int(f[2]), int(f[3]) + (int(f[1]) if "gcn" in kinds else 0))]
+            out.append(_gp_rank(w, N, F, E, b, kinds, P, part, act(0, U), max_dim))
+        return out
+    Cw = (len(g.chunk_ptr) - 1) // W
+    sched = build_schedule(config.scheduler, S, Cw)
+    inflight = simulate(sched).peak_inflight
+    for w in range(W):
+        chunks = range(g.way_ptr[w], g.way_ptr[w + 1])
+        sizes = sorted((int(g.chunk_feats[c][1]) for c in chunks), reverse=True)
+        way_rows = int(sum(sizes))
+        for s in range(S):
+            lo, hi = _stage_units(g.bounds, s)
+            kinds = {k: nnz(k) for u in range(lo, hi) for k in profile.agg_kinds[u]}
+            parts = [(int(g.chunk_feats[c][1]), int(g.chunk_feats[c][2]),
+                      int(g.chunk_feats[c][3]) + (int(g.chunk_feats[c][1]) if "gcn" in kinds else 0)) for c in chunks]
+            if not kinds:
+                parts = []
+            P_s = sum(profile.kind(u).params for u in range(lo, hi))
+            n_inflight = min(int(inflight[s]), len(sizes))
+            rows_inflight = int(sum(sizes[:n_inflight]))
+            hist = [d for u in range(lo, hi) for d in profile.agg_dims[u]]
+            halo_rows = sum(int(g.chunk_feats[c][2]) for c in chunks)
+            push = sum(halo_rows * d * b for u in range(lo, hi) if u in push_units for d in profile.agg_dims[u])
+            out.append(rank_memory(
+                rank=w * S + s, way=w, stage=s, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
+                params_trained=P_s, allreduce=W > 1, history_dims=hist, own_parts=parts, inflight_rows=rows_inflight,
+                act_bytes_per_row=act(lo, hi), recompute_rows=sizes[0] if config.recompute else 0,
+                d_in=profile.unit_dims[lo][0] if s > 0 else 0, d_out=profile.unit_dims[hi - 1][1] if s < S - 1 else 0,
+                d_shared=sh, first=s == 0, last=s == S - 1, way_rows=way_rows, max_dim=max_dim, local_csr=W > 1,
+                active_rows=sizes[0], push_bytes=push))
+    return out
+
+
+def _gp_rank(w, N, F, E, b, kinds, P, part, act_per_row, max_dim) -> MemoryBreakdown:
+    rows = part[0][0]
+    return rank_memory(rank=w, way=w, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P, params_trained=P,
+                       allreduce=True, history_dims=[], own_parts=part, inflight_rows=rows,
+                       act_bytes_per_row=act_per_row, recompute_rows=0, d_in=0, d_out=0, d_shared=0, first=True,
+                       last=True, way_rows=rows, max_dim=max_dim, local_csr=True, active_rows=rows)
+
+
+# ---------------------------------------------------------------------------------------------- ranking
+def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: Hardware, floor_bytes: int = 0,
+                   plan=None) -> LayoutPrediction:
+    """Build the layout's plan (the same chunking the run will use) and predict it."""
+    from ..core.trainer import make_model
+
+    cfg = layout_config(config, spec)
+    if plan is None:
+        plan = build_layout_plan(config, data, spec)
+    model = make_model(cfg, profile.num_features, profile.num_classes)
+    nbytes = predict_bytes(cfg, plan, model)
+    t, comp, k, work = predict_time(cfg, plan, model, profile, hardware)
+    mem = predict_memory(cfg, plan, model, profile)
+    fits = hardware.fits([floor_bytes + m.resident_peak for m in mem])
+    return LayoutPrediction(spec=spec, epoch_s=t, bytes=nbytes, memory=mem, floor_bytes=int(floor_bytes), fits=fits,
+                            compute_s=comp, share=k, work_s=work, plan_info=dict(plan.info))
+
+
+def build_layout_plan(config, data, spec: LayoutSpec):
+    """The :class:`~gnnpipe.core.runner.RunPlan` the run of ``spec`` will build (same chunking and split)."""
+    from ..core.runner import build_plan
+
+    cfg = layout_config(config, spec)
+    if spec.ways == 1 and spec.stages == 1:
+        return _single_plan(cfg, data)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_plan(cfg, data)
+
+
+def _single_plan(config, data):
+    from ..core.runner import RunPlan, num_classes_of
+
+    return RunPlan(data=data, chunk_ptr=torch.tensor([0, int(data.num_nodes)]), way_ptr=torch.tensor([0, 1]),
+                   bounds=[0, config.layers + 2], num_features=int(data.x.size(1)), num_classes=num_classes_of(data),
+                   info={"ways": 1, "stages": 1, "chunks": 1})
+
+
+def plan_layouts(config, data, ranks: int, profile: Profile, hardware: Optional[Hardware] = None, *,
+                 chunks_per_stage: Sequence[int] = (4,), over_partitions: Sequence[int] = (1, 4),
+                 schedulers: Sequence[str] = SCHEDULERS, floor_bytes: Optional[int] = None,
+                 progress: bool = False) -> list[LayoutPrediction]:
+    """Predict every feasible layout of ``ranks`` ranks; sorted: layouts that fit first, then by predicted time.
+
+    Raises:
+        ConfigError: no feasible layout.
+    """
+    hardware = hardware or local_hardware()
+    floor = profile_floor(profile) if floor_bytes is None else int(floor_bytes)
+    specs = enumerate_layouts(ranks, len(profile.units), profile.num_nodes, chunks_per_stage=chunks_per_stage,
+                              over_partitions=over_partitions, schedulers=schedulers)
+    if not specs:
+        raise ConfigError(f"no feasible layout of {ranks} rank(s) for a model of {len(profile.units)} units")
+    preds = []
+    plans: dict[tuple, Any] = {}
+    for spec in specs:
+        key = (spec.ways, spec.stages, spec.chunks, spec.over_partition)
+        if progress:
+            print(f"gnnpipe plan: predicting {spec.label()} C={spec.chunks} over={spec.over_partition} "
+                  f"{spec.scheduler}", file=sys.stderr)
+        if key not in plans:
+            plans[key] = build_layout_plan(config, data, spec)
+        preds.append(predict_layout(config, data, spec, profile, hardware, floor, plan=plans[key]))
+    preds.sort(key=lambda p: (not p.fits, p.epoch_s))
+    return preds
+
+
+def profile_floor(profile: Profile) -> int:
+    """The runtime floor of a rank the profile measured (0 when unknown)."""
+    return int(profile.runtime_floor_bytes or 0)
+
+
+def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] = None) -> str:
+    """The ranking as a text table (time in ms, bytes and memory in MiB); ``*`` marks the best that fits."""
+    head = ["", "layout", "C", "over", "scheduler", "ms/epoch", "layer MiB", "graph MiB", "weight MiB",
+            "peak MiB/rank", "fits"]
+    best = next((i for i, p in enumerate(preds) if p.fits), None)
+    rows = []
+    for i, p in enumerate(preds):
+        s = p.spec
+        rows.append(["*" if i == best else "", s.label(), str(s.chunks), str(s.over_partition),
+                     s.scheduler if s.stages > 1 else "-", f"{1000 * p.epoch_s:,.1f}",
+                     f"{p.bytes['layer'] / 2**20:,.2f}", f"{p.bytes['graph'] / 2**20:,.2f}",
+                     f"{p.bytes['weight'] / 2**20:,.2f}", f"{max(p.peak_bytes_per_rank) / 2**20:,.0f}",
+                     "yes" if p.fits else "NO"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = []
+    if hardware is not None:
+        lines.append(f"hardware: {hardware.name}")
+    lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,211 @@
+"""Cost model predictions: bytes equal the measured bytes exactly; history bytes exact; layout enumeration;
+the plan CLI's output and JSON keys; ``--layout auto`` trains the predicted best layout."""
+
+import json
+
+import pytest
+
+from gnnpipe import api
+from gnnpipe.cli.main import main
+from gnnpipe.core import launch
+from gnnpipe.core.runner import build_plan, worker
+from gnnpipe.core.trainer import make_model
+from gnnpipe.costmodel import Profile, enumerate_layouts, predict_bytes, profile
+from gnnpipe.costmodel.predict import LayoutSpec, layout_config, plan_layouts, predict_memory
+from gnnpipe.data import prepare, synthetic_graph
+from gnnpipe.errors import ConfigError
+
+from ..core.distutil import base_config, small_graph
+
+KEYS = {"ways", "stages", "chunks", "over_partition", "scheduler", "predicted_epoch_s", "predicted_bytes",
+        "predicted_peak_bytes_per_rank", "fits"}
+
+
+def _jobs(rank, world, jobs):
+    return [worker(rank, world, cfg, plan, False, {"grads_after": (), "no_eval": True}) for cfg, plan in jobs]
+
+
+@pytest.fixture(scope="module")
+def small_profile():
+    cfg = base_config(model="gcnii", layers=4, hidden=8, num_nodes=400, avg_degree=6.0)
+    data = api.load_data(cfg)  # the graph `gnnpipe plan --num-nodes 400 --avg-degree 6` loads
+    return cfg, data, profile(cfg, data, repeats=1, link=False)
+
+
+def test_enumerate_layouts():
+    specs = enumerate_layouts(4, num_units=6, num_nodes=1000)
+    got = {(s.ways, s.stages, s.chunks, s.over_partition, s.scheduler) for s in specs}
+    assert (4, 1, 4, 1, "gpipe") in got  # GP: one part per way, no over-partitioning
+    for over in (1, 4):
+        for sch in ("gpipe", "1f1b"):
+            assert (1, 4, 16, over, sch) in got and (2, 2, 16, over, sch) in got
+    assert all(s.ways * s.stages == 4 for s in specs) and len(specs) == 9
+    assert enumerate_layouts(1, 6, 10) == [LayoutSpec(1, 1, 1, 1, "gpipe")]
+    assert all(s.stages <= 3 for s in enumerate_layouts(4, num_units=3, num_nodes=1000))  # S <= units
+    with pytest.raises(ConfigError, match="ranks"):
+        enumerate_layouts(0, 6, 10)
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_predicted_bytes_equal_measured_bytes_exactly():
+    """Bytes per epoch by kind (DESIGN §6) for a pipeline (GCNII: h0 travels), GP (GraphSAGE), a hybrid (GCN) and a
+    hybrid on a directed graph (forward and backward mirror counts differ) — all 4 ranks, one spawn."""
+    undirected = small_graph(n=120)
+    raw = synthetic_graph(num_nodes=120, avg_degree=6.0, num_classes=3, num_features=8, train_per_class=10,
+                          val_per_class=5, seed=1)
+    src, dst = raw.edge_index
+    raw.edge_index = raw.edge_index[:, (src < dst) | ((src + dst) % 3 == 0)]  # drop most reverse edges
+    directed = prepare(raw, undirected=False)
+    runs = [(base_config(model="gcnii", stages=4, chunks=8, layers=4, epochs=2), undirected),
+            (base_config(model="graphsage", ways=4, stages=1, correctors=[], layers=3, epochs=2), undirected),
+            (base_config(model="gcn", ways=2, stages=2, chunks=8, layers=4, epochs=2), undirected),
+            (base_config(model="resgcn+", ways=2, stages=2, chunks=4, layers=3, epochs=2, undirected=False), directed)]
+    jobs = [(cfg, build_plan(cfg, data)) for cfg, data in runs]
+    outs = launch.spawn(_jobs, 4, (jobs,), timeout_s=60, threads=1, max_runtime_s=240)
+    for k, (cfg, plan) in enumerate(jobs):
+        model = make_model(cfg, plan.num_features, plan.num_classes)
+        pred = predict_bytes(cfg, plan, model)
+        for rec in outs[0][k]["result"].epochs:
+            got = {"layer": rec["bytes_layer"], "graph": rec["bytes_graph"], "weight": rec["bytes_weight"]}
+            assert got == pred, (cfg.model, cfg.ways, cfg.stages)
+            assert len(rec["cpu_s"]) == 4 and all(c > 0 for c in rec["cpu_s"])  # each rank's thread CPU time
+        assert sum(pred.values()) > 0
+    # the directed hybrid really exercises M_fwd != M_bwd
+    from gnnpipe.costmodel.predict import _geometry
+
+    g = _geometry(jobs[3][1], jobs[3][0])
+    assert g.mirror_fwd != g.mirror_bwd
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+def test_predicted_bytes_of_message_passing_models():
+    """GAT (message-passing units, halo-gradient op) in GP over 2 ways: predicted bytes equal measured exactly,
+    and its first layer (reading the raw features) sends no gradient back (``predict_gp_bytes`` with
+    ``backward_aggregation_dims``). GIN hybrid 2 × 2, C = 4: graph bytes are the forward mirror rows plus the
+    pushed halo rows of other ways per chunk, counted from the edges (the formula
+    ``tests/core/test_message_passing_dist.py::test_hybrid_bytes_with_pushes`` pins to the measurement)."""
+    from gnnpipe.costmodel.predict import _geometry
+
+    data = small_graph(n=120)
+    cfg = base_config(model="gat", ways=2, stages=1, correctors=[], layers=2, hidden=4, epochs=2)
+    plan = build_plan(cfg, data)
+    model = make_model(cfg, plan.num_features, plan.num_classes)
+    pred = predict_bytes(cfg, plan, model)
+    outs = launch.spawn(_jobs, 2, ([(cfg, plan)],), timeout_s=60, threads=1, max_runtime_s=150)
+    for rec in outs[0][0]["result"].epochs:
+        assert {"layer": rec["bytes_layer"], "graph": rec["bytes_graph"], "weight": rec["bytes_weight"]} == pred
+    dims = [d for _, _, d in model.aggregation_dims()]
+    m = _geometry(plan, cfg).mirror_fwd
+    b = 8 if cfg.dtype == "float64" else 4
+    assert 0 < pred["graph"] < 2 * b * m * sum(dims)  # less than if the first layer's gradient went back
+
+    hcfg = base_config(model="gin", ways=2, stages=2, chunks=4, layers=2, epochs=2)
+    hplan = build_plan(hcfg, small_graph(n=100))
+    hmodel = make_model(hcfg, hplan.num_features, hplan.num_classes)
+    g = _geometry(hplan, hcfg)
+    chunk = [c for c in range(len(g.chunk_ptr) - 1) for _ in range(g.chunk_ptr[c], g.chunk_ptr[c + 1])]
+    way = [w for w in range(hcfg.ways) for _ in range(g.chunk_ptr[g.way_ptr[w]], g.chunk_ptr[g.way_ptr[w + 1]])]
+    fwd, push = set(), set()
+    for j, i in zip(*hplan.data.edge_index.tolist()):
+        if way[j] != way[i]:
+            fwd.add((j, way[i]))
+            push.add((j, chunk[i]))
+    d = sum(d for _, _, d in hmodel.aggregation_dims())
+    assert len(push) > len(fwd) == g.mirror_fwd and g.mirror_push == len(push)
+    hb = 8 if hcfg.dtype == "float64" else 4
+    assert predict_bytes(hcfg, hplan, hmodel)["graph"] == hb * (len(fwd) + len(push)) * d
+
+
+def test_history_and_parameter_memory_are_exact(small_profile):
+    """The memory model's history bytes equal the buffers a stage allocates (2·N·d·b per op of the stage)."""
+    cfg, data, prof = small_profile
+    spec = LayoutSpec(1, 3, 6, 1, "gpipe")
+    c = layout_config(cfg, spec)
+    plan = build_plan(c, data)
+    model = make_model(c, plan.num_features, plan.num_classes)
+    mem = predict_memory(c, plan, model, prof)
+    from gnnpipe.core.comm import Comm
+    from gnnpipe.core.pipeline import make_pipeline_stage
+    from gnnpipe.schedulers import FixedOrder, make_scheduler
+
+    N = data.num_nodes
+    for s, m in enumerate(mem):
+        lo, hi = plan.bounds[s], plan.bounds[s + 1]
+        ops = sum(len(model.units[u].aggregations) for u in range(lo, hi))
+        # the runtime's stage holds one history-backed op (one History) per aggregation of its units
+        ex = make_pipeline_stage(c, model, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(len(mem))),
+                                 make_scheduler("gpipe"), FixedOrder(), [], Comm())
+        assert len(ex.stage.ops) == ops
+        assert m.history == 2 * N * cfg.hidden * 4 * ops
+        P_s = sum(p.numel() for u in range(lo, hi) for p in model.units[u].parameters())
+        P = sum(p.numel() for p in model.parameters())
+        assert m.parameters == 4 * P + 3 * 4 * P_s
+        assert m.peak == max(m.build_peak, m.train_peak, m.eval_peak) > 0
+    # gpipe keeps every chunk's activations, 1f1b at most S - s chunks on stage s
+    c1 = layout_config(cfg, LayoutSpec(1, 3, 6, 1, "1f1b"))
+    mem1 = predict_memory(c1, plan, model, prof)
+    assert mem1[0].activations < mem[0].activations and mem1[-1].activations < mem[-1].activations
+
+
+def test_plan_ranks_layouts_and_marks_what_does_not_fit(small_profile):
+    from gnnpipe.costmodel.hardware import Hardware
+
+    cfg, data, prof = small_profile
+    roomy = Hardware(name="roomy", devices_per_node=4, node_memory_bytes=2**40)
+    preds = plan_layouts(cfg, data, 4, prof, roomy, floor_bytes=0)
+    assert all(p.fits for p in preds)
+    times = [p.epoch_s for p in preds]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    # a device memory between the smallest and the largest predicted peak: some do not fit, and sort last
+    peaks = sorted(max(p.peak_bytes_per_rank) for p in preds)
+    tight = Hardware(name="tight", nodes=4, devices_per_node=1, kind="gpu", device_memory_bytes=peaks[len(peaks) // 2])
+    preds2 = plan_layouts(cfg, data, 4, prof, tight, floor_bytes=0)
+    fits = [p.fits for p in preds2]
+    assert any(fits) and not all(fits) and fits == sorted(fits, reverse=True)
+
+
+def test_plan_cli_table_and_json(small_profile, tmp_path, capsys):
+    _, _, prof = small_profile
+    pin = tmp_path / "profile.json"
+    prof.save(pin)
+    assert Profile.load(pin).units == prof.units
+    out = tmp_path / "plan.json"
+    rc = main(["plan", "--ranks", "2", "--num-nodes", "400", "--avg-degree", "6",
+               "--model", "gcnii", "--layers", "4", "--hidden", "8", "--profile-in", str(pin), "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "GP 2x1" in text and "GNNPipe 1x2" in text and "ms/epoch" in text
+    recs = json.loads(out.read_text())
+    assert len(recs) == 5  # GP + pipeline x {over 1, 4} x {gpipe, 1f1b}
+    for r in recs:
+        assert KEYS <= set(r)
+        assert r["ways"] * r["stages"] == 2 and len(r["predicted_peak_bytes_per_rank"]) == 2
+    assert {r["over_partition"] for r in recs if r["stages"] == 2} == {1, 4}
+
+
+def test_plan_cli_needs_ranks(capsys):
+    assert main(["plan", "--num-nodes", "100"]) == 2
+    assert "--ranks" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_layout_auto_trains_the_predicted_best(small_profile, tmp_path):
+    cfg, data, prof = small_profile
+    pin = tmp_path / "profile.json"
+    prof.save(pin)
+    res = api.train(cfg, data=data, layout="auto", ranks=2, progress=False, epochs=2,
+                    plan_options={"profile_in": str(pin), "over_partitions": (1,), "schedulers": ("gpipe", "1f1b")})
+    auto = res.extra["layout_auto"]
+    best = next(r for r in auto["ranking"] if r["fits"])
+    assert auto["chosen"] == best
+    times = [r["predicted_epoch_s"] for r in auto["ranking"]]
+    assert best["predicted_epoch_s"] == min(times)
+    plan = res.extra["plan"]
+    assert (plan["ways"], plan["stages"], plan["chunks"]) == (best["ways"], best["stages"], best["chunks"])
+    assert res.config["scheduler"] == (best["scheduler"] if best["stages"] > 1 else "gpipe")
+    with pytest.raises(ConfigError, match="layout"):
+        api.train(cfg, data=data, layout="fastest", ranks=2)
