@@ -104,7 +104,8 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
     return preds, hw, prof
 
 
-_OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume"}
+_OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume",
+                  "memory_check"}
 
 
 def describe_run(config: TrainConfig, data) -> str:
@@ -159,6 +160,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
+        ConfigError: also a single-process run the memory model predicts cannot fit in the memory available
+            here (:func:`~gnnpipe.costmodel.predict.check_single_process_memory`; ``memory_check=False`` or
+            ``--no-memory-check`` tries anyway), before anything is allocated.
         ConfigError / UnknownComponentError / DataValidationError: before any process starts (under
             ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
             every rank before the process group starts).
@@ -247,6 +251,10 @@ def _train_prepared(config, data, progress, options):
         if ignored:
             warnings.warn("ignored: " + "; ".join(ignored), stacklevel=3)
         torch.set_num_threads(config.threads)
+        if options.memory_check:
+            from .costmodel.predict import check_single_process_memory
+
+            check_single_process_memory(config, data)  # ConfigError with the prediction, before any allocation
         return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts

@@ -93,13 +93,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-every", type=int, default=0,
                    help="checkpoint every k epochs (0: only at the end; needs --checkpoint-dir)")
     g.add_argument("--resume", default=None, help="continue the run of this checkpoint folder")
+    g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
+                   help="start a single-process run even when the memory model predicts more memory than is "
+                        "available (by default it is refused up front)")
 
 
 def options_from_args(args: argparse.Namespace):
     from ..core.options import RunOptions
 
     return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
-                      checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
+                      checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                      memory_check=args.memory_check)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,6 +38,9 @@ class RunOptions:
         checkpoint_dir: write checkpoints into this folder (``torch.distributed.checkpoint``), every
             ``checkpoint_every`` epochs (``0``: only at the end) and at the end.
         resume: continue the run of this checkpoint folder (or one ``ckpt-*`` folder in it).
+        memory_check: refuse a single-process run that the memory model
+            (:func:`gnnpipe.costmodel.predict.check_single_process_memory`) says cannot fit in the memory
+            available here, before it starts (``False``: try anyway).
     """
 
     keep: str = attrs.field(default="best", validator=_keep)
@@ -47,3 +50,4 @@ class RunOptions:
     checkpoint_dir: Optional[str] = None
     checkpoint_every: int = attrs.field(default=0, validator=_nonneg_int)
     resume: Optional[str] = None
+    memory_check: bool = True

@@ -616,3 +616,73 @@ def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] =
     lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+def available_memory_bytes() -> Optional[int]:
+    """What this machine can still give a process: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else ``None``."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return None
+
+
+def single_process_memory(config, data) -> MemoryBreakdown:
+    """The memory model's prediction for training ``config`` on ``data`` in this one process (bytes above the
+    runtime floor; the graph is counted although it is already loaded). Uses :func:`~gnnpipe.costmodel.profile.
+    memory_profile` (a few seconds on any graph)."""
+    from ..core.trainer import make_model
+    from .profile import memory_profile
+
+    prof = memory_profile(config, data)
+    plan = _single_plan(config, data)
+    model = make_model(config, prof.num_features, prof.num_classes)
+    return predict_memory(config, plan, model, prof)[0]
+
+
+def check_single_process_memory(config, data, *, available: Optional[int] = None) -> Optional[MemoryBreakdown]:
+    """Refuse, before it starts, a single-process run the memory model says this machine cannot hold.
+
+    The prediction (:func:`single_process_memory`; the live peak, without glibc's retention, so that only runs
+    that cannot fit are refused) is compared with the
+    memory available now (``MemAvailable``) plus what the loaded graph already holds (it is part of the
+    prediction). A run refused here would otherwise end in the kernel's out-of-memory killer.
+
+    Returns:
+        the prediction, or ``None`` when the available memory is unknown or a cheap upper bound is below half
+        of it (no profile is taken then).
+
+    Raises:
+        ConfigError: the predicted peak exceeds the available memory; the message gives both, the largest
+            kinds, and the ways out (a pipeline: ``--stages``/``--chunks``/``--recompute``/``--history-dtype``;
+            or ``--no-memory-check`` to try anyway).
+    """
+    from ..core.trainer import DTYPES
+
+    available = available_memory_bytes() if available is None else int(available)
+    if available is None:
+        return None
+    # a cheap bound first, so small jobs do not pay for the measured profile: 16 values of every unit's width
+    # per row (the zoo's units save at most ~3), the features, and 64 bytes per edge
+    N, E, F = int(data.num_nodes), int(data.edge_index.size(1)), int(data.x.size(1))
+    b = torch.finfo(DTYPES[config.dtype]).bits // 8 if config.dtype in DTYPES else 4
+    bound = N * b * (2 * F + 16 * (config.layers + 2) * max(int(config.hidden), 1)) + 64 * E
+    if bound < available // 2:
+        return None
+    m = single_process_memory(config, data)
+    held = m.graph  # already resident: the prepared graph
+    need = m.peak
+    if need > available + held:
+        gib = 1024 ** 3
+        kinds = sorted(((getattr(m, k), k) for k in ("graph", "adjacency", "parameters", "activations", "transient")),
+                       reverse=True)[:3]
+        top = ", ".join(f"{k} {v / gib:.1f}" for v, k in kinds)
+        raise ConfigError(
+            f"a single process would need about {need / gib:.1f} GiB for this job (memory model: {top} GiB), but "
+            f"{(available + held) / gib:.1f} GiB are available here (MemAvailable {available / gib:.1f} GiB + the "
+            f"loaded graph {held / gib:.1f} GiB); train it as a pipeline (e.g. --stages 4 --chunks 16 --recompute, "
+            f"--history-dtype bfloat16), or pass --no-memory-check to try anyway")
+    return m

@@ -484,3 +484,45 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
               f"{1e3 * overhead:.2f} ms per chunk action, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
     return prof
+
+
+def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
+    """A :class:`Profile` for the memory model only: no timing, no link; seconds, not minutes, on any graph.
+
+    The saved-activation bytes per row of every unit kind are measured on the subgraph induced by the first
+    ``sample_nodes`` vertices (autograd saves per-row tensors, so the bytes per row do not depend on the graph's
+    size); everything else the memory model needs (unit widths, aggregation kinds, parameter counts) comes from
+    the model. The time fields are zero: use :func:`profile` for time predictions.
+
+    Args:
+        config: a resolved :class:`~gnnpipe.core.config.TrainConfig`. data: the prepared graph.
+        sample_nodes: vertices of the measured subgraph (at most ``N``).
+
+    Returns:
+        a :class:`Profile` with ``notes == "memory only"``.
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.utils import subgraph
+
+    from ..core.runner import num_classes_of
+
+    N = int(data.num_nodes)
+    F, Cls = int(data.x.size(1)), num_classes_of(data)
+    full, model, rep = _representatives(config, F, Cls)
+    n = max(1, min(N, int(sample_nodes)))
+    ei, _ = subgraph(torch.arange(n), data.edge_index, num_nodes=N)
+    dtype = next(model.parameters()).dtype
+    sub = Data(x=data.x[:n].to(dtype), edge_index=ei, num_nodes=n)
+    with torch.random.fork_rng():
+        saved = _saved_bytes(model, sub, 0, n)
+    kinds = {key: UnitKind(key=key, forward=[0.0] * 4, backward=[0.0] * 4, whole_forward_s=0.0, whole_backward_s=0.0,
+                           saved_bytes_per_row=saved[i] / n, params=int(sum(p.numel() for p in model.units[i].parameters())))
+             for key, i in rep.items()}
+    sd = full.units[0].out_dim if full.shared_tensor else 0
+    return Profile(
+        unit_kinds=kinds, units=[unit_key(u) for u in full.units],
+        unit_dims=[(int(u.in_dim), int(u.out_dim)) for u in full.units],
+        agg_dims=[[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
+        agg_kinds=[list(u.aggregations) for u in full.units], shared_dim=int(sd),
+        num_nodes=N, num_edges=int(data.edge_index.size(1)), num_features=F, num_classes=Cls,
+        step_s_per_param=0.0, dtype_bytes=torch.finfo(dtype).bits // 8, threads=config.threads, notes="memory only")
