@@ -189,6 +189,17 @@ def _representatives(config, F: int, Cls: int):
     return full, model, rep
 
 
+def _model_fields(full, data, F: int, Cls: int) -> dict:
+    """The :class:`Profile` fields that describe the model and the graph (no measurement)."""
+    sd = full.units[0].out_dim if full.shared_tensor else 0
+    return dict(units=[unit_key(u) for u in full.units],
+                unit_dims=[(int(u.in_dim), int(u.out_dim)) for u in full.units],
+                agg_dims=[[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
+                agg_kinds=[list(u.aggregations) for u in full.units], shared_dim=int(sd),
+                num_nodes=int(data.num_nodes), num_edges=int(data.edge_index.size(1)), num_features=F,
+                num_classes=Cls)
+
+
 def _saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     """Bytes saved for backward by each unit of ``model`` on rows ``[lo, hi)`` with the chunk op
     (distinct storages, parameters excluded; a storage counts for the first unit that saved it)."""
@@ -469,14 +480,8 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         p2p, allreduce, raw = profile_link(timeout_s=config.timeout_s)
         floor = int(raw["floor"])
     dtype_bytes = torch.finfo(next(full.parameters()).dtype).bits // 8
-    sd = full.units[0].out_dim if full.shared_tensor else 0
     prof = Profile(
-        unit_kinds=kinds, units=[unit_key(u) for u in full.units],
-        unit_dims=[(int(u.in_dim), int(u.out_dim)) for u in full.units],
-        agg_dims=[[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
-        agg_kinds=[list(u.aggregations) for u in full.units], shared_dim=int(sd),
-        num_nodes=N, num_edges=int(data.edge_index.size(1)), num_features=F, num_classes=Cls,
-        step_s_per_param=step, dtype_bytes=dtype_bytes, p2p=p2p, allreduce=allreduce, threads=config.threads,
+        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes, p2p=p2p, allreduce=allreduce, threads=config.threads,
         cpu_over_wall=ratio, fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
         profile_s=time.perf_counter() - t_start, runtime_floor_bytes=floor, action_overhead_s=overhead,
     )
@@ -518,11 +523,5 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     kinds = {key: UnitKind(key=key, forward=[0.0] * 4, backward=[0.0] * 4, whole_forward_s=0.0, whole_backward_s=0.0,
                            saved_bytes_per_row=saved[i] / n, params=int(sum(p.numel() for p in model.units[i].parameters())))
              for key, i in rep.items()}
-    sd = full.units[0].out_dim if full.shared_tensor else 0
     return Profile(
-        unit_kinds=kinds, units=[unit_key(u) for u in full.units],
-        unit_dims=[(int(u.in_dim), int(u.out_dim)) for u in full.units],
-        agg_dims=[[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
-        agg_kinds=[list(u.aggregations) for u in full.units], shared_dim=int(sd),
-        num_nodes=N, num_edges=int(data.edge_index.size(1)), num_features=F, num_classes=Cls,
-        step_s_per_param=0.0, dtype_bytes=torch.finfo(dtype).bits // 8, threads=config.threads, notes="memory only")
+        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=0.0, dtype_bytes=torch.finfo(dtype).bits // 8, threads=config.threads, notes="memory only")
