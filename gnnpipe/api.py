@@ -73,7 +73,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         DistributedError: a rank failed (all ranks are stopped; the message names it).
     """
     from .core import launch
-    from .core.runner import build_plan, check_schedule, format_plan, share_profiled_split, worker
+    from .core.runner import build_plan, check_schedule, choose_backend, file_backed, format_plan, share_profiled_split, worker
 
     config = _as_config(config, overrides)
     check_names(config)
@@ -91,7 +91,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
     if launch.under_torchrun():
-        rank, world = launch.init_env_process_group(config.backend, config.timeout_s)
+        rank, world = launch.init_env_process_group(choose_backend(config), config.timeout_s)
         import torch.distributed as dist
 
         share_profiled_split(config, plan)
@@ -103,6 +103,12 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
         return out["result"] if out else None
     print(format_plan(plan.info), file=sys.stderr)
-    outs = launch.spawn(worker, config.world_size, (config, plan, progress), backend=config.backend,
-                        timeout_s=config.timeout_s, threads=config.threads)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gnnpipe-run-") as folder:
+        # the graph is written once; every rank memory-maps it and reads only the slices its role needs
+        shipped = file_backed(plan, folder)
+        del data, plan
+        outs = launch.spawn(worker, config.world_size, (config, shipped, progress), backend=choose_backend(config),
+                            timeout_s=config.timeout_s, threads=config.threads)
     return outs[0]["result"]

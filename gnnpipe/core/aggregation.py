@@ -31,7 +31,7 @@ from torch import Tensor
 from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
-from .graph import CompactRows, GraphOps, csr_row_slice, csr_transpose, spmm
+from .graph import CompactRows, GraphOps, csr_transpose, spmm
 from .history import ChunkAggregate, History
 
 #: tag bases of the graph-level exchanges (disjoint from the pipeline's point-to-point tags)
@@ -108,11 +108,13 @@ class HistoryOp(AggregationOp):
 
     def __init__(self, history: History, kind: str, ops: GraphOps, chunk_adj: dict):
         self.history, self.kind, self.ops, self.chunk_adj = history, kind, ops, chunk_adj
+        self.chunk_ranges: dict[int, tuple[int, int]] = {}
 
     def adj(self, c: int, rows: tuple[int, int]) -> tuple[CompactRows, CompactRows]:
         key = (self.kind, c)
         if key not in self.chunk_adj:
             self.chunk_adj[key] = self.ops.chunk_rows(self.kind, *rows)
+        self.chunk_ranges[c] = (int(rows[0]), int(rows[1]))
         return self.chunk_adj[key]
 
     def train(self, h, c, rows, write):
@@ -121,10 +123,20 @@ class HistoryOp(AggregationOp):
 
     @torch.no_grad()
     def infer(self, h, capture):
+        """``Â @ h`` on the whole graph, chunk by chunk with the chunks' rows of ``Â`` the op already holds (a
+        pipeline stage runs every chunk, so they cover every row; the whole ``Â`` is never built)."""
         if capture:
             self.history.ensure(h.size(1))
             self.history.H_in.copy_(h)
-        return self.ops.aggregate(h, self.kind)
+        out = h.new_empty(h.size(0), h.size(1))
+        covered = 0
+        for c, (lo, hi) in self.chunk_ranges.items():
+            out[lo:hi] = self.chunk_adj[(self.kind, c)][0].mm(h)
+            covered += hi - lo
+        if covered != h.size(0):
+            raise RuntimeError(f"op {self.history.name}: exact inference needs the rows of every chunk of Â "
+                               f"({h.size(0)} rows), the op holds {covered}")
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- GP halo
@@ -151,7 +163,7 @@ class HaloExchange:
         self.peer_ranks = list(peer_ranks)
         self.comm = comm
         self.peers = [q for q in range(num_ways) if q != way]
-        self.send_idx = {q: fwd[(way, q)] - lo for q in self.peers if (way, q) in fwd}
+        self.send_idx = {q: (fwd[(way, q)] - lo).to(ops.device) for q in self.peers if (way, q) in fwd}
         recv = [(q, fwd[(q, way)]) for q in self.peers if (q, way) in fwd]
         self.recv_sizes = {q: int(t.numel()) for q, t in recv}
         self.halo = torch.cat([t for _, t in recv]) if recv else torch.zeros(0, dtype=torch.long)
@@ -159,6 +171,7 @@ class HaloExchange:
         self._local = torch.full((ops.num_nodes,), -1, dtype=torch.long)
         self._local[lo:hi] = torch.arange(self.n_own)
         self._local[self.halo] = torch.arange(self.n_own, self.n_own + self.n_halo)
+        self._local = self._local.to(ops.device)
         self._adj: dict[str, tuple[Tensor, Tensor]] = {}
 
     @property
@@ -169,7 +182,7 @@ class HaloExchange:
     def adj(self, kind: str) -> tuple[Tensor, Tensor]:
         """``(Â_local, Â_localᵀ)``: ``n_own × (n_own + n_halo)`` rows ``[lo, hi)`` of ``Â`` with local columns, and its transpose."""
         if kind not in self._adj:
-            a = csr_row_slice(self.ops.adj(kind)[0], self.lo, self.hi)
+            a = self.ops.rows(kind, [(self.lo, self.hi)])[0]  # the way's rows only, from the edge list
             cols = self._local[a.col_indices()]
             if bool((cols < 0).any()):
                 raise RuntimeError(f"way {self.w}: Â[{kind}] reads a vertex that is neither owned nor a halo row")

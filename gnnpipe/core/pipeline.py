@@ -45,16 +45,22 @@ def chunk_rows(chunk_ptr: Tensor):
 
 
 def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows, dtype: torch.dtype,
-                device: torch.device, make=None) -> dict:
+                device: torch.device, make=None, hist_dtype: torch.dtype | None = None) -> dict:
     """``{(unit, op index): op}`` of a pipeline stage: one :class:`History` per aggregation of its units and
-    the row slices of ``Â``/``Âᵀ`` of each of ``chunks``, built now. ``make(hist, kind, ops, adj, i, j)`` builds
-    another op over the same history (the hybrid's); default :class:`HistoryOp`."""
+    the row slices of ``Â``/``Âᵀ`` of each of ``chunks``, built now from the edge list (only those rows).
+    ``make(hist, kind, ops, adj, i, j)`` builds another op over the same history (the hybrid's); default
+    :class:`HistoryOp`. ``hist_dtype``: the buffers' storage dtype (default ``dtype``; ``--history-dtype``)."""
     ops = GraphOps(data.edge_index, data.num_nodes, dtype, device, edge_weight=getattr(data, "edge_weight", None))
     adj: dict = {}
+    chunks = list(chunks)
+    for kind in sorted({k for i in units for k in model.units[i].aggregations}):
+        # the rows of Â and Âᵀ of this rank's chunks only, from the edge list (never the whole matrix)
+        for c, pair in zip(chunks, ops.chunk_rows_many(kind, [rows(c) for c in chunks])):
+            adj[(kind, c)] = pair
     out = {}
     for i in units:
         for j, kind in enumerate(model.units[i].aggregations):
-            hist = History(data.num_nodes, dtype, f"unit{i}.op{j}", device)
+            hist = History(data.num_nodes, hist_dtype or dtype, f"unit{i}.op{j}", device)
             out[(i, j)] = make(hist, kind, ops, adj, i, j) if make else HistoryOp(hist, kind, ops, adj)
             for c in chunks:
                 out[(i, j)].adj(c, rows(c))
@@ -78,7 +84,8 @@ def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: T
     C = len(chunk_ptr) - 1
     rows = chunk_rows(chunk_ptr)
     units = range(int(bounds[stage]), int(bounds[stage + 1]))
-    ops = history_ops(model, data, units, range(C), rows, config.torch_dtype, device)
+    ops = history_ops(model, data, units, range(C), rows, config.torch_dtype, device,
+                      hist_dtype=config.torch_history_dtype)
     st = Stage(config, model, data, bounds, stage, rows, ops, flush=bool(getattr(scheduler, "flush", True)),
                stash=bool(getattr(scheduler, "stash_weights", False)), device=device)
     return Executor(st, config=config, num_stages=len(ranks), ranks=ranks, chunks=range(C), scheduler=scheduler,

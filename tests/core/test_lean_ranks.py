@@ -1,0 +1,143 @@
+"""Lean ranks (issue #12): each rank materialises only what its role uses.
+
+Built in this process (no process group: the executors' constructors send nothing), checked on what they hold:
+``x`` only on the first stage of each way and only its rows, labels and masks only on the last stage, parameters
+and optimizer state only of the rank's own units (the others on the ``meta`` device, never allocated), rows of
+``Â``/``Âᵀ`` only for the chunks the rank runs (the whole matrix never built), history in ``--history-dtype``.
+"""
+
+import pickle
+
+import pytest
+import torch
+
+from gnnpipe.core.graph import GraphOps, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.core.graphfile import GraphFile
+from gnnpipe.core.history import ChunkAggregate, History
+from gnnpipe.core.graph import CompactRows
+from gnnpipe.core.runner import build_plan, file_backed, format_plan, make_stage
+from gnnpipe.core.trainer import make_model, materialised_units
+
+from .distutil import base_config, small_graph
+
+
+def _ops_of(executor):
+    return list(executor.stage.ops.values())
+
+
+def _assert_no_full_adjacency(executor):
+    for op in _ops_of(executor):
+        graph_ops = getattr(op, "ops", None) or getattr(getattr(op, "halo", None), "ops", None)
+        assert graph_ops is not None
+        assert graph_ops._adj == {}, "a rank built the whole Â"
+
+
+@pytest.mark.parametrize("model", ["gcn", "gcnii"])
+def test_unit_seeded_model_equals_whole_model_and_allocates_only_own_units(model):
+    cfg = base_config(model=model, layers=4)
+    whole = make_model(cfg, 8, 3)
+    part = make_model(cfg, 8, 3, units=range(2, 4))
+    assert materialised_units(whole) == list(range(whole.num_units))
+    assert materialised_units(part) == [2, 3]
+    for i, (u, v) in enumerate(zip(whole.units, part.units)):
+        for p, q in zip(u.parameters(), v.parameters()):
+            if 2 <= i < 4:
+                assert torch.equal(p, q)
+            else:
+                assert q.device.type == "meta"
+
+
+def test_pipeline_ranks_hold_only_their_role(tmp_path):
+    data = small_graph(n=120)
+    cfg = base_config(model="gcnii", stages=3, chunks=6, layers=4, history_dtype="bfloat16")
+    plan = file_backed(build_plan(cfg, data), str(tmp_path))
+    shipped = pickle.dumps(plan.data)
+    assert len(shipped) < 1000  # the launcher ships the path of the graph file, not the graph
+    N = data.num_nodes
+    for rank in range(3):
+        ex = make_stage(cfg, pickle.loads(pickle.dumps(plan)), rank, 3)
+        st = ex.stage
+        if rank == 0:
+            assert st.x is not None and st.x.shape == (N, data.x.size(1))
+        else:
+            assert st.x is None
+        if rank == 2:
+            assert st.y is not None and st.y.numel() == N and st.train_mask.numel() == N
+        else:
+            assert st.y is None and st.train_mask is None
+        own = list(st.units)
+        assert materialised_units(st.model) == own
+        n_opt = sum(p.numel() for g in st.optimizer.param_groups for p in g["params"])
+        assert n_opt == sum(p.numel() for i in own for p in st.model.units[i].parameters())
+        _assert_no_full_adjacency(ex)
+        for op in _ops_of(ex):
+            assert op.history.dtype == torch.bfloat16
+            assert sorted(op.chunk_ranges) == list(range(6))
+    assert "rank 1 (way 0, stage 1): no x, no labels" in format_plan(plan.info)
+
+
+def test_graph_parallel_way_holds_its_rows_only():
+    data = small_graph(n=120)
+    cfg = base_config(model="gcn", ways=2, layers=2, correctors=[])
+    plan = build_plan(cfg, data)
+    for way in range(2):
+        ex = make_stage(cfg, plan, way, 2)
+        lo, hi = ex.inference_rows
+        st = ex.stage
+        assert st.x.size(0) == hi - lo < data.num_nodes
+        assert st.y.numel() == hi - lo
+        _assert_no_full_adjacency(ex)
+        halo = _ops_of(ex)[0].halo
+        a, _ = halo.adj("gcn")
+        assert a.size(0) == hi - lo and a.size(1) == hi - lo + halo.n_halo
+
+
+def test_rows_from_edge_list_equal_rows_of_whole_matrix():
+    data = small_graph(n=90)
+    ops = GraphOps(data.edge_index, data.num_nodes)
+    ranges = [(0, 17), (17, 17), (17, 60), (60, 90)]
+    for kind in ("gcn", "mean", "sum"):
+        a = build_adjacency(data.edge_index, data.num_nodes, kind)
+        at = csr_transpose(a)
+        for got, want in zip(ops.rows(kind, ranges) + ops.rows(kind, ranges, transpose=True),
+                             [csr_row_slice(a, *r) for r in ranges] + [csr_row_slice(at, *r) for r in ranges]):
+            assert torch.equal(got.crow_indices(), want.crow_indices())
+            assert torch.equal(got.col_indices(), want.col_indices())
+            assert torch.equal(got.values(), want.values())
+    assert ops._adj == {}
+
+
+def test_graph_file_round_trip_is_memory_mapped(tmp_path):
+    data = small_graph(n=50)
+    gf = GraphFile.write(data, str(tmp_path / "g.pt"))
+    back = pickle.loads(pickle.dumps(gf))
+    assert back.num_nodes == 50 and back.edge_weight is None
+    for k in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(back, k), getattr(data, k))
+    (tmp_path / "g.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="graph file"):
+        GraphFile(str(tmp_path / "g.pt"), 50).x
+
+
+@pytest.mark.parametrize("hist_dtype", [torch.bfloat16, torch.float16])
+def test_narrow_history_stores_narrow_and_computes_wide(hist_dtype):
+    """--history-dtype: H_in/G_out are stored narrow; forward and pull read them up-cast to the compute dtype."""
+    torch.manual_seed(0)
+    data = small_graph(n=40)
+    a = build_adjacency(data.edge_index, 40, "gcn")
+    at = csr_transpose(a)
+    lo, hi = 10, 25
+    hist = History(40, hist_dtype)
+    x = torch.randn(hi - lo, 5, requires_grad=True)
+    out = ChunkAggregate.apply(x, hist, CompactRows(csr_row_slice(a, lo, hi)), CompactRows(csr_row_slice(at, lo, hi)),
+                               lo, hi, True)
+    assert hist.H_in.dtype == hist_dtype and out.dtype == torch.float32
+    stored = torch.zeros(40, 5)
+    stored[lo:hi] = x.detach().to(hist_dtype).float()
+    torch.testing.assert_close(out, (a.to_dense() @ stored)[lo:hi], rtol=1e-6, atol=1e-6)
+    g = torch.randn(hi - lo, 5)
+    out.backward(g)
+    assert hist.G_out.dtype == hist_dtype and x.grad.dtype == torch.float32
+    gs = torch.zeros(40, 5)
+    gs[lo:hi] = g.to(hist_dtype).float()
+    torch.testing.assert_close(x.grad, (at.to_dense() @ gs)[lo:hi], rtol=1e-6, atol=1e-6)
