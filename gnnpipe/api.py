@@ -98,7 +98,13 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         if rank == 0:
             print(format_plan(plan.info), file=sys.stderr)
 
-        out = worker(rank, world, config, plan, progress)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gnnpipe-rank-") as folder:
+            # each rank partitioned the graph itself (deterministic); it keeps only the slices its role reads
+            own = file_backed(plan, folder)
+            del data, plan
+            out = worker(rank, world, config, own, progress)
         dist.barrier()
         dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
         return out["result"] if out else None

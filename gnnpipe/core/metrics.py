@@ -74,7 +74,18 @@ def gather_accuracies(logits: Tensor | None, y: Tensor, masks: dict[str, Tensor]
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this process in bytes: CUDA max allocated on a GPU, else the peak resident set size."""
+    """Peak memory of this process in bytes: CUDA max allocated on a GPU, else the peak resident set size.
+
+    On Linux the peak resident set is ``VmHWM`` of ``/proc/self/status``: ``ru_maxrss`` would carry the launcher's
+    resident set into every rank it spawns (the kernel keeps the larger of the two across fork and exec), so a
+    rank of a launcher holding the whole graph would report the whole graph."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -141,3 +141,19 @@ def test_narrow_history_stores_narrow_and_computes_wide(hist_dtype):
     gs = torch.zeros(40, 5)
     gs[lo:hi] = g.to(hist_dtype).float()
     torch.testing.assert_close(x.grad, (at.to_dense() @ gs)[lo:hi], rtol=1e-6, atol=1e-6)
+
+
+def test_history_dtype_flag_and_errors():
+    from gnnpipe.cli.main import build_parser
+    from gnnpipe.core.arguments import config_from_args
+    from gnnpipe.core.config import TrainConfig
+    from gnnpipe.errors import ConfigError
+
+    args = build_parser().parse_args(["train", "--history-dtype", "bfloat16", "--num-features", "7",
+                                      "--num-classes", "4", "--device", "cpu"])
+    cfg = config_from_args(args)
+    assert cfg.torch_history_dtype == torch.bfloat16 and cfg.torch_dtype == torch.float32
+    assert (cfg.num_features, cfg.num_classes, cfg.device_type) == (7, 4, "cpu")
+    assert TrainConfig().torch_history_dtype == torch.float32  # default: the compute dtype
+    with pytest.raises(ConfigError, match="unknown history dtype"):
+        TrainConfig(history_dtype="int8").torch_history_dtype
