@@ -4,7 +4,8 @@ synthetic graph (issue #12), each layout a separate ``gnnpipe train`` run, side 
     python benchmarks/bench_scale.py --num-nodes 169343 --avg-degree 16 --layers 16 --epochs 2 \\
         --layouts single,pipe8x32,gp8
 
-Layouts: ``single``, ``pipeS`` / ``pipeSxC`` (S stages, C chunks), ``gpW`` (W ways), ``hybWxS`` / ``hybWxSxC``.
+Layouts: ``single``, ``pipeS`` / ``pipeSxC`` (S stages, C chunks), ``gpW`` (W ways), ``hybWxS`` / ``hybWxSxC``,
+each optionally with ``+r`` (``--recompute``) and ``+bf16`` (``--history-dtype bfloat16``), e.g. ``pipe8x32+r``.
 Extra ``gnnpipe train`` flags follow ``--`` (e.g. ``-- --recompute --history-dtype bfloat16``).
 
 Measured per rank: the peak resident set (``VmHWM``, what the run's JSON records as ``peak_mem_bytes``) and
@@ -42,7 +43,21 @@ def _available_bytes() -> int:
 
 
 def layout_flags(name: str) -> list[str]:
-    """``gnnpipe train`` flags of a layout name (module docstring)."""
+    """``gnnpipe train`` flags of a layout name (module docstring); suffixes ``+r`` (``--recompute``) and
+    ``+bf16`` (``--history-dtype bfloat16``) add options to one layout."""
+    name, *opts = name.split("+")
+    extra = []
+    for o in opts:
+        if o == "r":
+            extra.append("--recompute")
+        elif o in ("bf16", "fp16"):
+            extra += ["--history-dtype", "bfloat16" if o == "bf16" else "float16"]
+        else:
+            raise SystemExit(f"unknown layout option +{o}; use +r (recompute) or +bf16 / +fp16 (history dtype)")
+    return _layout_flags(name) + extra
+
+
+def _layout_flags(name: str) -> list[str]:
     if name == "single":
         return ["--stages", "1", "--ways", "1"]
     m = re.fullmatch(r"pipe(\d+)(?:x(\d+))?", name)

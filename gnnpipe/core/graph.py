@@ -158,8 +158,12 @@ class CompactRows:
 
     def __init__(self, rows: Tensor):
         col = rows.col_indices()
-        self.cols, local_col = torch.unique(col, sorted=True, return_inverse=True)
-        self.local = torch.sparse_csr_tensor(rows.crow_indices(), local_col.to(col.dtype), rows.values(),
+        cols, local_col = torch.unique(col, sorted=True, return_inverse=True)
+        # 32-bit indices when they fit (half the index memory of a rank's rows of Â; same products)
+        idx = torch.int32 if max(rows.size(1), int(rows.crow_indices()[-1]) if rows.size(0) else 0) < 2**31 - 1 \
+            else torch.int64
+        self.cols = cols.to(idx)
+        self.local = torch.sparse_csr_tensor(rows.crow_indices().to(idx), local_col.to(idx), rows.values(),
                                              (rows.size(0), self.cols.numel()), dtype=rows.dtype,
                                              device=rows.device)
         self.shape = rows.shape
