@@ -192,6 +192,8 @@ class SingleProcessTrainer:
         self.config = resolve_config(config)
         dtype = DTYPES[self.config.dtype]
         self.device = torch.device(self.config.device_type)
+        if not prepared:
+            data = prepare_data(data, self.config)
         num_classes = int(data.y[data.train_mask | data.val_mask | data.test_mask].max()) + 1
         self.data = data if self.device.type == "cpu" else _data_on(data, self.device)
         self.x = self.data.x.to(self.device, dtype)
