@@ -5,7 +5,8 @@ run side by side in one invocation (issue: pipeline executor benchmark).
     python benchmarks/bench_pipeline_speedup.py [--epochs 8] [--scheduler gpipe] [--dataset Computers]
 
 Prints the per-epoch times (median over epochs after the first), their ratio, each rank's measured
-compute time and idle fraction, and the bubble the schedule simulator predicts for the same schedule
+compute time, thread CPU time (the work inflation: ranks' CPU summed / the relabelled single process's), idle
+fraction and backend (gloo on the CPU unless every rank has its own GPU), and the bubble the schedule simulator predicts for the same schedule
 with the profiled stage costs. Not a test: numbers go to docs/RESULTS.md.
 
 Two single-process baselines run beside the pipeline: the trainer on the dataset as loaded (what a
@@ -68,7 +69,11 @@ def main():
         single_rl = SingleProcessTrainer(relabelled, resolve_config(base), prepared=True).fit(progress=False)
         pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
                          over_partition=a.over_partition, progress=False)
+        cpu_rl = statistics.median(e["cpu_s"][0] for e in single_rl.epochs[1:])
+        cpu_ranks = [statistics.median(e["cpu_s"][r] for e in pipe.epochs[1:]) for r in range(a.stages)]
         rounds.append({"single": med(single), "single_relabelled": med(single_rl), "pipeline": med(pipe),
+                       "cpu_single_relabelled_s": cpu_rl, "cpu_s": cpu_ranks, "inflation": sum(cpu_ranks) / cpu_rl,
+                       "backend": pipe.extra["plan"].get("backend"),
                        "compute_s": [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:])
                                      for r in range(a.stages)],
                        "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
@@ -93,7 +98,9 @@ def main():
               f"{[round(c, 3) for c in r['compute_s']]} s; idle {[round(f, 3) for f in r['idle_fraction']]}; "
               f"simulated bubble {[round(b, 3) for b in sim.bubble_fraction]} (uniform F:B = 1:2), "
               f"{[round(b, 3) for b in r['measured_bubble']] if r['measured_bubble'] else 'n/a'} "
-              f"(profiled per-chunk F and B)")
+              f"(profiled per-chunk F and B); thread CPU per rank {[round(c, 3) for c in r['cpu_s']]} s against "
+              f"{r['cpu_single_relabelled_s']:.3f} s single (relabelled) -> work inflation {r['inflation']:.3f}; "
+              f"backend {r['backend']}")
     print(f"  median single process (1 thread): {ts * 1e3:8.1f} ms/epoch (median of epochs 2..{a.epochs})")
     print(f"  median single process, pipeline's vertex order: {tr * 1e3:8.1f} ms/epoch")
     print(f"  median pipeline ({a.stages} ranks): {tp * 1e3:8.1f} ms/epoch")
@@ -101,6 +108,8 @@ def main():
     r1 = statistics.median(r["single"] / r["pipeline"] for r in rounds)
     r2 = statistics.median(r["single_relabelled"] / r["pipeline"] for r in rounds)
     print(f"  median of the per-round speed-ups: {r1:.3f}x  (against the relabelled single process: {r2:.3f}x)")
+    print(f"  median work inflation (ranks' thread CPU summed / relabelled single process's): "
+          f"{statistics.median(r['inflation'] for r in rounds):.3f}")
     slow = bound = None
     if pair:
         slow = statistics.mean(pair) / ts

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from typing import Any, Optional
@@ -48,17 +49,47 @@ def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
     return config
 
 
-def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, **overrides: Any) -> Optional[TrainResult]:
+_OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume"}
+
+
+def describe_run(config: TrainConfig, data) -> str:
+    """The line a run starts with: what is trained (dataset and its size, model, layout)."""
+    name = config.dataset or "synthetic"
+    n, e = int(data.num_nodes), int(data.edge_index.size(1))
+    from .core.runner import num_classes_of
+
+    s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
+         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epochs; ")
+    W, S = config.ways, config.stages
+    if W == 1 and S == 1:
+        s += "single process"
+    elif S == 1:
+        s += f"graph parallel over {W} ways"
+    else:
+        from .core.runner import default_chunks
+
+        s += (f"{'hybrid ' + str(W) + ' ways x ' if W > 1 else 'pipeline '}{S} stages, "
+              f"{default_chunks(config)} chunks, scheduler {config.scheduler}"
+              f"{' (stashed weights)' if config.stash_weights else ''}, "
+              f"correctors {','.join(map(str, config.correctors)) or 'none'}")
+    return s
+
+
+def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,
+          **overrides: Any) -> Optional[TrainResult]:
     """Train as configured and return a :class:`~gnnpipe.core.results.TrainResult`.
 
     ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
+    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.assemble`).
 
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
-        progress: show a progress bar.
+        progress: show a progress bar on a terminal, and (unless ``log_every`` is given) epoch lines elsewhere.
+        options: a :class:`~gnnpipe.core.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
+            ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be keywords.
 
     Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
     also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options
@@ -71,15 +102,36 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         ScheduleError: the scheduler builds an invalid schedule (the problems and its picture), before any
             process starts.
         DistributedError: a rank failed (all ranks are stopped; the message names it).
+        KeyboardInterrupt: SIGINT/SIGTERM. Both (and failures during training) carry ``.result``: the
+            :class:`TrainResult` of the completed epochs with ``status`` ``"interrupted"`` / ``"failed"``.
     """
     from .core import launch
-    from .core.runner import build_plan, check_schedule, choose_backend, file_backed, format_plan, share_profiled_split, worker
+    from .core.options import RunOptions
+    from .core.runner import build_plan, check_schedule, file_backed, format_plan, share_profiled_split, worker
 
+    opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
+    if options is None:
+        if not progress and "log_every" not in opt_kw:
+            opt_kw["log_every"] = 0
+        options = RunOptions(**opt_kw)
+    elif opt_kw:
+        options = attrs.evolve(options, **opt_kw)
     config = _as_config(config, overrides)
     check_names(config)
     config = resolve_config(config)
     launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
+    if options.resume:  # refuse a changed configuration before loading data or starting ranks
+        from .core.checkpoint import check_resume, read_meta
+
+        changed = check_resume(config, read_meta(options.resume))
+        if changed:
+            warnings.warn(f"resuming {options.resume} in another layout ({', '.join(changed)} changed): weights, "
+                          f"optimizer state and the epoch records carry over; history, corrector state and random "
+                          f"states restart, so the continuation is not bit-identical to an uninterrupted run",
+                          stacklevel=2)
     data = load_data(config) if data is None else prepare_data(data, config)
+    if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
+        print(describe_run(config, data), file=sys.stderr)
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch
 
@@ -87,11 +139,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         if ignored:
             warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
         torch.set_num_threads(config.threads)
-        return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress)
+        return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
     if launch.under_torchrun():
-        rank, world = launch.init_env_process_group(choose_backend(config), config.timeout_s)
+        rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
         import torch.distributed as dist
 
         share_profiled_split(config, plan)
@@ -104,17 +156,47 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
             # each rank partitioned the graph itself (deterministic); it keeps only the slices its role reads
             own = file_backed(plan, folder)
             del data, plan
-            out = worker(rank, world, config, own, progress)
+            out = worker(rank, world, config, own, progress, None, options)
         dist.barrier()
         dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
-        return out["result"] if out else None
+        return _with_model(out["result"], out["model_state"], config, own) if out else None
     print(format_plan(plan.info), file=sys.stderr)
     import tempfile
 
+    from .core.session import RecordCollector, partial_result
+    from .errors import DistributedError
+
+    records = RecordCollector().start()
     with tempfile.TemporaryDirectory(prefix="gnnpipe-run-") as folder:
         # the graph is written once; every rank memory-maps it and reads only the slices its role needs
         shipped = file_backed(plan, folder)
         del data, plan
-        outs = launch.spawn(worker, config.world_size, (config, shipped, progress), backend=choose_backend(config),
-                            timeout_s=config.timeout_s, threads=config.threads)
-    return outs[0]["result"]
+        try:
+            outs = launch.spawn(worker, config.world_size, (config, shipped, progress, None, options, records.send_end),
+                                backend=shipped.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
+                                graceful=True)
+        except (KeyboardInterrupt, DistributedError) as exc:
+            failed = isinstance(exc, DistributedError)
+            exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
+                                        str(exc) if failed else None)
+            raise
+    records.stop()
+    return _with_model(outs[0]["result"], outs[0]["model_state"], config, shipped)
+
+
+def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:
+    from .core.assemble import assemble_model
+    from .core.trainer import make_model
+
+    result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
+    return result
+
+
+def predict(model, data, *, preprocess: bool = True):
+    """Class scores of every vertex of ``data`` by a trained model (``result.model`` or
+    :func:`gnnpipe.models.load`), in ``data``'s vertex order: :meth:`gnnpipe.models.GNNModel.predict`.
+
+    Returns:
+        ``[N, C]`` float logits.
+    """
+    return model.predict(data, preprocess=preprocess)

@@ -18,7 +18,7 @@ from .. import __version__
 from ..errors import GnnpipeError
 
 #: sub-command modules, in the order ``gnnpipe --help`` lists them
-SUBCOMMANDS = ["train", "partition", "schedule", "simulate", "compare", "ablate", "report", "models"]
+SUBCOMMANDS = ["train", "export", "predict", "partition", "schedule", "simulate", "compare", "ablate", "report", "models"]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

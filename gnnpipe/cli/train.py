@@ -45,16 +45,60 @@ def register(sub) -> None:
                    help="write the result (config, per-epoch records, summary) as JSON")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: shown on a terminal)")
+    add_run_arguments(p)
     p.set_defaults(func=run)
 
 
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of :class:`~gnnpipe.core.options.RunOptions` (logging, kept weights, checkpoints)."""
+    g = p.add_argument_group("saving and logging")
+    g.add_argument("--keep", choices=["best", "last"], default="best",
+                   help="weights of the trained model: of the best-validation epoch, or of the last epoch")
+    g.add_argument("--log-every", type=int, default=None,
+                   help="when stdout is not a terminal, print a line every k epochs (0: never; default: every 10%% "
+                        "of the epochs)")
+    g.add_argument("--log-csv", default=None, help="append each epoch record to this CSV file")
+    g.add_argument("--tensorboard", default=None,
+                   help="write the epoch records to this TensorBoard folder (needs the tensorboard package)")
+    g.add_argument("--checkpoint-dir", default=None,
+                   help="write checkpoints (torch.distributed.checkpoint) into this folder")
+    g.add_argument("--checkpoint-every", type=int, default=0,
+                   help="checkpoint every k epochs (0: only at the end; needs --checkpoint-dir)")
+    g.add_argument("--resume", default=None, help="continue the run of this checkpoint folder")
+
+
+def options_from_args(args: argparse.Namespace):
+    from ..core.options import RunOptions
+
+    return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
+                      checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
+
+
 def run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     from ..api import train
+    from ..core.launch import _interrupt
 
     config = config_from_args(args)
+    options = options_from_args(args)
     if args.out:
         check_writable(args.out)
-    result = train(config, progress=args.progress)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C
+    try:
+        result = train(config, progress=args.progress, options=options)
+    except BaseException as exc:
+        partial = getattr(exc, "result", None)
+        if partial is not None and args.out:  # the epochs completed so far are not lost
+            partial.save(args.out)
+            print(f"wrote {args.out} ({partial.status} after {len(partial.epochs)} epochs)", file=sys.stderr)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if result is None:  # a non-zero rank under torchrun
         return 0
     print(result.summary())

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
 from .graph import CompactRows, GraphOps, csr_transpose, spmm
-from .history import ChunkAggregate, History
+from .history import ChunkAggregate, ChunkPushPull, History, PushHistory
 
 #: tag bases of the graph-level exchanges (disjoint from the pipeline's point-to-point tags)
 TAG_HALO = 1 << 20
@@ -50,26 +50,48 @@ def op_numbers(model: GNNModel) -> dict[tuple[int, int], int]:
     return out
 
 
-def unit_aggregators(units, call: Callable[[int, int, Tensor, str], Tensor]):
+def unit_aggregators(units, call: Callable[..., Tensor],
+                     push_pull: Optional[Callable[[int, int, str], Optional[ChunkPushPull]]] = None):
     """The ``make_agg`` factory of :meth:`~gnnpipe.models.GNNModel.run_units`: unit ``i`` (of ``units``, e.g.
-    ``model.units``; anything indexable by the unit number) gets a callback ``agg(h, kind)`` that numbers its
-    calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind)``.
+    ``model.units``; anything indexable by the unit number) gets a callback ``agg(h, kind, layer=None)`` that
+    numbers its calls ``j = 0, 1, …`` and returns ``call(i, j, h, kind, layer)`` (``layer``: the message-passing
+    layer of a :class:`~gnnpipe.models.MessagePassingUnit`, else ``None``).
+
+    With ``push_pull``, the callback also offers ``agg.push_pull(kind)`` (:mod:`gnnpipe.models.base`): op ``j``
+    as ``push_pull(i, j, kind)`` — a :class:`~gnnpipe.core.history.ChunkPushPull` for a unit that fuses its
+    chunk step, counted like a call of ``agg`` — or ``None`` (not counted: the unit then calls ``agg``).
 
     Raises (from the callback):
-        ConfigError: a unit calls more aggregations than it declares, or another kind than declared.
+        ConfigError: a unit calls more aggregations than it declares, or another kind than declared, or passes
+            a layer without declaring ``message_passing`` (or the reverse).
     """
 
     def factory(i: int):
         counter = [0]
         declared = units[i].aggregations
 
-        def agg(h: Tensor, kind: str) -> Tensor:
+        def next_op(kind: str) -> int:
             j = counter[0]
-            counter[0] += 1
             if j >= len(declared) or declared[j] != kind:
                 raise ConfigError(f"unit {i} called aggregation {kind!r} as op {j}, but declares {declared}")
-            return call(i, j, h, kind)
+            return j
 
+        def agg(h: Tensor, kind: str, layer=None) -> Tensor:
+            j = next_op(kind)
+            if (layer is not None) != bool(getattr(units[i], "message_passing", False)):
+                raise ConfigError(f"unit {i}: pass a layer to agg(h, kind, layer) exactly when the unit declares "
+                                  f"message_passing = True (it declares {getattr(units[i], 'message_passing', False)})")
+            counter[0] += 1
+            return call(i, j, h, kind, layer)
+
+        if push_pull is not None:
+            def fused(kind: str) -> Optional[ChunkPushPull]:
+                op = push_pull(i, next_op(kind), kind)
+                if op is not None:
+                    counter[0] += 1
+                return op
+
+            agg.push_pull = fused
         return agg
 
     return factory
@@ -85,15 +107,21 @@ class AggregationOp(ABC):
     history: Optional[History] = None
 
     @abstractmethod
-    def train(self, h: Tensor, c: int, rows: tuple[int, int], write: bool) -> Tensor:
+    def train(self, h: Tensor, c: int, rows: tuple[int, int], write: bool, layer=None) -> Tensor:
         """The op on chunk ``c`` (global rows ``rows = (lo, hi)``; ``h`` is ``[hi - lo, d]``) during training.
 
         ``write=False`` when a chunk is recomputed in its backward: history must not be written twice.
-        Returns ``[hi - lo, d]``, differentiable in ``h``.
+        ``layer``: a message-passing unit's ``layer(x_src, x_dst, edge_index, edge_weight)`` (only the
+        halo-gradient ops take one). Returns ``[hi - lo, d_out]``, differentiable in ``h``.
         """
 
+    def push_pull(self, c: int, rows: tuple[int, int], write: bool) -> Optional[ChunkPushPull]:
+        """The op on chunk ``c`` as a :class:`~gnnpipe.core.history.ChunkPushPull` (its forward and backward halves
+        without autograd) for a unit that fuses its chunk step, or ``None`` (default: not fusable)."""
+        return None
+
     @abstractmethod
-    def infer(self, h: Tensor, capture: bool) -> Tensor:
+    def infer(self, h: Tensor, capture: bool, layer=None) -> Tensor:
         """The exact op for inference on the stage's inference rows (no autograd, no history read).
         ``capture=True`` writes the op's exact input into ``H_in`` (a full refresh of history)."""
 
@@ -117,14 +145,22 @@ class HistoryOp(AggregationOp):
         self.chunk_ranges[c] = (int(rows[0]), int(rows[1]))
         return self.chunk_adj[key]
 
-    def train(self, h, c, rows, write):
+    def train(self, h, c, rows, write, layer=None):
         a_c, at_c = self.adj(c, rows)
         return ChunkAggregate.apply(h, self.history, a_c, at_c, rows[0], rows[1], write)
 
+    def push_pull(self, c, rows, write):
+        if type(self).train is not HistoryOp.train:  # a subclass adds to the op (the hybrid's peer exchange)
+            return None
+        a_c, at_c = self.adj(c, rows)
+        return ChunkPushPull(self.history, a_c, at_c, rows[0], rows[1], write)
+
     @torch.no_grad()
-    def infer(self, h, capture):
+    def infer(self, h, capture, layer=None):
         """``Â @ h`` on the whole graph, chunk by chunk with the chunks' rows of ``Â`` the op already holds (a
         pipeline stage runs every chunk, so they cover every row; the whole ``Â`` is never built)."""
+        if layer is not None:
+            raise ConfigError("a message-passing unit needs the halo-gradient op (PushHistoryOp)")
         if capture:
             self.history.ensure(h.size(1))
             self.history.H_in.copy_(h)
@@ -137,6 +173,107 @@ class HistoryOp(AggregationOp):
             raise RuntimeError(f"op {self.history.name}: exact inference needs the rows of every chunk of Â "
                                f"({h.size(0)} rows), the op holds {covered}")
         return out
+
+
+class PushGather(torch.autograd.Function):
+    """The halo-gradient op's gather (docs/HALO_GRADIENT.md): forward writes ``H_in[R_c] ← h`` and returns
+    ``x_src = [h ; H_in[halo(c)]]`` (``[n + |halo|, d]``: fresh own rows, history for the halo, up-cast to
+    ``h``'s dtype when ``H_in`` is stored narrower, ``--history-dtype``); backward pushes the halo rows'
+    gradient into ``G_in`` (:meth:`~gnnpipe.core.history.PushHistory.push`) and returns the own rows' gradient
+    plus ``G_in[R_c]`` (what the other chunks pushed into this chunk)."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, hist, halo: Tensor, c: int, start: int, end: int,
+                write: bool = True) -> Tensor:  # type: ignore[override]
+        hist.ensure(h.size(1))
+        if write:
+            hist.H_in[start:end] = h.detach()
+        ctx.hist, ctx.halo, ctx.c, ctx.start, ctx.end = hist, halo, c, start, end
+        return torch.cat([h.detach(), hist.H_in[halo].to(h.dtype)])
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        hist, n = ctx.hist, ctx.end - ctx.start
+        hist.push(ctx.c, ctx.halo, g[n:], ctx.start)
+        return g[:n] + hist.G_in[ctx.start: ctx.end], None, None, None, None, None, None
+
+
+class PushHistoryOp(AggregationOp):
+    """The halo-gradient history op of a message-passing unit (pipeline; docs/HALO_GRADIENT.md).
+
+    Training, chunk ``c``: ``x_src = PushGather(h)`` (``[h ; H_in[halo(c)]]``), then
+    ``layer(x_src, h, edge_index_c, edge_weight_c)`` on the chunk's in-edges (the non-zeros of
+    ``Â[R_c, :]`` of ``kind``) in bipartite form. The layer may be any differentiable function of them;
+    autograd gives the halo rows' gradient, which is pushed to their chunks (see :class:`PushGather`).
+    Inference: the layer on the whole graph, whose edges are put together from the chunks' in-edges the op
+    holds (a pipeline stage runs every chunk; the whole ``Â`` is never built, issue #12).
+
+    Args:
+        history: a :class:`~gnnpipe.core.history.PushHistory`. kind: the kind whose ``Â`` gives the edges
+            (``sum`` for the plain graph). ops: the graph's :class:`GraphOps`.
+        chunk_edges: ``{("push", kind, c): (halo, edge_index, edge_weight)}`` shared by the stage's ops.
+    """
+
+    def __init__(self, history, kind: str, ops: GraphOps, chunk_edges: dict):
+        self.history, self.kind, self.ops, self.chunk_edges = history, kind, ops, chunk_edges
+        self.chunk_ranges: dict[int, tuple[int, int]] = {}
+
+    def adj(self, c: int, rows: tuple[int, int]):
+        key = ("push", self.kind, c)
+        if key not in self.chunk_edges:
+            self.chunk_edges[key] = self.ops.bipartite_rows(self.kind, *rows)
+        self.chunk_ranges[c] = (int(rows[0]), int(rows[1]))
+        return self.chunk_edges[key]
+
+    def train(self, h, c, rows, write, layer=None):
+        if layer is None:
+            raise ConfigError("the halo-gradient op runs a message-passing layer: call agg(h, kind, layer)")
+        halo, edge_index, weight = self.adj(c, rows)
+        x_src = PushGather.apply(h, self.history, halo, c, rows[0], rows[1], write)
+        return layer(x_src, h, edge_index, weight)
+
+    def edges(self) -> tuple[Tensor, Tensor]:
+        """The edges of ``Â`` of the op's kind as :meth:`GraphOps.edges` gives them (global ids, destinations
+        ascending, sources ascending within a row, the same weights), put together from the chunks' in-edges.
+
+        Raises:
+            RuntimeError: the op's chunks do not cover every row.
+        """
+        srcs, dsts, ws, covered = [], [], [], 0
+        for c, (lo, hi) in sorted(self.chunk_ranges.items(), key=lambda kv: kv[1][0]):
+            halo, edge_index, weight = self.chunk_edges[("push", self.kind, c)]
+            n, src = hi - lo, edge_index[0]
+            own = src < n
+            glob = torch.where(own, src + lo, halo[(src - n).clamp(min=0)] if halo.numel() else src + lo)
+            srcs.append(glob)
+            dsts.append(edge_index[1] + lo)
+            ws.append(weight)
+            covered += n
+        if covered != self.ops.num_nodes:
+            raise RuntimeError(f"op {self.history.name}: exact inference needs the in-edges of every chunk "
+                               f"({self.ops.num_nodes} rows), the op holds {covered}")
+        return torch.stack([torch.cat(srcs), torch.cat(dsts)]), torch.cat(ws)
+
+    @torch.no_grad()
+    def infer(self, h, capture, layer=None):
+        if capture:
+            self.history.ensure(h.size(1))
+            self.history.H_in.copy_(h)
+        edge_index, weight = self.edges()
+        return layer(h, h, edge_index, weight)
+
+
+def history_op(unit, kind: str, num_nodes: int, dtype: torch.dtype, device, name: str, ops: GraphOps,
+               adj: dict, hist_dtype: Optional[torch.dtype] = None) -> AggregationOp:
+    """The pipeline's op for one aggregation of ``unit``: :class:`PushHistoryOp` over a new
+    :class:`~gnnpipe.core.history.PushHistory` when the unit declares ``message_passing``, else
+    :class:`HistoryOp` over a new :class:`History` (``adj`` is the stage's shared cache of chunk rows).
+    ``hist_dtype``: the storage dtype of the history (``--history-dtype``; default ``dtype``); a push op's
+    gradient sums stay in ``dtype`` (:class:`~gnnpipe.core.history.PushHistory`)."""
+    if getattr(unit, "message_passing", False):
+        return PushHistoryOp(PushHistory(num_nodes, hist_dtype or dtype, name, device, grad_dtype=dtype),
+                             kind, ops, adj)
+    return HistoryOp(History(num_nodes, hist_dtype or dtype, name, device), kind, ops, adj)
 
 
 # ---------------------------------------------------------------------------------------------- GP halo
@@ -225,6 +362,15 @@ class HaloExchange:
         return spmm(a, torch.cat([h_own, halo])), halo
 
 
+def local_edges(halo: HaloExchange, kind: str) -> tuple[Tensor, Tensor]:
+    """``(edge_index, edge_weight)``: the non-zeros of a way's local ``Â`` of ``kind`` as PyG edges, sources in
+    local numbering (own rows ``0 … n_own−1``, then the halo rows), destinations the own rows."""
+    a, _ = halo.adj(kind)
+    crow = a.crow_indices()
+    dst = torch.repeat_interleave(torch.arange(halo.n_own, device=crow.device), crow.diff())
+    return torch.stack([a.col_indices(), dst]), a.values()
+
+
 class HaloAggregate(torch.autograd.Function):
     """``Â[own, :] @ H`` on one way: forward exchanges mirror rows, backward returns the halo gradient to
     the owners (DESIGN §1 graph parallelism). Exact."""
@@ -244,17 +390,47 @@ class HaloAggregate(torch.autograd.Function):
 
 class HaloOp(AggregationOp):
     """Graph parallelism's op ``k``: :class:`HaloAggregate` in training, the halo exchange of kind ``eval``
-    in inference. Exact; chunk ids are ignored (a way's rows are one chunk)."""
+    in inference. Exact; chunk ids are ignored (a way's rows are one chunk).
+
+    For a message-passing unit (``layer`` given) the op is the halo-gradient op of graph parallelism:
+    :class:`HaloGather` returns ``[H_own ; H_halo]`` (halo rows exchanged forward) and the layer runs on the
+    way's in-edges in bipartite form; the halo rows' gradient goes back to their owners (the same rows, so
+    the same bytes as the linear op's backward)."""
 
     def __init__(self, halo: HaloExchange, kind: str, number: int):
         self.halo, self.kind, self.number = halo, kind, number
         halo.adj(kind)  # build the local matrices up front
 
-    def train(self, h, c, rows, write):
+    def edges(self) -> tuple[Tensor, Tensor]:
+        """``(edge_index, edge_weight)`` of the way's local ``Â`` (sources local: own rows, then halo rows)."""
+        return local_edges(self.halo, self.kind)
+
+    def train(self, h, c, rows, write, layer=None):
+        if layer is not None:
+            edge_index, weight = self.edges()
+            return layer(HaloGather.apply(h, self.halo, TAG_HALO + 2 * self.number), h, edge_index, weight)
         return HaloAggregate.apply(h, self.halo, self.kind, TAG_HALO + 2 * self.number)
 
-    def infer(self, h, capture):
+    def infer(self, h, capture, layer=None):
+        if layer is not None:
+            edge_index, weight = self.edges()
+            rows = self.halo.gather(h, TAG_EVAL + self.number, "eval")
+            return layer(torch.cat([h, rows]), h, edge_index, weight)
         return self.halo.aggregate_nograd(h, self.kind, TAG_EVAL + self.number)[0]
+
+
+class HaloGather(torch.autograd.Function):
+    """``[H_own ; H_halo]`` on one way (forward: the mirror rows exchanged); backward returns the halo rows'
+    gradient to their owners and adds the gradients of this way's mirrors (exact)."""
+
+    @staticmethod
+    def forward(ctx, h_own: Tensor, halo: HaloExchange, tag: int) -> Tensor:  # type: ignore[override]
+        ctx.halo, ctx.tag = halo, tag
+        return torch.cat([h_own.detach(), halo.gather(h_own, tag)])
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        return ctx.halo.scatter_grad(g.contiguous(), ctx.tag + 1), None, None
 
 
 # ---------------------------------------------------------------------------------------------- hybrid
@@ -341,12 +517,14 @@ class PeerHistoryOp(HistoryOp):
         super().__init__(history, kind, ops, chunk_adj)
         self.peers, self.number, self._halo = peers, number, halo
 
-    def train(self, h, c, rows, write):
+    def train(self, h, c, rows, write, layer=None):
+        if layer is not None:
+            raise ConfigError("a message-passing unit needs the halo-gradient op (PeerPushOp) in a hybrid")
         a_c, at_c = self.adj(c, rows)
         return PeerChunkAggregate.apply(h, self, a_c, at_c, rows[0], rows[1], c, write)
 
     @torch.no_grad()
-    def infer(self, h, capture):
+    def infer(self, h, capture, layer=None):
         halo = self._halo()
         out, rows = halo.aggregate_nograd(h, self.kind, TAG_EVAL + self.number)
         if capture:
@@ -356,6 +534,108 @@ class PeerHistoryOp(HistoryOp):
         return out
 
 
+class PeerPushGather(torch.autograd.Function):
+    """:class:`PushGather` in a hybrid way: forward also exchanges the slot's chunk rows of ``H_in`` with the
+    peers (as :class:`PeerChunkAggregate`); backward pushes the halo rows' gradient into this way's ``G_in``
+    for its own rows and sends the rows of other ways' chunks to those ways, which push them into theirs
+    (keyed by the sending chunk), before adding ``G_in[R_c]``."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, op: "PeerPushOp", c: int, start: int, end: int,
+                write: bool = True) -> Tensor:  # type: ignore[override]
+        hist = op.history
+        hist.ensure(h.size(1))
+        if write:
+            hist.H_in[start:end] = h.detach()
+            op.peers.exchange(hist.H_in, c, op.number, backward=False)
+        ctx.op, ctx.c, ctx.start, ctx.end = op, c, start, end
+        return torch.cat([h.detach(), hist.H_in[op.bipartite(c)[0]].to(h.dtype)])
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # type: ignore[override]
+        op, n = ctx.op, ctx.end - ctx.start
+        op.push(ctx.c, g[n:])
+        return g[:n] + op.history.G_in[ctx.start: ctx.end], None, None, None, None, None
+
+
+class PeerPushOp(AggregationOp):
+    """The hybrid's halo-gradient op of a message-passing unit: :class:`PeerPushGather` and the layer on the
+    chunk's in-edges in training; in inference the graph-parallel halo exchange over the way's rows and the
+    layer on the way's local edges (``capture`` writes own and halo rows into ``H_in``).
+
+    Args:
+        history: a :class:`~gnnpipe.core.history.PushHistory`. kind, ops, chunk_edges: as :class:`PushHistoryOp`.
+        peers: the stage's :class:`PeerExchange`. number: the model-wide op number (tags). halo: a callable
+            returning the way's :class:`HaloExchange`. way_of: ``LongTensor[N]``, the way owning each vertex.
+    """
+
+    def __init__(self, history, kind: str, ops: GraphOps, chunk_edges: dict, peers: PeerExchange, number: int,
+                 halo: Callable[[], HaloExchange], way_of: Tensor, rows: Callable[[int], tuple[int, int]]):
+        self.history, self.kind, self.ops, self.chunk_edges = history, kind, ops, chunk_edges
+        self.peers, self.number, self._halo, self.way_of, self.rows = peers, number, halo, way_of, rows
+
+    def bipartite(self, c: int):
+        """``(halo, edge_index, edge_weight)`` of chunk ``c`` of this way (:meth:`GraphOps.bipartite_rows`)."""
+        key = ("push", self.kind, c)
+        if key not in self.chunk_edges:
+            self.chunk_edges[key] = self.ops.bipartite_rows(self.kind, *self.rows(c))
+        return self.chunk_edges[key]
+
+    def halo_of(self, c: int) -> Tensor:
+        """The halo rows (sorted global ids) of chunk ``c``, of any way: for a peer way's chunk only these ids
+        are kept, not its edges (a lean rank holds the in-edges of its own chunks only; issue #12)."""
+        key = ("push", self.kind, c)
+        if key in self.chunk_edges:
+            return self.chunk_edges[key][0]
+        hkey = ("push-halo", self.kind, c)
+        if hkey not in self.chunk_edges:
+            self.chunk_edges[hkey] = self.ops.bipartite_rows(self.kind, *self.rows(c))[0]
+        return self.chunk_edges[hkey]
+
+    def adj(self, c: int, rows: tuple[int, int]):
+        """The chunk's bipartite edges, built now (what a stage factory calls up front)."""
+        return self.bipartite(c)
+
+    def push(self, c: int, g_halo: Tensor) -> None:
+        """Chunk ``c``'s halo gradient: own-way rows into ``G_in``; the others sent to their ways, whose
+        peer chunks of this slot send theirs here (pushed under the sending chunk's id)."""
+        w = self.peers.w
+        halo = self.bipartite(c)[0]
+        owner = self.way_of[halo]
+        mine = owner == w
+        self.history.push(c, halo[mine], g_halo[mine], self.rows(c)[0])
+        sends, recvs = [], []
+        for q, cq in zip([q for q in range(self.peers.W) if q != w], self.peers.peer_chunks(c)):
+            m = owner == q
+            if bool(m.any()):
+                sends.append((g_halo[m].contiguous(), self.peers.peer_ranks[q]))
+            hq = self.halo_of(cq)
+            rq = hq[self.way_of[hq] == w]
+            if rq.numel():
+                recvs.append((torch.empty(rq.numel(), g_halo.size(1), dtype=g_halo.dtype, device=g_halo.device),
+                              self.peers.peer_ranks[q], cq, rq))
+        self.peers.comm.exchange(sends, [(b, r) for b, r, _, _ in recvs], TAG_PEER + 2 * self.number + 1, "graph")
+        for b, _, cq, rq in recvs:
+            self.history.push(cq, rq, b, self.rows(cq)[0])
+
+    def train(self, h, c, rows, write, layer=None):
+        if layer is None:
+            raise ConfigError("the halo-gradient op runs a message-passing layer: call agg(h, kind, layer)")
+        _, edge_index, weight = self.bipartite(c)
+        return layer(PeerPushGather.apply(h, self, c, rows[0], rows[1], write), h, edge_index, weight)
+
+    @torch.no_grad()
+    def infer(self, h, capture, layer=None):
+        halo = self._halo()
+        rows = halo.gather(h, TAG_EVAL + self.number, "eval")
+        if capture:
+            self.history.ensure(h.size(1))
+            self.history.H_in[halo.lo:halo.hi] = h
+            self.history.H_in[halo.halo] = rows
+        edge_index, weight = local_edges(halo, self.kind)
+        return layer(torch.cat([h, rows]), h, edge_index, weight)
+
+
 __all__ = [
     "TAG_EVAL",
     "TAG_HALO",
@@ -363,11 +643,18 @@ __all__ = [
     "AggregationOp",
     "HaloAggregate",
     "HaloExchange",
+    "HaloGather",
     "HaloOp",
     "HistoryOp",
     "PeerChunkAggregate",
     "PeerExchange",
     "PeerHistoryOp",
+    "PeerPushGather",
+    "PeerPushOp",
+    "PushGather",
+    "PushHistoryOp",
+    "history_op",
+    "local_edges",
     "op_numbers",
     "unit_aggregators",
 ]

@@ -73,7 +73,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--device", default=None, choices=["cpu", "cuda"],
                      help="where every rank computes (default: cuda when available); ranks sharing a GPU talk over "
                           "gloo through pinned CPU buffers")
-    par.add_argument("--backend", default=None, help="torch.distributed backend gloo | nccl (default: nccl with CUDA, else gloo)")
+    par.add_argument("--backend", default=None,
+                     help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
+                          "on the CPU, or with --device cuda through pinned CPU buffers)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                      help="seconds after which a failed or stuck rank ends the run")
 

@@ -193,6 +193,15 @@ class Comm:
                 self.bytes[kind] += t.numel() * t.element_size()
 
 
+def collective_device(device: torch.device | str) -> torch.device:
+    """Where a control collective's tensors live (e.g. per-epoch counters, a stop flag): ``device`` under nccl
+    (which only collects device tensors), else the CPU (gloo refuses CUDA tensors; issue #12)."""
+    device = torch.device(device)
+    if device.type != "cpu" and dist.is_initialized() and dist.get_backend() == "nccl":
+        return device
+    return torch.device("cpu")
+
+
 def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
     """Sum a dict of floats over all ranks (control traffic, not counted)."""
     keys = sorted(values)

@@ -168,20 +168,31 @@ class CompactRows:
                                              device=rows.device)
         self.shape = rows.shape
 
-    def mm(self, h: Tensor) -> Tensor:
+    def mm(self, h: Tensor, zero_rows: Tensor | None = None) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
-        ``h`` of another floating dtype, e.g. a bfloat16 history, are up-cast after the gather)."""
+        ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast after the
+        gather).
+
+        With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
+        one zero: known zero rows are read from there (one hot row) instead of where they lie. The result is
+        the same, bit for bit."""
         if self.cols.numel() == 0 or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.local.dtype)
-        # rows stored in a narrower dtype (--history-dtype) are up-cast to the compute dtype when read
-        return torch.sparse.mm(self.local, h.index_select(0, self.cols).to(self.local.dtype))
+        idx = self.cols
+        if zero_rows is not None:
+            idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
+        rows = h.index_select(0, idx)
+        if rows.dtype != self.local.dtype:  # rows stored narrower (--history-dtype): up-cast when read
+            rows = rows.to(self.local.dtype)
+        return torch.mm(self.local, rows)
 
 
 def spmm(a: "Tensor | CompactRows", h: Tensor) -> Tensor:
     """``a @ h`` for a CSR ``a`` (or :class:`CompactRows`) and a dense ``h`` (no autograd through ``a``)."""
     if isinstance(a, CompactRows):
         return a.mm(h)
-    return torch.sparse.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
+    # torch.mm: one ATen call (torch.sparse.mm adds a zero-filled output and an addmm); same kernel, same sums
+    return torch.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
 
 
 class _SpMM(torch.autograd.Function):
@@ -246,11 +257,62 @@ class GraphOps:
         """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind`` (:meth:`chunk_rows_many` of one range)."""
         return self.chunk_rows_many(kind, [(start, end)])[0]
 
-    def aggregate(self, h: Tensor, kind: str) -> Tensor:
-        """Exact full-graph aggregation ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``), differentiable in ``h``."""
+    def edges(self, kind: str) -> tuple[Tensor, Tensor]:
+        """The non-zeros of ``Â`` of ``kind`` as PyG edges: ``(edge_index [2, E'], edge_weight [E'])`` with
+        ``edge_index[0]`` the sources (columns of ``Â``), sorted by destination (cached)."""
+        key = ("edges", kind)
+        if key not in self._adj:
+            a, _ = self.adj(kind)
+            crow = a.crow_indices()
+            dst = torch.repeat_interleave(torch.arange(self.num_nodes, device=crow.device), crow.diff())
+            self._adj[key] = (torch.stack([a.col_indices(), dst]), a.values())
+        return self._adj[key]
+
+    def bipartite_rows_many(self, kind: str, ranges: list[tuple[int, int]]) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """:meth:`bipartite_rows` of each row range ``(start, end)``, built from the edge list (only those rows of
+        ``Â``: a lean rank never builds the whole matrix; issue #12)."""
+        out = []
+        for (start, end), a in zip(ranges, self.rows(kind, ranges)):
+            n = end - start
+            crow, col = a.crow_indices(), a.col_indices()
+            dst = torch.repeat_interleave(torch.arange(n, device=crow.device), crow.diff())
+            own = (col >= start) & (col < end)
+            halo = torch.unique(col[~own])
+            src = torch.where(own, col - start, n + torch.searchsorted(halo, col))
+            out.append((halo, torch.stack([src, dst]), a.values()))
+        return out
+
+    def bipartite_rows(self, kind: str, start: int, end: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The in-edges of rows ``[start, end)`` in bipartite form (what a halo-gradient op runs a layer on),
+        built from the edge list (:meth:`bipartite_rows_many` of one range).
+
+        Returns:
+            ``(halo, edge_index, edge_weight)``: ``halo`` ``LongTensor[h]``, the sorted global ids of the
+            sources outside ``[start, end)``; ``edge_index`` ``[2, E_c]`` with local sources (``0 … n−1``
+            the rows themselves, ``n + t`` the halo row ``halo[t]``; ``n = end − start``) and local
+            destinations ``0 … n−1``; ``edge_weight`` ``[E_c]`` the values of ``Â[start:end, :]``.
+        """
+        return self.bipartite_rows_many(kind, [(start, end)])[0]
+
+    def aggregate(self, h: Tensor, kind: str, layer=None) -> Tensor:
+        """Exact full-graph aggregation, differentiable in ``h``: ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``),
+        or with a message-passing ``layer`` (:class:`gnnpipe.models.MessagePassingUnit`)
+        ``layer(h, h, edge_index, edge_weight)`` on the edges of ``Â`` (``[N, d_out]``)."""
+        if layer is not None:
+            edge_index, weight = self.edges(kind)
+            return layer(h, h, edge_index, weight)
         a, at = self.adj(kind)
         return _SpMM.apply(h, a, at)
 
     def aggregator(self):
-        """A callback ``agg(h, kind)`` for :meth:`gnnpipe.models.LayerUnit.forward` on the whole graph."""
+        """A callback ``agg(h, kind, layer=None)`` for :meth:`gnnpipe.models.LayerUnit.forward` on the whole graph."""
         return self.aggregate
+
+
+def _install() -> None:
+    from ..models.base import set_graph_ops_factory
+
+    set_graph_ops_factory(GraphOps)  # model(x, edge_index) builds these ops (gnnpipe.models.base)
+
+
+_install()

@@ -20,11 +20,18 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .graph import spmm
+from .graph import CompactRows, spmm
 
 
 class History:
     """The two full-graph buffers of one aggregation op (``H_in``, ``G_out``), allocated on first use.
+
+    ``G_out`` is a view of the first ``N`` rows of an ``(N + 1)``-row buffer whose last row stays zero. While
+    every change to ``G_out`` goes through :meth:`zero_grads`, :meth:`write_grad_rows` and
+    :meth:`scale_grad_rows`, the history knows which rows are zero (e.g. after T2's epoch-end zeroing, the
+    rows of chunks not back-propagated yet this epoch) and the pull reads the zero row in their place
+    instead of fetching cold rows of zeros (:meth:`grad_source`). Any other in-place change of ``G_out``
+    bumps its version counter, and the history then treats no row as known zero (exact either way).
 
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
@@ -38,24 +45,236 @@ class History:
         self.name = name
         self.H_in: Optional[Tensor] = None
         self.G_out: Optional[Tensor] = None
+        self._g_buf: Optional[Tensor] = None  # [N + 1, d]; G_out = _g_buf[:N]
+        self._g_zero: Optional[Tensor] = None  # bool [N]: rows of G_out known to be zero
+        self._g_known = -1  # G_out's version counter when _g_zero was last valid (-1: nothing known)
 
     def ensure(self, dim: int) -> None:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
         if self.H_in is None:
             self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
-            self.G_out = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+            self._g_buf = torch.zeros(self.num_nodes + 1, dim, dtype=self.dtype, device=self.device)
+            self.G_out = self._g_buf[: self.num_nodes]
+            self._g_zero = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
+            self._g_known = -1
+
+    @staticmethod
+    def write_rows(buf: Tensor, start: int, rows: Tensor) -> None:
+        """``buf[start:start + len(rows)] ← rows`` (in place, no autograd)."""
+        buf[start : start + rows.size(0)] = rows
+
+    # ------------------------------------------------------------------ G_out with known zero rows
+    def _tracking(self) -> bool:
+        g = self.G_out
+        return g is not None and self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
+
+    def zero_grads(self) -> None:
+        """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero."""
+        if self.G_out is None:
+            return
+        self.G_out.zero_()
+        if self.G_out.data_ptr() == self._g_buf.data_ptr():
+            self._g_zero.fill_(True)
+            self._g_known = self.G_out._version
+
+    def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> None:
+        """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward)."""
+        tracking = self._tracking()
+        if scale is None:
+            self.write_rows(self.G_out, start, g)
+        else:
+            torch.mul(g, scale, out=self.G_out[start : start + g.size(0)])
+        if tracking:
+            self._g_zero[start : start + g.size(0)].fill_(False)
+            self._g_known = self.G_out._version
+
+    def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
+        """``G_out[start:end] *= factor`` (e.g. T2's doubling); known zero rows stay zero."""
+        if self.G_out is None:
+            return
+        tracking = self._tracking()
+        self.G_out[start:end].mul_(factor)  # not `G[a:b] *= f`: that also copies the rows onto themselves
+        if tracking:
+            self._g_known = self.G_out._version
+
+    def grad_source(self) -> tuple[Tensor, Optional[Tensor]]:
+        """What the pull reads: ``(G, zero)`` with ``G`` the ``[N + 1, d]`` buffer (row ``N`` is zero) and ``zero``
+        the bool ``[N]`` mask of rows known to be zero, or ``(G_out, None)`` when nothing is known."""
+        if self._tracking():
+            return self._g_buf, self._g_zero
+        return self.G_out, None
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """The buffers a checkpoint saves (:mod:`gnnpipe.core.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
+        before the first use."""
+        if self.H_in is None:
+            return {}
+        return {"H_in": self.H_in, "G_out": self.G_out}
+
+    def load_state_tensors(self, state: dict[str, Tensor]) -> None:
+        """Restore what :meth:`state_tensors` gave (no-op for ``{}``); copies into this history's buffers."""
+        if "H_in" not in state:
+            return
+        self.ensure(state["H_in"].size(1))
+        self.H_in.copy_(state["H_in"])
+        self.G_out.copy_(state["G_out"])
 
     @property
     def nbytes(self) -> int:
         """Bytes held by both buffers."""
         if self.H_in is None:
             return 0
-        return 2 * self.H_in.numel() * self.H_in.element_size()
+        return self.H_in.numel() * self.H_in.element_size() + self._g_buf.numel() * self._g_buf.element_size()
+
+
+class ChunkPushPull:
+    """The chunk op of one aggregation op on one chunk, without autograd: the two halves of DESIGN §5 that
+    :class:`ChunkAggregate` runs as its forward and backward, and that a model unit may call from its own
+    fused ``autograd.Function`` (one autograd node per unit and chunk instead of one per elementary op).
+
+    * :meth:`push`: ``H_in[R_c] ← x_c`` (``x_c = h ⊙ mask`` written straight into history, no separate copy),
+      then ``Â[R_c, :] @ H_in``;
+    * :meth:`pull`: ``G_out[R_c] ← scale · g`` (written straight into history), then ``Âᵀ[R_c, :] @ G_out``.
+
+    Args:
+        hist: the op's :class:`History`. a_c, at_c: rows ``R_c`` of ``Â`` and ``Âᵀ`` (CSR or
+        :class:`~gnnpipe.core.graph.CompactRows`). start, end: ``R_c = [start, end)``.
+        write: write history (``False`` when a chunk is recomputed in its backward).
+    """
+
+    __slots__ = ("hist", "a_c", "at_c", "start", "end", "write")
+
+    def __init__(self, hist: History, a_c, at_c, start: int, end: int, write: bool = True):
+        self.hist, self.a_c, self.at_c, self.start, self.end, self.write = hist, a_c, at_c, start, end, write
+
+    def push(self, h: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """``Â[R_c, :] @ H_in`` after ``H_in[R_c] ← h`` (``h ⊙ mask`` with a mask); ``[|R_c|, d]`` → ``[|R_c|, d]``.
+        Call without autograd (inside an ``autograd.Function``)."""
+        hist = self.hist
+        if hist.H_in is None:
+            hist.ensure(h.size(1))
+        if self.write:
+            if mask is None:
+                hist.write_rows(hist.H_in, self.start, h)
+            else:
+                torch.mul(h, mask, out=hist.H_in[self.start : self.end])
+        return spmm(self.a_c, hist.H_in)
+
+    def pull(self, g: Tensor, scale: Optional[float] = None) -> Tensor:
+        """``Âᵀ[R_c, :] @ G_out`` after ``G_out[R_c] ← g`` (``scale · g`` with a scale); ``[|R_c|, d]`` → ``[|R_c|, d]``.
+        Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.grad_source`)."""
+        hist = self.hist
+        hist.write_grad_rows(self.start, g, scale)
+        src, zero = hist.grad_source()
+        if zero is not None and isinstance(self.at_c, CompactRows):
+            return self.at_c.mm(src, zero_rows=zero)
+        return spmm(self.at_c, hist.G_out)
+
+
+class PushHistory(History):
+    """The buffers of a halo-gradient (push) op (:class:`gnnpipe.core.aggregation.PushHistoryOp`).
+
+    * ``H_in`` (``[N, d]``): the op's input rows, as :class:`History`;
+    * ``G_in`` (``[N, d]``): gradients *pushed* into rows by the other chunks' backward: ``G_in[v]`` is
+      ``Σ_c P_c[v]`` over the chunks ``c`` whose halo holds ``v``, ``P_c`` being the latest push of ``c``
+      (this epoch's when ``c`` back-propagated already, else the last epoch's; zeros before any);
+    * ``pushes``: ``{c: (halo rows LongTensor[h_c], P_c [h_c, d])}``, kept so that a new push of ``c``
+      replaces its old one (``G_in[halo] += new − old``) instead of adding to it.
+
+    T2 goes through :meth:`zero_grads` and :meth:`scale_grad_rows`, as for :class:`History`; checkpoints
+    through :meth:`state_tensors` / :meth:`load_state_tensors`.
+
+    Storage dtypes (``--history-dtype``, issue #12): ``H_in`` is stored in ``dtype`` (e.g. bfloat16; its rows
+    are overwritten, never accumulated, and up-cast when read). ``G_in`` and the stored pushes stay in
+    ``grad_dtype`` (the compute dtype): ``G_in`` is a running sum that every push updates by ``new − old``, and
+    in a narrow dtype each update's rounding error would stay in the sum for good (it drifts over epochs, as
+    the old push is never subtracted exactly), whereas float32 keeps it exact to the compute precision.
+
+    ``G_out`` is unused (``None``). Memory: ``N·d`` in ``dtype`` plus ``N·d + Σ_c |halo(c)|·d`` in ``grad_dtype``.
+
+    Args:
+        num_nodes, dtype, name, device: as :class:`History` (``dtype``: storage of ``H_in``).
+        grad_dtype: dtype of ``G_in`` and of the pushes (default ``dtype``).
+    """
+
+    def __init__(self, num_nodes: int, dtype: torch.dtype = torch.float32, name: str = "",
+                 device: torch.device | str = "cpu", grad_dtype: Optional[torch.dtype] = None):
+        super().__init__(num_nodes, dtype, name, device)
+        self.grad_dtype = dtype if grad_dtype is None else grad_dtype
+        self.G_in: Optional[Tensor] = None
+        self.pushes: dict[int, tuple[Tensor, Tensor]] = {}
+        self.chunk_at: dict[int, int] = {}  # first row of a chunk → the chunk (T2's scale_grad_rows)
+
+    def ensure(self, dim: int) -> None:
+        if self.H_in is None:
+            self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+            self.G_in = torch.zeros(self.num_nodes, dim, dtype=self.grad_dtype, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        if self.H_in is None:
+            return 0
+        held = sum(p.numel() for _, p in self.pushes.values())
+        return self.H_in.numel() * self.H_in.element_size() + (self.G_in.numel() + held) * self.G_in.element_size()
+
+    def push(self, chunk: int, halo: Tensor, grad: Tensor, start: Optional[int] = None) -> None:
+        """Chunk ``chunk`` (first row ``start``) pushes ``grad`` (``[|halo|, d]``, the gradient of its halo rows
+        ``halo``) into ``G_in``, replacing its previous push."""
+        old = self.pushes.get(chunk)
+        delta = grad if old is None else grad - old[1]
+        self.G_in.index_add_(0, halo, delta)
+        self.pushes[chunk] = (halo, grad.detach().clone())
+        if start is not None:
+            self.chunk_at[start] = chunk
+
+    def zero_grads(self) -> None:
+        """T2 at epoch end: ``G_in ← 0`` and every stored push forgotten."""
+        if self.G_in is not None:
+            self.G_in.zero_()
+        self.pushes.clear()
+
+    def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
+        """T2 after the backward of the chunk whose rows are ``[start, end)``: its (fresh) push counts ``factor``
+        times (``G_in[halo] += (factor − 1)·P_c``). The chunk is the one that pushed with first row ``start``;
+        no-op when it has not pushed (yet, or since :meth:`zero_grads`)."""
+        chunk = self.chunk_at.get(start)
+        if chunk in self.pushes:
+            halo, p = self.pushes[chunk]
+            self.G_in.index_add_(0, halo, p * (factor - 1.0))
+            self.pushes[chunk] = (halo, p * factor)
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """``{"H_in", "G_in", "push{c}.halo", "push{c}.grad", "push{c}.start"}`` (see :meth:`History.state_tensors`)."""
+        if self.H_in is None:
+            return {}
+        out = {"H_in": self.H_in, "G_in": self.G_in}
+        starts = {c: s for s, c in self.chunk_at.items()}
+        for c, (halo, p) in self.pushes.items():
+            out[f"push{c}.halo"], out[f"push{c}.grad"] = halo, p
+            out[f"push{c}.start"] = torch.tensor(starts.get(c, -1))
+        return out
+
+    def load_state_tensors(self, state: dict[str, Tensor]) -> None:
+        if "H_in" not in state:
+            return
+        self.ensure(state["H_in"].size(1))
+        self.H_in.copy_(state["H_in"])
+        self.G_in.copy_(state["G_in"])
+        self.pushes.clear()
+        self.chunk_at.clear()
+        for k in state:
+            if k.startswith("push") and k.endswith(".halo"):
+                c = int(k[len("push"): -len(".halo")])
+                self.pushes[c] = (state[k].to(self.device, torch.long).clone(),
+                                  state[f"push{c}.grad"].to(self.device, self.grad_dtype).clone())
+                s = int(state[f"push{c}.start"])
+                if s >= 0:
+                    self.chunk_at[s] = c
 
 
 class ChunkAggregate(torch.autograd.Function):
     """``out_c = Â[R_c, :] @ H_in`` after ``H_in[R_c] ← x_c``; backward is the pull ``Âᵀ[R_c, :] @ G_out``
-    after ``G_out[R_c] ← g`` (DESIGN §5).
+    after ``G_out[R_c] ← g`` (DESIGN §5). Both halves are :class:`ChunkPushPull`'.
 
     Args (to ``apply``):
         x_c: ``[|R_c|, d]`` input rows of chunk c (rows ``start:end`` of the relabelled graph).
@@ -72,14 +291,9 @@ class ChunkAggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_c: Tensor, hist: History, a_c: Tensor, at_c: Tensor, start: int, end: int,
                 write: bool = True) -> Tensor:  # type: ignore[override]
-        hist.ensure(x_c.size(1))
-        if write:
-            hist.H_in[start:end] = x_c.detach()
-        ctx.hist, ctx.at_c, ctx.start, ctx.end = hist, at_c, start, end
-        return spmm(a_c, hist.H_in)
+        ctx.rows = ChunkPushPull(hist, a_c, at_c, start, end, write)
+        return ctx.rows.push(x_c)
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
-        hist = ctx.hist
-        hist.G_out[ctx.start : ctx.end] = g
-        return spmm(ctx.at_c, hist.G_out), None, None, None, None, None, None
+        return ctx.rows.pull(g), None, None, None, None, None, None

@@ -49,9 +49,66 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def default_backend() -> str:
-    """``nccl`` when CUDA is available, else ``gloo``."""
-    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+def local_world_size(world_size: int) -> int:
+    """Ranks that share this machine: ``LOCAL_WORLD_SIZE`` under ``torchrun``, else every rank (local spawn)."""
+    if under_torchrun():
+        return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", world_size)))
+    return world_size
+
+
+def choose_backend(requested: Optional[str], local_ranks: int, device: Optional[str] = None) -> tuple[str, str]:
+    """The torch.distributed backend for ``local_ranks`` ranks on this machine, and why.
+
+    NCCL needs one GPU per rank (two ranks on one GPU fail with "Duplicate GPU detected"), so the default is
+    ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo``: on the CPU, or,
+    for ranks that compute on CUDA (``device="cuda"``, issue #12), with their CUDA tensors staged through pinned
+    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.comm.Comm`).
+
+    Args:
+        requested: ``None`` (choose), ``"gloo"`` or ``"nccl"``.
+        local_ranks: ranks that run on this machine (>= 1).
+        device: where the ranks compute, ``"cpu"`` or ``"cuda"`` (``TrainConfig.device_type``); ``None``: not
+            decided by the caller (the ranks follow the backend: a GPU each under nccl, else the CPU).
+
+    Returns:
+        ``(backend, reason)``, e.g. ``("gloo", "2 ranks but 1 GPU(s): gloo on the CPU")``.
+
+    Raises:
+        ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank or with
+            ``device="cpu"``.
+    """
+    from ..errors import ConfigError
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl_ok = gpus >= local_ranks and dist.is_available() and dist.is_nccl_available()
+    staged = device == "cuda" and gpus > 0  # CUDA ranks over gloo: through pinned CPU buffers
+    if requested not in (None, "gloo", "nccl"):
+        raise ConfigError(f"unknown backend {requested!r}; use gloo (CPU) or nccl (one GPU per rank)")
+    if device == "cpu" and gpus > 0:
+        if requested == "nccl":
+            raise ConfigError("backend nccl sends CUDA tensors only, and --device cpu computes on the CPU; use "
+                              "--backend gloo (or --device cuda)")
+        return "gloo", ("requested" if requested else "--device cpu") + ": gloo on the CPU"
+    if requested is None:
+        if nccl_ok:
+            return "nccl", f"{local_ranks} rank(s), {gpus} GPU(s): nccl, one GPU per rank"
+        why = "no CUDA GPU" if gpus == 0 else f"{local_ranks} ranks but {gpus} GPU(s)"
+        if staged:
+            return "gloo", f"{why}: gloo, the ranks share the GPU(s) through pinned CPU buffers"
+        return "gloo", f"{why}: gloo on the CPU"
+    if requested == "gloo":
+        if staged:
+            return "gloo", "requested: gloo, CUDA tensors through pinned CPU buffers"
+        return "gloo", "requested: gloo on the CPU"
+    if not nccl_ok:
+        raise ConfigError(f"backend nccl needs one CUDA GPU per rank, but {local_ranks} rank(s) would share "
+                          f"{gpus} GPU(s) here; use --backend gloo (CPU) or fewer ranks per machine")
+    return "nccl", f"requested: nccl, {local_ranks} rank(s) on {gpus} GPU(s)"
+
+
+def default_backend(local_ranks: int = 1) -> str:
+    """``nccl`` when CUDA is available with one GPU per local rank, else ``gloo`` (see :func:`choose_backend`)."""
+    return choose_backend(None, local_ranks)[0]
 
 
 def under_torchrun() -> bool:
@@ -98,7 +155,7 @@ def check_torchrun_world(world_size: int, what: str) -> None:
 
 def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[int, int]:
     """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``."""
-    backend = backend or default_backend()
+    backend = backend or default_backend(local_world_size(int(os.environ.get("WORLD_SIZE", 1))))
     if not dist.is_initialized():
         kw = {}
         if backend == "nccl":
@@ -120,6 +177,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     tqdm.set_lock(threading.RLock())
     code = 0
     try:
+        if backend == "nccl":  # one GPU per rank (choose_backend checked there are enough)
+            torch.cuda.set_device(rank)
         # the parent holds the store's port; meet every rank there (start-up can be slow), then start the group
         store = dist.TCPStore("127.0.0.1", port, world_size, False,
                               timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_S)))
@@ -150,15 +209,20 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
 
 
 def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: Optional[str] = None,
-          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None) -> list[Any]:
+          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None,
+          graceful: bool = False) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh local processes joined in one process group.
 
     Args:
         fn: a picklable (module-level) function; its return value must be picklable.
-        backend: ``gloo`` (default on CPU) or ``nccl``.
+        backend: ``gloo`` or ``nccl``; default :func:`default_backend` for ``world_size`` local ranks
+            (nccl only with one GPU per rank).
         timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
         threads: ``torch.set_num_threads`` in each rank.
         max_runtime_s: optional hard limit on the whole run (seconds).
+        graceful: the ranks stop cleanly on a signal (:mod:`gnnpipe.core.stopping`): the first SIGINT/SIGTERM
+            is forwarded to them as SIGINT and the launcher waits (up to ``timeout_s`` + 60 s) for them to end;
+            a second one stops them at once. Without it, SIGTERM/SIGINT stop the ranks at once.
 
     Returns:
         the per-rank return values, indexed by rank.
@@ -167,7 +231,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         DistributedError: a rank raised or died; every other rank has been terminated. The message
             names the first failing rank and its error.
     """
-    backend = backend or default_backend()
+    backend = backend or default_backend(world_size)
     ctx = mp.get_context("spawn")
     unreadable_main = _unreadable_main()
     if unreadable_main:
@@ -206,12 +270,42 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             else:
                 errors[rank] = payload
 
-    previous = None
+    previous: dict = {}
+    stop_at: list[float] = []
+
+    def on_signal(signum, frame):
+        now = time.monotonic()
+        if stop_at and now - stop_at[0] < 2.0:
+            return  # the same Ctrl-C, seen by the ranks directly (the ranks debounce likewise)
+        if stop_at:
+            raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+        stop_at.append(now)
+        for p in procs:  # a `kill` of the launcher alone reaches no rank: forward it
+            if p.is_alive() and p.pid is not None:
+                try:
+                    os.kill(p.pid, signal.SIGINT)
+                except OSError:
+                    pass
+
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout`: stop the ranks too
+        if graceful:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                previous[s] = signal.signal(s, on_signal)
+        else:
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout`: stop the ranks too
     try:
         while len(out) < world_size:
             poll(0.2)
+            if stop_at:
+                settled = all(r in out or r in errors or r in deaths or procs[r].exitcode is not None
+                              for r in range(world_size))
+                if settled or time.monotonic() - stop_at[0] > timeout_s + 60.0:
+                    if len(out) < world_size:
+                        poll(0.2)
+                        if not [m for _, m in errors.values() if not m.startswith("KeyboardInterrupt")] and not deaths:
+                            raise KeyboardInterrupt("stopped by signal")
+                        break
+                continue
             for r, p in enumerate(procs):
                 if p.exitcode is None or r in out or r in errors or r in deaths:
                     continue
@@ -240,8 +334,11 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                 timed_out = True
                 break
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        # who had reported nothing when the run was stopped: what a rank says after the termination below
+        # (a graceful stop's report, a lost connection) is an echo of it, not a sign of life
+        silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
         if errors or deaths or timed_out or len(out) < world_size:
             _terminate(procs)
         else:
@@ -254,7 +351,6 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         conn[0].close()
     del store  # the port is free again only now
     if errors or deaths or timed_out:
-        silent = [r for r in range(world_size) if r not in out and r not in errors and r not in deaths]
         # every failure a timeout (or a lost connection after one): say so, and who went quiet
         if (errors and not deaths and not timed_out and any(_is_timeout(m) for _, m in errors.values())
                 and all(_is_timeout(m) or _is_echo(m) for _, m in errors.values())):

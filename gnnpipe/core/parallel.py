@@ -61,12 +61,14 @@ from .aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, PeerChun
     PeerChunkAggregate,
     PeerExchange,
     PeerHistoryOp,
+    PeerPushOp,
     op_numbers,
 )
 from .comm import Comm
 from .config import TrainConfig
 from .execute import Executor
 from .graph import GraphOps
+from .history import PushHistory
 from .pipeline import chunk_rows, history_ops
 from .stage import Stage
 
@@ -217,10 +219,14 @@ def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, sta
 
         return get
 
+    rows = chunk_rows(plan.chunk_ptr)
+
     def make(hist, kind, ops, adj, i, j):
+        if getattr(model.units[i], "message_passing", False):  # the halo-gradient op (docs/HALO_GRADIENT.md)
+            push = PushHistory(hist.num_nodes, hist.dtype, hist.name, hist.device, grad_dtype=config.torch_dtype)
+            return PeerPushOp(push, kind, ops, adj, peers, numbers[(i, j)], halo_of(ops), way_of, rows)
         return PeerHistoryOp(hist, kind, ops, adj, peers, numbers[(i, j)], halo_of(ops))
 
-    rows = chunk_rows(plan.chunk_ptr)
     units = range(int(plan.bounds[stage]), int(plan.bounds[stage + 1]))
     agg = history_ops(model, data, units, own, rows, config.torch_dtype, device, make=make,
                       hist_dtype=config.torch_history_dtype)

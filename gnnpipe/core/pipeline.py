@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..correctors import Corrector
 from ..models import GNNModel
-from .aggregation import HistoryOp
+from .aggregation import history_op
 from .comm import Comm
 from .config import TrainConfig
 from .execute import TAG_STRIDE, Executor
@@ -47,21 +47,32 @@ def chunk_rows(chunk_ptr: Tensor):
 def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows, dtype: torch.dtype,
                 device: torch.device, make=None, hist_dtype: torch.dtype | None = None) -> dict:
     """``{(unit, op index): op}`` of a pipeline stage: one :class:`History` per aggregation of its units and
-    the row slices of ``Â``/``Âᵀ`` of each of ``chunks``, built now from the edge list (only those rows).
-    ``make(hist, kind, ops, adj, i, j)`` builds another op over the same history (the hybrid's); default
-    :class:`HistoryOp`. ``hist_dtype``: the buffers' storage dtype (default ``dtype``; ``--history-dtype``)."""
+    the row slices of ``Â``/``Âᵀ`` (message-passing units: the in-edges in bipartite form) of each of ``chunks``,
+    built now from the edge list (only those rows; issue #12). ``make(hist, kind, ops, adj, i, j)`` builds
+    another op over the same history (the hybrid's); default :func:`~gnnpipe.core.aggregation.history_op`
+    (the halo-gradient op for message-passing units, else :class:`HistoryOp`). ``hist_dtype``: the buffers'
+    storage dtype (default ``dtype``; ``--history-dtype``)."""
     ops = GraphOps(data.edge_index, data.num_nodes, dtype, device, edge_weight=getattr(data, "edge_weight", None))
     adj: dict = {}
     chunks = list(chunks)
-    for kind in sorted({k for i in units for k in model.units[i].aggregations}):
-        # the rows of Â and Âᵀ of this rank's chunks only, from the edge list (never the whole matrix)
-        for c, pair in zip(chunks, ops.chunk_rows_many(kind, [rows(c) for c in chunks])):
+    ranges = [rows(c) for c in chunks]
+    passing = {i: bool(getattr(model.units[i], "message_passing", False)) for i in units}
+    # the rows of this rank's chunks only, from the edge list (never the whole matrix)
+    for kind in sorted({k for i in units if not passing[i] for k in model.units[i].aggregations}):
+        for c, pair in zip(chunks, ops.chunk_rows_many(kind, ranges)):
             adj[(kind, c)] = pair
+    for kind in sorted({k for i in units if passing[i] for k in model.units[i].aggregations}):
+        for c, part in zip(chunks, ops.bipartite_rows_many(kind, ranges)):  # the halo-gradient op's in-edges
+            adj[("push", kind, c)] = part
     out = {}
     for i in units:
         for j, kind in enumerate(model.units[i].aggregations):
-            hist = History(data.num_nodes, hist_dtype or dtype, f"unit{i}.op{j}", device)
-            out[(i, j)] = make(hist, kind, ops, adj, i, j) if make else HistoryOp(hist, kind, ops, adj)
+            name = f"unit{i}.op{j}"
+            if make:
+                out[(i, j)] = make(History(data.num_nodes, hist_dtype or dtype, name, device), kind, ops, adj, i, j)
+            else:
+                out[(i, j)] = history_op(model.units[i], kind, data.num_nodes, dtype, device, name, ops, adj,
+                                         hist_dtype=hist_dtype)
             for c in chunks:
                 out[(i, j)].adj(c, rows(c))
     return out

@@ -16,9 +16,8 @@ from torch import Tensor
 
 from ..errors import ConfigError, DataValidationError
 from ..partitioners import StageSplit, UnitPhases, get_layer_partitioner
-from .aggregation import HistoryOp, unit_aggregators
+from .aggregation import history_op, unit_aggregators
 from .graph import GraphOps
-from .history import History
 
 
 def _row_slice_sample(data: Any, k: int) -> Any:
@@ -143,12 +142,12 @@ def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int):
 
     def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
         if i not in scratch:
-            scratch[i] = [HistoryOp(History(n, h.dtype, device=h.device), kind, graph_ops, adj)
+            scratch[i] = [history_op(unit, kind, n, h.dtype, h.device, "", graph_ops, adj)
                           for kind in getattr(unit, "aggregations", ())]
         ops = scratch[i]
         outs, shs, fw, bw = [], [], [], []
         for c, rows in enumerate(ranges):
-            make = unit_aggregators({i: unit}, lambda _, j, t, kind, c=c, rows=rows: ops[j].train(t, c, rows, True))
+            make = unit_aggregators({i: unit}, lambda _, j, t, kind, layer, c=c, rows=rows: ops[j].train(t, c, rows, True, layer))
             o, s_o, tf, tb = _timed_unit(unit, h[rows[0]:rows[1]], None if shared is None else shared[rows[0]:rows[1]],
                                          make(i), i > 0)
             outs.append(o)

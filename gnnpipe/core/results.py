@@ -25,6 +25,11 @@ class TrainResult:
         best_epoch: epoch of that evaluation.
         mean_epoch_time_s: mean of ``time_s`` over epochs.
         extra: executor-specific fields (plan, ``peak_mem_bytes`` per rank, per-rank time splits, …).
+        status: ``"completed"``, ``"interrupted"`` (SIGINT/SIGTERM: the epochs completed so far) or
+            ``"failed"`` (a rank failed; ``error`` says how).
+        model: the trained single-process :class:`~gnnpipe.models.GNNModel` (weights of the best-validation
+            epoch by default, see ``RunOptions.keep``); not part of :meth:`to_dict`. ``None`` for
+            interrupted and failed runs.
     """
 
     config: dict
@@ -34,6 +39,9 @@ class TrainResult:
     best_epoch: int = -1
     mean_epoch_time_s: float = float("nan")
     extra: dict = attrs.field(factory=dict)
+    status: str = "completed"
+    error: Optional[str] = None
+    model: Any = attrs.field(default=None, eq=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -43,7 +51,10 @@ class TrainResult:
             "best_epoch": self.best_epoch,
             "mean_epoch_time_s": self.mean_epoch_time_s,
             "epochs": self.epochs,
+            "status": self.status,
         }
+        if self.error is not None:
+            d["error"] = self.error
         d.update(self.extra)
         return d
 
@@ -67,6 +78,37 @@ class TrainResult:
             mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])
             lines.append(f"peak memory per rank  {mem} MiB")
         return "\n".join(lines)
+
+
+@attrs.define
+class LoopState:
+    """Where :func:`epoch_loop` stands: everything it needs to continue (part of a checkpoint).
+
+    Attributes:
+        result: the records so far. next_epoch: the first epoch still to run.
+        best: ``(val_acc, val_loss)`` of the best evaluation. best_loss: lowest validation loss.
+        since: epochs since either improved (early stopping counter).
+    """
+
+    result: TrainResult
+    next_epoch: int = 0
+    best: tuple = (-1.0, float("inf"))
+    best_loss: float = float("inf")
+    since: int = 0
+
+    def to_dict(self) -> dict:
+        r = self.result
+        return {"next_epoch": self.next_epoch, "best": list(self.best), "best_loss": self.best_loss,
+                "since": self.since, "epochs": r.epochs, "best_val_acc": r.best_val_acc,
+                "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch}
+
+    @classmethod
+    def from_dict(cls, d: dict, config) -> "LoopState":
+        r = TrainResult(config=config.to_dict(), epochs=[dict(e) for e in d["epochs"]],
+                        best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
+                        best_epoch=d["best_epoch"])
+        return cls(result=r, next_epoch=d["next_epoch"], best=tuple(d["best"]), best_loss=d["best_loss"],
+                   since=d["since"])
 
 
 def _pct(v: Optional[float]) -> str:

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-from .comm import Comm
+from .comm import Comm, collective_device
 from .config import TrainConfig, ignored_options
 from .metrics import peak_memory_bytes
 from .results import TrainResult
@@ -88,17 +88,25 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
     check_parallel_config(config, C)
-    if config.backend not in (None, "gloo", "nccl"):
-        raise ConfigError(f"unknown backend {config.backend!r}; use gloo (CPU) or nccl (one GPU per rank)")
-    if config.backend == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("backend nccl needs CUDA GPUs, and none is available; use --backend gloo")
-    if config.backend == "nccl" and config.device == "cpu":
-        raise ConfigError("backend nccl sends CUDA tensors only, and --device cpu computes on the CPU; use "
-                          "--backend gloo (or --device cuda)")
-    config.device_type  # an unknown --device, or cuda without a GPU, fails here
+    plan_backend(config)  # raises on an unknown backend or device, nccl without one GPU per rank, cuda without GPU
     ignored = ignored_options(config)
     if ignored:
         warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
+
+
+def plan_backend(config: TrainConfig) -> tuple[str, str]:
+    """``(backend, reason)`` of a run: the requested backend checked against the layout and the device, or the
+    default that fits them — nccl only with one GPU per local rank, else gloo (on the CPU, or with
+    ``--device cuda`` several ranks sharing a GPU through pinned CPU buffers; issue #12); see
+    :func:`gnnpipe.core.launch.choose_backend`.
+
+    Raises:
+        ConfigError: unknown backend or device, nccl without one GPU per local rank or with ``--device cpu``,
+            ``--device cuda`` without a GPU.
+    """
+    from .launch import choose_backend, local_world_size
+
+    return choose_backend(config.backend, local_world_size(config.world_size), device=config.device_type)
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
@@ -131,7 +139,9 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         split = split_layers(model, config.stages, config.layer_split)
     bounds = [int(b) for b in split.bounds]
     phase_costs = split.stage_phase_costs() or (None, None)
+    backend, backend_reason = plan_backend(config)
     info = {
+        "backend": backend, "backend_reason": backend_reason,
         "ways": config.ways, "stages": config.stages, "chunks": C, "world_size": config.world_size,
         "layout": "rank = way * stages + stage",
         "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
@@ -220,6 +230,8 @@ def format_plan(info: dict) -> str:
         s += f"; mirrors M={info['mirror_count']}"
     if info["world_size"] > 1:
         s += f"; layout: {info['layout']}"
+    if "backend" in info:
+        s += f"; backend {info['backend']} ({info['backend_reason']})"
     if info.get("rank_holds"):
         s += "\n" + "\n".join("  " + line for line in info["rank_holds"])
     return s
@@ -236,17 +248,6 @@ def _order_policy(config: TrainConfig, correctors):
     return FixedOrder()
 
 
-def choose_backend(config: TrainConfig) -> str:
-    """The process-group backend of a run: ``config.backend`` when given; else nccl when the ranks compute on
-    CUDA and each has a GPU of its own, gloo otherwise (CPU ranks, or several ranks sharing a GPU: nccl refuses
-    two ranks on one GPU, "Duplicate GPU detected", so they talk over gloo through pinned buffers)."""
-    if config.backend is not None:
-        return config.backend
-    if config.device_type == "cuda" and dist.is_nccl_available() and config.world_size <= torch.cuda.device_count():
-        return "nccl"
-    return "gloo"
-
-
 def rank_device(config: Optional[TrainConfig] = None) -> torch.device:
     """This rank's device: the CPU, or (``config.device_type == "cuda"``, or the nccl backend) GPU
     ``LOCAL_RANK mod (number of GPUs)`` (made the current device), so ranks share GPUs round robin."""
@@ -259,12 +260,6 @@ def rank_device(config: Optional[TrainConfig] = None) -> torch.device:
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     return dev
-
-
-def _collective_device(device: torch.device) -> torch.device:
-    """Where control collectives' tensors live: the rank's GPU under nccl (which only collects device
-    tensors), else the CPU (gloo refuses CUDA tensors)."""
-    return device if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
 def _scheduler(config: TrainConfig):
@@ -339,11 +334,11 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
                               correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
 
 
-def _gather_epoch(stage, wall: float, loss: float) -> dict:
+def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
     c = stage.comm.counters()
     vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
-                        wall, c["comm_s"], c["idle_s"]], dtype=torch.float64,
-                       device=_collective_device(stage.device))
+                        wall, c["comm_s"], c["idle_s"], cpu], dtype=torch.float64,
+                       device=collective_device(stage.device))
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
     m = torch.stack(out).cpu()
@@ -355,30 +350,44 @@ def _gather_epoch(stage, wall: float, loss: float) -> dict:
         "bytes_graph": int(round(float(m[:, 2].sum()))),
         "bytes_weight": int(round(float(m[:, 3].sum()))),
         "compute_s": [w - c_ - i for w, c_, i in zip(walls, comms, idles)],
+        # CPU time of each rank's main thread over the epoch (time.thread_time): its compute, whatever else
+        # shares its core (transport threads, other ranks, other processes) — wall-based compute_s counts those
+        "cpu_s": m[:, 8].tolist(),
         "comm_s": comms,
         "idle_s": idles,
     }
 
 
 def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: bool = True,
-           collect: Optional[dict] = None) -> Optional[dict]:
+           collect: Optional[dict] = None, options=None, records=None) -> Optional[dict]:
     """The function every rank runs: build its executor, train with the shared epoch loop, return results.
 
+    Rank 0 returns ``{"result": TrainResult, "model_state": {name: Tensor}}`` (the single-process model's
+    state assembled from all stages, see :mod:`gnnpipe.core.assemble`); other ranks ``None``.
+    ``options``: :class:`~gnnpipe.core.options.RunOptions`. ``records``: a connection rank 0 sends each
+    epoch record to as it is appended (the launcher keeps them for an interrupted run's result).
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
+    from .assemble import gather_state
+    from .session import RunSession
+
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)
+    session = RunSession(config, options, stage, lead=rank == 0, rank=rank, world=world, plan_info=plan.info)
+    hooks = list(session.hooks)
+    if records is not None and rank == 0:
+        hooks.insert(len(hooks) - 1, lambda epoch, rec, st: records.send(rec))  # before the stop hook
     collect = collect or {}
     grads: dict[int, dict] = {}
     losses: list[float] = []
 
     def train_step(epoch: int) -> dict:
         stage.comm.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
-        wall = time.perf_counter() - t0
-        rec = _gather_epoch(stage, wall, out["loss"])
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        rec = _gather_epoch(stage, wall, out["loss"], cpu)
         if epoch + 1 in collect.get("grads_after", ()):
             grads[epoch + 1] = stage.named_grads()
         losses.append(rec["loss"])
@@ -387,21 +396,42 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     evaluate = stage.evaluate
     if collect.get("no_eval"):
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
-    result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
-                        desc=f"train {config.ways}x{config.stages}")
+    from . import stopping
+
+    try:
+        state = session.start_state()
+        if records is not None and rank == 0:
+            for rec in state.result.epochs:  # a resumed run's earlier epochs belong to its result too
+                records.send(rec)
+        with stopping.installed():
+            result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
+                                desc=f"train {config.ways}x{config.stages}", state=state,
+                                on_best=session.on_best, after_epoch=hooks)
+        session.finish()
+    finally:
+        session.close()
+    # the weights of every stage to rank 0 (graph-parallel ways are replicas: way 0's)
+    model_state = gather_state(session.final_state(), keep=rank // config.stages == 0)  # rank = way·S + stage
     mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64,
-                       device=_collective_device(stage.device))
+                       device=collective_device(stage.device))
     mems = [torch.zeros_like(mem) for _ in range(world)]
     dist.all_gather(mems, mem)
     mems = [m.cpu() for m in mems]
     result.extra["plan"] = plan.info
+    stats = session.checkpoint_stats()
+    if stats is not None:  # the same on every rank (options are), so the collective is safe
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, stats)
+        result.extra["checkpoint"] = {"write_s": [s["write_s"] for s in per_rank],
+                                      "read_s": [s["read_s"] for s in per_rank]}
     result.extra["peak_mem_bytes"] = [int(m[0]) for m in mems]
     result.extra["history_bytes"] = [int(m[1]) for m in mems]
-    ep = result.epochs
+    ep = [e for e in result.epochs if len(e.get("idle_s", ())) == world]  # a resumed run's records may be of another layout
     if ep:
         tot = [sum(e["time_s"] for e in ep)] * world
         idle = [sum(e["idle_s"][r] for e in ep) for r in range(world)]
         result.extra["idle_fraction"] = [i / t if t else 0.0 for i, t in zip(idle, tot)]
     if collect:
-        return {"result": result if rank == 0 else None, "grads": grads, "losses": losses}
-    return {"result": result} if rank == 0 else None
+        return {"result": result if rank == 0 else None, "grads": grads, "losses": losses,
+                "model_state": model_state}
+    return {"result": result, "model_state": model_state} if rank == 0 else None

@@ -145,7 +145,9 @@ class Stage:
     # ------------------------------------------------------------------ compute
     def _run(self, c: int, h: Tensor, sh: Optional[Tensor], write: bool):
         rows = self.rows(c)
-        make = unit_aggregators(self.model.units, lambda i, j, t, kind: self.ops[(i, j)].train(t, c, rows, write))
+        make = unit_aggregators(self.model.units,
+                                lambda i, j, t, kind, layer: self.ops[(i, j)].train(t, c, rows, write, layer),
+                                lambda i, j, kind: self.ops[(i, j)].push_pull(c, rows, write))
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
 
     def _loss(self, c: int, out: Tensor) -> Tensor:
@@ -172,7 +174,8 @@ class Stage:
             h = h.clone().requires_grad_()
             sh = sh.clone().requires_grad_() if sh is not None else None
         rng = _rng_state(self.device) if self.recompute else None
-        self.model.train()
+        if not self.model.training:  # once after an evaluation, not per chunk (train() walks every module)
+            self.model.train()
         with torch.set_grad_enabled(not self.recompute):
             out, sh_out = self._run(c, h, sh, write=True)
         loss = None
@@ -268,7 +271,7 @@ class Stage:
         """Exact inference of the stage's units on its inference rows (eval mode; each op's :meth:`infer`).
         ``capture=True`` writes every op's exact input into its history (a full refresh)."""
         self.model.eval()
-        make = unit_aggregators(self.model.units, lambda i, j, t, kind: self.ops[(i, j)].infer(t, capture))
+        make = unit_aggregators(self.model.units, lambda i, j, t, kind, layer: self.ops[(i, j)].infer(t, capture, layer))
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
 
     # ------------------------------------------------------------------ reporting

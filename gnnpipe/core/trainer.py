@@ -3,8 +3,9 @@ and the epoch loop (early stopping, evaluation cadence, records) that all execut
 
 from __future__ import annotations
 
+import copy
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -12,7 +13,7 @@ from ..models import GNNModel, build_model
 from .config import DTYPES, TrainConfig, check_names
 from .graph import GraphOps
 from .metrics import accuracies, masked_loss, peak_memory_bytes
-from .results import TrainResult
+from .results import LoopState, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
            "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
@@ -101,6 +102,12 @@ def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimize
     return torch.optim.Adam(model.param_groups(config.weight_decay, config.weight_decay_conv), lr=config.lr)
 
 
+def _finish(result: TrainResult) -> TrainResult:
+    times = [e["time_s"] for e in result.epochs]
+    result.mean_epoch_time_s = sum(times) / len(times) if times else float("nan")
+    return result
+
+
 def epoch_loop(
     config: TrainConfig,
     train_step: Callable[[int], dict],
@@ -108,6 +115,9 @@ def epoch_loop(
     *,
     progress: bool = True,
     desc: str = "train",
+    state: Optional[LoopState] = None,
+    on_best: Optional[Callable[[int], None]] = None,
+    after_epoch: Sequence[Callable[[int, dict, LoopState], None]] = (),
 ) -> TrainResult:
     """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
 
@@ -120,41 +130,65 @@ def epoch_loop(
     Args:
         train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
         evaluate: ``() → dict`` as :func:`accuracies`.
+        state: continue from this state (a resumed run) instead of epoch 0.
+        on_best: called with the epoch whenever an evaluation becomes the best one (to keep its weights).
+        after_epoch: called after each epoch's record is appended (logging, checkpoints), in order.
+
+    Raises:
+        KeyboardInterrupt / Exception: as raised inside; the exception carries ``.result``, the
+            :class:`TrainResult` of the epochs completed so far with ``status`` ``"interrupted"``
+            (``KeyboardInterrupt``) or ``"failed"``.
     """
     from ..progress import progress_bar
 
-    result = TrainResult(config=config.to_dict())
-    best = (-1.0, float("inf"))
-    best_loss = float("inf")
-    since = 0
-    bar = progress_bar(range(config.epochs), enabled=progress, desc=desc, leave=False)  # on a terminal only
-    for epoch in bar:
-        t0 = time.perf_counter()
-        rec = {"epoch": epoch}
-        rec.update(train_step(epoch))
-        rec.setdefault("time_s", time.perf_counter() - t0)
-        if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
-            ev = evaluate()
-            rec.update(ev)
-            key = (ev["val_acc"], -ev["val_loss"])
-            if key > (best[0], -best[1]):
-                best = (ev["val_acc"], ev["val_loss"])
-                result.best_val_acc = ev["val_acc"]
-                result.test_acc_at_best_val = ev["test_acc"]
-                result.best_epoch = epoch
-                since = 0
-            if ev["val_loss"] < best_loss:
-                best_loss = ev["val_loss"]
-                since = 0
-            bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{best[0]:.3f}")
-        result.epochs.append(rec)
-        since += 1
-        if "val_acc" in rec and config.patience and since > config.patience:
-            break
-    bar.close()
-    times = [e["time_s"] for e in result.epochs]
-    result.mean_epoch_time_s = sum(times) / len(times)
-    return result
+    st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
+    result = st.result
+    bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc, leave=False,  # on a terminal only
+                       initial=st.next_epoch, total=config.epochs)
+    try:
+        for epoch in bar:
+            if "val_acc" in (result.epochs[-1] if result.epochs else {}) and config.patience \
+                    and st.since > config.patience:
+                break  # a resumed run that had already stopped early
+            t0 = time.perf_counter()
+            rec = {"epoch": epoch}
+            rec.update(train_step(epoch))
+            rec.setdefault("time_s", time.perf_counter() - t0)
+            if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+                ev = evaluate()
+                rec.update(ev)
+                key = (ev["val_acc"], -ev["val_loss"])
+                if key > (st.best[0], -st.best[1]):
+                    st.best = (ev["val_acc"], ev["val_loss"])
+                    result.best_val_acc = ev["val_acc"]
+                    result.test_acc_at_best_val = ev["test_acc"]
+                    result.best_epoch = epoch
+                    st.since = 0
+                    if on_best is not None:
+                        on_best(epoch)
+                if ev["val_loss"] < st.best_loss:
+                    st.best_loss = ev["val_loss"]
+                    st.since = 0
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{st.best[0]:.3f}")
+            result.epochs.append(rec)
+            st.since += 1
+            st.next_epoch = epoch + 1
+            for fn in after_epoch:
+                fn(epoch, rec, st)
+            if "val_acc" in rec and config.patience and st.since > config.patience:
+                break
+    except BaseException as exc:
+        result.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        if result.status == "failed":
+            result.error = f"{type(exc).__name__}: {exc}"
+        try:
+            exc.result = _finish(result)  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        raise
+    finally:
+        bar.close()
+    return _finish(result)
 
 
 def _data_on(data, device: torch.device):
@@ -203,6 +237,8 @@ class SingleProcessTrainer:
         self.model.to(self.device)
         self.optimizer = make_optimizer(self.model, self.config)
         self.num_train = int(data.train_mask.sum())
+        self.num_classes = self.model.units[-1].out_dim
+        self.units = range(self.model.num_units)  # the units this executor trains (all)
 
     def loss_and_backward(self) -> float:
         """One full-graph forward + backward (gradients accumulate into ``.grad``); returns the loss."""
@@ -213,21 +249,45 @@ class SingleProcessTrainer:
         return float(loss.detach())
 
     def train_step(self, epoch: int) -> dict:
+        c0 = time.thread_time()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_and_backward()
         self.optimizer.step()
-        return {"loss": loss}
+        return {"loss": loss, "cpu_s": [time.thread_time() - c0]}  # CPU time of this thread (s)
 
     @torch.no_grad()
     def evaluate(self) -> dict:
         self.model.eval()
         return accuracies(self.model(self.x, self.ops.aggregate), self.data)
 
-    def fit(self, progress: bool = True) -> TrainResult:
+    def fit(self, progress: bool = True, options=None) -> TrainResult:
+        """Train; ``options`` (:class:`~gnnpipe.core.options.RunOptions`) selects the weights kept in
+        ``result.model``, logging and checkpoints."""
+        from .assemble import preprocessing_of
+        from .session import RunSession
+
         torch.manual_seed(self.config.seed + 1)
-        result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress)
-        result.extra["plan"] = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
-                                "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
-                                "num_units": self.model.num_units}
+        plan = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
+                "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
+                "num_units": self.model.num_units, "stage_bounds": [0, self.model.num_units],
+                "chunk_sizes": [int(self.data.num_nodes)], "way_ptr": [0, 1]}
+        from . import stopping
+
+        session = RunSession(self.config, options, self, lead=True, plan_info=plan)
+        try:
+            with stopping.installed():
+                result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress,
+                                    state=session.start_state(), on_best=session.on_best, after_epoch=session.hooks)
+            session.finish()
+        finally:
+            session.close()
+        result.extra["plan"] = plan
+        stats = session.checkpoint_stats()
+        if stats is not None:
+            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
         result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.x.device)]
+        model = copy.deepcopy(self.model)  # a pre-built model may not be one the config describes
+        model.load_state_dict(session.final_state())
+        model.preprocessing = preprocessing_of(self.config)
+        result.model = model.eval()
         return result

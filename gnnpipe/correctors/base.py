@@ -29,9 +29,15 @@ class StageContext:
     chunk_ptr: Tensor
     seed: int = 0
     fresh_chunks: set = attrs.field(factory=set)
+    #: ``chunk_ptr`` as Python ints (hooks run per chunk; indexing a tensor costs two ATen calls per bound)
+    _bounds: list = attrs.field(init=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self._bounds = [int(b) for b in self.chunk_ptr.tolist()]
 
     def rows(self, chunk: int) -> tuple[int, int]:
-        return int(self.chunk_ptr[chunk]), int(self.chunk_ptr[chunk + 1])
+        """``(start, end)`` of chunk ``chunk``'s rows, as Python ints."""
+        return self._bounds[chunk], self._bounds[chunk + 1]
 
 
 class Corrector:
@@ -66,6 +72,18 @@ class Corrector:
         flush schedulers only). Default ``False``; the ``refresh`` corrector says ``True`` every ``period``
         epochs."""
         return False
+
+    def state_dict(self) -> dict:
+        """Everything the corrector carries from epoch to epoch (T3's snapshots, EMA's averages, …), for a
+        checkpoint. Default: every attribute but the stage context (picklable values; tensors are copied)."""
+        import copy
+
+        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k != "ctx"}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (call after :meth:`setup`)."""
+        for k, v in state.items():
+            setattr(self, k, v)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

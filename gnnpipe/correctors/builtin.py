@@ -35,22 +35,21 @@ class T2UnbiasedGradient(Corrector):
     stage multiply ``G_out[k][R_c]`` by 2 for all its ops. With T1's uniformly random order, each
     out-neighbour chunk has been back-propagated before c with probability ½, so the doubled fresh
     gradients (and zeros for the rest) are an unbiased estimate of the full pull. Only when S > 1
-    (GNNPipe paper §4.3)."""
+    (GNNPipe paper §4.3). On a halo-gradient (push) op the same rule acts on the pushes: ``G_in`` and the
+    stored pushes are cleared at epoch end and a chunk's fresh push counts twice (docs/HALO_GRADIENT.md)."""
 
     def on_epoch_end(self, epoch: int) -> None:
         if self.ctx.num_stages <= 1:
             return
         for h in self.ctx.histories:
-            if h.G_out is not None:
-                h.G_out.zero_()
+            h.zero_grads()
 
     def after_backward(self, epoch: int, chunk: int) -> None:
         if self.ctx.num_stages <= 1:
             return
         lo, hi = self.ctx.rows(chunk)
         for h in self.ctx.histories:
-            if h.G_out is not None:
-                h.G_out[lo:hi] *= 2.0
+            h.scale_grad_rows(lo, hi, 2.0)
 
 
 @register("t3")

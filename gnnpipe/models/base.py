@@ -12,6 +12,17 @@ given, so the same unit runs
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
 ``"sum"`` or any registered kind (see :mod:`gnnpipe.core.kinds`; the graph's ``edge_weight`` is used when present).
+A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
+``agg(h, kind, layer)`` instead and gets ``layer(x_src, x_dst, edge_index, edge_weight)`` computed on the rows'
+in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themselves then their halo rows
+(docs/HALO_GRADIENT.md).
+
+On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
+object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
+and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
+autograd (:class:`gnnpipe.core.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
+``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
+its plain ``agg`` path up to floating-point rounding.
 
 A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
 produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.
@@ -65,6 +76,19 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
         raise ConfigError(f"unknown activation {name!r}; use one of {', '.join(ACTIVATIONS)}") from None
 
 
+#: builds the exact full-graph aggregation ops of a graph for ``model(x, edge_index)``:
+#: ``factory(edge_index, num_nodes, dtype, device)`` → an object with ``aggregate(h, kind)``. The runtime
+#: installs its own (:class:`gnnpipe.core.graph.GraphOps`) when it is imported: the adjacency lives in core,
+#: which the model zoo must not import (models < core, STYLE "Habits").
+_GRAPH_OPS_FACTORY: Optional[Callable] = None
+
+
+def set_graph_ops_factory(factory: Optional[Callable]) -> None:
+    """Install the factory of full-graph aggregation ops ``model(x, edge_index)`` uses (see above)."""
+    global _GRAPH_OPS_FACTORY
+    _GRAPH_OPS_FACTORY = factory
+
+
 class LayerUnit(nn.Module):
     """One element of a model's linear sequence (encoder, a GNN layer, or the head).
 
@@ -75,10 +99,13 @@ class LayerUnit(nn.Module):
             (e.g. ``("gcn",)``); the runtime keeps one history buffer per entry (DESIGN §2).
         param_group: ``"conv"`` for GNN-layer weights or ``"dense"`` for encoder/head weights;
             the trainer can apply a different weight decay to each (as GCNII does).
+        message_passing: the unit passes a layer to ``agg`` (its aggregations then run through the
+            halo-gradient ops of the runtime).
     """
 
     aggregations: tuple[str, ...] = ()
     param_group: str = "dense"
+    message_passing: bool = False
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -111,6 +138,12 @@ class GNNModel(nn.Module):
 
     shared_tensor: Optional[str] = None
     default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
+    #: how to rebuild the model: ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
+    #: :func:`gnnpipe.models.build_model`; what :func:`gnnpipe.models.save` stores)
+    spec: Optional[dict] = None
+    #: the edge/feature preprocessing of the run that trained it (``undirected``, ``remove_self_loops``,
+    #: ``dedupe``, ``normalize_features``), which :meth:`predict` repeats; ``None`` = none
+    preprocessing: Optional[dict] = None
 
     def __init__(self, units: list[LayerUnit]):
         super().__init__()
@@ -135,14 +168,84 @@ class GNNModel(nn.Module):
             h, shared = self.units[i](h, shared, make_agg(i))
         return h, shared
 
-    def forward(self, x: Tensor, agg: Aggregator | Callable[[int], Aggregator], *, per_unit: bool = False) -> Tensor:
+    def forward(self, x: Tensor, agg: Tensor | Aggregator | Callable[[int], Aggregator], *,
+                per_unit: bool = False, edge_weight: Optional[Tensor] = None) -> Tensor:
         """Full forward: ``x`` (``[n, F]``) → logits (``[n, C]``).
 
-        ``agg`` is one callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
+        ``agg`` is either
+
+        * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG; optional
+          ``edge_weight`` ``[E]``): the call is
+          ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
+          graph (``Â`` of each kind, :mod:`gnnpipe.core.graph`) are built on first use and cached for
+          later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
+        * one aggregation callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
+
+        Raises:
+            ConfigError: ``agg`` is a tensor that is not a ``[2, E]`` integer ``edge_index``.
         """
+        if isinstance(agg, Tensor):
+            agg, per_unit = self._edge_index_aggregator(agg, x, edge_weight), False
         make = agg if per_unit else (lambda i: agg)
         h, _ = self.run_units(0, self.num_units, x, None, make)  # type: ignore[arg-type]
         return h
+
+    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor, edge_weight: Optional[Tensor] = None) -> Aggregator:
+        """The cached full-graph aggregation callback of ``edge_index`` for ``x``'s rows, dtype and device."""
+        if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+            raise ConfigError(f"model(x, edge_index) needs edge_index as an integer tensor of shape [2, E], got "
+                              f"{edge_index.dtype} of shape {list(edge_index.shape)}; or pass an aggregation callback")
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, x.size(0), x.dtype, x.device,
+               None if edge_weight is None else (edge_weight.data_ptr(), edge_weight._version))
+        cached = self.__dict__.get("_graph_ops")
+        if cached is None or cached[0] != key:
+            if _GRAPH_OPS_FACTORY is None:
+                raise ConfigError("model(x, edge_index) needs the runtime's graph ops: import gnnpipe.api (or "
+                                  "gnnpipe.core) first, or call gnnpipe.api.predict(model, data)")
+            ops = _GRAPH_OPS_FACTORY(edge_index.long(), x.size(0), x.dtype, x.device, edge_weight=edge_weight)
+            self.__dict__["_graph_ops"] = cached = (key, ops)
+        return cached[1].aggregate
+
+    @torch.no_grad()
+    def predict(self, data, *, preprocess: bool = True) -> Tensor:
+        """Class scores (logits) of every vertex of ``data`` in ``data``'s own vertex order.
+
+        Exact full-graph inference in eval mode (no dropout). With ``preprocess`` the edges are
+        preprocessed as at training (:attr:`preprocessing`, set by the trainer or by
+        :func:`gnnpipe.models.load`: made undirected, self-loops and duplicates removed, features
+        row-normalised if the run did); vertices are never reordered.
+
+        Args:
+            data: a PyG ``Data`` with ``x`` (``[N, F]``) and ``edge_index`` (``[2, E]``).
+
+        Returns:
+            ``[N, C]`` float logits on the model's device (argmax = predicted class).
+        """
+        x, edge_index, ew = data.x, data.edge_index, getattr(data, "edge_weight", None)
+        pre = self.preprocessing if preprocess else None
+        if pre:
+            from torch_geometric.data import Data
+
+            from ..data.preprocess import preprocess as _pre
+
+            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0), **({} if ew is None else {"edge_weight": ew})),
+                     undirected=pre.get("undirected", True), remove_self_loops=pre.get("remove_self_loops", True),
+                     dedupe=pre.get("dedupe", True))
+            x, edge_index, ew = d.x, d.edge_index, getattr(d, "edge_weight", None)
+            if pre.get("normalize_features"):
+                from torch_geometric.transforms import NormalizeFeatures
+
+                x = NormalizeFeatures()(Data(x=x.clone())).x
+        p = next(self.parameters(), None)
+        if p is not None:
+            x, edge_index = x.to(p.device, p.dtype), edge_index.to(p.device)
+            ew = None if ew is None else ew.to(p.device, p.dtype)
+        was = self.training
+        self.eval()
+        try:
+            return self(x, edge_index, edge_weight=ew)
+        finally:
+            self.train(was)
 
     def aggregation_dims(self) -> list[tuple[int, str, int]]:
         """``(unit_index, kind, width)`` of every aggregation op, in execution order (width = input width of the op)."""
@@ -151,6 +254,14 @@ class GNNModel(nn.Module):
             for kind in u.aggregations:
                 out.append((i, kind, getattr(u, "agg_dim", u.in_dim)))
         return out
+
+    def backward_aggregation_dims(self) -> list[tuple[int, str, int]]:
+        """The entries of :meth:`aggregation_dims` whose input needs a gradient, i.e. those of units after the
+        first unit with trainable parameters (a layer reading the raw features, e.g. GAT's first, sends no
+        halo gradient back in graph parallelism)."""
+        first = next((i for i, u in enumerate(self.units) if any(p.requires_grad for p in u.parameters())),
+                     self.num_units)
+        return [t for t in self.aggregation_dims() if t[0] > first]
 
     def param_groups(self, weight_decay: float, weight_decay_conv: float | None = None,
                      units: range | None = None) -> list[dict]:

@@ -114,16 +114,61 @@ class GCNIILayer(LayerUnit):
         self.lin = nn.Linear(dim, dim, bias=bias)
         self.dropout = dropout
         self.act = activation(act)
+        self.fusable = act == "relu" and not bias  # the fused chunk step covers this (the paper's) form
 
     def forward(self, h, shared, agg: Aggregator):
         if shared is None:
             raise ConfigError("GCNII layers need the shared tensor h0 produced by the encoder")
+        push_pull = getattr(agg, "push_pull", None)
+        op = push_pull("gcn") if push_pull is not None and self.fusable and torch.is_grad_enabled() else None
+        if op is not None:  # a pipeline chunk: the whole step as one autograd node (same values, see _GCNIIChunk)
+            out = _GCNIIChunk.apply(h, shared, self.lin.weight, op, self.dropout, self.alpha, self.theta,
+                                    self.training)
+            return out, shared
         # fused as in PyG's GCN2Conv: lerp = (1 − α)·a + α·h0; addmm = (1 − θ)·s + θ·s·Wᵀ (fewer ops per call)
         s = torch.lerp(agg(dropout(h, self.dropout, self.training), "gcn"), shared, self.alpha)
         out = torch.addmm(s, s, self.lin.weight.t(), beta=1.0 - self.theta, alpha=self.theta)
         if self.lin.bias is not None:
             out = out + self.theta * self.lin.bias
         return self.act(out), shared
+
+
+class _GCNIIChunk(torch.autograd.Function):
+    """:class:`GCNIILayer` (ReLU, no bias) on one pipeline chunk as one autograd node.
+
+    Forward, as the plain path: ``x = dropout(h)`` (same mask draw as :func:`gnnpipe.models.base.dropout`),
+    written straight into history by ``rows.push``; ``s = lerp(Â x, h0, α)``; ``out = relu((1 − θ)·s + θ·s·Wᵀ)``.
+    Backward, by hand (the vector–Jacobian products autograd would take, fused where one call does two):
+    ``g_z = g ⊙ [out > 0]``; ``∂W = θ·g_zᵀ s``; ``g_s = (1 − θ)·g_z + θ·g_z W``; ``∂h0 = α·g_s``;
+    ``∂h = mask ⊙ rows.pull(g_s, scale=1 − α)`` (the pull writes ``(1 − α)·g_s`` into ``G_out``, DESIGN §5).
+
+    Args (to ``apply``): h ``[n, d]``, h0 ``[n, d]``, weight ``[d, d]``, rows (``agg.push_pull("gcn")``),
+    p (dropout), alpha, theta, training.
+    """
+
+    @staticmethod
+    def forward(ctx, h, h0, weight, rows, p, alpha, theta, training):  # type: ignore[override]
+        mask = None
+        if training and p > 0.0:
+            mask = torch.rand_like(h).ge_(p).mul_(1.0 / (1.0 - p))
+        s = torch.lerp(rows.push(h, mask), h0, alpha)
+        out = torch.addmm(s, s, weight.t(), beta=1.0 - theta, alpha=theta).relu_()
+        ctx.save_for_backward(s, weight, out, mask)
+        ctx.rows, ctx.alpha, ctx.theta = rows, alpha, theta
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        s, weight, out, mask = ctx.saved_tensors
+        theta, alpha = ctx.theta, ctx.alpha
+        gz = torch.ops.aten.threshold_backward(g, out, 0)
+        gw = torch.mm(gz.t(), s).mul_(theta) if ctx.needs_input_grad[2] else None
+        gs = torch.addmm(gz, gz, weight, beta=1.0 - theta, alpha=theta)
+        gh0 = gs * alpha if ctx.needs_input_grad[1] else None
+        gh = ctx.rows.pull(gs, 1.0 - alpha)
+        if mask is not None:
+            gh.mul_(mask)
+        return gh, gh0, gw, None, None, None, None, None
 
 
 class ResConv(LayerUnit):

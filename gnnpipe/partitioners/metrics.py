@@ -120,25 +120,32 @@ def partition_metrics(edge_index: Tensor, num_nodes: int, parts: Tensor, num_par
     )
 
 
-def predict_gp_bytes(mirror_count: int, agg_dims: Sequence[int]) -> int:
-    """Predicted bytes per epoch of graph parallelism's halo exchange (DESIGN §6, GP formula).
+def predict_gp_bytes(mirror_count: int, agg_dims: Sequence[int], backward_dims: Sequence[int] | None = None) -> int:
+    """Predicted bytes per epoch of graph parallelism's halo exchange (DESIGN §6, GP formula, extended in
+    docs/HALO_GRADIENT.md).
 
-    ``2 · 4 · M · Σ_aggregations d``: before every aggregation each mirror copy's fp32 embedding
-    (width ``d`` of that aggregation's input) is sent forward, and its gradient is sent back.
-    Excludes the weight-gradient all-reduce.
+    ``4 · M · (Σ_aggregations d + Σ_backward d)``: before every aggregation each mirror copy's fp32 embedding
+    (width ``d`` of that aggregation's input) is sent forward, and its gradient is sent back to its owner —
+    for a linear ``Â`` and for a message-passing layer alike (the halo gradient of the same rows) — except
+    where the aggregation's input needs no gradient (a layer reading the raw features): nothing goes back.
+    With ``backward_dims = agg_dims`` (the default) this is ``2 · 4 · M · Σ d``. Excludes the weight-gradient
+    all-reduce.
 
     Args:
         mirror_count: ``M`` (:attr:`PartitionMetrics.mirror_count`).
         agg_dims: the input width of every aggregation op in one forward pass, in any order (e.g.
             ``[d] * L`` for an ``L``-layer GCN of hidden width ``d``; see
             ``GNNModel.aggregation_dims``).
+        backward_dims: the widths of the ops whose input gradient is sent back (default ``agg_dims``; see
+            ``GNNModel.backward_aggregation_dims``).
 
     Raises:
         ConfigError: negative ``M`` or width.
     """
-    if mirror_count < 0 or any(d < 0 for d in agg_dims):
+    back = agg_dims if backward_dims is None else backward_dims
+    if mirror_count < 0 or any(d < 0 for d in list(agg_dims) + list(back)):
         raise ConfigError("mirror_count and aggregation widths must be non-negative")
-    return 2 * FP32_BYTES * int(mirror_count) * int(sum(int(d) for d in agg_dims))
+    return FP32_BYTES * int(mirror_count) * (int(sum(int(d) for d in agg_dims)) + int(sum(int(d) for d in back)))
 
 
 def predict_pipeline_bytes(num_nodes: int, num_stages: int, d_boundary: int, shared: bool = False) -> int:

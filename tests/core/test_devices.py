@@ -8,7 +8,7 @@ import torch.distributed as dist
 from gnnpipe.core import launch
 from gnnpipe.core.comm import Comm
 from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.runner import choose_backend, rank_device
+from gnnpipe.core.runner import plan_backend, rank_device
 from gnnpipe.errors import ConfigError
 
 
@@ -28,12 +28,17 @@ def test_backend_choice(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    assert choose_backend(TrainConfig(device="cpu", stages=2)) == "gloo"
-    assert choose_backend(TrainConfig(device="cuda", stages=2)) == "nccl"
-    assert choose_backend(TrainConfig(stages=2)) == "nccl"  # default device: cuda when available
-    assert choose_backend(TrainConfig(device="cuda", stages=4)) == "gloo"
-    assert choose_backend(TrainConfig(device="cuda", ways=2, stages=2)) == "gloo"
-    assert choose_backend(TrainConfig(device="cuda", stages=2, backend="gloo")) == "gloo"
+    assert plan_backend(TrainConfig(device="cpu", stages=2))[0] == "gloo"
+    assert plan_backend(TrainConfig(device="cuda", stages=2))[0] == "nccl"
+    assert plan_backend(TrainConfig(stages=2))[0] == "nccl"  # default device: cuda when available
+    assert plan_backend(TrainConfig(device="cuda", stages=4))[0] == "gloo"
+    assert plan_backend(TrainConfig(device="cuda", ways=2, stages=2))[0] == "gloo"
+    assert plan_backend(TrainConfig(device="cuda", stages=2, backend="gloo"))[0] == "gloo"
+    backend, why = plan_backend(TrainConfig(device="cuda", stages=4))
+    assert "4 ranks but 2 GPU(s)" in why and "pinned CPU buffers" in why
+    assert plan_backend(TrainConfig(device="cpu", stages=2))[1] == "--device cpu: gloo on the CPU"
+    with pytest.raises(ConfigError, match="--device cpu computes on the CPU"):
+        plan_backend(TrainConfig(device="cpu", stages=2, backend="nccl"))
 
 
 def _staged(rank, world):

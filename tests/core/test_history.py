@@ -174,3 +174,50 @@ def test_graph_ops_aggregate_gradient(adj):
     ei, a, _ = adj
     ops = GraphOps(ei, N, torch.float64)
     assert torch.autograd.gradcheck(lambda h: ops.aggregate(h, "mean"), (torch.randn(N, D, dtype=torch.float64, requires_grad=True),))
+
+
+def test_pull_reads_known_zero_rows_from_the_zero_row_bitwise(adj):
+    """After zero_grads (T2's epoch-end zeroing) the pull skips fetching rows known to be zero; its result is
+    the full pull's, bit for bit, chunk after chunk, with T2's doubling in between."""
+    _, a, at = adj
+    g_all = torch.randn(N, D, dtype=torch.float64)
+    results = {}
+    for skip in (True, False):
+        hist = History(N, torch.float64)
+        hist.ensure(D)
+        hist.G_out.copy_(torch.randn(N, D, dtype=torch.float64))  # stale gradients of the previous epoch
+        hist.zero_grads()
+        if not skip:
+            hist.G_out.add_(0.0)  # a change behind the history's back: nothing is known zero any more
+            assert hist.grad_source()[1] is None
+        else:
+            assert bool(hist.grad_source()[1].all())
+        grads = []
+        for lo, hi in reversed(_chunks()):
+            x = torch.randn(hi - lo, D, dtype=torch.float64, requires_grad=True)
+            ChunkAggregate.apply(x, hist, _slice(a, lo, hi, "compact"), _slice(at, lo, hi, "compact"), lo, hi,
+                                 True).backward(g_all[lo:hi])
+            hist.scale_grad_rows(lo, hi, 2.0)
+            grads.append(x.grad)
+        if skip:
+            _, zero = hist.grad_source()
+            assert zero is not None and not bool(zero.any())  # every chunk written since the zeroing
+        results[skip] = grads
+    for fast, full in zip(results[True], results[False]):
+        assert torch.equal(fast, full)
+
+
+def test_direct_writes_to_g_out_are_read(adj):
+    """A change of G_out that bypasses the History methods must not be hidden by the known-zero rows."""
+    _, a, at = adj
+    hist = History(N, torch.float64)
+    hist.ensure(D)
+    hist.zero_grads()
+    hist.G_out[9:12] = 1.0  # e.g. a user's corrector
+    lo, hi = 4, 9
+    x = torch.randn(hi - lo, D, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(hi - lo, D, dtype=torch.float64)
+    ChunkAggregate.apply(x, hist, _slice(a, lo, hi, "compact"), _slice(at, lo, hi, "compact"), lo, hi, True).backward(g)
+    expected = hist.G_out.clone()
+    torch.testing.assert_close(x.grad, at.to_dense()[lo:hi] @ expected)
+    assert bool((expected[9:12] == 1.0).all())

@@ -82,7 +82,8 @@ def test_models_command_and_help_list_the_options(capsys):
     out = capsys.readouterr().out
     assert "gcnii:" in out and "alpha=0.1 (float)" in out and "lamda=0.5 (float)" in out and "gcn:" in out
     assert main(["models", "gcnii"]) == 0 and "graphsage" not in capsys.readouterr().out
-    assert main(["models", "nope"]) == 2 and "available: gcn, gcnii" in capsys.readouterr().err
+    err = capsys.readouterr().err if main(["models", "nope"]) == 2 else ""
+    assert "available: " in err and "gcn, gcnii" in err
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "gcnii: alpha=0.1, lamda=0.5" in " ".join(capsys.readouterr().out.split())

@@ -1,0 +1,63 @@
+"""Stopping a run cleanly on SIGINT/SIGTERM: at the next epoch boundary, with a final checkpoint.
+
+The first signal only sets a flag (:func:`requested`); the epoch loop looks at it after each epoch (every
+rank of a distributed run agrees on it with one tiny all-reduce, so all stop after the same epoch), writes
+the final checkpoint and raises ``KeyboardInterrupt``, whose ``.result`` carries the completed epochs. A
+second signal raises ``KeyboardInterrupt`` at once (the run stops mid-epoch, without a final checkpoint).
+Two signals within :data:`DEBOUNCE_S` count as one: a terminal's Ctrl-C reaches every rank directly *and*
+through the launcher, which forwards it for ranks a ``kill`` of the launcher alone would not reach.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Optional
+
+DEBOUNCE_S = 2.0
+
+_state = {"at": None, "signame": ""}
+
+
+def requested() -> bool:
+    """Whether a stop was requested in this process."""
+    return _state["at"] is not None
+
+
+def reason() -> str:
+    return f"stopped by signal {_state['signame']}" if _state["signame"] else "stopped"
+
+
+def reset() -> None:
+    _state["at"], _state["signame"] = None, ""
+
+
+def _handler(signum, frame):
+    now = time.monotonic()
+    name = signal.Signals(signum).name
+    if _state["at"] is None:
+        _state["at"], _state["signame"] = now, name
+        print(f"gnnpipe: {name}: stopping after this epoch (again to stop at once)", file=sys.stderr, flush=True)
+        return
+    if now - _state["at"] < DEBOUNCE_S:
+        return
+    raise KeyboardInterrupt(f"stopped by signal {name}")
+
+
+class installed:
+    """Context manager: the stop handler on SIGINT and SIGTERM (main thread only; elsewhere a no-op)."""
+
+    def __enter__(self):
+        self.previous: dict = {}
+        if threading.current_thread() is threading.main_thread():
+            reset()
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self.previous[s] = signal.signal(s, _handler)
+        return self
+
+    def __exit__(self, *exc) -> Optional[bool]:
+        for s, h in self.previous.items():
+            signal.signal(s, h)
+        return None

@@ -1,0 +1,30 @@
+"""Building a registered model by name (the one factory of the model family)."""
+
+from __future__ import annotations
+
+from .base import GNNModel
+from .options import check_model_args
+from .registry import get
+
+
+def build_model(name: str, in_channels: int, out_channels: int, **kwargs) -> GNNModel:
+    """Build the model registered as ``name``.
+
+    Args:
+        name: a name in :func:`available`.
+        in_channels: input feature width ``F``. out_channels: number of classes ``C``.
+        **kwargs: ``num_layers``, ``hidden``, ``dropout``, ``bias``, ``activation`` and model-specific
+            options (:func:`model_options`, e.g. GCNII's ``alpha``, ``lamda``).
+
+    Raises:
+        UnknownComponentError: unknown name. ConfigError: bad sizes, an unknown option (lists the
+            model's options) or an option of the wrong type.
+    """
+    from .options import COMMON_ARGS
+
+    common = {k: v for k, v in kwargs.items() if k in COMMON_ARGS}
+    options = check_model_args(name, {k: v for k, v in kwargs.items() if k not in COMMON_ARGS})
+    model = get(name)(in_channels, out_channels, **common, **options)
+    model.spec = {"name": name, "in_channels": int(in_channels), "out_channels": int(out_channels),
+                  "kwargs": {**common, **options}, "dtype": "float32"}
+    return model

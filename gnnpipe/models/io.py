@@ -1,0 +1,65 @@
+"""A trained model as one plain file: its state dict and how to rebuild it (``gnnpipe export``).
+
+The file is a ``torch.save`` of a dict of plain Python values and tensors only (no pickled classes),
+so :func:`load` reads it with ``torch.load(weights_only=True)``::
+
+    {"format": "gnnpipe.model", "version": 1,
+     "spec": {"name", "in_channels", "out_channels", "kwargs", "dtype"},   # GNNModel.spec
+     "preprocessing": {...} | None,                                          # GNNModel.preprocessing
+     "state_dict": {"units.0.lin.weight": Tensor, ...},                      # single-process names
+     "meta": {...}}                                                          # free-form (run summary)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..errors import ConfigError
+from .base import GNNModel
+from .build import build_model
+
+FORMAT = "gnnpipe.model"
+
+
+def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None:
+    """Write ``model`` (built by :func:`gnnpipe.models.build_model`, so it has a ``spec``) to ``path``.
+
+    Raises:
+        ConfigError: the model has no ``spec`` (it was not built by ``build_model``).
+    """
+    if model.spec is None:
+        raise ConfigError("this model has no spec (build it with gnnpipe.models.build_model to save it)")
+    p = next(model.parameters(), None)
+    spec = dict(model.spec, dtype=str(p.dtype).replace("torch.", "") if p is not None else model.spec["dtype"])
+    obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": model.preprocessing,
+           "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+           "meta": meta or {}}
+    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, Path(path).expanduser())
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel:
+    """Rebuild the model a file written by :func:`save` (``gnnpipe export``) holds; ``model.meta`` is its ``meta``.
+
+    Raises:
+        ConfigError: the file is not a gnnpipe model file (e.g. a checkpoint folder or another state dict).
+        UnknownComponentError: its model name is not registered (a user model not imported yet).
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder (a checkpoint?); export it first: gnnpipe export {path} --out model.pt")
+    obj = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a gnnpipe model file (write one with `gnnpipe export` or gnnpipe.models.save)")
+    spec = obj["spec"]
+    model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], **spec["kwargs"])
+    model = model.to(getattr(torch, spec.get("dtype", "float32")))
+    model.spec = dict(spec)
+    model.load_state_dict(obj["state_dict"])
+    model.preprocessing = obj.get("preprocessing")
+    model.meta = obj.get("meta", {})
+    model.eval()
+    return model

@@ -1,0 +1,116 @@
+"""GCNIILayer's fused chunk step (one autograd node per unit and chunk) equals its plain path (issue #18)."""
+
+import pytest
+import torch
+
+from gnnpipe.core.graph import CompactRows, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.core.history import ChunkAggregate, ChunkPushPull, History
+from gnnpipe.models.zoo import GCNIILayer
+
+N, D = 14, 5
+CHUNKS = [(0, 5), (5, 9), (9, 14)]
+
+
+def _graph():
+    g = torch.Generator().manual_seed(1)
+    ei = torch.randint(0, N, (2, 50), generator=g)
+    ei = ei[:, ei[0] != ei[1]]
+    ei = torch.cat([ei, ei.flip(0)], 1).unique(dim=1)
+    a = build_adjacency(ei, N, "gcn", torch.float64)
+    return a, csr_transpose(a)
+
+
+def _run(fused: bool, p: float, seed: int = 0):
+    """Two epochs of one GCNII layer, chunk by chunk (forwards in order, backwards reversed, T2-style zeroing),
+    through the fused step or the plain path with ChunkAggregate. Returns outputs and every gradient."""
+    a, at = _graph()
+    torch.manual_seed(5)
+    layer = GCNIILayer(D, layer=3, dropout=p, alpha=0.1, lam=0.5, bias=False, act="relu").double()
+    hist = History(N, torch.float64)
+    x = torch.randn(N, D, dtype=torch.float64)
+    h0 = torch.randn(N, D, dtype=torch.float64)
+    g = torch.randn(N, D, dtype=torch.float64)
+    torch.manual_seed(seed)
+    outs, grads = [], []
+    for _ in range(2):
+        saved = {}
+        for lo, hi in CHUNKS:
+            a_c, at_c = CompactRows(csr_row_slice(a, lo, hi)), CompactRows(csr_row_slice(at, lo, hi))
+            h = x[lo:hi].clone().requires_grad_()
+            s = h0[lo:hi].clone().requires_grad_()
+
+            def agg(t, kind, a_c=a_c, at_c=at_c, lo=lo, hi=hi):
+                return ChunkAggregate.apply(t, hist, a_c, at_c, lo, hi, True)
+
+            if fused:
+                agg.push_pull = lambda kind, a_c=a_c, at_c=at_c, lo=lo, hi=hi: ChunkPushPull(hist, a_c, at_c, lo, hi)
+            out, _ = layer(h, s, agg)
+            assert (type(out.grad_fn).__name__ == "_GCNIIChunkBackward") == fused  # one node for the whole step
+            outs.append(out.detach().clone())
+            saved[lo] = (h, s, out)
+        for lo, hi in reversed(CHUNKS):
+            h, s, out = saved[lo]
+            out.backward(g[lo:hi])
+            grads += [h.grad, s.grad]
+        hist.zero_grads()
+    grads.append(layer.lin.weight.grad)
+    return outs, grads, hist
+
+
+@pytest.mark.parametrize("p", [0.0, 0.4])
+def test_fused_step_equals_plain_path(p):
+    layer = GCNIILayer(D, layer=1, dropout=p, alpha=0.1, lam=0.5, bias=False, act="relu")
+    assert layer.fusable
+    f_out, f_grads, f_hist = _run(True, p)
+    u_out, u_grads, u_hist = _run(False, p)
+    for a, b in zip(f_out, u_out):
+        assert torch.equal(a, b)  # the forward runs the same ATen ops on the same values
+    for a, b in zip(f_grads, u_grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)  # the backward fuses two ops into one addmm
+    assert torch.equal(f_hist.H_in, u_hist.H_in)
+
+
+def test_fused_step_only_for_the_fusable_form():
+    assert not GCNIILayer(D, 1, 0.0, 0.1, 0.5, bias=True, act="relu").fusable
+    assert not GCNIILayer(D, 1, 0.0, 0.1, 0.5, bias=False, act="elu").fusable
+
+
+def test_only_the_plain_history_op_offers_push_pull():
+    """The hybrid's op exchanges rows with peers and graph parallelism's exchanges a halo; a fused unit must not
+    bypass either: their push_pull is None."""
+    from gnnpipe.core.aggregation import HaloOp, HistoryOp, PeerHistoryOp, unit_aggregators
+    from gnnpipe.core.graph import GraphOps
+
+    a, at = _graph()
+    ei = a.to_sparse_coo().indices().flip(0)
+    ops = GraphOps(ei, N, torch.float64)
+    plain = HistoryOp(History(N, torch.float64), "gcn", ops, {})
+    assert isinstance(plain.push_pull(0, (0, 5), True), ChunkPushPull)
+    peer = PeerHistoryOp(History(N, torch.float64), "gcn", ops, {}, peers=None, number=0, halo=lambda: None)
+    assert peer.push_pull(0, (0, 5), True) is None
+    assert HaloOp.push_pull(object.__new__(HaloOp), 0, (0, 5), True) is None
+    # the factory counts an op taken through push_pull like a call of agg, and not when push_pull gives None
+    layer = GCNIILayer(D, 1, 0.0, 0.1, 0.5, bias=False, act="relu")
+    make = unit_aggregators([layer], lambda i, j, t, kind, layer: t, lambda i, j, kind: None)
+    agg = make(0)
+    assert agg.push_pull("gcn") is None
+    agg(torch.zeros(1), "gcn")  # still op 0
+    with pytest.raises(Exception, match="as op 1"):
+        agg(torch.zeros(1), "gcn")
+
+
+def test_unit_falls_back_to_agg_when_push_pull_is_none():
+    a, at = _graph()
+    layer = GCNIILayer(D, layer=1, dropout=0.0, alpha=0.1, lam=0.5, bias=False, act="relu").double()
+    hist = History(N, torch.float64)
+    lo, hi = 0, 5
+    calls = []
+
+    def agg(t, kind):
+        calls.append(kind)
+        return ChunkAggregate.apply(t, hist, csr_row_slice(a, lo, hi), csr_row_slice(at, lo, hi), lo, hi, True)
+
+    agg.push_pull = lambda kind: None
+    out, _ = layer(torch.randn(hi - lo, D, dtype=torch.float64, requires_grad=True),
+                   torch.randn(hi - lo, D, dtype=torch.float64), agg)
+    assert calls == ["gcn"] and type(out.grad_fn).__name__ != "_GCNIIChunkBackward"
