@@ -157,3 +157,60 @@ def test_history_dtype_flag_and_errors():
     assert TrainConfig().torch_history_dtype == torch.float32  # default: the compute dtype
     with pytest.raises(ConfigError, match="unknown history dtype"):
         TrainConfig(history_dtype="int8").torch_history_dtype
+
+
+@pytest.mark.parametrize("model", ["gat", "gin"])
+def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model):
+    """A pipeline rank of a message-passing model (#16's halo-gradient op) builds the in-edges of its chunks
+    from the edge list (never the whole Â), stores H_in in --history-dtype and keeps G_in in the compute dtype;
+    its exact inference runs the layer on edges put together from the chunks, equal to the whole graph's."""
+    from gnnpipe.core.aggregation import PushHistoryOp
+
+    data = small_graph(n=120)
+    cfg = base_config(model=model, stages=2, chunks=4, layers=3, history_dtype="bfloat16")
+    plan = file_backed(build_plan(cfg, data), str(tmp_path))
+    seen = 0
+    for rank in range(2):
+        ex = make_stage(cfg, plan, rank, 2)
+        _assert_no_full_adjacency(ex)
+        for op in _ops_of(ex):
+            if not isinstance(op, PushHistoryOp):
+                continue
+            seen += 1
+            assert sorted(op.chunk_ranges) == list(range(4))
+            assert not any(k[0] != "push" for k in op.chunk_edges)  # no CompactRows built for a push op's kind
+            op.history.ensure(5)
+            assert op.history.H_in.dtype == torch.bfloat16 and op.history.G_in.dtype == torch.float32
+            whole = GraphOps(plan.data.edge_index, plan.data.num_nodes).edges(op.kind)  # the relabelled graph
+            got = op.edges()
+            assert torch.equal(got[0], whole[0]) and torch.equal(got[1], whole[1])
+        _assert_no_full_adjacency(ex)
+    assert seen > 0
+
+
+def test_push_history_narrow_storage_keeps_gradient_sums_wide():
+    """PushHistory with a bfloat16 H_in: the gather up-casts halo rows to the compute dtype; pushes and G_in stay
+    float32, so replacing a push (G_in += new − old) leaves G_in exactly the latest push (no drift)."""
+    from gnnpipe.core.aggregation import PushGather
+    from gnnpipe.core.history import PushHistory
+
+    torch.manual_seed(0)
+    hist = PushHistory(10, torch.bfloat16, "p", grad_dtype=torch.float32)
+    halo = torch.tensor([0, 7, 9])
+    h = torch.randn(3, 4, requires_grad=True)
+    x_src = PushGather.apply(h, hist, halo, 1, 3, 6, True)
+    assert x_src.dtype == torch.float32 and hist.H_in.dtype == torch.bfloat16
+    assert torch.equal(x_src[:3], h.detach())
+    last = None
+    for _ in range(50):  # the same chunk pushes again and again: G_in must hold exactly its latest push
+        last = torch.randn(3, 4) * 1e-3
+        hist.push(1, halo, last, 3)
+    assert hist.G_in.dtype == torch.float32
+    want = torch.zeros(10, 4)
+    want[halo] = last
+    torch.testing.assert_close(hist.G_in, want, rtol=0, atol=1e-9)
+    state = hist.state_tensors()
+    back = PushHistory(10, torch.bfloat16, "p", grad_dtype=torch.float32)
+    back.load_state_tensors(state)
+    assert torch.equal(back.H_in, hist.H_in) and torch.equal(back.G_in, hist.G_in)
+    assert back.H_in.dtype == torch.bfloat16 and back.pushes[1][1].dtype == torch.float32
