@@ -200,8 +200,11 @@ def rank_holdings(config: TrainConfig, model, bounds: list[int], chunk_ptr: torc
         if S == 1 and W > 1:
             parts.append(f"Â/Âᵀ rows {lo}:{hi} (+ halo columns)")
         else:
-            parts.append(f"Â/Âᵀ rows of its {c1 - c0} chunk(s) ({hi - lo} rows)")
-            parts.append(f"{n_ops} history op(s) of N={N} rows in {config.history_dtype or config.dtype}")
+            push = any(getattr(model.units[i], "message_passing", False) for i in units)
+            what = "Â/Âᵀ rows (message-passing units: in-edges)" if push else "Â/Âᵀ rows"
+            parts.append(f"{what} of its {c1 - c0} chunk(s) ({hi - lo} rows)")
+            parts.append(f"{n_ops} history op(s) of N={N} rows in {config.history_dtype or config.dtype}"
+                         + (f" (pushed gradients in {config.dtype})" if push and config.history_dtype else ""))
         out.append(f"rank {rank} (way {w}, stage {s}): " + ", ".join(parts))
     return out
 
