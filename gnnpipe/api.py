@@ -242,7 +242,7 @@ def _auto_layout(config, data, ranks, hardware, progress, options):
 
 def _train_prepared(config, data, progress, options):
     from .core import launch
-    from .core.runner import build_plan, check_schedule, format_plan, share_profiled_split, worker
+    from .core.runner import build_plan, check_schedule, file_backed, format_plan, share_profiled_split, worker
 
     if config.world_size == 1 and (config.chunks or 1) == 1:
         import torch
@@ -266,26 +266,38 @@ def _train_prepared(config, data, progress, options):
         if rank == 0:
             print(format_plan(plan.info), file=sys.stderr)
 
-        out = worker(rank, world, config, plan, progress, None, options)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="gnnpipe-rank-") as folder:
+            # each rank partitioned the graph itself (deterministic); it keeps only the slices its role reads
+            own = file_backed(plan, folder)
+            del data, plan
+            out = worker(rank, world, config, own, progress, None, options)
         dist.barrier()
         dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
-        return _with_model(out["result"], out["model_state"], config, plan) if out else None
+        return _with_model(out["result"], out["model_state"], config, own) if out else None
     print(format_plan(plan.info), file=sys.stderr)
+    import tempfile
+
     from .core.session import RecordCollector, partial_result
     from .errors import DistributedError
 
     records = RecordCollector().start()
-    try:
-        outs = launch.spawn(worker, config.world_size, (config, plan, progress, None, options, records.send_end),
-                            backend=plan.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
-                            graceful=True)
-    except (KeyboardInterrupt, DistributedError) as exc:
-        failed = isinstance(exc, DistributedError)
-        exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
-                                    str(exc) if failed else None)
-        raise
+    with tempfile.TemporaryDirectory(prefix="gnnpipe-run-") as folder:
+        # the graph is written once; every rank memory-maps it and reads only the slices its role needs
+        shipped = file_backed(plan, folder)
+        del data, plan
+        try:
+            outs = launch.spawn(worker, config.world_size, (config, shipped, progress, None, options, records.send_end),
+                                backend=shipped.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
+                                graceful=True)
+        except (KeyboardInterrupt, DistributedError) as exc:
+            failed = isinstance(exc, DistributedError)
+            exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
+                                        str(exc) if failed else None)
+            raise
     records.stop()
-    return _with_model(outs[0]["result"], outs[0]["model_state"], config, plan)
+    return _with_model(outs[0]["result"], outs[0]["model_state"], config, shipped)
 
 
 def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:

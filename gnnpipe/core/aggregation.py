@@ -31,7 +31,7 @@ from torch import Tensor
 from ..errors import ConfigError
 from ..models import GNNModel
 from .comm import Comm
-from .graph import CompactRows, GraphOps, csr_row_slice, csr_transpose, spmm
+from .graph import CompactRows, GraphOps, csr_transpose, spmm
 from .history import ChunkAggregate, ChunkPushPull, History, PushHistory
 
 #: tag bases of the graph-level exchanges (disjoint from the pipeline's point-to-point tags)
@@ -136,11 +136,13 @@ class HistoryOp(AggregationOp):
 
     def __init__(self, history: History, kind: str, ops: GraphOps, chunk_adj: dict):
         self.history, self.kind, self.ops, self.chunk_adj = history, kind, ops, chunk_adj
+        self.chunk_ranges: dict[int, tuple[int, int]] = {}
 
     def adj(self, c: int, rows: tuple[int, int]) -> tuple[CompactRows, CompactRows]:
         key = (self.kind, c)
         if key not in self.chunk_adj:
             self.chunk_adj[key] = self.ops.chunk_rows(self.kind, *rows)
+        self.chunk_ranges[c] = (int(rows[0]), int(rows[1]))
         return self.chunk_adj[key]
 
     def train(self, h, c, rows, write, layer=None):
@@ -155,17 +157,30 @@ class HistoryOp(AggregationOp):
 
     @torch.no_grad()
     def infer(self, h, capture, layer=None):
+        """``Â @ h`` on the whole graph, chunk by chunk with the chunks' rows of ``Â`` the op already holds (a
+        pipeline stage runs every chunk, so they cover every row; the whole ``Â`` is never built)."""
+        if layer is not None:
+            raise ConfigError("a message-passing unit needs the halo-gradient op (PushHistoryOp)")
         if capture:
             self.history.ensure(h.size(1))
             self.history.H_in.copy_(h)
-        return self.ops.aggregate(h, self.kind, layer)
+        out = h.new_empty(h.size(0), h.size(1))
+        covered = 0
+        for c, (lo, hi) in self.chunk_ranges.items():
+            out[lo:hi] = self.chunk_adj[(self.kind, c)][0].mm(h)
+            covered += hi - lo
+        if covered != h.size(0):
+            raise RuntimeError(f"op {self.history.name}: exact inference needs the rows of every chunk of Â "
+                               f"({h.size(0)} rows), the op holds {covered}")
+        return out
 
 
 class PushGather(torch.autograd.Function):
     """The halo-gradient op's gather (docs/HALO_GRADIENT.md): forward writes ``H_in[R_c] ← h`` and returns
-    ``x_src = [h ; H_in[halo(c)]]`` (``[n + |halo|, d]``: fresh own rows, history for the halo); backward
-    pushes the halo rows' gradient into ``G_in`` (:meth:`~gnnpipe.core.history.PushHistory.push`) and returns
-    the own rows' gradient plus ``G_in[R_c]`` (what the other chunks pushed into this chunk)."""
+    ``x_src = [h ; H_in[halo(c)]]`` (``[n + |halo|, d]``: fresh own rows, history for the halo, up-cast to
+    ``h``'s dtype when ``H_in`` is stored narrower, ``--history-dtype``); backward pushes the halo rows'
+    gradient into ``G_in`` (:meth:`~gnnpipe.core.history.PushHistory.push`) and returns the own rows' gradient
+    plus ``G_in[R_c]`` (what the other chunks pushed into this chunk)."""
 
     @staticmethod
     def forward(ctx, h: Tensor, hist, halo: Tensor, c: int, start: int, end: int,
@@ -174,7 +189,7 @@ class PushGather(torch.autograd.Function):
         if write:
             hist.H_in[start:end] = h.detach()
         ctx.hist, ctx.halo, ctx.c, ctx.start, ctx.end = hist, halo, c, start, end
-        return torch.cat([h.detach(), hist.H_in[halo]])
+        return torch.cat([h.detach(), hist.H_in[halo].to(h.dtype)])
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
@@ -190,21 +205,24 @@ class PushHistoryOp(AggregationOp):
     ``layer(x_src, h, edge_index_c, edge_weight_c)`` on the chunk's in-edges (the non-zeros of
     ``Â[R_c, :]`` of ``kind``) in bipartite form. The layer may be any differentiable function of them;
     autograd gives the halo rows' gradient, which is pushed to their chunks (see :class:`PushGather`).
-    Inference: the layer on the whole graph.
+    Inference: the layer on the whole graph, whose edges are put together from the chunks' in-edges the op
+    holds (a pipeline stage runs every chunk; the whole ``Â`` is never built, issue #12).
 
     Args:
         history: a :class:`~gnnpipe.core.history.PushHistory`. kind: the kind whose ``Â`` gives the edges
             (``sum`` for the plain graph). ops: the graph's :class:`GraphOps`.
-        chunk_edges: ``{(kind, c): (halo, edge_index, edge_weight)}`` shared by the stage's ops.
+        chunk_edges: ``{("push", kind, c): (halo, edge_index, edge_weight)}`` shared by the stage's ops.
     """
 
     def __init__(self, history, kind: str, ops: GraphOps, chunk_edges: dict):
         self.history, self.kind, self.ops, self.chunk_edges = history, kind, ops, chunk_edges
+        self.chunk_ranges: dict[int, tuple[int, int]] = {}
 
     def adj(self, c: int, rows: tuple[int, int]):
         key = ("push", self.kind, c)
         if key not in self.chunk_edges:
             self.chunk_edges[key] = self.ops.bipartite_rows(self.kind, *rows)
+        self.chunk_ranges[c] = (int(rows[0]), int(rows[1]))
         return self.chunk_edges[key]
 
     def train(self, h, c, rows, write, layer=None):
@@ -214,22 +232,48 @@ class PushHistoryOp(AggregationOp):
         x_src = PushGather.apply(h, self.history, halo, c, rows[0], rows[1], write)
         return layer(x_src, h, edge_index, weight)
 
+    def edges(self) -> tuple[Tensor, Tensor]:
+        """The edges of ``Â`` of the op's kind as :meth:`GraphOps.edges` gives them (global ids, destinations
+        ascending, sources ascending within a row, the same weights), put together from the chunks' in-edges.
+
+        Raises:
+            RuntimeError: the op's chunks do not cover every row.
+        """
+        srcs, dsts, ws, covered = [], [], [], 0
+        for c, (lo, hi) in sorted(self.chunk_ranges.items(), key=lambda kv: kv[1][0]):
+            halo, edge_index, weight = self.chunk_edges[("push", self.kind, c)]
+            n, src = hi - lo, edge_index[0]
+            own = src < n
+            glob = torch.where(own, src + lo, halo[(src - n).clamp(min=0)] if halo.numel() else src + lo)
+            srcs.append(glob)
+            dsts.append(edge_index[1] + lo)
+            ws.append(weight)
+            covered += n
+        if covered != self.ops.num_nodes:
+            raise RuntimeError(f"op {self.history.name}: exact inference needs the in-edges of every chunk "
+                               f"({self.ops.num_nodes} rows), the op holds {covered}")
+        return torch.stack([torch.cat(srcs), torch.cat(dsts)]), torch.cat(ws)
+
     @torch.no_grad()
     def infer(self, h, capture, layer=None):
         if capture:
             self.history.ensure(h.size(1))
             self.history.H_in.copy_(h)
-        return self.ops.aggregate(h, self.kind, layer)
+        edge_index, weight = self.edges()
+        return layer(h, h, edge_index, weight)
 
 
 def history_op(unit, kind: str, num_nodes: int, dtype: torch.dtype, device, name: str, ops: GraphOps,
-               adj: dict) -> AggregationOp:
+               adj: dict, hist_dtype: Optional[torch.dtype] = None) -> AggregationOp:
     """The pipeline's op for one aggregation of ``unit``: :class:`PushHistoryOp` over a new
     :class:`~gnnpipe.core.history.PushHistory` when the unit declares ``message_passing``, else
-    :class:`HistoryOp` over a new :class:`History` (``adj`` is the stage's shared cache of chunk rows)."""
+    :class:`HistoryOp` over a new :class:`History` (``adj`` is the stage's shared cache of chunk rows).
+    ``hist_dtype``: the storage dtype of the history (``--history-dtype``; default ``dtype``); a push op's
+    gradient sums stay in ``dtype`` (:class:`~gnnpipe.core.history.PushHistory`)."""
     if getattr(unit, "message_passing", False):
-        return PushHistoryOp(PushHistory(num_nodes, dtype, name, device), kind, ops, adj)
-    return HistoryOp(History(num_nodes, dtype, name, device), kind, ops, adj)
+        return PushHistoryOp(PushHistory(num_nodes, hist_dtype or dtype, name, device, grad_dtype=dtype),
+                             kind, ops, adj)
+    return HistoryOp(History(num_nodes, hist_dtype or dtype, name, device), kind, ops, adj)
 
 
 # ---------------------------------------------------------------------------------------------- GP halo
@@ -256,7 +300,7 @@ class HaloExchange:
         self.peer_ranks = list(peer_ranks)
         self.comm = comm
         self.peers = [q for q in range(num_ways) if q != way]
-        self.send_idx = {q: fwd[(way, q)] - lo for q in self.peers if (way, q) in fwd}
+        self.send_idx = {q: (fwd[(way, q)] - lo).to(ops.device) for q in self.peers if (way, q) in fwd}
         recv = [(q, fwd[(q, way)]) for q in self.peers if (q, way) in fwd]
         self.recv_sizes = {q: int(t.numel()) for q, t in recv}
         self.halo = torch.cat([t for _, t in recv]) if recv else torch.zeros(0, dtype=torch.long)
@@ -264,6 +308,7 @@ class HaloExchange:
         self._local = torch.full((ops.num_nodes,), -1, dtype=torch.long)
         self._local[lo:hi] = torch.arange(self.n_own)
         self._local[self.halo] = torch.arange(self.n_own, self.n_own + self.n_halo)
+        self._local = self._local.to(ops.device)
         self._adj: dict[str, tuple[Tensor, Tensor]] = {}
 
     @property
@@ -274,7 +319,7 @@ class HaloExchange:
     def adj(self, kind: str) -> tuple[Tensor, Tensor]:
         """``(Â_local, Â_localᵀ)``: ``n_own × (n_own + n_halo)`` rows ``[lo, hi)`` of ``Â`` with local columns, and its transpose."""
         if kind not in self._adj:
-            a = csr_row_slice(self.ops.adj(kind)[0], self.lo, self.hi)
+            a = self.ops.rows(kind, [(self.lo, self.hi)])[0]  # the way's rows only, from the edge list
             cols = self._local[a.col_indices()]
             if bool((cols < 0).any()):
                 raise RuntimeError(f"way {self.w}: Â[{kind}] reads a vertex that is neither owned nor a halo row")
@@ -504,7 +549,7 @@ class PeerPushGather(torch.autograd.Function):
             hist.H_in[start:end] = h.detach()
             op.peers.exchange(hist.H_in, c, op.number, backward=False)
         ctx.op, ctx.c, ctx.start, ctx.end = op, c, start, end
-        return torch.cat([h.detach(), hist.H_in[op.bipartite(c)[0]]])
+        return torch.cat([h.detach(), hist.H_in[op.bipartite(c)[0]].to(h.dtype)])
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
@@ -530,11 +575,22 @@ class PeerPushOp(AggregationOp):
         self.peers, self.number, self._halo, self.way_of, self.rows = peers, number, halo, way_of, rows
 
     def bipartite(self, c: int):
-        """``(halo, edge_index, edge_weight)`` of chunk ``c`` (any way's; :meth:`GraphOps.bipartite_rows`)."""
+        """``(halo, edge_index, edge_weight)`` of chunk ``c`` of this way (:meth:`GraphOps.bipartite_rows`)."""
         key = ("push", self.kind, c)
         if key not in self.chunk_edges:
             self.chunk_edges[key] = self.ops.bipartite_rows(self.kind, *self.rows(c))
         return self.chunk_edges[key]
+
+    def halo_of(self, c: int) -> Tensor:
+        """The halo rows (sorted global ids) of chunk ``c``, of any way: for a peer way's chunk only these ids
+        are kept, not its edges (a lean rank holds the in-edges of its own chunks only; issue #12)."""
+        key = ("push", self.kind, c)
+        if key in self.chunk_edges:
+            return self.chunk_edges[key][0]
+        hkey = ("push-halo", self.kind, c)
+        if hkey not in self.chunk_edges:
+            self.chunk_edges[hkey] = self.ops.bipartite_rows(self.kind, *self.rows(c))[0]
+        return self.chunk_edges[hkey]
 
     def adj(self, c: int, rows: tuple[int, int]):
         """The chunk's bipartite edges, built now (what a stage factory calls up front)."""
@@ -553,7 +609,7 @@ class PeerPushOp(AggregationOp):
             m = owner == q
             if bool(m.any()):
                 sends.append((g_halo[m].contiguous(), self.peers.peer_ranks[q]))
-            hq = self.bipartite(cq)[0]
+            hq = self.halo_of(cq)
             rq = hq[self.way_of[hq] == w]
             if rq.numel():
                 recvs.append((torch.empty(rq.numel(), g_halo.size(1), dtype=g_halo.dtype, device=g_halo.device),

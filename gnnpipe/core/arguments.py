@@ -24,6 +24,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
     g.add_argument("--avg-degree", type=float, default=d.avg_degree, help="synthetic graph: mean degree")
+    g.add_argument("--num-features", type=int, default=d.num_features, help="synthetic graph: feature width")
+    g.add_argument("--num-classes", type=int, default=d.num_classes, help="synthetic graph: classes")
     g.add_argument("--normalize-features", action="store_true",
                    help="row-normalise features to sum 1 (PyG NormalizeFeatures; the GCN/GCNII papers' Planetoid preprocessing)")
     g.add_argument("--no-undirected", dest="undirected", action="store_false",
@@ -50,6 +52,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs")
     o.add_argument("--seed", type=int, default=d.seed, help="random seed")
     o.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="floating dtype")
+    o.add_argument("--history-dtype", default=None, choices=["float32", "bfloat16", "float16", "float64"],
+                   help="storage dtype of the pipeline's history buffers (rows up-cast to --dtype when read; "
+                        "default: --dtype)")
     par = p.add_argument_group("parallelism")
     par.add_argument("--ways", type=int, default=d.ways, help="graph-parallel ways W")
     par.add_argument("--stages", type=int, default=d.stages, help="pipeline stages S")
@@ -65,7 +70,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--layer-split", default=d.layer_split, help="layer-to-stage split: equal | profiled")
     par.add_argument("--recompute", action="store_true", help="recompute stage activations in the backward")
     par.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank")
-    par.add_argument("--backend", default=None, help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo on the CPU)")
+    par.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                     help="where every rank computes (default: cuda when available); ranks sharing a GPU talk over "
+                          "gloo through pinned CPU buffers")
+    par.add_argument("--backend", default=None,
+                     help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
+                          "on the CPU, or with --device cuda through pinned CPU buffers)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                      help="seconds after which a failed or stuck rank ends the run")
 

@@ -31,12 +31,23 @@ KINDS = ("layer", "graph", "weight", "eval")
 
 class PostedRecv:
     """A receive posted with :meth:`Comm.irecv`: the ``torch.distributed`` work handle, the buffer it fills,
-    and its source rank and tag."""
+    and its source rank and tag (``host``: the pinned CPU buffer the transport fills when staging)."""
 
-    __slots__ = ("buf", "src", "tag", "work")
+    __slots__ = ("buf", "host", "src", "tag", "work")
 
-    def __init__(self, work, buf: Tensor, src: int, tag: int):
-        self.work, self.buf, self.src, self.tag = work, buf, src, tag
+    def __init__(self, work, buf: Tensor, src: int, tag: int, host: Optional[Tensor] = None):
+        self.work, self.buf, self.src, self.tag, self.host = work, buf, src, tag, host
+
+
+def _host_copy(t: Tensor) -> Tensor:
+    """A pinned CPU copy of a CUDA tensor (the copy has finished when this returns)."""
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t)
+    return host
+
+
+def _host_buffer(shape, dtype) -> Tensor:
+    return torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
 
 
 class Comm:
@@ -44,10 +55,16 @@ class Comm:
 
     Args:
         device: device of receive buffers.
+        stage: pass CUDA tensors through pinned CPU buffers (gloo refuses CUDA tensors, "writev: Bad address",
+            and nccl refuses two ranks on one GPU, so ranks sharing a GPU talk over gloo this way; issue #12).
+            Default: ``device`` is CUDA and the process group's backend is not nccl.
     """
 
-    def __init__(self, device: torch.device | str = "cpu"):
+    def __init__(self, device: torch.device | str = "cpu", stage: Optional[bool] = None):
         self.device = torch.device(device)
+        if stage is None:
+            stage = self.device.type == "cuda" and not (dist.is_initialized() and dist.get_backend() == "nccl")
+        self.stage = bool(stage)
         self.bytes: dict[str, float] = defaultdict(float)
         self.comm_s = 0.0
         self.idle_s = 0.0
@@ -72,17 +89,19 @@ class Comm:
         """Non-blocking send of a contiguous tensor to global rank ``dst``; completed by :meth:`wait_sends`."""
         t0 = time.perf_counter()
         tensor = tensor.detach().contiguous()
+        if self.stage and tensor.device.type != "cpu":
+            tensor = _host_copy(tensor)
         self._pending.append((dist.isend(tensor, dst, tag=tag), tensor))
         self.bytes[kind] += tensor.numel() * tensor.element_size()
         self.comm_s += time.perf_counter() - t0
 
     def recv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int) -> Tensor:
         """Blocking receive of a tensor of known ``shape`` and ``dtype`` from global rank ``src``."""
-        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        buf = _host_buffer(shape, dtype) if self.stage else torch.empty(shape, dtype=dtype, device=self.device)
         t0 = time.perf_counter()
         dist.recv(buf, src, tag=tag)
         self.idle_s += time.perf_counter() - t0
-        return buf
+        return buf.to(self.device) if self.stage else buf
 
     def irecv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int) -> PostedRecv:
         """Post a non-blocking receive of a tensor of known ``shape`` and ``dtype`` from global rank ``src``.
@@ -91,6 +110,11 @@ class Comm:
         returns it. Posting the next receive before computing the current action hides the transfer
         (pre-posted receives, as in Megatron-LM's and PipeDream's pipeline runtimes)."""
         t0 = time.perf_counter()
+        if self.stage:
+            host = _host_buffer(shape, dtype)
+            work = dist.irecv(host, src, tag=tag)
+            self.comm_s += time.perf_counter() - t0
+            return PostedRecv(work, host, src, tag, host=host)
         buf = torch.empty(shape, dtype=dtype, device=self.device)
         work = dist.irecv(buf, src, tag=tag)
         self.comm_s += time.perf_counter() - t0
@@ -101,6 +125,9 @@ class Comm:
         t0 = time.perf_counter()
         posted.work.wait()
         self.idle_s += time.perf_counter() - t0
+        if posted.host is not None:
+            posted.buf = posted.host.to(self.device)
+            posted.host = None
         return posted.buf
 
     def exchange(self, sends: list[tuple[Tensor, int]], recvs: list[tuple[Tensor, int]], tag: int, kind: str) -> None:
@@ -109,15 +136,24 @@ class Comm:
         ops = []
         for t, dst in sends:
             t = t.detach().contiguous()
+            if self.stage and t.device.type != "cpu":
+                t = _host_copy(t)
             ops.append(dist.P2POp(dist.isend, t, dst, tag=tag))
             self.bytes[kind] += t.numel() * t.element_size()
+        staged = []
         for b, src in recvs:
+            if self.stage and b.device.type != "cpu":
+                host = _host_buffer(b.shape, b.dtype)
+                staged.append((b, host))
+                b = host
             ops.append(dist.P2POp(dist.irecv, b, src, tag=tag))
         if not ops:
             return
         t0 = time.perf_counter()
         for w in dist.batch_isend_irecv(ops):
             w.wait()
+        for b, host in staged:
+            b.copy_(host)
         self.comm_s += time.perf_counter() - t0
 
     def wait_sends(self) -> None:
@@ -135,7 +171,12 @@ class Comm:
         if g == 1:
             return tensor
         t0 = time.perf_counter()
-        dist.all_reduce(tensor, group=group)
+        if self.stage and tensor.device.type != "cpu":
+            host = _host_copy(tensor)
+            dist.all_reduce(host, group=group)
+            tensor.copy_(host)
+        else:
+            dist.all_reduce(tensor, group=group)
         self.comm_s += time.perf_counter() - t0
         self.bytes[kind] += 2.0 * (g - 1) * tensor.numel() * tensor.element_size() / g
         return tensor
@@ -150,6 +191,15 @@ class Comm:
         for i, t in enumerate(inputs):
             if i != self_index:
                 self.bytes[kind] += t.numel() * t.element_size()
+
+
+def collective_device(device: torch.device | str) -> torch.device:
+    """Where a control collective's tensors live (e.g. per-epoch counters, a stop flag): ``device`` under nccl
+    (which only collects device tensors), else the CPU (gloo refuses CUDA tensors; issue #12)."""
+    device = torch.device(device)
+    if device.type != "cpu" and dist.is_initialized() and dist.get_backend() == "nccl":
+        return device
+    return torch.device("cpu")
 
 
 def sum_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:

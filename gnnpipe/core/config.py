@@ -13,6 +13,9 @@ from ..errors import ConfigError
 
 #: the dtype names a config may use (``TrainConfig.dtype``) and their torch dtypes
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: storage dtypes of the history buffers (``TrainConfig.history_dtype``; compute stays in ``dtype``)
+HISTORY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                  "float64": torch.float64}
 
 
 def _int_pos(name):
@@ -156,6 +159,8 @@ class TrainConfig:
     backend: Optional[str] = attrs.field(default=None, validator=_backend)
     timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
     dtype: str = attrs.field(default="float32", validator=_dtype)
+    history_dtype: Optional[str] = None
+    device: Optional[str] = None
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
@@ -176,6 +181,38 @@ class TrainConfig:
             return DTYPES[self.dtype]
         except KeyError:
             raise ConfigError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}") from None
+
+    @property
+    def torch_history_dtype(self) -> torch.dtype:
+        """The storage dtype of the history buffers ``H_in``/``G_out`` (and of the correctors' snapshots, which
+        copy them): ``history_dtype`` (``float32``, ``bfloat16``, ``float16``), default the compute ``dtype``.
+        Rows are down-cast when written and up-cast to ``dtype`` when read (issue #12); compute stays in ``dtype``.
+
+        Raises:
+            ConfigError: an unknown name.
+        """
+        if self.history_dtype is None:
+            return self.torch_dtype
+        try:
+            return HISTORY_DTYPES[self.history_dtype]
+        except KeyError:
+            raise ConfigError(f"unknown history dtype {self.history_dtype!r}; use one of "
+                              f"{', '.join(HISTORY_DTYPES)}") from None
+
+    @property
+    def device_type(self) -> str:
+        """``"cuda"`` or ``"cpu"``: ``device`` when given, else ``"cuda"`` when CUDA is available.
+
+        Raises:
+            ConfigError: an unknown device, or ``cuda`` without a CUDA GPU.
+        """
+        if self.device is None:
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda needs a CUDA GPU, and none is available; use --device cpu")
+        return self.device
 
     @property
     def world_size(self) -> int:

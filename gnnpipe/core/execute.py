@@ -282,9 +282,10 @@ class Executor:
         rows; ``capture=True`` writes each op's exact input into its history (a full refresh), otherwise
         history is untouched. Returns the logits on the last stage, else ``None``."""
         st = self.stage
-        lo, hi = self.inference_rows or (0, st.x.size(0))
+        lo, hi = self.inference_rows or (0, st.num_nodes)
         if st.is_first:
-            h, sh = st.x[lo:hi], None
+            b = st.row_range[0]
+            h, sh = st.x[lo - b:hi - b], None
         else:
             buf = self.comm.recv((hi - lo, st.input_width()), st.dtype, self.ranks[self.s - 1], self.eval_tag)
             h, sh = st.split_boundary(buf)

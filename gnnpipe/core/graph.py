@@ -33,6 +33,61 @@ warnings.filterwarnings("ignore", message=r"Sparse CSR tensor support is in beta
 warnings.filterwarnings("ignore", message=r"Sparse invariant checks are implicitly disabled")
 
 
+def normalised_edges(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.dtype = torch.float32,
+                     edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The non-zeros of ``Â`` of one aggregation kind as coordinates: ``(dst, src, value)`` (duplicates not yet
+    summed; a kind may add entries, e.g. ``gcn``'s self-loops). Arguments and errors as :func:`build_adjacency`."""
+    agg = kinds.get(kind)()
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    if edge_weight is None:
+        w = torch.ones(src.numel(), dtype=dtype)
+    else:
+        if edge_weight.dim() != 1 or edge_weight.numel() != src.numel():
+            raise ConfigError(f"edge_weight must have one value per edge ([{src.numel()}]), got shape "
+                              f"{list(edge_weight.shape)}; pass a 1-D edge_weight aligned with edge_index")
+        w = edge_weight.detach().cpu().to(dtype)
+    src, dst, w = agg.values(src, dst, w, num_nodes)
+    return dst, src, w.to(dtype)
+
+
+def csr_blocks(row: Tensor, col: Tensor, val: Tensor, num_nodes: int,
+               ranges: list[tuple[int, int]]) -> list[Tensor]:
+    """Row blocks of the ``N × N`` matrix given by coordinates, each built alone, never the whole matrix.
+
+    Args:
+        row, col: ``LongTensor[nnz]`` coordinates (duplicates are summed, as ``coalesce`` does). val: ``[nnz]``.
+        num_nodes: ``N``. ranges: ``[(lo, hi), …]`` row ranges.
+
+    Returns:
+        One ``(hi - lo) × N`` CSR tensor per range, columns ascending within each row (the layout of
+        ``coalesce().to_sparse_csr()``, hence the same floating-point row sums as the whole matrix).
+    """
+    N = int(num_nodes)
+    inside = torch.zeros(N, dtype=torch.bool)
+    for lo, hi in ranges:
+        inside[lo:hi] = True
+    sel = inside[row]
+    key = row[sel] * N + col[sel]
+    v = val[sel]
+    del sel
+    key, perm = torch.sort(key)
+    v = v[perm]
+    del perm
+    key, inv = torch.unique_consecutive(key, return_inverse=True)
+    vals = torch.zeros(key.numel(), dtype=val.dtype).index_add_(0, inv, v)
+    del inv, v
+    r, c = key // N, key % N
+    del key
+    crow = torch.zeros(N + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(r, minlength=N), 0, out=crow[1:])
+    out = []
+    for lo, hi in ranges:
+        a, b = int(crow[lo]), int(crow[hi])
+        out.append(torch.sparse_csr_tensor(crow[lo:hi + 1] - a, c[a:b].clone(), vals[a:b].clone(), (hi - lo, N),
+                                           dtype=val.dtype))
+    return out
+
+
 def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.dtype = torch.float32,
                     edge_weight: Tensor | None = None) -> Tensor:
     """Build the normalised adjacency ``Â`` of one aggregation kind as a sparse CSR tensor.
@@ -52,17 +107,8 @@ def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.
         UnknownComponentError: unknown ``kind`` (lists the registered ones).
         ConfigError: ``edge_weight`` not of shape ``[E]``.
     """
-    agg = kinds.get(kind)()
-    src, dst = edge_index[0].long(), edge_index[1].long()
-    if edge_weight is None:
-        w = torch.ones(src.numel(), dtype=dtype)
-    else:
-        if edge_weight.dim() != 1 or edge_weight.numel() != src.numel():
-            raise ConfigError(f"edge_weight must have one value per edge ([{src.numel()}]), got shape "
-                              f"{list(edge_weight.shape)}; pass a 1-D edge_weight aligned with edge_index")
-        w = edge_weight.detach().cpu().to(dtype)
-    src, dst, w = agg.values(src, dst, w, num_nodes)
-    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w.to(dtype), (num_nodes, num_nodes),
+    dst, src, w = normalised_edges(edge_index, num_nodes, kind, dtype, edge_weight)
+    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (num_nodes, num_nodes),
                                   check_invariants=False).coalesce()
     return coo.to_sparse_csr()
 
@@ -112,24 +158,33 @@ class CompactRows:
 
     def __init__(self, rows: Tensor):
         col = rows.col_indices()
-        self.cols, local_col = torch.unique(col, sorted=True, return_inverse=True)
-        self.local = torch.sparse_csr_tensor(rows.crow_indices(), local_col.to(col.dtype), rows.values(),
+        cols, local_col = torch.unique(col, sorted=True, return_inverse=True)
+        # 32-bit indices when they fit (half the index memory of a rank's rows of Â; same products)
+        idx = torch.int32 if max(rows.size(1), int(rows.crow_indices()[-1]) if rows.size(0) else 0) < 2**31 - 1 \
+            else torch.int64
+        self.cols = cols.to(idx)
+        self.local = torch.sparse_csr_tensor(rows.crow_indices().to(idx), local_col.to(idx), rows.values(),
                                              (rows.size(0), self.cols.numel()), dtype=rows.dtype,
                                              device=rows.device)
         self.shape = rows.shape
 
     def mm(self, h: Tensor, zero_rows: Tensor | None = None) -> Tensor:
-        """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``).
+        """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
+        ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast after the
+        gather).
 
         With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
         one zero: known zero rows are read from there (one hot row) instead of where they lie. The result is
         the same, bit for bit."""
         if self.cols.numel() == 0 or h.size(1) == 0:
-            return h.new_zeros(self.shape[0], h.size(1))
+            return h.new_zeros(self.shape[0], h.size(1), dtype=self.local.dtype)
         idx = self.cols
         if zero_rows is not None:
             idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
-        return torch.mm(self.local, h.index_select(0, idx))
+        rows = h.index_select(0, idx)
+        if rows.dtype != self.local.dtype:  # rows stored narrower (--history-dtype): up-cast when read
+            rows = rows.to(self.local.dtype)
+        return torch.mm(self.local, rows)
 
 
 def spmm(a: "Tensor | CompactRows", h: Tensor) -> Tensor:
@@ -184,11 +239,23 @@ class GraphOps:
         """A copy of these ops with values of ``dtype``."""
         return GraphOps(self.edge_index, self.num_nodes, dtype, self.device, self.edge_weight)
 
+    def rows(self, kind: str, ranges: list[tuple[int, int]], transpose: bool = False) -> list[Tensor]:
+        """Row blocks ``[lo, hi)`` of ``Â`` (``transpose``: of ``Âᵀ``) of ``kind`` as CSR tensors on the device,
+        built directly from the edge list: neither matrix is ever built whole (issue #12, lean ranks)."""
+        dst, src, w = normalised_edges(self.edge_index.cpu(), self.num_nodes, kind, self.dtype, self.edge_weight)
+        row, col = (src, dst) if transpose else (dst, src)
+        return [b.to(self.device) for b in csr_blocks(row, col, w, self.num_nodes, ranges)]
+
+    def chunk_rows_many(self, kind: str, ranges: list[tuple[int, int]]) -> list[tuple[CompactRows, CompactRows]]:
+        """For each row range ``(lo, hi)``: rows ``[lo, hi)`` of ``Â`` and of ``Âᵀ`` of ``kind`` as
+        :class:`CompactRows` (what the chunk aggregation op multiplies with), built from the edge list."""
+        a = self.rows(kind, ranges)
+        at = self.rows(kind, ranges, transpose=True)
+        return [(CompactRows(x), CompactRows(y)) for x, y in zip(a, at)]
+
     def chunk_rows(self, kind: str, start: int, end: int) -> tuple[CompactRows, CompactRows]:
-        """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind``, as :class:`CompactRows` (what the chunk
-        aggregation op multiplies with)."""
-        a, at = self.adj(kind)
-        return CompactRows(csr_row_slice(a, start, end)), CompactRows(csr_row_slice(at, start, end))
+        """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind`` (:meth:`chunk_rows_many` of one range)."""
+        return self.chunk_rows_many(kind, [(start, end)])[0]
 
     def edges(self, kind: str) -> tuple[Tensor, Tensor]:
         """The non-zeros of ``Â`` of ``kind`` as PyG edges: ``(edge_index [2, E'], edge_weight [E'])`` with
@@ -201,8 +268,23 @@ class GraphOps:
             self._adj[key] = (torch.stack([a.col_indices(), dst]), a.values())
         return self._adj[key]
 
+    def bipartite_rows_many(self, kind: str, ranges: list[tuple[int, int]]) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """:meth:`bipartite_rows` of each row range ``(start, end)``, built from the edge list (only those rows of
+        ``Â``: a lean rank never builds the whole matrix; issue #12)."""
+        out = []
+        for (start, end), a in zip(ranges, self.rows(kind, ranges)):
+            n = end - start
+            crow, col = a.crow_indices(), a.col_indices()
+            dst = torch.repeat_interleave(torch.arange(n, device=crow.device), crow.diff())
+            own = (col >= start) & (col < end)
+            halo = torch.unique(col[~own])
+            src = torch.where(own, col - start, n + torch.searchsorted(halo, col))
+            out.append((halo, torch.stack([src, dst]), a.values()))
+        return out
+
     def bipartite_rows(self, kind: str, start: int, end: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The in-edges of rows ``[start, end)`` in bipartite form (what a halo-gradient op runs a layer on).
+        """The in-edges of rows ``[start, end)`` in bipartite form (what a halo-gradient op runs a layer on),
+        built from the edge list (:meth:`bipartite_rows_many` of one range).
 
         Returns:
             ``(halo, edge_index, edge_weight)``: ``halo`` ``LongTensor[h]``, the sorted global ids of the
@@ -210,14 +292,7 @@ class GraphOps:
             the rows themselves, ``n + t`` the halo row ``halo[t]``; ``n = end − start``) and local
             destinations ``0 … n−1``; ``edge_weight`` ``[E_c]`` the values of ``Â[start:end, :]``.
         """
-        a = csr_row_slice(self.adj(kind)[0], start, end)
-        n = end - start
-        crow, col = a.crow_indices(), a.col_indices()
-        dst = torch.repeat_interleave(torch.arange(n, device=crow.device), crow.diff())
-        own = (col >= start) & (col < end)
-        halo = torch.unique(col[~own])
-        src = torch.where(own, col - start, n + torch.searchsorted(halo, col))
-        return halo, torch.stack([src, dst]), a.values()
+        return self.bipartite_rows_many(kind, [(start, end)])[0]
 
     def aggregate(self, h: Tensor, kind: str, layer=None) -> Tensor:
         """Exact full-graph aggregation, differentiable in ``h``: ``Â @ h`` (``h``: ``[N, d]`` → ``[N, d]``),

@@ -184,12 +184,23 @@ class PushHistory(History):
     T2 goes through :meth:`zero_grads` and :meth:`scale_grad_rows`, as for :class:`History`; checkpoints
     through :meth:`state_tensors` / :meth:`load_state_tensors`.
 
-    ``G_out`` is unused (``None``). Memory: ``2·N·d`` plus ``Σ_c |halo(c)|·d``.
+    Storage dtypes (``--history-dtype``, issue #12): ``H_in`` is stored in ``dtype`` (e.g. bfloat16; its rows
+    are overwritten, never accumulated, and up-cast when read). ``G_in`` and the stored pushes stay in
+    ``grad_dtype`` (the compute dtype): ``G_in`` is a running sum that every push updates by ``new − old``, and
+    in a narrow dtype each update's rounding error would stay in the sum for good (it drifts over epochs, as
+    the old push is never subtracted exactly), whereas float32 keeps it exact to the compute precision.
+
+    ``G_out`` is unused (``None``). Memory: ``N·d`` in ``dtype`` plus ``N·d + Σ_c |halo(c)|·d`` in ``grad_dtype``.
+
+    Args:
+        num_nodes, dtype, name, device: as :class:`History` (``dtype``: storage of ``H_in``).
+        grad_dtype: dtype of ``G_in`` and of the pushes (default ``dtype``).
     """
 
     def __init__(self, num_nodes: int, dtype: torch.dtype = torch.float32, name: str = "",
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", grad_dtype: Optional[torch.dtype] = None):
         super().__init__(num_nodes, dtype, name, device)
+        self.grad_dtype = dtype if grad_dtype is None else grad_dtype
         self.G_in: Optional[Tensor] = None
         self.pushes: dict[int, tuple[Tensor, Tensor]] = {}
         self.chunk_at: dict[int, int] = {}  # first row of a chunk → the chunk (T2's scale_grad_rows)
@@ -197,14 +208,14 @@ class PushHistory(History):
     def ensure(self, dim: int) -> None:
         if self.H_in is None:
             self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
-            self.G_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+            self.G_in = torch.zeros(self.num_nodes, dim, dtype=self.grad_dtype, device=self.device)
 
     @property
     def nbytes(self) -> int:
         if self.H_in is None:
             return 0
         held = sum(p.numel() for _, p in self.pushes.values())
-        return (2 * self.H_in.numel() + held) * self.H_in.element_size()
+        return self.H_in.numel() * self.H_in.element_size() + (self.G_in.numel() + held) * self.G_in.element_size()
 
     def push(self, chunk: int, halo: Tensor, grad: Tensor, start: Optional[int] = None) -> None:
         """Chunk ``chunk`` (first row ``start``) pushes ``grad`` (``[|halo|, d]``, the gradient of its halo rows
@@ -255,7 +266,7 @@ class PushHistory(History):
             if k.startswith("push") and k.endswith(".halo"):
                 c = int(k[len("push"): -len(".halo")])
                 self.pushes[c] = (state[k].to(self.device, torch.long).clone(),
-                                  state[f"push{c}.grad"].to(self.device, self.dtype).clone())
+                                  state[f"push{c}.grad"].to(self.device, self.grad_dtype).clone())
                 s = int(state[f"push{c}.start"])
                 if s >= 0:
                     self.chunk_at[s] = c

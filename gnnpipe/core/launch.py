@@ -56,39 +56,54 @@ def local_world_size(world_size: int) -> int:
     return world_size
 
 
-def choose_backend(requested: Optional[str], local_ranks: int) -> tuple[str, str]:
+def choose_backend(requested: Optional[str], local_ranks: int, device: Optional[str] = None) -> tuple[str, str]:
     """The torch.distributed backend for ``local_ranks`` ranks on this machine, and why.
 
     NCCL needs one GPU per rank (two ranks on one GPU fail with "Duplicate GPU detected"), so the default is
-    ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo`` on the CPU.
+    ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo``: on the CPU, or,
+    for ranks that compute on CUDA (``device="cuda"``, issue #12), with their CUDA tensors staged through pinned
+    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.comm.Comm`).
 
     Args:
         requested: ``None`` (choose), ``"gloo"`` or ``"nccl"``.
         local_ranks: ranks that run on this machine (>= 1).
+        device: where the ranks compute, ``"cpu"`` or ``"cuda"`` (``TrainConfig.device_type``); ``None``: not
+            decided by the caller (the ranks follow the backend: a GPU each under nccl, else the CPU).
 
     Returns:
-        ``(backend, reason)``, e.g. ``("gloo", "2 ranks but 1 GPU: gloo on the CPU")``.
+        ``(backend, reason)``, e.g. ``("gloo", "2 ranks but 1 GPU(s): gloo on the CPU")``.
 
     Raises:
-        ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank.
+        ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank or with
+            ``device="cpu"``.
     """
     from ..errors import ConfigError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl_ok = gpus >= local_ranks and dist.is_available() and dist.is_nccl_available()
+    staged = device == "cuda" and gpus > 0  # CUDA ranks over gloo: through pinned CPU buffers
+    if requested not in (None, "gloo", "nccl"):
+        raise ConfigError(f"unknown backend {requested!r}; use gloo (CPU) or nccl (one GPU per rank)")
+    if device == "cpu" and gpus > 0:
+        if requested == "nccl":
+            raise ConfigError("backend nccl sends CUDA tensors only, and --device cpu computes on the CPU; use "
+                              "--backend gloo (or --device cuda)")
+        return "gloo", ("requested" if requested else "--device cpu") + ": gloo on the CPU"
     if requested is None:
         if nccl_ok:
             return "nccl", f"{local_ranks} rank(s), {gpus} GPU(s): nccl, one GPU per rank"
         why = "no CUDA GPU" if gpus == 0 else f"{local_ranks} ranks but {gpus} GPU(s)"
+        if staged:
+            return "gloo", f"{why}: gloo, the ranks share the GPU(s) through pinned CPU buffers"
         return "gloo", f"{why}: gloo on the CPU"
     if requested == "gloo":
+        if staged:
+            return "gloo", "requested: gloo, CUDA tensors through pinned CPU buffers"
         return "gloo", "requested: gloo on the CPU"
-    if requested == "nccl":
-        if not nccl_ok:
-            raise ConfigError(f"backend nccl needs one CUDA GPU per rank, but {local_ranks} rank(s) would share "
-                              f"{gpus} GPU(s) here; use --backend gloo (CPU) or fewer ranks per machine")
-        return "nccl", f"requested: nccl, {local_ranks} rank(s) on {gpus} GPU(s)"
-    raise ConfigError(f"unknown backend {requested!r}; use gloo (CPU) or nccl (one GPU per rank)")
+    if not nccl_ok:
+        raise ConfigError(f"backend nccl needs one CUDA GPU per rank, but {local_ranks} rank(s) would share "
+                          f"{gpus} GPU(s) here; use --backend gloo (CPU) or fewer ranks per machine")
+    return "nccl", f"requested: nccl, {local_ranks} rank(s) on {gpus} GPU(s)"
 
 
 def default_backend(local_ranks: int = 1) -> str:

@@ -178,7 +178,8 @@ def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int
     numbers = op_numbers(model)
     agg = {(i, j): HaloOp(halo, kind, numbers[(i, j)])
            for i, u in enumerate(model.units) for j, kind in enumerate(u.aggregations)}
-    st = Stage(config, model, data, [0, model.num_units], 0, lambda c: (lo, hi), agg, recompute=False, device=device)
+    st = Stage(config, model, data, [0, model.num_units], 0, lambda c: (lo, hi), agg, recompute=False, device=device,
+               row_range=(lo, hi))
     return Executor(st, config=config, num_stages=1, ranks=[way], chunks=[0], scheduler=schedulers.make_scheduler("gpipe"),
                     order_policy=schedulers.FixedOrder(), correctors=[], comm=comm, data=data,
                     chunk_ptr=plan.chunk_ptr, sync_grads=lambda: allreduce_grads(st.params, comm, group),
@@ -222,14 +223,15 @@ def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, sta
 
     def make(hist, kind, ops, adj, i, j):
         if getattr(model.units[i], "message_passing", False):  # the halo-gradient op (docs/HALO_GRADIENT.md)
-            return PeerPushOp(PushHistory(hist.num_nodes, hist.dtype, hist.name, hist.device), kind, ops, adj, peers,
-                              numbers[(i, j)], halo_of(ops), way_of, rows)
+            push = PushHistory(hist.num_nodes, hist.dtype, hist.name, hist.device, grad_dtype=config.torch_dtype)
+            return PeerPushOp(push, kind, ops, adj, peers, numbers[(i, j)], halo_of(ops), way_of, rows)
         return PeerHistoryOp(hist, kind, ops, adj, peers, numbers[(i, j)], halo_of(ops))
 
     units = range(int(plan.bounds[stage]), int(plan.bounds[stage + 1]))
-    agg = history_ops(model, data, units, own, rows, config.torch_dtype, device, make=make)
+    agg = history_ops(model, data, units, own, rows, config.torch_dtype, device, make=make,
+                      hist_dtype=config.torch_history_dtype)
     st = Stage(config, model, data, plan.bounds, stage, rows, agg, flush=bool(getattr(scheduler, "flush", True)),
-               stash=bool(getattr(scheduler, "stash_weights", False)), device=device)
+               stash=bool(getattr(scheduler, "stash_weights", False)), device=device, row_range=(lo, hi))
     return Executor(st, config=config, num_stages=S, ranks=ranks, chunks=own, scheduler=scheduler,
                     order_policy=order_policy, correctors=correctors, comm=comm, data=data, chunk_ptr=plan.chunk_ptr,
                     sync_grads=lambda: allreduce_grads(st.params, comm, peer_group), peer_chunks=peers.peer_chunks,

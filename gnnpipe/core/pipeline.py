@@ -45,20 +45,34 @@ def chunk_rows(chunk_ptr: Tensor):
 
 
 def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows, dtype: torch.dtype,
-                device: torch.device, make=None) -> dict:
+                device: torch.device, make=None, hist_dtype: torch.dtype | None = None) -> dict:
     """``{(unit, op index): op}`` of a pipeline stage: one :class:`History` per aggregation of its units and
-    the row slices of ``Â``/``Âᵀ`` of each of ``chunks``, built now. ``make(hist, kind, ops, adj, i, j)`` builds
+    the row slices of ``Â``/``Âᵀ`` (message-passing units: the in-edges in bipartite form) of each of ``chunks``,
+    built now from the edge list (only those rows; issue #12). ``make(hist, kind, ops, adj, i, j)`` builds
     another op over the same history (the hybrid's); default :func:`~gnnpipe.core.aggregation.history_op`
-    (the halo-gradient op for message-passing units, else :class:`HistoryOp`)."""
+    (the halo-gradient op for message-passing units, else :class:`HistoryOp`). ``hist_dtype``: the buffers'
+    storage dtype (default ``dtype``; ``--history-dtype``)."""
     ops = GraphOps(data.edge_index, data.num_nodes, dtype, device, edge_weight=getattr(data, "edge_weight", None))
     adj: dict = {}
+    chunks = list(chunks)
+    ranges = [rows(c) for c in chunks]
+    passing = {i: bool(getattr(model.units[i], "message_passing", False)) for i in units}
+    # the rows of this rank's chunks only, from the edge list (never the whole matrix)
+    for kind in sorted({k for i in units if not passing[i] for k in model.units[i].aggregations}):
+        for c, pair in zip(chunks, ops.chunk_rows_many(kind, ranges)):
+            adj[(kind, c)] = pair
+    for kind in sorted({k for i in units if passing[i] for k in model.units[i].aggregations}):
+        for c, part in zip(chunks, ops.bipartite_rows_many(kind, ranges)):  # the halo-gradient op's in-edges
+            adj[("push", kind, c)] = part
     out = {}
     for i in units:
         for j, kind in enumerate(model.units[i].aggregations):
+            name = f"unit{i}.op{j}"
             if make:
-                out[(i, j)] = make(History(data.num_nodes, dtype, f"unit{i}.op{j}", device), kind, ops, adj, i, j)
+                out[(i, j)] = make(History(data.num_nodes, hist_dtype or dtype, name, device), kind, ops, adj, i, j)
             else:
-                out[(i, j)] = history_op(model.units[i], kind, data.num_nodes, dtype, device, f"unit{i}.op{j}", ops, adj)
+                out[(i, j)] = history_op(model.units[i], kind, data.num_nodes, dtype, device, name, ops, adj,
+                                         hist_dtype=hist_dtype)
             for c in chunks:
                 out[(i, j)].adj(c, rows(c))
     return out
@@ -81,7 +95,8 @@ def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: T
     C = len(chunk_ptr) - 1
     rows = chunk_rows(chunk_ptr)
     units = range(int(bounds[stage]), int(bounds[stage + 1]))
-    ops = history_ops(model, data, units, range(C), rows, config.torch_dtype, device)
+    ops = history_ops(model, data, units, range(C), rows, config.torch_dtype, device,
+                      hist_dtype=config.torch_history_dtype)
     st = Stage(config, model, data, bounds, stage, rows, ops, flush=bool(getattr(scheduler, "flush", True)),
                stash=bool(getattr(scheduler, "stash_weights", False)), device=device)
     return Executor(st, config=config, num_stages=len(ranks), ranks=ranks, chunks=range(C), scheduler=scheduler,

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-from .comm import Comm
+from .comm import Comm, collective_device
 from .config import TrainConfig, ignored_options
 from .metrics import peak_memory_bytes
 from .results import TrainResult
@@ -72,6 +72,7 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     from .. import correctors, partitioners, schedulers
 
     schedulers.get(config.scheduler)
+    config.torch_history_dtype  # an unknown --history-dtype fails here
     if config.stash_weights and schedulers.get(config.scheduler).flush:
         raise ConfigError(f"--stash-weights needs a scheduler that does not flush (e.g. async-stale); "
                           f"{config.scheduler!r} flushes every epoch, so its weights are never stale")
@@ -87,22 +88,25 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")
     check_parallel_config(config, C)
-    plan_backend(config)  # raises on an unknown backend or nccl without one GPU per rank
+    plan_backend(config)  # raises on an unknown backend or device, nccl without one GPU per rank, cuda without GPU
     ignored = ignored_options(config)
     if ignored:
         warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
 
 
 def plan_backend(config: TrainConfig) -> tuple[str, str]:
-    """``(backend, reason)`` of a run: the requested backend checked against the layout, or the default that fits
-    it — nccl only with one GPU per local rank, else gloo on the CPU (:func:`gnnpipe.core.launch.choose_backend`).
+    """``(backend, reason)`` of a run: the requested backend checked against the layout and the device, or the
+    default that fits them — nccl only with one GPU per local rank, else gloo (on the CPU, or with
+    ``--device cuda`` several ranks sharing a GPU through pinned CPU buffers; issue #12); see
+    :func:`gnnpipe.core.launch.choose_backend`.
 
     Raises:
-        ConfigError: unknown backend, or nccl without one GPU per local rank.
+        ConfigError: unknown backend or device, nccl without one GPU per local rank or with ``--device cpu``,
+            ``--device cuda`` without a GPU.
     """
     from .launch import choose_backend, local_world_size
 
-    return choose_backend(config.backend, local_world_size(config.world_size))
+    return choose_backend(config.backend, local_world_size(config.world_size), device=config.device_type)
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
@@ -151,6 +155,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         "way_ptr": [int(w) for w in plan.way_ptr.tolist()],
         "partition_time_s": t_part,
     }
+    info["rank_holds"] = rank_holdings(config, model, bounds, plan.chunk_ptr, plan.way_ptr)
     if config.ways > 1:
         way_of = torch.zeros(data.num_nodes, dtype=torch.long)
         for w in range(config.ways):
@@ -161,6 +166,47 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         info["edge_cut"] = int(m.edge_cut)
     return RunPlan(data=rdata, chunk_ptr=plan.chunk_ptr.clone(), way_ptr=plan.way_ptr.clone(), bounds=bounds,
                    num_features=F, num_classes=Cls, info=info)
+
+
+def file_backed(plan: RunPlan, folder: str) -> RunPlan:
+    """A copy of ``plan`` whose graph is a :class:`~gnnpipe.core.graphfile.GraphFile` written into ``folder``
+    (``graph.pt``): shipping the plan to a rank then pickles a path, not the graph, and each rank memory-maps the
+    file and reads only the slices its role needs (issue #12)."""
+    import os
+
+    from .graphfile import GraphFile
+
+    gf = GraphFile.write(plan.data, os.path.join(folder, "graph.pt"))
+    return attrs.evolve(plan, data=gf)
+
+
+def rank_holdings(config: TrainConfig, model, bounds: list[int], chunk_ptr: torch.Tensor,
+                  way_ptr: torch.Tensor) -> list[str]:
+    """What each rank materialises (issue #12, lean ranks), one line per rank: the rows of ``x`` (first stage of
+    each way only), of the labels and masks (last stage only), its units' parameters and optimizer state, the
+    rows of ``Â``/``Âᵀ`` it builds and its history buffers."""
+    W, S = config.ways, config.stages
+    N = int(chunk_ptr[-1])
+    out = []
+    for rank in range(W * S):
+        w, s = divmod(rank, S)
+        c0, c1 = int(way_ptr[w]), int(way_ptr[w + 1])
+        lo, hi = int(chunk_ptr[c0]), int(chunk_ptr[c1])
+        units = range(int(bounds[s]), int(bounds[s + 1]))
+        parts = [f"x rows {lo}:{hi}" if s == 0 else "no x"]
+        parts.append(f"labels+masks rows {lo}:{hi}" if s == S - 1 else "no labels")
+        parts.append(f"params+Adam of units {units.start}-{units.stop - 1}")
+        n_ops = sum(len(model.units[i].aggregations) for i in units)
+        if S == 1 and W > 1:
+            parts.append(f"Â/Âᵀ rows {lo}:{hi} (+ halo columns)")
+        else:
+            push = any(getattr(model.units[i], "message_passing", False) for i in units)
+            what = "Â/Âᵀ rows (message-passing units: in-edges)" if push else "Â/Âᵀ rows"
+            parts.append(f"{what} of its {c1 - c0} chunk(s) ({hi - lo} rows)")
+            parts.append(f"{n_ops} history op(s) of N={N} rows in {config.history_dtype or config.dtype}"
+                         + (f" (pushed gradients in {config.dtype})" if push and config.history_dtype else ""))
+        out.append(f"rank {rank} (way {w}, stage {s}): " + ", ".join(parts))
+    return out
 
 
 def share_profiled_split(config: TrainConfig, plan: RunPlan) -> None:
@@ -189,6 +235,8 @@ def format_plan(info: dict) -> str:
         s += f"; layout: {info['layout']}"
     if "backend" in info:
         s += f"; backend {info['backend']} ({info['backend_reason']})"
+    if info.get("rank_holds"):
+        s += "\n" + "\n".join("  " + line for line in info["rank_holds"])
     return s
 
 
@@ -203,11 +251,18 @@ def _order_policy(config: TrainConfig, correctors):
     return FixedOrder()
 
 
-def rank_device() -> torch.device:
-    """This rank's device: its GPU (``LOCAL_RANK``) under the nccl backend, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+def rank_device(config: Optional[TrainConfig] = None) -> torch.device:
+    """This rank's device: the CPU, or (``config.device_type == "cuda"``, or the nccl backend) GPU
+    ``LOCAL_RANK mod (number of GPUs)`` (made the current device), so ranks share GPUs round robin."""
+    import os
+
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"
+    if not nccl and (config is None or config.device_type != "cuda"):
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
 
 
 def _scheduler(config: TrainConfig):
@@ -257,10 +312,13 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
 
     if world != config.world_size:
         raise ConfigError(f"world size {world} does not match ways x stages = {config.world_size}")
-    model = make_model(config, plan.num_features, plan.num_classes)
+    stage = rank % config.stages
+    # lean rank: only this stage's units are materialised (unit-seeded: the single-process weights)
+    model = make_model(config, plan.num_features, plan.num_classes,
+                       units=range(int(plan.bounds[stage]), int(plan.bounds[stage + 1])))
     torch.manual_seed(config.seed + 1 + 1000 * rank)
     correctors = corr.build_correctors(config.correctors)
-    device = rank_device()
+    device = rank_device(config)
     comm = Comm(device)
     W, S = config.ways, config.stages
     if W == 1:
@@ -282,7 +340,8 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
 def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
     c = stage.comm.counters()
     vec = torch.tensor([loss, c["bytes_layer"], c["bytes_graph"], c["bytes_weight"], c["bytes_eval"],
-                        wall, c["comm_s"], c["idle_s"], cpu], dtype=torch.float64, device=stage.device)
+                        wall, c["comm_s"], c["idle_s"], cpu], dtype=torch.float64,
+                       device=collective_device(stage.device))
     out = [torch.zeros_like(vec) for _ in range(dist.get_world_size())]
     dist.all_gather(out, vec)
     m = torch.stack(out).cpu()
@@ -358,7 +417,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     # the weights of every stage to rank 0 (graph-parallel ways are replicas: way 0's)
     model_state = gather_state(session.final_state(), keep=rank // config.stages == 0)  # rank = way·S + stage
     mem = torch.tensor([float(peak_memory_bytes(stage.device)), float(stage.history_bytes())], dtype=torch.float64,
-                       device=stage.device)
+                       device=collective_device(stage.device))
     mems = [torch.zeros_like(mem) for _ in range(world)]
     dist.all_gather(mems, mem)
     mems = [m.cpu() for m in mems]

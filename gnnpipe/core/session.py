@@ -64,7 +64,9 @@ class RunSession:
         if self.world > 1:
             import torch.distributed as dist
 
-            t = torch.tensor([1.0 if flag else 0.0], device=getattr(self.executor, "device", "cpu"))
+            from .comm import collective_device
+
+            t = torch.tensor([1.0 if flag else 0.0], device=collective_device(getattr(self.executor, "device", "cpu")))
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # control traffic, not counted in the epoch's bytes
             flag = bool(t.item())
         if not flag or not can_checkpoint(self.executor):  # async-stale: at the end of the action stream

@@ -53,8 +53,10 @@ class Stage:
 
     Args:
         config: the resolved configuration (``dtype``, ``recompute``, optimizer settings).
-        model: the full model (every rank builds it with the same seed; the stage runs its units).
-        data: the relabelled graph: ``x`` ``[N, F]``, ``y`` ``[N]``, ``train_mask`` ``[N]``.
+        model: the model (:func:`~gnnpipe.core.trainer.make_model`; only the stage's units need to be
+            materialised, the others may stay on the ``meta`` device).
+        data: the relabelled graph (read, not kept): ``x`` ``[N, F]``, ``y`` ``[N]``, ``train_mask`` ``[N]``,
+            ``num_nodes``; e.g. a memory-mapped :class:`~gnnpipe.core.graphfile.GraphFile`.
         bounds: unit boundaries of the stages (``S+1`` ints). stage: ``s``.
         rows: ``c → (lo, hi)``, the global rows of chunk ``c``.
         ops: ``{(unit, op index): AggregationOp}`` for every aggregation of the stage's units.
@@ -63,6 +65,9 @@ class Stage:
         stash: weight stashing (non-flush only): back-propagate each chunk at the weights its forward used.
         recompute: recompute activations in the backward (default: ``config.recompute`` or not ``flush``).
         device: where the stage computes.
+        row_range: the global rows ``(lo, hi)`` this stage ever processes (default: all ``N``): the first stage
+            holds ``x`` of these rows only, the last stage their labels and training mask; other stages hold
+            neither (issue #12, lean ranks).
 
     Raises:
         ConfigError: the stage owns no unit.
@@ -71,21 +76,28 @@ class Stage:
     def __init__(self, config: TrainConfig, model: GNNModel, data, bounds: Sequence[int], stage: int,
                  rows: Callable[[int], tuple[int, int]], ops: dict[tuple[int, int], AggregationOp], *,
                  flush: bool = True, stash: bool = False, recompute: Optional[bool] = None,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", row_range: Optional[tuple[int, int]] = None):
         self.config = config
         self.device = torch.device(device)
         self.dtype = config.torch_dtype
-        self.model = model.to(self.device, self.dtype)
-        self.x = data.x.to(self.device, self.dtype)
-        self.y = data.y.to(self.device)
-        self.train_mask = data.train_mask.to(self.device)
-        self.num_train = int(data.train_mask.sum())
         self.s = stage
         self.S = len(bounds) - 1
         self.lo_unit, self.hi_unit = int(bounds[stage]), int(bounds[stage + 1])
         if self.hi_unit <= self.lo_unit:
             raise ConfigError(f"stage {stage} owns no unit (bounds {list(bounds)})")
         self.units = range(self.lo_unit, self.hi_unit)
+        self.num_nodes = int(data.num_nodes)
+        # lean rank (issue #12): only the own units move to the device (the others may be meta: never allocated);
+        # the first stage holds the features of the rows it processes, the last the labels and training mask
+        for i in self.units:
+            model.units[i].to(self.device, self.dtype)
+        self.model = model
+        self.row_range = (0, self.num_nodes) if row_range is None else (int(row_range[0]), int(row_range[1]))
+        lo, hi = self.row_range
+        self.x = data.x[lo:hi].to(self.device, self.dtype).clone() if self.is_first else None
+        self.y = data.y[lo:hi].to(self.device).clone() if self.is_last else None
+        self.train_mask = data.train_mask[lo:hi].to(self.device).clone() if self.is_last else None
+        self.num_train = int(data.train_mask.sum())
         self.rows = rows
         self.ops = ops
         self.flush, self.stash = flush, stash
@@ -140,7 +152,8 @@ class Stage:
 
     def _loss(self, c: int, out: Tensor) -> Tensor:
         lo, hi = self.rows(c)
-        return masked_loss(out, self.y[lo:hi], self.train_mask[lo:hi], self.num_train)
+        b = self.row_range[0]
+        return masked_loss(out, self.y[lo - b:hi - b], self.train_mask[lo - b:hi - b], self.num_train)
 
     def forward_chunk(self, c: int, h_in: Optional[Tensor], epoch: int) -> Optional[Tensor]:
         """Forward of chunk ``c`` in ``epoch`` through the stage's units.
@@ -155,7 +168,7 @@ class Stage:
         """
         lo, hi = self.rows(c)
         if self.is_first:
-            h, sh = self.x[lo:hi], None
+            h, sh = self.x[lo - self.row_range[0]:hi - self.row_range[0]], None
         else:
             h, sh = self.split_boundary(h_in)
             h = h.clone().requires_grad_()

@@ -16,17 +16,58 @@ from .metrics import accuracies, masked_loss, peak_memory_bytes
 from .results import LoopState, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
-           "masked_loss", "resolve_config"]
+           "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
 
 
-def make_model(config: TrainConfig, num_features: int, num_classes: int) -> GNNModel:
-    """Build the configured model with the seed set first (same weights in every process)."""
-    torch.manual_seed(config.seed)
-    model = build_model(
-        config.model, num_features, num_classes, num_layers=config.layers, hidden=config.hidden,
-        dropout=config.dropout, bias=config.bias, activation=config.activation, **config.model_args,
-    )
+def unit_seed(seed: int, unit: int) -> int:
+    """The seed unit ``unit``'s parameters are drawn with (:func:`make_model`): one per unit, so a rank that
+    builds only its own units draws the same weights as the single-process model."""
+    return (int(seed) * 1_000_003 + 7919 * (unit + 1)) % (2**63 - 1)
+
+
+def _reinitialisable(model: GNNModel) -> bool:
+    """Whether every parameter of the model belongs to a submodule with ``reset_parameters`` (so it can be built
+    on the meta device and initialised unit by unit), and the model has no buffers (which ``to_empty`` would
+    leave uninitialised)."""
+    if any(True for _ in model.buffers()):
+        return False
+    covered = {id(p) for m in model.modules() if callable(getattr(m, "reset_parameters", None))
+               for p in m.parameters(recurse=False)}
+    return all(id(p) in covered for p in model.parameters())
+
+
+def make_model(config: TrainConfig, num_features: int, num_classes: int, units: Optional[range] = None) -> GNNModel:
+    """Build the configured model; only the parameters of ``units`` (default: all) are allocated.
+
+    Weights: each unit ``i`` is initialised by its submodules' ``reset_parameters`` right after
+    ``torch.manual_seed(unit_seed(config.seed, i))``, so every process that builds unit ``i`` gets the same
+    weights whatever other units it builds (a pipeline stage builds only its own; issue #12). The other units
+    stay on the ``meta`` device (shapes without storage). A model whose parameters are not all reachable by
+    a ``reset_parameters`` (or that has buffers) cannot be initialised unit by unit: it is built whole on the
+    CPU after ``torch.manual_seed(config.seed)``, in every process.
+
+    Args:
+        units: the unit indices to materialise (``None``: all).
+    """
+    kw = dict(num_layers=config.layers, hidden=config.hidden, dropout=config.dropout, bias=config.bias,
+              activation=config.activation, **config.model_args)
+    with torch.device("meta"):
+        model = build_model(config.model, num_features, num_classes, **kw)
+    if not _reinitialisable(model):
+        torch.manual_seed(config.seed)
+        return build_model(config.model, num_features, num_classes, **kw).to(DTYPES[config.dtype])
+    for i in range(model.num_units) if units is None else units:
+        unit = model.units[i].to_empty(device="cpu")
+        torch.manual_seed(unit_seed(config.seed, i))
+        for m in unit.modules():
+            if callable(getattr(m, "reset_parameters", None)):
+                m.reset_parameters()
     return model.to(DTYPES[config.dtype])
+
+
+def materialised_units(model: GNNModel) -> list[int]:
+    """The units whose parameters are allocated (not on the ``meta`` device)."""
+    return [i for i, u in enumerate(model.units) if all(p.device.type != "meta" for p in u.parameters())]
 
 
 def resolve_config(config: TrainConfig) -> TrainConfig:
@@ -150,6 +191,16 @@ def epoch_loop(
     return _finish(result)
 
 
+def _data_on(data, device: torch.device):
+    """A shallow copy of ``data`` with labels and masks on ``device`` (what the loss and metrics read)."""
+    import copy
+
+    out = copy.copy(data)
+    for k in ("y", "train_mask", "val_mask", "test_mask"):
+        setattr(out, k, getattr(data, k).to(device))
+    return out
+
+
 class SingleProcessTrainer:
     """Exact full-graph training in one process (DESIGN §5's reference).
 
@@ -174,13 +225,16 @@ class SingleProcessTrainer:
         check_names(config)
         self.config = resolve_config(config)
         dtype = DTYPES[self.config.dtype]
+        self.device = torch.device(self.config.device_type)
         if not prepared:
             data = prepare_data(data, self.config)
-        self.data = data
-        self.x = data.x.to(dtype)
-        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype, edge_weight=getattr(data, "edge_weight", None))
         num_classes = int(data.y[data.train_mask | data.val_mask | data.test_mask].max()) + 1
+        self.data = data if self.device.type == "cpu" else _data_on(data, self.device)
+        self.x = self.data.x.to(self.device, dtype)
+        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype, self.device,
+                            edge_weight=getattr(data, "edge_weight", None))
         self.model = model if model is not None else make_model(self.config, self.x.size(1), num_classes)
+        self.model.to(self.device)
         self.optimizer = make_optimizer(self.model, self.config)
         self.num_train = int(data.train_mask.sum())
         self.num_classes = self.model.units[-1].out_dim

@@ -127,9 +127,10 @@ class EMASmoothing(Corrector):
                 self.seen[i] = torch.zeros(h.H_in.size(0), dtype=torch.bool, device=h.H_in.device)
             fresh = h.H_in[lo:hi]
             first = ~self.seen[i][lo:hi]
-            new = m * self.avg[i][lo:hi] + (1.0 - m) * fresh
-            new[first] = fresh[first]
-            self.avg[i][lo:hi] = new
+            wide = torch.promote_types(fresh.dtype, torch.float32)  # narrow (--history-dtype) rows: average in float32
+            new = m * self.avg[i][lo:hi].to(wide) + (1.0 - m) * fresh.to(wide)
+            new[first] = fresh[first].to(wide)
+            self.avg[i][lo:hi] = new  # stored back in the history's dtype
             self.seen[i][lo:hi] = True
 
     def __repr__(self) -> str:

@@ -662,6 +662,9 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     """
     from ..core.trainer import DTYPES
 
+    on_gpu = available is None and config.device_type() == "cuda"
+    if on_gpu:  # the job's tensors live in GPU memory; the graph is not there yet
+        available = int(torch.cuda.mem_get_info()[0])
     available = available_memory_bytes() if available is None else int(available)
     if available is None:
         return None
@@ -673,16 +676,17 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     if bound < available // 2:
         return None
     m = single_process_memory(config, data)
-    held = m.graph  # already resident: the prepared graph
+    held = 0 if on_gpu else m.graph  # already resident (CPU): the prepared graph
     need = m.peak
     if need > available + held:
         gib = 1024 ** 3
         kinds = sorted(((getattr(m, k), k) for k in ("graph", "adjacency", "parameters", "activations", "transient")),
                        reverse=True)[:3]
         top = ", ".join(f"{k} {v / gib:.1f}" for v, k in kinds)
+        where = "on the GPU" if on_gpu else "here"
         raise ConfigError(
             f"a single process would need about {need / gib:.1f} GiB for this job (memory model: {top} GiB), but "
-            f"{(available + held) / gib:.1f} GiB are available here (MemAvailable {available / gib:.1f} GiB + the "
+            f"{(available + held) / gib:.1f} GiB are available {where} (free {available / gib:.1f} GiB + the "
             f"loaded graph {held / gib:.1f} GiB); train it as a pipeline (e.g. --stages 4 --chunks 16 --recompute, "
             f"--history-dtype bfloat16), or pass --no-memory-check to try anyway")
     return m

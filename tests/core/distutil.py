@@ -27,7 +27,7 @@ def base_config(**kw) -> TrainConfig:
 def run_distributed(config: TrainConfig, data, grads_after=(1, 3), no_eval=True):
     plan = build_plan(config, data)
     outs = launch.spawn(worker, config.world_size, (config, plan, False, {"grads_after": tuple(grads_after), "no_eval": no_eval}),
-                        timeout_s=config.timeout_s, threads=1, max_runtime_s=240)
+                        backend=plan.info["backend"], timeout_s=config.timeout_s, threads=1, max_runtime_s=240)
     grads = {e: {} for e in grads_after}
     for o in outs:
         for e, g in o["grads"].items():

@@ -73,7 +73,11 @@ def test_plan_prints_backend(monkeypatch):
     _fake_cuda(monkeypatch, 1)
     plan = build_plan(base_config(stages=2, chunks=2), small_graph())
     assert plan.info["backend"] == "gloo"
-    assert "backend gloo (2 ranks but 1 GPU(s): gloo on the CPU)" in format_plan(plan.info)
+    # issue #12: the ranks compute on the GPU by default (--device), so they share it over gloo
+    assert "backend gloo (2 ranks but 1 GPU(s): gloo, the ranks share the GPU(s) through pinned CPU buffers)" \
+        in format_plan(plan.info)
+    plan = build_plan(base_config(stages=2, chunks=2, device="cpu"), small_graph())
+    assert "backend gloo (--device cpu: gloo on the CPU)" in format_plan(plan.info)
 
 
 def test_spawn_defaults_to_gloo_with_one_gpu(monkeypatch):

@@ -51,6 +51,8 @@ LAYOUTS = [
                  marks=pytest.mark.dist),
     pytest.param(dict(ways=2), id="gp", marks=[pytest.mark.dist, pytest.mark.slow]),
     pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid", marks=pytest.mark.dist),
+    # issue #12: history stored in bfloat16 (H_in, G_out, T3's snapshot, EMA's average) round-trips bit-identically
+    pytest.param(dict(stages=2, history_dtype="bfloat16"), id="pipeline-bf16-history", marks=pytest.mark.dist),
 ]
 
 
@@ -194,6 +196,7 @@ def test_history_loads_only_into_the_same_layout(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.parametrize("layout", [pytest.param(dict(stages=2), id="pipeline"),
+                                    pytest.param(dict(stages=2, history_dtype="bfloat16"), id="pipeline-bf16-history"),
                                     pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid",
                                                  marks=pytest.mark.slow)])
 def test_resume_of_a_halo_gradient_model_is_bit_identical(tmp_path, layout):
@@ -206,3 +209,24 @@ def test_resume_of_a_halo_gradient_model_is_bit_identical(tmp_path, layout):
     _run(data, K, checkpoint_dir=str(tmp_path / "ck"), **gat)
     resumed = _run(data, 2 * K, resume=str(tmp_path / "ck"), **gat)
     _same_run(straight, resumed)
+
+
+@pytest.mark.dist
+def test_a_lean_rank_checkpoints_only_what_it_holds(tmp_path):
+    """Issue #12 with #13: each pipeline rank writes the weights and optimizer state of its own units and its own
+    history (in --history-dtype: H_in bfloat16); together the ranks' weights are the whole single-process model,
+    which result.model holds."""
+    from gnnpipe.core.checkpoint import _metadata
+
+    data = small_graph()
+    res = _run(data, 2, stages=2, history_dtype="bfloat16", checkpoint_dir=str(tmp_path))
+    md = _metadata(find_checkpoint(tmp_path))
+    bounds = read_meta(tmp_path)["plan"]["stage_bounds"]
+    weights = {k[len("model."):] for k in md if k.startswith("model.")}
+    assert weights == set(res.model.state_dict())  # every unit, each from the rank that holds it
+    for rank in range(2):
+        units = {int(k.split(".")[2][len("unit"):]) for k in md if k.startswith(f"rank{rank}.history.")}
+        assert units and units <= set(range(bounds[rank], bounds[rank + 1]))
+        for k in md:
+            if k.startswith(f"rank{rank}.history.") and k.endswith(".H_in"):
+                assert md[k].properties.dtype == torch.bfloat16, k

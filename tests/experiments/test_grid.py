@@ -114,7 +114,7 @@ def test_root_resolved_against_study_folder(tmp_path):
     ("layers = 3\n", "put it under [fixed]"),
     ("seeds = 3\n", "seeds must be a non-empty list of integers"),
     ("[fixed]\nrecompute = 1\n", "recompute is a switch"),
-    ("[fixed]\nnum_classes = 3\n", "has no `gnnpipe train` flag"),
+    ("[fixed]\ndedupe = false\n", "has no `gnnpipe train` flag"),
     ("[fixed]\nlayers = [2, 3]\n", "put lists of values to try under [grid]"),
     ("[fixed]\nlayers = 0\n", "layers must be >= 1"),
     ("[fixed]\nlayers = 'two'\n", "invalid int value"),
