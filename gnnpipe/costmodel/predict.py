@@ -662,7 +662,7 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     """
     from ..core.trainer import DTYPES
 
-    on_gpu = available is None and config.device_type() == "cuda"
+    on_gpu = available is None and config.device_type == "cuda"
     if on_gpu:  # the job's tensors live in GPU memory; the graph is not there yet
         available = int(torch.cuda.mem_get_info()[0])
     available = available_memory_bytes() if available is None else int(available)
