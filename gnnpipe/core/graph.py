@@ -248,10 +248,19 @@ class GraphOps:
 
     def chunk_rows_many(self, kind: str, ranges: list[tuple[int, int]]) -> list[tuple[CompactRows, CompactRows]]:
         """For each row range ``(lo, hi)``: rows ``[lo, hi)`` of ``Â`` and of ``Âᵀ`` of ``kind`` as
-        :class:`CompactRows` (what the chunk aggregation op multiplies with), built from the edge list."""
-        a = self.rows(kind, ranges)
-        at = self.rows(kind, ranges, transpose=True)
-        return [(CompactRows(x), CompactRows(y)) for x, y in zip(a, at)]
+        :class:`CompactRows` (what the chunk aggregation op multiplies with), built from the edge list.
+
+        One range at a time, each compacted (32-bit indices) before the next is built: the transient is the
+        normalised edge list plus one chunk's rows, not every chunk's rows with 64-bit indices at once (a
+        pipeline rank runs every chunk; issue #12)."""
+        dst, src, w = normalised_edges(self.edge_index.cpu(), self.num_nodes, kind, self.dtype, self.edge_weight)
+        out = []
+        for r in ranges:
+            a = csr_blocks(dst, src, w, self.num_nodes, [r])[0].to(self.device)
+            at = csr_blocks(src, dst, w, self.num_nodes, [r])[0].to(self.device)
+            out.append((CompactRows(a), CompactRows(at)))
+            del a, at
+        return out
 
     def chunk_rows(self, kind: str, start: int, end: int) -> tuple[CompactRows, CompactRows]:
         """Rows ``[start, end)`` of ``Â`` and of ``Âᵀ`` of ``kind`` (:meth:`chunk_rows_many` of one range)."""

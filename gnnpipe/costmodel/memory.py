@@ -2,16 +2,19 @@
 
 What a rank holds, by kind (``b`` = element size of ``--dtype``; sizes from the plan):
 
-* ``graph``       — the relabelled graph every rank receives: ``x`` (``N·F·b``), ``edge_index`` (``2E·8``),
-  labels (``N·8``) and three masks (``3N``). Today every rank holds all of it (issue #12 item 1 would
-  shrink it);
-* ``adjacency``   — per aggregation kind the rank uses, ``Â`` and ``Âᵀ`` as CSR (``2·((N+1)·8 + nnz·(8+b))``,
-  ``nnz = E (+N for gcn)``), plus the CSR rows the rank runs: per chunk (or per way) the compacted
-  column indices (``nnz_c·8``) and referenced columns (``(rows_c + halo_c)·8``) of both ``Â`` and ``Âᵀ``;
-* ``parameters``  — the whole model (every rank builds it: ``P·b``) plus, for the parameters the rank trains
-  (``P_s``), gradients and Adam's two moments (``3·P_s·b``), plus the flattened all-reduce buffer (``P_s·b``)
-  when the rank all-reduces;
-* ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage: ``2·N·d·b`` each (GP: none); a
+* ``graph``       — what the rank holds of the graph (lean ranks, issue #12): ``x`` rows of its way on the first
+  stage only (``rows·F·b``), labels and three masks of its way on the last stage only (``rows·11``), and the
+  edge list it builds its rows of ``Â`` from (``2E·8``; a rank reads it from the memory-mapped graph file, and
+  those pages count as resident). The single process holds the whole graph;
+* ``adjacency``   — the single process: per aggregation kind ``Â`` and ``Âᵀ`` as CSR
+  (``2·((N+1)·8 + nnz·(8+b))``, ``nnz = E (+N for gcn)``). A distributed rank never builds the whole matrix:
+  per chunk it runs (or per way) the compacted rows of ``Â`` and ``Âᵀ`` with 32-bit indices (``nnz_c·(4+b)``,
+  ``(rows_c + halo_c)·4`` referenced columns, ``(rows_c+1)·4`` row pointers);
+* ``parameters``  — the parameters the rank trains (``P_s``; the others are never allocated) with their
+  gradients and Adam's two moments (``4·P_s·b``), plus the flattened all-reduce buffer (``P_s·b``) when the
+  rank all-reduces;
+* ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage: ``2·N·d·h`` each, ``h`` the element
+  size of ``--history-dtype`` (GP: none); a
   message-passing unit's halo-gradient op (``PushHistory``: ``H_in``, ``G_in``) also keeps every chunk's last
   push, ``Σ_c |halo(c)|·d·b``;
 * ``activations`` — what autograd saves per row, measured per unit kind (:mod:`.profile`), times the rows in
@@ -22,8 +25,10 @@ What a rank holds, by kind (``b`` = element size of ``--dtype``; sizes from the 
   and kept outputs (``rows·(d_out+d_h0)·b``); plus every boundary tensor sent this epoch, which the
   communication wrapper keeps until its end-of-epoch ``wait_sends`` (``N_way·(d+d_h0)·b`` per direction);
 * ``transient``   — the largest short-lived working set on top of the steady state: building ``Â``/``Âᵀ``
-  (COO indices, coalescing and conversion: ``≈ 3·nnz·(16+b)`` per kind, before training allocates), or
-  exact evaluation (whole-part inputs, outputs and one unit's intermediates: ``≈ (d_in + d_h0 + 6·d)·rows·b``),
+  (single process: COO indices, coalescing and conversion, ``≈ 3·nnz·(16+b)`` per kind; a rank: the
+  normalised edge list, ``nnz·(16+b)``, plus one chunk's rows being sorted), or exact evaluation (inputs and
+  outputs of the rank's rows plus one unit's intermediates on the block evaluated at once — a chunk in a
+  pipeline, which infers chunk by chunk: ``≈ (d_in + d_h0 + d_out + d_h0)·rows·b + 6·d·block·b``),
   or a backward pass's gradients beyond the saved activations (``≈ 4·d·rows·b`` for the largest block).
 
 The live peak is ``max(build phase, training phase, evaluation phase)``, each the sum of the kinds alive then.
@@ -109,12 +114,13 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
                 params_total: int, params_trained: int, allreduce: bool, history_dims: list[int],
                 own_parts: list[tuple[int, int, int]], inflight_rows: int, act_bytes_per_row: float,
                 recompute_rows: int, d_in: int, d_out: int, d_shared: int, first: bool, last: bool,
-                way_rows: int, max_dim: int, local_csr: bool, active_rows: int, push_bytes: int = 0) -> MemoryBreakdown:
+                way_rows: int, max_dim: int, local_csr: bool, active_rows: int, push_bytes: int = 0,
+                hist_b: int | None = None, whole: bool = False, eval_block: int | None = None) -> MemoryBreakdown:
     """The breakdown of one rank.
 
     Args:
         N, F, E, b: graph sizes and element size. kinds_nnz: ``{kind: nnz of Â}`` for the kinds the rank uses.
-        params_total: ``P`` (whole model, built on every rank). params_trained: ``P_s``.
+        params_total: ``P`` (whole model; held only by the single process). params_trained: ``P_s``.
         allreduce: the rank all-reduces its gradients (GP, hybrid). history_dims: width of each op's history.
         own_parts: ``(rows, halo, nnz)`` of every chunk (or the one part) whose CSR rows the rank holds.
         inflight_rows: rows whose activations can be alive at once (schedule).
@@ -122,39 +128,53 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         recompute_rows: with ``--recompute``, rows of the largest chunk (its activations alive while
             recomputed); else 0.
         d_in, d_out, d_shared: boundary widths (``d_in = 0`` for the first stage, ``d_out = 0`` for the last).
-        way_rows: rows of the rank's way (boundary sends per epoch, evaluation). max_dim: widest unit output
-            (not the input features: ``x`` is the graph kind).
+        way_rows: rows of the rank's way (its ``x`` rows on the first stage, labels on the last, boundary sends
+            per epoch, evaluation). max_dim: widest unit output (not the input features: ``x`` is the graph kind).
         local_csr: the rank builds a local CSR of its part (GP, hybrid evaluation).
         active_rows: rows of the largest block one backward pass works on (a chunk, a part, the graph).
         push_bytes: the halo-gradient ops' kept pushes (``Σ_ops Σ_c |halo(c)|·d·b``; 0 without
             message-passing units).
+        hist_b: element size of the history buffers (``--history-dtype``; default ``b``).
+        whole: the single process (holds the whole graph, model and ``Â``).
+        eval_block: rows evaluated at once (a pipeline infers chunk by chunk: its largest chunk; default
+            ``way_rows``).
     """
+    hist_b = b if hist_b is None else int(hist_b)
     m = MemoryBreakdown(rank=rank, way=way, stage=stage)
-    m.graph = N * F * b + 2 * E * 8 + N * 8 + 3 * N
-    full = sum(_adj_full(N, nnz, b) for nnz in kinds_nnz.values())
-    rows_part = 0
-    for rows, halo, nnz in own_parts:
-        rows_part += 2 * (nnz * 8 + (rows + halo) * 8 + (rows + 1) * 8)
-    rows_part *= max(1, len(kinds_nnz))
-    if local_csr:  # GP / hybrid evaluation: Â_local (new columns) and its transpose (a full copy)
-        r, z = sum(p[0] for p in own_parts), sum(p[2] for p in own_parts)
-        rows_part += max(1, len(kinds_nnz)) * (z * 8 + (r + 1) * 8 + z * (16 + b) + N * 8)
-    m.adjacency = full + rows_part
-    m.parameters = params_total * b + 3 * params_trained * b + (params_trained * b if allreduce else 0)
-    m.history = sum(2 * N * d * b for d in history_dims) + int(push_bytes)
+    k = max(1, len(kinds_nnz))
+    if whole:
+        m.graph = N * F * b + 2 * E * 8 + N * 8 + 3 * N
+        m.adjacency = sum(_adj_full(N, nnz, b) for nnz in kinds_nnz.values())
+        m.parameters = 4 * params_total * b
+        build = max(_adj_build_transient(nnz, b) for nnz in kinds_nnz.values()) if kinds_nnz else 0
+    else:
+        m.graph = (way_rows * F * b if first else 0) + (way_rows * 11 if last else 0) + (2 * E * 8 if kinds_nnz else 0)
+        rows_part = 0
+        for rows, halo, nnz in own_parts:
+            rows_part += 2 * (nnz * (4 + b) + (rows + halo) * 4 + (rows + 1) * 4)
+        rows_part *= k if kinds_nnz else 0
+        if local_csr:  # GP / hybrid evaluation: Â_local (new columns) and its transpose (a full copy)
+            r, z = sum(p[0] for p in own_parts), sum(p[2] for p in own_parts)
+            rows_part += k * (z * 8 + (r + 1) * 8 + z * (16 + b))
+        m.adjacency = rows_part
+        m.parameters = 4 * params_trained * b + (params_trained * b if allreduce else 0)
+        # the normalised edge list of one kind, and one chunk's rows with 64-bit indices while they are sorted
+        big = max((p[2] for p in own_parts), default=0)
+        build = (max(kinds_nnz.values()) * (16 + b) + 3 * big * (16 + b)) if kinds_nnz else 0
+    m.history = sum(2 * N * d * hist_b for d in history_dims) + int(push_bytes)
     chunk_act = int(act_bytes_per_row * (recompute_rows if recompute_rows else inflight_rows))
     m.activations = chunk_act
     boundary_kept = inflight_rows * ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0)) * b
     boundary_sent = way_rows * ((d_out + d_shared if not last else 0) + (d_in + d_shared if not first else 0)) * b
     m.boundary = boundary_kept + boundary_sent
-    build = max(_adj_build_transient(nnz, b) for nnz in kinds_nnz.values()) if kinds_nnz else 0
     rows_eval = way_rows if local_csr or way_rows < N else N
-    eval_t = ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0) + EVAL_WIDTHS * max_dim) \
-        * rows_eval * b
+    block = rows_eval if eval_block is None else min(int(eval_block), rows_eval)
+    eval_t = ((d_in + d_shared if not first else 0) + (d_out + d_shared if not last else 0)) * rows_eval * b \
+        + EVAL_WIDTHS * max_dim * block * b
     backward_t = BACKWARD_WIDTHS * max_dim * b * active_rows
     m.transient = max(build, eval_t, backward_t)
     steady = m.graph + m.adjacency + m.parameters
-    m.build_peak = m.graph + full + params_total * b + build
+    m.build_peak = m.graph + (m.adjacency if whole else 0) + build
     m.train_peak = steady + m.history + m.activations + m.boundary + backward_t
     m.eval_peak = steady + m.history + eval_t
     m.steady = steady

@@ -249,6 +249,8 @@ def predict_bytes(config, plan, model) -> dict:
     from ..core.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
+    copies = _history_copies(config)
     W, S = config.ways, config.stages
     N = int(plan.data.num_nodes)
     sh = model.units[0].out_dim if model.shared_tensor else 0
@@ -313,6 +315,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     from ..core.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
+    copies = _history_copies(config)
     W, S = config.ways, config.stages
     R = W * S
     speed = hardware.speed
@@ -453,6 +457,8 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
     from ..schedulers import build_schedule, simulate
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
+    hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
+    copies = _history_copies(config)
     W, S = config.ways, config.stages
     data = plan.data
     N, E, F = int(data.num_nodes), int(data.edge_index.size(1)), int(data.x.size(1))
@@ -473,7 +479,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
         m = rank_memory(rank=0, way=0, stage=0, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
                         params_trained=P, allreduce=False, history_dims=[], own_parts=[], inflight_rows=N,
                         act_bytes_per_row=act(0, U), recompute_rows=0, d_in=0, d_out=0, d_shared=0, first=True,
-                        last=True, way_rows=N, max_dim=max_dim, local_csr=False, active_rows=N)
+                        last=True, way_rows=N, max_dim=max_dim, local_csr=False, active_rows=N, whole=True)
         return [m]
     g = _geometry(plan, config)
     out = []
@@ -504,14 +510,28 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
             hist = [d for u in range(lo, hi) for d in profile.agg_dims[u]]
             halo_rows = sum(int(g.chunk_feats[c][2]) for c in chunks)
             push = sum(halo_rows * d * b for u in range(lo, hi) if u in push_units for d in profile.agg_dims[u])
+            push += copies * N * sum(hist) * hb  # the correctors' copies of every H_in (T3 snapshot, EMA average)
             out.append(rank_memory(
                 rank=w * S + s, way=w, stage=s, N=N, F=F, E=E, b=b, kinds_nnz=kinds, params_total=P,
                 params_trained=P_s, allreduce=W > 1, history_dims=hist, own_parts=parts, inflight_rows=rows_inflight,
                 act_bytes_per_row=act(lo, hi), recompute_rows=sizes[0] if config.recompute else 0,
                 d_in=profile.unit_dims[lo][0] if s > 0 else 0, d_out=profile.unit_dims[hi - 1][1] if s < S - 1 else 0,
                 d_shared=sh, first=s == 0, last=s == S - 1, way_rows=way_rows, max_dim=max_dim, local_csr=W > 1,
-                active_rows=sizes[0], push_bytes=push))
+                active_rows=sizes[0], push_bytes=push, hist_b=hb, eval_block=sizes[0] if W == 1 else None))
     return out
+
+
+def _history_copies(config) -> int:
+    """Full copies of every ``H_in`` the configured correctors keep: EMA's average always; T3's snapshot once the
+    run reaches the end of its first period (``epochs ≥ P``; before that it restores zeros and holds nothing)."""
+    n = 0
+    for spec in config.correctors:
+        name, _, opt = str(spec).partition(":") if isinstance(spec, str) else (type(spec).__name__.lower(), "", "")
+        if name == "ema":
+            n += 1
+        elif name == "t3" and config.epochs >= int(float(opt or 23)):
+            n += 1
+    return n
 
 
 def _gp_rank(w, N, F, E, b, kinds, P, part, act_per_row, max_dim) -> MemoryBreakdown:

@@ -135,13 +135,16 @@ def test_history_and_parameter_memory_are_exact(small_profile):
         lo, hi = plan.bounds[s], plan.bounds[s + 1]
         ops = sum(len(model.units[u].aggregations) for u in range(lo, hi))
         # the runtime's stage holds one history-backed op (one History) per aggregation of its units
-        ex = make_pipeline_stage(c, model, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(len(mem))),
+        lean = make_model(c, plan.num_features, plan.num_classes, units=range(lo, hi))  # as runner.make_stage
+        ex = make_pipeline_stage(c, lean, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(len(mem))),
                                  make_scheduler("gpipe"), FixedOrder(), [], Comm())
         assert len(ex.stage.ops) == ops
         assert m.history == 2 * N * cfg.hidden * 4 * ops
         P_s = sum(p.numel() for u in range(lo, hi) for p in model.units[u].parameters())
-        P = sum(p.numel() for p in model.parameters())
-        assert m.parameters == 4 * P + 3 * 4 * P_s
+        # a lean rank allocates only its own units' parameters (the others stay on the meta device)
+        held = sum(p.numel() for p in ex.stage.model.parameters() if p.device.type != "meta")
+        assert held == P_s
+        assert m.parameters == 4 * 4 * P_s  # parameters, gradients, Adam's two moments
         assert m.peak == max(m.build_peak, m.train_peak, m.eval_peak) > 0
     # gpipe keeps every chunk's activations, 1f1b at most S - s chunks on stage s
     c1 = layout_config(cfg, LayoutSpec(1, 3, 6, 1, "1f1b"))
