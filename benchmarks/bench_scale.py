@@ -184,6 +184,11 @@ def main() -> int:
               f"sum(peak-floor) {sum(over) / 2**20:8.0f} MiB  history {sum(hist) / 2**20:7.0f} MiB  "
               f"epoch {(sum(t) / len(t) if t else float('nan')):7.2f} s  loss {rec['loss']}")
         print(f"{'':12s} per-rank peak MiB {[round(x / 2**20) for x in peaks]}, floor {[round(x / 2**20) for x in floor_peaks]}")
+        pred = rec.get("predicted_mem_bytes")
+        if pred:  # the memory model predicts bytes above the runtime floor
+            print(f"{'':12s} peak - floor MiB {[round(x / 2**20) for x in over]}, predicted "
+                  f"{[round(x / 2**20) for x in pred]} (predicted / measured "
+                  f"{[round(p_ / o, 2) if o > 0 else None for p_, o in zip(pred, over)]})")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"floors": floors, "runs": recs}, f, indent=1)

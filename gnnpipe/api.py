@@ -254,10 +254,16 @@ def _train_prepared(config, data, progress, options):
         if options.memory_check:
             from .costmodel.predict import check_single_process_memory
 
-            check_single_process_memory(config, data)  # ConfigError with the prediction, before any allocation
-        return SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
+            predicted = check_single_process_memory(config, data)  # ConfigError before any allocation
+        else:
+            predicted = None
+        result = SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
+        if predicted is not None:  # profiled (a large job): the prediction beside the measured peak
+            result.extra["predicted_mem_bytes"] = [int(predicted.peak)]
+        return result
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
+    _predict_memory(config, plan)
     if launch.under_torchrun():
         rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
         import torch.distributed as dist
@@ -298,6 +304,22 @@ def _train_prepared(config, data, progress, options):
             raise
     records.stop()
     return _with_model(outs[0]["result"], outs[0]["model_state"], config, shipped)
+
+
+def _predict_memory(config: TrainConfig, plan) -> None:
+    """Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
+    (``predicted_mem_bytes``: printed with the plan, stored in the result's ``plan`` and beside
+    ``peak_mem_bytes``). A model the memory model cannot profile gets a warning, not a failed run."""
+    from .core.trainer import make_model
+    from .costmodel.predict import predict_memory
+    from .costmodel.profile import memory_profile
+
+    try:
+        prof = memory_profile(config, plan.data)
+        model = make_model(config, plan.num_features, plan.num_classes)
+        plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
+    except Exception as exc:  # noqa: BLE001 - a prediction must never stop a run
+        warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
 
 
 def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:

@@ -237,6 +237,9 @@ def format_plan(info: dict) -> str:
         s += f"; backend {info['backend']} ({info['backend_reason']})"
     if info.get("rank_holds"):
         s += "\n" + "\n".join("  " + line for line in info["rank_holds"])
+    if info.get("predicted_mem_bytes"):
+        s += ("\n  predicted peak memory per rank above the runtime floor (memory model): "
+              + ", ".join(f"{m / 2**20:,.0f}" for m in info["predicted_mem_bytes"]) + " MiB")
     return s
 
 
@@ -429,6 +432,8 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         result.extra["checkpoint"] = {"write_s": [s["write_s"] for s in per_rank],
                                       "read_s": [s["read_s"] for s in per_rank]}
     result.extra["peak_mem_bytes"] = [int(m[0]) for m in mems]
+    if plan.info.get("predicted_mem_bytes"):
+        result.extra["predicted_mem_bytes"] = list(plan.info["predicted_mem_bytes"])
     result.extra["history_bytes"] = [int(m[1]) for m in mems]
     ep = [e for e in result.epochs if len(e.get("idle_s", ())) == world]  # a resumed run's records may be of another layout
     if ep:
