@@ -72,6 +72,7 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     config = _as_config(config, overrides)
     check_names(config)
     config = resolve_config(config)
+    given = data is not None
     data = load_data(config) if data is None else prepare_data(data, config)
     return _plan_prepared(config, data, ranks, hardware, chunks_per_stage, over_partitions, schedulers,
                           profile_in, profile_out, progress)
@@ -108,9 +109,10 @@ _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir
                   "memory_check"}
 
 
-def describe_run(config: TrainConfig, data) -> str:
-    """The line a run starts with: what is trained (dataset and its size, model, layout)."""
-    name = config.dataset or "synthetic"
+def describe_run(config: TrainConfig, data, given: bool = False) -> str:
+    """The line a run starts with: what is trained (dataset and its size, model, layout); ``given``: the graph
+    was passed as ``data`` (not loaded from ``config.dataset`` or generated)."""
+    name = "the given graph" if given else (config.dataset or "synthetic")
     n, e = int(data.num_nodes), int(data.edge_index.size(1))
     from .core.runner import num_classes_of
 
@@ -192,6 +194,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     if layout != "auto":
         launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
         _check_resume(config, options)  # refuse a changed configuration before loading data or starting ranks
+    given = data is not None
     data = load_data(config) if data is None else prepare_data(data, config)
     auto = None
     if layout == "auto":
@@ -200,7 +203,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
                                     f"{config.stages})")
         _check_resume(config, options)
     if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
-        print(describe_run(config, data), file=sys.stderr)
+        print(describe_run(config, data, given), file=sys.stderr)
     result = _train_prepared(config, data, progress, options)
     if result is not None and auto is not None:
         result.extra["layout_auto"] = auto
@@ -263,7 +266,7 @@ def _train_prepared(config, data, progress, options):
         return result
     plan = build_plan(config, data)
     check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
-    _predict_memory(config, plan)
+    _predict_memory(config, plan, options, local=not launch.under_torchrun())
     if launch.under_torchrun():
         rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
         import torch.distributed as dist
@@ -306,12 +309,15 @@ def _train_prepared(config, data, progress, options):
     return _with_model(outs[0]["result"], outs[0]["model_state"], config, shipped)
 
 
-def _predict_memory(config: TrainConfig, plan) -> None:
+def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
     """Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
     (``predicted_mem_bytes``: printed with the plan, stored in the result's ``plan`` and beside
-    ``peak_mem_bytes``). A model the memory model cannot profile gets a warning, not a failed run."""
+    ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory) and
+    ``options.memory_check``, refuse the run when they cannot fit together
+    (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`). A model the memory model cannot profile gets a
+    warning, not a failed run."""
     from .core.trainer import make_model
-    from .costmodel.predict import predict_memory
+    from .costmodel.predict import check_ranks_memory, predict_memory
     from .costmodel.profile import memory_profile
 
     try:
@@ -320,6 +326,9 @@ def _predict_memory(config: TrainConfig, plan) -> None:
         plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
     except Exception as exc:  # noqa: BLE001 - a prediction must never stop a run
         warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
+        return
+    if local and options.memory_check and config.device_type == "cpu":
+        check_ranks_memory(plan.info["predicted_mem_bytes"])
 
 
 def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:

@@ -94,8 +94,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint every k epochs (0: only at the end; needs --checkpoint-dir)")
     g.add_argument("--resume", default=None, help="continue the run of this checkpoint folder")
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
-                   help="start a single-process run even when the memory model predicts more memory than is "
-                        "available (by default it is refused up front)")
+                   help="start the run even when the memory model predicts more memory than is available "
+                        "(single process, or the ranks started on this machine together; by default it is refused "
+                        "up front)")
 
 
 def options_from_args(args: argparse.Namespace):
@@ -127,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
                         "schedulers": [x.strip() for x in args.schedulers.split(",") if x.strip()],
                         "profile_in": args.profile_in, "profile_out": args.profile_out}
         layout_kw = {"layout": "auto", "ranks": args.ranks, "hardware": args.hardware, "plan_options": plan_options}
+    elif args.ranks is not None or args.hardware is not None:
+        import warnings
+
+        warnings.warn("ignored: --ranks, --hardware (they choose a layout only with --layout auto; the layout is "
+                      "--ways x --stages)", stacklevel=2)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C

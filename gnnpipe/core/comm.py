@@ -91,6 +91,7 @@ class Comm:
         tensor = tensor.detach().contiguous()
         if self.stage and tensor.device.type != "cpu":
             tensor = _host_copy(tensor)
+        self._reap_sends()
         self._pending.append((dist.isend(tensor, dst, tag=tag), tensor))
         self.bytes[kind] += tensor.numel() * tensor.element_size()
         self.comm_s += time.perf_counter() - t0
@@ -155,6 +156,19 @@ class Comm:
         for b, host in staged:
             b.copy_(host)
         self.comm_s += time.perf_counter() - t0
+
+    def _reap_sends(self) -> None:
+        """Forget the sends that have completed (``wait`` returns at once and raises a transport error if there
+        was one), so their tensors are freed now rather than at the epoch's :meth:`wait_sends`: a stage that
+        recomputes keeps no other reference to the outputs it sent (issue #12: a pipeline rank's peak)."""
+        if self._pending and any(w.is_completed() for w, _ in self._pending):
+            keep = []
+            for work, t in self._pending:
+                if work.is_completed():
+                    work.wait()
+                else:
+                    keep.append((work, t))
+            self._pending = keep
 
     def wait_sends(self) -> None:
         """Wait for every outstanding :meth:`isend`."""

@@ -270,12 +270,15 @@ def ignored_options(config: TrainConfig) -> list[str]:
 
     flag = {"scheduler": "--scheduler", "stash_weights": "--stash-weights", "correctors": "--correctors",
             "partitioner": "--partitioner", "over_partition": "--over-partition", "layer_split": "--layer-split",
-            "recompute": "--recompute", "backend": "--backend", "chunks": "--chunks"}
+            "recompute": "--recompute", "backend": "--backend", "chunks": "--chunks",
+            "history_dtype": "--history-dtype"}
     if config.stages == 1 and config.ways == 1 and (config.chunks or 1) == 1:
         names = changed("scheduler", "stash_weights", "partitioner", "over_partition", "layer_split",
                         "recompute", "backend")
         if config.correctors and changed("correctors"):
             names.insert(2, "correctors")
+        if config.history_dtype is not None:
+            names.append("history_dtype")
         if names:
             out.append(", ".join(flag[n] for n in names) + " (a single-process run has no pipeline, chunks or ranks)")
     elif config.stages == 1 and config.ways > 1:
@@ -284,6 +287,8 @@ def ignored_options(config: TrainConfig) -> list[str]:
         if config.correctors and changed("correctors"):
             out.append("--correctors (graph parallelism is exact: there is no history to correct)")
         names = changed("scheduler", "stash_weights", "over_partition", "layer_split", "recompute")
+        if config.history_dtype is not None:
+            names.append("history_dtype")
         if names:
             out.append(", ".join(flag[n] for n in names) + " (graph parallelism has no pipeline)")
     return out

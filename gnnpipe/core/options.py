@@ -38,9 +38,10 @@ class RunOptions:
         checkpoint_dir: write checkpoints into this folder (``torch.distributed.checkpoint``), every
             ``checkpoint_every`` epochs (``0``: only at the end) and at the end.
         resume: continue the run of this checkpoint folder (or one ``ckpt-*`` folder in it).
-        memory_check: refuse a single-process run that the memory model
-            (:func:`gnnpipe.costmodel.predict.check_single_process_memory`) says cannot fit in the memory
-            available here, before it starts (``False``: try anyway).
+        memory_check: refuse a run that the memory model says cannot fit in the memory available here,
+            before it starts: a single process (:func:`gnnpipe.costmodel.predict.check_single_process_memory`)
+            or the ranks started on this machine together (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`;
+            CPU ranks) (``False``: try anyway).
     """
 
     keep: str = attrs.field(default="best", validator=_keep)

@@ -638,16 +638,65 @@ def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] =
     return "\n".join(lines)
 
 
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return None if text in ("", "max") else int(text)
+    except (OSError, ValueError):
+        return None
+
+
 def available_memory_bytes() -> Optional[int]:
-    """What this machine can still give a process: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else ``None``."""
+    """What this machine can still give a process: ``MemAvailable`` of ``/proc/meminfo`` (Linux), lowered to
+    the room left under the process's cgroup memory limit when there is one (a container: cgroup v2
+    ``memory.max − memory.current``, v1 ``memory.limit_in_bytes − memory.usage_in_bytes``); ``None`` elsewhere."""
+    avail = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    avail = int(line.split()[1]) * 1024
+                    break
     except OSError:  # pragma: no cover - not Linux
-        pass
-    return None
+        return None
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, use = _read_int(limit), _read_int(usage)
+        if lim is not None and use is not None and lim < (1 << 60):  # v1 writes a huge number for "no limit"
+            room = max(0, lim - use)
+            avail = room if avail is None else min(avail, room)
+            break
+    return avail
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as GiB (one decimal) from 1 GiB up, else MiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+#: resident memory of a rank before it holds any data (torch, PyG, the process group; measured 320–350 MiB on
+#: this project's CPU machines, docs/RESULTS.md §15): what the distributed memory check adds per local rank
+RANK_FLOOR_BYTES = 350 * 2**20
+
+
+def check_ranks_memory(predicted: Sequence[int], *, available: Optional[int] = None) -> None:
+    """Refuse, before any rank starts, local ranks whose predicted peaks (bytes above the runtime floor, one per
+    rank) plus :data:`RANK_FLOOR_BYTES` each exceed the memory available here (they all share it).
+
+    Raises:
+        ConfigError: with the total, the largest rank, the available memory and the ways out.
+    """
+    available = available_memory_bytes() if available is None else int(available)
+    if available is None or not predicted:
+        return
+    need = sum(int(p) for p in predicted) + RANK_FLOOR_BYTES * len(predicted)
+    if need > available:
+        raise ConfigError(
+            f"the {len(predicted)} ranks would need about {format_bytes(need)} together (memory model; the largest "
+            f"rank {format_bytes(max(predicted) + RANK_FLOOR_BYTES)}), but {format_bytes(available)} are available "
+            f"here; use more stages or chunks, --recompute, --history-dtype bfloat16, or pass --no-memory-check "
+            f"to try anyway")
 
 
 def single_process_memory(config, data) -> MemoryBreakdown:
@@ -670,6 +719,10 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     that cannot fit are refused) is compared with the
     memory available now (``MemAvailable``) plus what the loaded graph already holds (it is part of the
     prediction). A run refused here would otherwise end in the kernel's out-of-memory killer.
+
+    Args:
+        config: a resolved :class:`~gnnpipe.core.config.TrainConfig` (``gnnpipe.core.trainer.resolve_config``).
+        data: the prepared graph. available: bytes available (default: :func:`available_memory_bytes`).
 
     Returns:
         the prediction, or ``None`` when the available memory is unknown or a cheap upper bound is below half
@@ -699,14 +752,13 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     held = 0 if on_gpu else m.graph  # already resident (CPU): the prepared graph
     need = m.peak
     if need > available + held:
-        gib = 1024 ** 3
         kinds = sorted(((getattr(m, k), k) for k in ("graph", "adjacency", "parameters", "activations", "transient")),
                        reverse=True)[:3]
-        top = ", ".join(f"{k} {v / gib:.1f}" for v, k in kinds)
+        top = ", ".join(f"{k} {format_bytes(v)}" for v, k in kinds)
         where = "on the GPU" if on_gpu else "here"
         raise ConfigError(
-            f"a single process would need about {need / gib:.1f} GiB for this job (memory model: {top} GiB), but "
-            f"{(available + held) / gib:.1f} GiB are available {where} (free {available / gib:.1f} GiB + the "
-            f"loaded graph {held / gib:.1f} GiB); train it as a pipeline (e.g. --stages 4 --chunks 16 --recompute, "
+            f"a single process would need about {format_bytes(need)} for this job (memory model: {top}), but "
+            f"{format_bytes(available + held)} are available {where} (free {format_bytes(available)} + the "
+            f"loaded graph {format_bytes(held)}); train it as a pipeline (e.g. --stages 4 --chunks 16 --recompute, "
             f"--history-dtype bfloat16), or pass --no-memory-check to try anyway")
     return m

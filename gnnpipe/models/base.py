@@ -220,8 +220,18 @@ class GNNModel(nn.Module):
 
         Returns:
             ``[N, C]`` float logits on the model's device (argmax = predicted class).
+
+        Raises:
+            ConfigError: ``data`` has another number of features than the model was trained on.
         """
         x, edge_index, ew = data.x, data.edge_index, getattr(data, "edge_weight", None)
+        want = int(self.units[0].in_dim) if len(self.units) else None
+        if want is not None and x.dim() == 2 and int(x.size(1)) != want:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"the model expects {want} input features per vertex, the graph has {int(x.size(1))}; "
+                              f"predict on a graph like the one it was trained on (--dataset/--root, or the Data "
+                              f"you trained with)")
         pre = self.preprocessing if preprocess else None
         if pre:
             from torch_geometric.data import Data

@@ -29,7 +29,7 @@ def test_prediction_grows_with_the_graph_and_the_depth():
 def test_refused_with_the_prediction_and_the_available_memory():
     cfg, data = _job()
     need = single_process_memory(cfg, data).peak
-    with pytest.raises(ConfigError, match=r"GiB are available here.*--no-memory-check"):
+    with pytest.raises(ConfigError, match=r"would need about \d+ MiB .* MiB are available here.*--no-memory-check"):
         check_single_process_memory(cfg, data, available=need // 4)
     fits = check_single_process_memory(cfg, data, available=need)  # the loaded graph counts as available
     assert fits is not None and fits.peak == need
@@ -45,3 +45,22 @@ def test_api_refuses_before_training_and_trains_with_the_check_off(monkeypatch):
     r = api.train(model="gcnii", layers=4, hidden=16, num_nodes=3000, avg_degree=6, epochs=1, progress=False,
                   memory_check=False)
     assert len(r.epochs) == 1
+
+
+def test_local_ranks_are_refused_together_and_small_sizes_print_in_mib():
+    from gnnpipe.costmodel.predict import RANK_FLOOR_BYTES, check_ranks_memory, format_bytes
+
+    pred = [100 * 2**20, 300 * 2**20]
+    check_ranks_memory(pred, available=sum(pred) + 2 * RANK_FLOOR_BYTES)  # fits exactly: no error
+    with pytest.raises(ConfigError, match=r"the 2 ranks would need about 1.1 GiB together .*--no-memory-check"):
+        check_ranks_memory(pred, available=sum(pred))
+    assert format_bytes(10 * 2**20) == "10 MiB" and format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_api_refuses_local_ranks_that_cannot_fit(monkeypatch):
+    import gnnpipe.costmodel.predict as predict
+
+    monkeypatch.setattr(predict, "available_memory_bytes", lambda: 2**20)
+    with pytest.raises(ConfigError, match="ranks would need"):  # refused before any rank starts
+        api.train(model="gcnii", layers=4, hidden=16, num_nodes=3000, avg_degree=6, epochs=1, progress=False,
+                  stages=2, chunks=4)
