@@ -287,7 +287,17 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-breakdown", action="store_true", help="inflation only (skip the profiled/counted passes)")
     p.add_argument("--out", default=None, help="write the numbers as JSON")
+    p.add_argument("--no-gather", action="store_true",
+                   help="A/B only: the chunk op multiplies the plain CSR rows over the whole history buffer instead "
+                        "of gathering the rows it references into a compact block (RESULTS §11b)")
     a = p.parse_args()
+    if a.no_gather:
+        from gnnpipe.core import graph as _graph
+
+        def plain_rows(self, kind, ranges):
+            return list(zip(self.rows(kind, ranges), self.rows(kind, ranges, transpose=True)))
+
+        _graph.GraphOps.chunk_rows_many = plain_rows
 
     cfg, plan, single = build(a)
     stages = make_stages(cfg, plan)
@@ -321,7 +331,8 @@ def main():
                        "inflation": total / one})
     infl = statistics.median(r["inflation"] for r in rounds)
     adj = next(iter(stages[0].stage.ops.values())).chunk_adj  # (kind, c) -> (Â[R_c, :], Âᵀ[R_c, :]), shared by the ops
-    halo = sum(int(a_.cols.numel()) for (kind, c), (a_, _) in adj.items()) - plan.data.num_nodes
+    halo = sum(int(a_.cols.numel()) if hasattr(a_, "cols") else int(a_.col_indices().unique().numel())
+               for (kind, c), (a_, _) in adj.items()) - plan.data.num_nodes
     print(f"GCNII-{a.layers} hidden {a.hidden}, {a.dataset} (N={plan.data.num_nodes}), {a.stages} stages x "
           f"{a.chunks} chunks (METIS over-partition {a.over_partition}), split {plan.bounds}; halo rows per op "
           f"{halo} ({halo / plan.data.num_nodes:.2f} N); thread CPU time, 1 thread")
