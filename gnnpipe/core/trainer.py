@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -143,6 +144,9 @@ def epoch_loop(
 
     st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
     result = st.result
+    if st.next_epoch >= config.epochs and state is not None:
+        warnings.warn(f"nothing to train: the resumed run has already completed {st.next_epoch} epoch(s) and "
+                      f"--epochs is {config.epochs}; raise --epochs to continue it", stacklevel=2)
     bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc, leave=False,  # on a terminal only
                        initial=st.next_epoch, total=config.epochs)
     try:
@@ -176,6 +180,8 @@ def epoch_loop(
             for fn in after_epoch:
                 fn(epoch, rec, st)
             if "val_acc" in rec and config.patience and st.since > config.patience:
+                result.extra["early_stop"] = {"epoch": epoch, "patience": config.patience,
+                                              "best_epoch": result.best_epoch}
                 break
     except BaseException as exc:
         result.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"

@@ -1,0 +1,33 @@
+"""What the epoch loop tells the user: early stopping in the result and its summary; resuming a run that has
+already completed its epochs warns instead of silently training nothing; CLI warnings are one line."""
+
+import subprocess
+import sys
+
+import pytest
+
+from gnnpipe import api
+
+
+def test_early_stop_is_recorded_and_summarised():
+    r = api.train(num_nodes=300, layers=2, hidden=8, epochs=60, patience=2, lr=0.0, progress=False)
+    assert len(r.epochs) < 60  # lr 0: nothing improves after the first evaluations
+    es = r.extra["early_stop"]
+    assert es["epoch"] == len(r.epochs) - 1 and es["patience"] == 2
+    assert "stopped early" in r.summary()
+
+
+def test_resuming_a_finished_run_warns(tmp_path):
+    ck = tmp_path / "ck"
+    api.train(num_nodes=300, layers=2, hidden=8, epochs=2, progress=False, checkpoint_dir=str(ck))
+    with pytest.warns(UserWarning, match="nothing to train"):
+        r = api.train(num_nodes=300, layers=2, hidden=8, epochs=2, progress=False, resume=str(ck))
+    assert len(r.epochs) == 2
+
+
+def test_cli_warnings_are_one_line_without_source_paths():
+    out = subprocess.run([sys.executable, "-m", "gnnpipe", "train", "--num-nodes", "300", "--layers", "2",
+                          "--epochs", "1", "--ranks", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "gnnpipe: warning: ignored: --ranks, --hardware" in out.stderr
+    assert ".py:" not in out.stderr
