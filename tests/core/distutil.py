@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import attrs
-import torch
 
 from gnnpipe.core import launch
 from gnnpipe.core.config import TrainConfig
@@ -33,6 +32,30 @@ def run_distributed(config: TrainConfig, data, grads_after=(1, 3), no_eval=True)
         for e, g in o["grads"].items():
             grads[e].update(g)
     return plan, outs, grads
+
+
+def _run_jobs(rank, world, jobs):
+    """Several runs in one set of processes (spawning 4 processes costs seconds; the runs are sequential)."""
+    return [worker(rank, world, cfg, plan, False, collect) for cfg, plan, collect in jobs]
+
+
+def run_many(configs, data, grads_after=(1, 3), no_eval=False, max_runtime_s=240, jobs_fn=None):
+    """``run_distributed`` for several configs of the same world size in one spawn; ``[(plan, outs, grads)]``.
+    ``jobs_fn``: a module-level function of the calling test module that calls :func:`_run_jobs` (the ranks then
+    import that module, e.g. for the models it registers)."""
+    plans = [build_plan(cfg, data) for cfg in configs]
+    collect = {"grads_after": tuple(grads_after), "no_eval": no_eval}
+    outs = launch.spawn(jobs_fn or _run_jobs, configs[0].world_size, ([(c, p, collect) for c, p in zip(configs, plans)],),
+                        timeout_s=configs[0].timeout_s, threads=1, max_runtime_s=max_runtime_s)
+    results = []
+    for k, plan in enumerate(plans):
+        per_rank = [o[k] for o in outs]
+        grads = {e: {} for e in grads_after}
+        for o in per_rank:
+            for e, g in o["grads"].items():
+                grads[e].update(g)
+        results.append((plan, per_rank, grads))
+    return results
 
 
 def run_reference(config: TrainConfig, data, grads_after=(1, 3)):

@@ -8,13 +8,13 @@ from torch import nn
 from torch_geometric.nn import SimpleConv
 
 from gnnpipe import models
-from gnnpipe.core import launch
-from gnnpipe.core.runner import build_plan, worker
 from gnnpipe.models import GNNModel, MessagePassingUnit
 from gnnpipe.models.zoo import Encoder, Head
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
 
 from .distutil import base_config, run_reference, small_graph
+from .distutil import _run_jobs
+from .distutil import run_many as _run_many
 from .test_parallel_dist import assert_equal_to_reference, way_of
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
@@ -50,24 +50,14 @@ class PushGCN(GNNModel):
         super().__init__(units + [Head(hidden, out_channels)])
 
 
-def _run_jobs(rank, world, jobs):
-    return [worker(rank, world, cfg, plan, False, collect) for cfg, plan, collect in jobs]
+def _jobs(rank, world, jobs):
+    """The ranks import this module (and register its test models) to unpickle this function."""
+    return _run_jobs(rank, world, jobs)
 
 
 def run_many(configs, data, no_eval=False):
-    plans = [build_plan(cfg, data) for cfg in configs]
-    collect = {"grads_after": GRADS_AFTER, "no_eval": no_eval}
-    outs = launch.spawn(_run_jobs, configs[0].world_size, ([(c, p, collect) for c, p in zip(configs, plans)],),
-                        timeout_s=configs[0].timeout_s, threads=1, max_runtime_s=500)
-    results = []
-    for k, plan in enumerate(plans):
-        per_rank = [o[k] for o in outs]
-        grads = {e: {} for e in GRADS_AFTER}
-        for o in per_rank:
-            for e, g in o["grads"].items():
-                grads[e].update(g)
-        results.append((plan, per_rank, grads))
-    return results
+    """``distutil.run_many`` with this module's epochs of gradient capture and models."""
+    return _run_many(configs, data, grads_after=GRADS_AFTER, no_eval=no_eval, max_runtime_s=500, jobs_fn=_jobs)
 
 
 def _config(model, **kw):

@@ -7,12 +7,13 @@ import torch
 from gnnpipe.core import launch
 from gnnpipe.core.graph import build_adjacency
 from gnnpipe.core.parallel import send_lists
-from gnnpipe.core.runner import build_plan, worker
+from gnnpipe.core.runner import build_plan
 from gnnpipe.core.trainer import make_model
 from gnnpipe.errors import ConfigError
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
+from .distutil import run_many as _run_many
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
 
@@ -20,26 +21,9 @@ MODELS = ["gcn", "graphsage", "gcnii", "resgcn+"]
 GRADS_AFTER = (1, 3)
 
 
-def _run_jobs(rank, world, jobs):
-    """Several runs in one set of processes (spawning 4 processes costs seconds; the runs are sequential)."""
-    return [worker(rank, world, cfg, plan, False, collect) for cfg, plan, collect in jobs]
-
-
 def run_many(configs, data):
-    """``run_distributed`` for several configs of the same world size in one spawn; ``[(plan, outs, grads)]``."""
-    plans = [build_plan(cfg, data) for cfg in configs]
-    collect = {"grads_after": GRADS_AFTER, "no_eval": False}
-    outs = launch.spawn(_run_jobs, configs[0].world_size, ([(c, p, collect) for c, p in zip(configs, plans)],),
-                        timeout_s=configs[0].timeout_s, threads=1, max_runtime_s=240)
-    results = []
-    for k, plan in enumerate(plans):
-        per_rank = [o[k] for o in outs]
-        grads = {e: {} for e in GRADS_AFTER}
-        for o in per_rank:
-            for e, g in o["grads"].items():
-                grads[e].update(g)
-        results.append((plan, per_rank, grads))
-    return results
+    """``distutil.run_many`` with this module's epochs of gradient capture."""
+    return _run_many(configs, data, grads_after=GRADS_AFTER)
 
 
 _CACHE: dict = {}
