@@ -10,8 +10,12 @@ op (ms, median of 5 rounds, 1 thread), on the graph relabelled by the pipeline's
 * ``whole``: the whole-graph product ``Â @ H`` (what the single-process trainer does), op after op;
 * ``chunk-major, row slice``: ``Â[R_c, :] @ H`` with a CSR row slice, chunk after chunk, each chunk
   through all ``--buffers`` buffers;
-* ``chunk-major, compact``: the same with :class:`gnnpipe.core.graph.CompactRows` (``index_select``
-  of the referenced rows, then a product with compacted columns) — what the pipeline uses.
+* ``chunk-major, compact``: the same as a gather (``index_select`` of the referenced rows) and a product
+  with compacted columns — what the pipeline used before the fused product (issue #18);
+* ``chunk-major, fused``: :class:`gnnpipe.core.graph.CompactRows` ``.mm``, one fused gather-and-multiply
+  (:func:`gnnpipe.core.graph.csr_mm`: ``embedding_bag`` on CPU) — what the pipeline uses;
+* ``whole, fused``: the whole-graph product through :func:`gnnpipe.core.graph.spmm` (the same fused kernel;
+  what the single-process trainer uses).
 
 Both on the chunk plan's two within-chunk vertex orders (``ChunkPlan.build(order=…)``): ``original``
 (the dataset's relative order inside each chunk) and ``locality`` (the default: fine METIS parts
@@ -44,7 +48,7 @@ def main():
 
     from gnnpipe.api import load_data
     from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.graph import CompactRows, build_adjacency, csr_row_slice
+    from gnnpipe.core.graph import CompactRows, build_adjacency, csr_row_slice, spmm
     from gnnpipe.core.trainer import resolve_config
     from gnnpipe.partitioners import ChunkPlan, partition_metrics
 
@@ -53,10 +57,10 @@ def main():
     n = int(data.num_nodes)
     bufs = [torch.randn(n, a.dim) for _ in range(a.buffers)]
 
-    def whole(mat):  # outputs dropped at once, as in the chunk-major cases (kept, they cost allocations)
+    def whole(mat, op=torch.sparse.mm):  # outputs dropped at once, as in the chunk-major cases
         def run():
             for b in bufs:
-                torch.sparse.mm(mat, b)
+                op(mat, b)
         return run
 
     def chunk_major(rows, op):
@@ -76,7 +80,10 @@ def main():
         compact = [CompactRows(s) for s in slices]
         cases[f"whole, chunk plan ({order})"] = whole(adj)
         cases[f"chunk-major, row slice ({order})"] = chunk_major(slices, torch.sparse.mm)
-        cases[f"chunk-major, compact ({order})"] = chunk_major(compact, lambda r, b: r.mm(b))
+        cases[f"whole, fused ({order})"] = whole(adj, spmm)
+        cases[f"chunk-major, compact ({order})"] = chunk_major(
+            compact, lambda r, b: torch.mm(r.local, b.index_select(0, r.cols)))
+        cases[f"chunk-major, fused ({order})"] = chunk_major(compact, lambda r, b: r.mm(b))
     m = partition_metrics(rd.edge_index, n, plan.chunk_of())
     times = {k: [] for k in cases}
     for f in cases.values():

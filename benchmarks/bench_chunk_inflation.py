@@ -19,8 +19,9 @@ depend on the CPU: ATen calls, autograd nodes created, Python function calls, an
 "Per-call overhead" is the same inflation measured on the model with hidden width 1, where the kernels
 are nearly free and what remains is Python, dispatch and autograd bookkeeping per call. Bytes moved are counted per ATen call by a ``TorchDispatchMode``: every dense tensor argument and
 result (a view moves nothing; the destination of a copy is written, not read), except that a gather
-(``index_select``) reads only the distinct indexed rows and a sparse product reads only the distinct rows of
-the dense matrix its sparse matrix references (what a perfect cache fetches).
+(``index_select``) reads only the distinct indexed rows and a sparse product (a CSR ``mm``, or the fused
+``embedding_bag`` of :func:`gnnpipe.core.graph.csr_mm`) reads only the distinct rows of the dense matrix its
+non-zeros reference (what a perfect cache fetches).
 
 Not a test.
 """
@@ -224,7 +225,8 @@ class Counter:
                 flat_in, _ = tree_flatten((args, kwargs))
                 flat_out, _ = tree_flatten(out)
                 sp = [t for t in flat_in if isinstance(t, torch.Tensor) and t.layout == torch.sparse_csr]
-                item = classify(op, bool(sp) and op not in ("_to_sparse_csr", "clone"))
+                fused = op in ("_embedding_bag", "_embedding_bag_forward_only")  # csr_mm's fused product
+                item = classify(op, fused or (bool(sp) and op not in ("_to_sparse_csr", "clone")))
                 if op == "index_select":  # reads only the distinct indexed rows (a repeated row is cached)
                     src, idx = args[0], args[2]
                     row = src.numel() // max(src.size(0), 1) * src.element_size()
@@ -232,6 +234,13 @@ class Counter:
                     if src.dim() == 2:  # rows of a matrix (a 1-D source: the pull's zero-row mask)
                         counter.rows_gathered += distinct
                     b = distinct * row + idx.numel() * idx.element_size() + sum(dense_bytes(t) for t in flat_out)
+                elif fused:  # reads the distinct rows of the weight its indices reference, once each
+                    weight, idx, offsets, psw = args[0], args[1], args[2], args[6]
+                    width = weight.size(1)
+                    rows = int(torch.unique(idx).numel()) if idx.numel() else 0
+                    counter.nnz += idx.numel() * width
+                    b = (rows * width * weight.element_size() + sum(dense_bytes(t) for t in (idx, offsets, psw))
+                         + sum(dense_bytes(t) for t in flat_out))
                 elif sp and item == "sparse product":  # reads the distinct rows its sparse matrix references
                     m = sp[0]
                     dense = [t for t in flat_in if isinstance(t, torch.Tensor) and t.layout == torch.strided

@@ -139,60 +139,108 @@ def csr_rows(a: Tensor, rows: Tensor) -> Tensor:
     return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)), dtype=a.dtype)
 
 
+def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
+    """``A @ h`` for the CSR matrix ``(crow, col, values)`` (``r + 1``, ``nnz``, ``nnz``; ``col`` indexing rows of
+    ``h``) and a dense ``h`` (``[n, d]`` → ``[r, d]``, dtype of ``values``), without autograd through ``A``.
+
+    On CPU, when ``h`` has the dtype of ``values``, this is one fused gather-and-multiply: PyTorch's
+    ``embedding_bag`` in ``sum`` mode with the non-zeros as ``per_sample_weights`` (row ``i`` of the result is
+    ``Σ_j values[j] · h[col[j]]`` over ``j ∈ [crow[i], crow[i+1])``, in that order). Its CPU kernel (FBGEMM)
+    fetches the referenced rows of ``h`` with prefetching, so it neither copies them into a compact block first
+    nor stalls on cold, scattered rows the way the CSR product does: measured on Amazon Computers (hidden 100,
+    1 thread) 2.0 against 4.6 ms for the whole-graph product, and 3.4 against 5.9 ms (gather + compacted
+    product) per chunk op over cold history buffers (docs/RESULTS.md §11c; issue #18). Elsewhere (CUDA, or
+    ``h`` stored in another dtype) it is ``torch.mm`` on the CSR tensor (after an up-cast of ``h``)."""
+    r = crow.numel() - 1
+    if col.numel() == 0 or h.size(1) == 0:
+        return torch.zeros(r, h.size(1), dtype=values.dtype, device=h.device)
+    if h.device.type == "cpu" and h.dtype == values.dtype:
+        return torch.nn.functional.embedding_bag(col, h if h.is_contiguous() else h.contiguous(), crow,
+                                                 mode="sum", per_sample_weights=values, include_last_offset=True)
+    if h.dtype != values.dtype:  # rows stored narrower (--history-dtype): up-cast when read
+        h = h.to(values.dtype)
+    a = torch.sparse_csr_tensor(crow, col, values, (r, h.size(0)), device=h.device)
+    return torch.mm(a, h)
+
+
 class CompactRows:
-    """Some rows of a CSR matrix with their columns compacted to the ones those rows reference.
+    """Some rows ``R`` of a CSR matrix, as the chunk aggregation op multiplies with them.
 
-    ``Â[R, :] @ H`` equals ``local @ H[cols]``, where ``cols`` (``LongTensor[k]``, sorted) are the distinct
-    columns of ``Â[R, :]`` and ``local`` is the ``|R| × k`` CSR matrix with renumbered columns (same
-    values, same order of non-zeros in every row, hence the same floating-point sums).
+    ``Â[R, :] @ H`` is one fused gather-and-multiply over the rows of ``H`` the non-zeros reference
+    (:func:`csr_mm`; on CPU ``embedding_bag``): no copy of those rows, no scattered reads of cold history rows
+    inside a CSR kernel. Off the CPU (or for a history stored in another dtype) the referenced rows are
+    gathered (``index_select``) into a compact block and multiplied by the rows with columns renumbered to that
+    block (``local``, built on first use): ``Â[R, :] @ H = local @ H[cols]``.
 
-    Why: a chunk's product reads the rows of ``H`` of its own vertices and of its halo (neighbours in
-    other chunks). In a pipeline these rows live in large history buffers that are cold in the cache; a
-    gather (``index_select``) fetches them with far more memory-level parallelism than the scattered
-    reads inside the sparse kernel. Measured on Amazon Computers, 16 chunks, 40 history buffers: 11.1
-    against 16.3 ms per op (benchmarks/bench_chunk_gather.py; docs/RESULTS.md §5).
+    Indices are 32-bit when they fit (half the index memory of a rank's rows of ``Â``; same products).
 
     Args:
         rows: ``r × N`` CSR tensor (e.g. :func:`csr_row_slice` of ``Â``).
     """
 
     def __init__(self, rows: Tensor):
-        col = rows.col_indices()
-        cols, local_col = torch.unique(col, sorted=True, return_inverse=True)
-        # 32-bit indices when they fit (half the index memory of a rank's rows of Â; same products)
-        idx = torch.int32 if max(rows.size(1), int(rows.crow_indices()[-1]) if rows.size(0) else 0) < 2**31 - 1 \
-            else torch.int64
-        self.cols = cols.to(idx)
-        self.local = torch.sparse_csr_tensor(rows.crow_indices().to(idx), local_col.to(idx), rows.values(),
-                                             (rows.size(0), self.cols.numel()), dtype=rows.dtype,
-                                             device=rows.device)
+        nnz = int(rows.crow_indices()[-1]) if rows.size(0) else 0
+        idx = torch.int32 if max(rows.size(1), nnz) < 2**31 - 1 else torch.int64
+        self.crow = rows.crow_indices().to(idx)
+        self.col = rows.col_indices().to(idx)
+        self.values = rows.values()
         self.shape = rows.shape
+        self._compact = None
+
+    def _compacted(self) -> tuple[Tensor, Tensor]:
+        if self._compact is None:
+            cols, local_col = torch.unique(self.col, sorted=True, return_inverse=True)
+            local = torch.sparse_csr_tensor(self.crow, local_col.to(self.col.dtype), self.values,
+                                            (self.shape[0], cols.numel()), dtype=self.values.dtype,
+                                            device=self.values.device)
+            self._compact = (cols.to(self.col.dtype), local)
+        return self._compact
+
+    @property
+    def cols(self) -> Tensor:
+        """The distinct columns the rows reference (sorted; ``[k]``): the rows of ``H`` a product reads."""
+        return self._compacted()[0]
+
+    @property
+    def local(self) -> Tensor:
+        """The ``r × k`` CSR rows with columns renumbered to :attr:`cols` (same values, same order per row)."""
+        return self._compacted()[1]
 
     def mm(self, h: Tensor, zero_rows: Tensor | None = None) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
-        ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast after the
-        gather).
+        ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
         With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
         one zero: known zero rows are read from there (one hot row) instead of where they lie. The result is
         the same, bit for bit."""
-        if self.cols.numel() == 0 or h.size(1) == 0:
-            return h.new_zeros(self.shape[0], h.size(1), dtype=self.local.dtype)
-        idx = self.cols
+        if self.col.numel() == 0 or h.size(1) == 0:
+            return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
+        if h.device.type == "cpu" and h.dtype == self.values.dtype:
+            col = self.col
+            if zero_rows is not None:
+                col = col.masked_fill(zero_rows.index_select(0, col), zero_rows.size(0))
+            return csr_mm(self.crow, col, self.values, h)
+        cols, local = self._compacted()
+        idx = cols
         if zero_rows is not None:
             idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
         rows = h.index_select(0, idx)
-        if rows.dtype != self.local.dtype:  # rows stored narrower (--history-dtype): up-cast when read
-            rows = rows.to(self.local.dtype)
-        return torch.mm(self.local, rows)
+        if rows.dtype != local.dtype:  # rows stored narrower (--history-dtype): up-cast after the gather
+            rows = rows.to(local.dtype)
+        return torch.mm(local, rows)
 
 
 def spmm(a: "Tensor | CompactRows", h: Tensor) -> Tensor:
-    """``a @ h`` for a CSR ``a`` (or :class:`CompactRows`) and a dense ``h`` (no autograd through ``a``)."""
+    """``a @ h`` for a CSR ``a`` (or :class:`CompactRows`) and a dense ``h`` (no autograd through ``a``;
+    :func:`csr_mm`)."""
     if isinstance(a, CompactRows):
         return a.mm(h)
+    if h.numel() == 0:
+        return h.new_zeros(a.size(0), h.size(1), dtype=a.dtype)
+    if h.device.type == "cpu" and h.dtype == a.dtype:
+        return csr_mm(a.crow_indices(), a.col_indices(), a.values(), h)
     # torch.mm: one ATen call (torch.sparse.mm adds a zero-filled output and an addmm); same kernel, same sums
-    return torch.mm(a, h) if h.numel() else h.new_zeros(a.size(0), h.size(1))
+    return torch.mm(a, h)
 
 
 class _SpMM(torch.autograd.Function):
