@@ -226,7 +226,8 @@ class Counter:
                 flat_out, _ = tree_flatten(out)
                 sp = [t for t in flat_in if isinstance(t, torch.Tensor) and t.layout == torch.sparse_csr]
                 fused = op in ("_embedding_bag", "_embedding_bag_forward_only")  # csr_mm's fused product
-                item = classify(op, fused or (bool(sp) and op not in ("_to_sparse_csr", "clone")))
+                accessor = op in ("crow_indices", "col_indices", "values", "_nnz")  # views of a CSR tensor
+                item = classify(op, fused or (bool(sp) and op not in ("_to_sparse_csr", "clone") and not accessor))
                 if op == "index_select":  # reads only the distinct indexed rows (a repeated row is cached)
                     src, idx = args[0], args[2]
                     row = src.numel() // max(src.size(0), 1) * src.element_size()
@@ -250,7 +251,7 @@ class Counter:
                     counter.nnz += m._nnz() * width
                     b = (rows * width * 4 + m._nnz() * (m.col_indices().element_size() + m.element_size())
                          + sum(dense_bytes(t) for t in flat_out))
-                elif getattr(func, "is_view", False) or op in ("detach", "alias", "t", "view", "slice"):
+                elif getattr(func, "is_view", False) or accessor or op in ("detach", "alias", "t", "view", "slice"):
                     b = 0  # a view moves nothing
                 elif op in ("copy_", "zero_", "fill_"):  # the destination is written, not read
                     b = sum(dense_bytes(t) for t in flat_in[1:]) + dense_bytes(args[0])

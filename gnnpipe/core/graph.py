@@ -155,8 +155,10 @@ def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     if col.numel() == 0 or h.size(1) == 0:
         return torch.zeros(r, h.size(1), dtype=values.dtype, device=h.device)
     if h.device.type == "cpu" and h.dtype == values.dtype:
-        return torch.nn.functional.embedding_bag(col, h if h.is_contiguous() else h.contiguous(), crow,
-                                                 mode="sum", per_sample_weights=values, include_last_offset=True)
+        # torch.embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode (0: sum), sparse,
+        # per_sample_weights, include_last_offset, padding_idx): F.embedding_bag without its Python checks
+        return torch.embedding_bag(h if h.is_contiguous() else h.contiguous(), col, crow, False, 0, False, values,
+                                   True, None)[0]
     if h.dtype != values.dtype:  # rows stored narrower (--history-dtype): up-cast when read
         h = h.to(values.dtype)
     a = torch.sparse_csr_tensor(crow, col, values, (r, h.size(0)), device=h.device)
