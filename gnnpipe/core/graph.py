@@ -174,7 +174,10 @@ class CompactRows:
     gathered (``index_select``) into a compact block and multiplied by the rows with columns renumbered to that
     block (``local``, built on first use): ``Â[R, :] @ H = local @ H[cols]``.
 
-    Indices are 32-bit when they fit (half the index memory of a rank's rows of ``Â``; same products).
+    Indices are 32-bit when they fit (half the index memory of a rank's rows of ``Â``; same products). Nothing of
+    the CSR tensor it was built from stays referenced: ``values()`` of a sparse CSR tensor is an alias that keeps
+    the whole tensor, its 64-bit indices included, alive (measured: a block of ``nnz`` entries then holds
+    ``nnz·(8 + 4)`` more bytes), so the values are copied.
 
     Args:
         rows: ``r × N`` CSR tensor (e.g. :func:`csr_row_slice` of ``Â``).
@@ -185,9 +188,20 @@ class CompactRows:
         idx = torch.int32 if max(rows.size(1), nnz) < 2**31 - 1 else torch.int64
         self.crow = rows.crow_indices().to(idx)
         self.col = rows.col_indices().to(idx)
-        self.values = rows.values()
+        self.values = rows.values().clone()
         self.shape = rows.shape
         self._compact = None
+
+    def same_as(self, other: "CompactRows") -> bool:
+        """Whether ``other`` holds bit for bit the same rows (shape, row pointers, columns and values)."""
+        return (tuple(self.shape) == tuple(other.shape) and self.crow.dtype == other.crow.dtype
+                and torch.equal(self.crow, other.crow) and torch.equal(self.col, other.col)
+                and torch.equal(self.values, other.values))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its row pointers, columns and values (the compacted copy of the fallback path not counted)."""
+        return sum(t.numel() * t.element_size() for t in (self.crow, self.col, self.values))
 
     def _compacted(self) -> tuple[Tensor, Tensor]:
         if self._compact is None:
@@ -302,13 +316,16 @@ class GraphOps:
 
         One range at a time, each compacted (32-bit indices) before the next is built: the transient is the
         normalised edge list plus one chunk's rows, not every chunk's rows with 64-bit indices at once (a
-        pipeline rank runs every chunk; issue #12)."""
+        pipeline rank runs every chunk; issue #12). Where the rows of ``Âᵀ`` equal those of ``Â`` bit for bit (a
+        symmetric ``Â``: ``gcn`` and ``sum`` of an undirected graph without edge weights, whose entries
+        ``w·d_i^{-1/2}·d_j^{-1/2}`` are the same products either way round), the pair holds one object twice:
+        the same products, half the memory."""
         dst, src, w = normalised_edges(self.edge_index.cpu(), self.num_nodes, kind, self.dtype, self.edge_weight)
         out = []
         for r in ranges:
-            a = csr_blocks(dst, src, w, self.num_nodes, [r])[0].to(self.device)
-            at = csr_blocks(src, dst, w, self.num_nodes, [r])[0].to(self.device)
-            out.append((CompactRows(a), CompactRows(at)))
+            a = CompactRows(csr_blocks(dst, src, w, self.num_nodes, [r])[0].to(self.device))
+            at = CompactRows(csr_blocks(src, dst, w, self.num_nodes, [r])[0].to(self.device))
+            out.append((a, a if a.same_as(at) else at))
             del a, at
         return out
 
