@@ -28,6 +28,15 @@ from torch import Tensor
 
 KINDS = ("layer", "graph", "weight", "eval")
 
+#: sends a rank keeps outstanding on a transport that cannot report a send's completion without waiting for it
+#: (gloo: a send's ``is_completed()`` stays ``False`` until ``wait()`` is called, even long after the peer has
+#: received it). :meth:`Comm.isend` then waits for the oldest outstanding send before it returns whenever more
+#: than this many are outstanding, so that a rank holds at most this many sent tensors (otherwise every tensor
+#: sent in an epoch stayed alive until its end: on a pipeline rank, both directions' boundary tensors of every
+#: chunk, ``2·N·(d + d_shared)`` values; issue #12). A waited send's receive is always reachable: the receiver
+#: posts its receives in its own action order, and what it needs before that receive was sent earlier.
+MAX_PENDING_SENDS = 2
+
 
 class PostedRecv:
     """A receive posted with :meth:`Comm.irecv`: the ``torch.distributed`` work handle, the buffer it fills,
@@ -69,6 +78,8 @@ class Comm:
         self.comm_s = 0.0
         self.idle_s = 0.0
         self._pending: list = []
+        #: whether a completed send says so without a wait (nccl); gloo's does not (:data:`MAX_PENDING_SENDS`)
+        self._pollable = dist.is_initialized() and dist.get_backend() != "gloo"
 
     # ------------------------------------------------------------------ accounting
     def reset(self) -> None:
@@ -86,13 +97,20 @@ class Comm:
 
     # ------------------------------------------------------------------ point to point
     def isend(self, tensor: Tensor, dst: int, tag: int, kind: str = "layer") -> None:
-        """Non-blocking send of a contiguous tensor to global rank ``dst``; completed by :meth:`wait_sends`."""
+        """Non-blocking send of a contiguous tensor to global rank ``dst``; completed by :meth:`wait_sends`.
+
+        The rank keeps a reference to every outstanding send's tensor; completed sends are forgotten here (their
+        tensors freed), and on gloo at most :data:`MAX_PENDING_SENDS` stay outstanding (the oldest is waited for)."""
         t0 = time.perf_counter()
         tensor = tensor.detach().contiguous()
         if self.stage and tensor.device.type != "cpu":
             tensor = _host_copy(tensor)
         self._reap_sends()
         self._pending.append((dist.isend(tensor, dst, tag=tag), tensor))
+        if not self._pollable:
+            while len(self._pending) > MAX_PENDING_SENDS:
+                work, _ = self._pending.pop(0)
+                work.wait()
         self.bytes[kind] += tensor.numel() * tensor.element_size()
         self.comm_s += time.perf_counter() - t0
 
@@ -160,8 +178,9 @@ class Comm:
     def _reap_sends(self) -> None:
         """Forget the sends that have completed (``wait`` returns at once and raises a transport error if there
         was one), so their tensors are freed now rather than at the epoch's :meth:`wait_sends`: a stage that
-        recomputes keeps no other reference to the outputs it sent (issue #12: a pipeline rank's peak)."""
-        if self._pending and any(w.is_completed() for w, _ in self._pending):
+        recomputes keeps no other reference to the outputs it sent (issue #12: a pipeline rank's peak). Only a
+        transport that reports completion (nccl) has any to forget; on gloo :meth:`isend` bounds them instead."""
+        if self._pollable and self._pending and any(w.is_completed() for w, _ in self._pending):
             keep = []
             for work, t in self._pending:
                 if work.is_completed():
