@@ -285,14 +285,20 @@ class Executor:
         lo, hi = self.inference_rows or (0, st.num_nodes)
         if st.is_first:
             b = st.row_range[0]
-            h, sh = st.x[lo - b:hi - b], None
-        else:
-            buf = self.comm.recv((hi - lo, st.input_width()), st.dtype, self.ranks[self.s - 1], self.eval_tag)
-            h, sh = st.split_boundary(buf)
-        out, sh = st.infer_units(h, sh, capture)
+            inputs = [st.x[lo - b:hi - b], None]
+        else:  # the rows and the shared tensor as two messages: no concatenated copy, and h is freed after one unit
+            src = self.ranks[self.s - 1]
+            inputs = [self.comm.recv((hi - lo, st.in_dim), st.dtype, src, self.eval_tag),
+                      self.comm.recv((hi - lo, st.shared_dim), st.dtype, src, self.eval_tag + 1)
+                      if st.shared_dim else None]
+        out, sh = st.infer_units(inputs, capture)
         if st.is_last:
             return out
-        self.comm.isend(st.boundary(out, sh), self.ranks[self.s + 1], self.eval_tag, "eval")
+        dst = self.ranks[self.s + 1]
+        self.comm.isend(out, dst, self.eval_tag, "eval")
+        if st.shared_dim:
+            self.comm.isend(sh, dst, self.eval_tag + 1, "eval")
+        del out, sh
         self.comm.wait_sends()
         return None
 

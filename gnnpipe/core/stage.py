@@ -94,7 +94,9 @@ class Stage:
         self.model = model
         self.row_range = (0, self.num_nodes) if row_range is None else (int(row_range[0]), int(row_range[1]))
         lo, hi = self.row_range
-        self.x = data.x[lo:hi].to(self.device, self.dtype).clone() if self.is_first else None
+        # x: a view of the rows (no copy on the CPU in the compute dtype: of a memory-mapped graph file only the pages
+        # read become resident, once; a copy doubled them)
+        self.x = data.x[lo:hi].to(self.device, self.dtype) if self.is_first else None
         self.y = data.y[lo:hi].to(self.device).clone() if self.is_last else None
         self.train_mask = data.train_mask[lo:hi].to(self.device).clone() if self.is_last else None
         self.num_train = int(data.train_mask.sum())
@@ -267,12 +269,25 @@ class Stage:
         return sorted(self._saved)
 
     @torch.no_grad()
-    def infer_units(self, h: Tensor, sh: Optional[Tensor], capture: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def infer_units(self, inputs: list, capture: bool = False) -> tuple[Tensor, Optional[Tensor]]:
         """Exact inference of the stage's units on its inference rows (eval mode; each op's :meth:`infer`).
-        ``capture=True`` writes every op's exact input into its history (a full refresh)."""
+        ``capture=True`` writes every op's exact input into its history (a full refresh).
+
+        Args:
+            inputs: ``[h, shared]`` (``h`` ``[n, in_dim]``, ``shared`` ``[n, shared_dim]`` or ``None``); the list is
+                emptied, so that no reference to ``h`` outlives the first unit: each unit's input is freed once the
+                unit has run (a pipeline stage infers all ``N`` rows at once; issue #12).
+
+        Returns:
+            ``(out [n, out_dim], shared)``.
+        """
         self.model.eval()
         make = unit_aggregators(self.model.units, lambda i, j, t, kind, layer: self.ops[(i, j)].infer(t, capture, layer))
-        return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
+        h, sh = inputs
+        inputs.clear()
+        for i in self.units:  # GNNModel.run_units' loop, here so that nothing else holds a unit's input
+            h, sh = self.model.units[i](h, sh, make(i))
+        return h, sh
 
     # ------------------------------------------------------------------ reporting
     def history_bytes(self) -> int:

@@ -128,6 +128,7 @@ class GCNIILayer(LayerUnit):
         # fused as in PyG's GCN2Conv: lerp = (1 − α)·a + α·h0; addmm = (1 − θ)·s + θ·s·Wᵀ (fewer ops per call)
         s = torch.lerp(agg(dropout(h, self.dropout, self.training), "gcn"), shared, self.alpha)
         out = torch.addmm(s, s, self.lin.weight.t(), beta=1.0 - self.theta, alpha=self.theta)
+        del s  # without autograd (evaluation) nothing else holds it: one [n, d] fewer alive at the activation
         if self.lin.bias is not None:
             out = out + self.theta * self.lin.bias
         return self.act(out), shared
