@@ -10,11 +10,14 @@ become resident in it.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+#: ``madvise`` advice: the pages may be dropped (Linux ``<sys/mman.h>``)
+MADV_DONTNEED = 4
 #: the ``Data`` attributes a rank may read (``edge_weight`` only when the graph has one)
 FIELDS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask", "edge_weight")
 
@@ -49,6 +52,34 @@ class GraphFile:
             self._tensors = torch.load(self.path, mmap=True, weights_only=True)
         return self._tensors
 
+    def release(self, *names: str) -> int:
+        """Drop this process's resident pages of the named tensors (e.g. ``"edge_index"`` once a rank has built its
+        rows of ``Â`` from it): ``madvise(MADV_DONTNEED)`` on the whole pages inside each tensor's bytes. The
+        tensors stay valid: the mapping is private and read-only in use, so a later read faults the same bytes
+        back in from the file. Resident file pages count in a rank's peak (``VmHWM``), and a rank that keeps
+        reading from the mapping (its rows of ``x``) would otherwise keep the edge list resident too (issue #12).
+
+        Returns:
+            the bytes advised (0 off Linux, before the file is loaded, or for names it does not hold).
+        """
+        if self._tensors is None or not sys.platform.startswith("linux"):
+            return 0
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        page = os.sysconf("SC_PAGE_SIZE")
+        done = 0
+        for name in names:
+            t = self._tensors.get(name)
+            if t is None or t.numel() == 0:
+                continue
+            start = t.data_ptr()
+            lo = -(-start // page) * page  # whole pages only: a neighbouring tensor's bytes stay untouched
+            hi = (start + t.numel() * t.element_size()) // page * page
+            if hi > lo and libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_DONTNEED) == 0:
+                done += hi - lo
+        return done
+
     def __getattr__(self, name: str):
         if name in FIELDS:
             return self._load().get(name)
@@ -64,4 +95,12 @@ class GraphFile:
         return f"GraphFile({self.path!r}, num_nodes={self.num_nodes})"
 
 
-__all__ = ["FIELDS", "GraphFile"]
+def release_edge_pages(data) -> None:
+    """Drop this rank's resident pages of a memory-mapped graph file's edge list (:meth:`GraphFile.release`; no-op
+    for a graph in memory): once its rows of ``Â`` are built a rank does not read it again (a hybrid's first
+    evaluation reads it once more to build its halo, then drops it again)."""
+    if isinstance(data, GraphFile):
+        data.release("edge_index", "edge_weight")
+
+
+__all__ = ["FIELDS", "GraphFile", "release_edge_pages"]

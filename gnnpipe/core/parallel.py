@@ -68,6 +68,7 @@ from .comm import Comm
 from .config import TrainConfig
 from .execute import Executor
 from .graph import GraphOps
+from .graphfile import release_edge_pages
 from .history import PushHistory
 from .pipeline import chunk_rows, history_ops
 from .stage import Stage
@@ -215,6 +216,9 @@ def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, sta
             if "halo" not in cache:
                 fwd = send_lists(data.edge_index, way_of, way_of, W)
                 cache["halo"] = HaloExchange(ops, way, W, lo, hi, fwd, peer_ranks, comm)
+                for kind in {k for i in units for k in model.units[i].aggregations}:
+                    cache["halo"].adj(kind)  # built now, while the edge list is read anyway
+                release_edge_pages(data)
             return cache["halo"]
 
         return get

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from ..errors import ConfigError
 from .comm import Comm, collective_device
 from .config import TrainConfig, ignored_options
+from .graphfile import release_edge_pages
 from .metrics import peak_memory_bytes
 from .results import TrainResult
 from .trainer import epoch_loop, make_model
@@ -325,19 +326,24 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     comm = Comm(device)
     W, S = config.ways, config.stages
     if W == 1:
-        return make_pipeline_stage(config, model, plan.data, plan.chunk_ptr, plan.bounds, rank, list(range(S)),
-                                   _scheduler(config), _order_policy(config, correctors), correctors, comm,
-                                   device=device)
-    if len(plan.way_ptr) - 1 != W:
-        raise ConfigError(f"the plan has {len(plan.way_ptr) - 1} ways, the configuration {W}")
-    check_parallel_config(config, len(plan.chunk_ptr) - 1)
-    if S == 1:  # correctors are unused in GP (exact: no history)
-        return make_graph_parallel_way(config, model, plan, rank, comm, group=None, ranks=list(range(W)), device=device)
-    peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
-    pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
-    way, stage = divmod(rank, S)
-    return make_hybrid_member(config, model, plan, way, stage, _scheduler(config), _order_policy(config, correctors),
-                              correctors, comm, peer_groups[stage], pipe_groups[way], device=device)
+        ex = make_pipeline_stage(config, model, plan.data, plan.chunk_ptr, plan.bounds, rank, list(range(S)),
+                                 _scheduler(config), _order_policy(config, correctors), correctors, comm, device=device)
+    else:
+        if len(plan.way_ptr) - 1 != W:
+            raise ConfigError(f"the plan has {len(plan.way_ptr) - 1} ways, the configuration {W}")
+        check_parallel_config(config, len(plan.chunk_ptr) - 1)
+        if S == 1:  # correctors are unused in GP (exact: no history)
+            ex = make_graph_parallel_way(config, model, plan, rank, comm, group=None, ranks=list(range(W)),
+                                         device=device)
+        else:
+            peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
+            pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
+            way, stage = divmod(rank, S)
+            ex = make_hybrid_member(config, model, plan, way, stage, _scheduler(config),
+                                    _order_policy(config, correctors), correctors, comm, peer_groups[stage],
+                                    pipe_groups[way], device=device)
+    release_edge_pages(plan.data)  # the rows of Â are built: the edge list is not read again
+    return ex
 
 
 def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
