@@ -323,8 +323,10 @@ class HaloExchange:
             cols = self._local[a.col_indices()]
             if bool((cols < 0).any()):
                 raise RuntimeError(f"way {self.w}: Â[{kind}] reads a vertex that is neither owned nor a halo row")
-            a_loc = torch.sparse_csr_tensor(a.crow_indices(), cols, a.values(),
+            # own copies of the arrays: accessors of a CSR tensor keep the whole tensor (its global columns) alive
+            a_loc = torch.sparse_csr_tensor(a.crow_indices().clone(), cols, a.values().clone(),
                                             (self.n_own, self.n_own + self.n_halo), dtype=a.dtype)
+            del a
             self._adj[kind] = (a_loc, csr_transpose(a_loc))
         return self._adj[kind]
 
