@@ -130,6 +130,9 @@ class Profile:
     runtime_floor_bytes: int = 0
     action_overhead_s: float = 0.0
     notes: str = ""
+    #: what the memory model measured of this (graph, model) pair, filled on first use: per role the bytes per row
+    #: of :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, and the graph's symmetry
+    footprints: dict = attrs.field(factory=dict)
 
     def kind(self, unit: int) -> UnitKind:
         return self.unit_kinds[self.units[unit]]
@@ -200,7 +203,7 @@ def _model_fields(full, data, F: int, Cls: int) -> dict:
                 num_classes=Cls)
 
 
-def _saved_bytes(model, data, lo: int, hi: int) -> list[float]:
+def saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     """Bytes saved for backward by each unit of ``model`` on rows ``[lo, hi)`` with the chunk op
     (distinct storages, parameters excluded; a storage counts for the first unit that saved it)."""
     from ..core.aggregation import history_op
@@ -447,7 +450,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         # weight rows so that big and small chunks count alike (relative error)
         kinds: dict[str, Any] = {}
         errs = []
-        saved_per_unit = _saved_bytes(model, rdata, ptr[0], ptr[1])
+        saved_per_unit = saved_bytes(model, rdata, ptr[0], ptr[1])
         rows0 = ptr[1] - ptr[0]
         for key, i in rep.items():
             fits = []
@@ -519,7 +522,7 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     dtype = next(model.parameters()).dtype
     sub = Data(x=data.x[:n].to(dtype), edge_index=ei, num_nodes=n)
     with torch.random.fork_rng():
-        saved = _saved_bytes(model, sub, 0, n)
+        saved = saved_bytes(model, sub, 0, n)
     kinds = {key: UnitKind(key=key, forward=[0.0] * 4, backward=[0.0] * 4, whole_forward_s=0.0, whole_backward_s=0.0,
                            saved_bytes_per_row=saved[i] / n, params=int(sum(p.numel() for p in model.units[i].parameters())))
              for key, i in rep.items()}

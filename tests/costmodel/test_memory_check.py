@@ -28,11 +28,14 @@ def test_prediction_grows_with_the_graph_and_the_depth():
 
 def test_refused_with_the_prediction_and_the_available_memory():
     cfg, data = _job()
-    need = single_process_memory(cfg, data).peak
+    pred = single_process_memory(cfg, data)
+    need = pred.peak
     with pytest.raises(ConfigError, match=r"would need about \d+ MiB .* MiB are available here.*--no-memory-check"):
         check_single_process_memory(cfg, data, available=need // 4)
-    fits = check_single_process_memory(cfg, data, available=need)  # the loaded graph counts as available
-    assert fits is not None and fits.peak == need
+    # the loaded graph counts as available: the need less half the graph fits (a prediction measures the role's
+    # bytes per row anew, which differ between calls by a few hundred bytes, far less than half the graph)
+    fits = check_single_process_memory(cfg, data, available=need - pred.graph // 2)
+    assert fits is not None and fits.peak == pytest.approx(need, rel=0.01)
     assert check_single_process_memory(cfg, data, available=10**12) is None  # far below: no profile taken
 
 
