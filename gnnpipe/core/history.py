@@ -33,6 +33,11 @@ class History:
     instead of fetching cold rows of zeros (:meth:`grad_source`). Any other in-place change of ``G_out``
     bumps its version counter, and the history then treats no row as known zero (exact either way).
 
+    Zeroed by :meth:`zero_grads` (T2 at every epoch's end), ``G_out`` holds nothing but zeros until the next
+    backward writes a row: its buffer is then released and allocated again, zero, on first use (reading
+    ``G_out`` allocates it), so that it costs no memory while the run evaluates between epochs (issue #12: the
+    evaluation is a pipeline rank's peak).
+
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
     """
@@ -44,8 +49,8 @@ class History:
         self.device = torch.device(device)
         self.name = name
         self.H_in: Optional[Tensor] = None
-        self.G_out: Optional[Tensor] = None
-        self._g_buf: Optional[Tensor] = None  # [N + 1, d]; G_out = _g_buf[:N]
+        self._g_view: Optional[Tensor] = None  # G_out = _g_buf[:N]
+        self._g_buf: Optional[Tensor] = None  # [N + 1, d]; None before first use and while released (all zero)
         self._g_zero: Optional[Tensor] = None  # bool [N]: rows of G_out known to be zero
         self._g_known = -1  # G_out's version counter when _g_zero was last valid (-1: nothing known)
 
@@ -53,10 +58,31 @@ class History:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
         if self.H_in is None:
             self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
-            self._g_buf = torch.zeros(self.num_nodes + 1, dim, dtype=self.dtype, device=self.device)
-            self.G_out = self._g_buf[: self.num_nodes]
             self._g_zero = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
+            self._allocate_grads()
             self._g_known = -1
+
+    def _allocate_grads(self) -> None:
+        """A zero ``G_out`` buffer (every row known zero)."""
+        self._g_buf = torch.zeros(self.num_nodes + 1, self.H_in.size(1), dtype=self.dtype, device=self.device)
+        self._g_view = self._g_buf[: self.num_nodes]
+        self._g_zero.fill_(True)
+        self._g_known = self._g_view._version
+
+    @property
+    def G_out(self) -> Optional[Tensor]:
+        """``[N, d]`` output-gradient buffer (``None`` before first use); a released, all-zero one is allocated
+        again here."""
+        if self.H_in is None:
+            return None
+        if self._g_buf is None:
+            self._allocate_grads()
+        return self._g_view
+
+    @property
+    def grads_released(self) -> bool:
+        """``G_out`` is all zero and holds no memory (until it is read or written)."""
+        return self.H_in is not None and self._g_buf is None
 
     @staticmethod
     def write_rows(buf: Tensor, start: int, rows: Tensor) -> None:
@@ -69,13 +95,12 @@ class History:
         return g is not None and self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
 
     def zero_grads(self) -> None:
-        """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero."""
-        if self.G_out is None:
+        """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero and the buffer is
+        released until its next use (class docstring)."""
+        if self.H_in is None or self._g_buf is None:
             return
-        self.G_out.zero_()
-        if self.G_out.data_ptr() == self._g_buf.data_ptr():
-            self._g_zero.fill_(True)
-            self._g_known = self.G_out._version
+        self._g_buf = self._g_view = None
+        self._g_zero.fill_(True)
 
     def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> None:
         """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward)."""
@@ -90,7 +115,7 @@ class History:
 
     def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
         """``G_out[start:end] *= factor`` (e.g. T2's doubling); known zero rows stay zero."""
-        if self.G_out is None:
+        if self.H_in is None or self._g_buf is None:  # nothing yet, or all zero
             return
         tracking = self._tracking()
         self.G_out[start:end].mul_(factor)  # not `G[a:b] *= f`: that also copies the rows onto themselves
@@ -109,6 +134,8 @@ class History:
         before the first use."""
         if self.H_in is None:
             return {}
+        if self._g_buf is None:  # released (all zero): zeros for the file, not kept
+            return {"H_in": self.H_in, "G_out": torch.zeros_like(self.H_in)}
         return {"H_in": self.H_in, "G_out": self.G_out}
 
     def load_state_tensors(self, state: dict[str, Tensor]) -> None:
@@ -121,10 +148,12 @@ class History:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by both buffers."""
+        """Bytes of both buffers once allocated (``G_out`` counted while released too: it is allocated again at the
+        next backward)."""
         if self.H_in is None:
             return 0
-        return self.H_in.numel() * self.H_in.element_size() + self._g_buf.numel() * self._g_buf.element_size()
+        size = self.H_in.element_size()
+        return self.H_in.numel() * size + (self.num_nodes + 1) * self.H_in.size(1) * size
 
 
 class ChunkPushPull:
@@ -209,6 +238,15 @@ class PushHistory(History):
         if self.H_in is None:
             self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
             self.G_in = torch.zeros(self.num_nodes, dim, dtype=self.grad_dtype, device=self.device)
+
+    @property
+    def G_out(self) -> None:
+        """Unused by the push op (``None``)."""
+        return None
+
+    @property
+    def grads_released(self) -> bool:
+        return False
 
     @property
     def nbytes(self) -> int:

@@ -22,7 +22,8 @@
   rank all-reduces;
 * ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage (``2·N·d·h``), the correctors' full
   copies of every ``H_in`` (T3's snapshot, EMA's average: ``N·d·h`` each), and a message-passing unit's kept
-  pushes (``Σ_c |halo(c)|·d·b``);
+  pushes (``Σ_c |halo(c)|·d·b``). With T2 every ``G_out`` is zeroed at an epoch's end, which releases its
+  buffer until the next backward: while the run evaluates the rank holds ``H_in`` only;
 * ``activations`` — what the chunks in flight keep from their forward to their backward: the measured ``held``
   bytes per row (:mod:`.footprint`: saved activations, copies of received inputs, outputs, loss) times the rows
   of every chunk in flight but the one being computed (every chunk for gpipe, the simulated peak in flight for
@@ -42,7 +43,8 @@ The live peak is ``max(build phase, training phase, evaluation phase)``, each th
 * build: ``graph`` (with the edge list) + ``adjacency`` + building's transient;
 * training: ``graph`` + ``adjacency`` + ``parameters`` + ``history`` + ``activations`` + ``boundary`` + the
   chunk's forward/backward peak;
-* evaluation: ``graph`` + ``adjacency`` + ``parameters`` + ``history`` + the evaluation's working set.
+* evaluation: ``graph`` + ``adjacency`` + ``parameters`` + ``history`` (without released ``G_out``) + the
+  evaluation's working set.
 
 Measured against: the peak resident memory of a rank whose allocator returns freed blocks at once
 (``MALLOC_MMAP_THRESHOLD_=131072``) minus the runtime floor (the same rank's peak in the same layout on a tiny
@@ -186,7 +188,7 @@ def single_memory(*, N: int, F: int, E: int, b: int, bx: int, kinds_nnz: dict, s
 
 def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: int, bx: int, kinds: Sequence[str],
                 chunks: Sequence[tuple[int, int, int]], symmetric: dict, params_trained: int, allreduce: bool,
-                history: int, footprint: RoleFootprint, inflight: int, first: bool, last: bool,
+                history: int, footprint: RoleFootprint, history_eval: Optional[int] = None, inflight: int, first: bool, last: bool,
                 recv_width: int, send_width: int, pending_sends: int, graph_parallel: bool = False,
                 hybrid: bool = False, way_part: Optional[tuple[int, int, int]] = None, max_dim: int = 0,
                 edge_weight_bytes: int = 0) -> MemoryBreakdown:
@@ -199,6 +201,8 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         symmetric: ``{kind: Â equals Âᵀ}`` (the rank shares their rows).
         params_trained: ``P_s``. allreduce: the rank all-reduces its gradients (GP, hybrid).
         history: bytes of its history buffers, the correctors' copies and kept pushes.
+        history_eval: what of them is held while the run evaluates (default ``history``; T2 releases the zeroed
+            ``G_out`` buffers at every epoch's end).
         footprint: the role's measured bytes per row (:func:`~gnnpipe.costmodel.footprint.role_footprint`).
         inflight: chunks forwarded and not yet back-propagated at the rank's peak (schedule).
         first, last: the rank's stage is the first / last of its way.
@@ -247,7 +251,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
     m.activations = int(footprint.held * sum(sizes[1:k]))
     work = int(max(footprint.forward, footprint.backward) * largest)
     if graph_parallel and way_part is not None:
-        work += 2 * way_part[1] * max_dim * b  # the halo rows received and concatenated per op (and back)
+        work += way_part[1] * max_dim * b  # an op's halo rows beside its own (received and concatenated, or back)
     m.boundary = int(largest * (recv_width + pending_sends * send_width)) if not graph_parallel else 0
     m.train_peak = m.steady + m.history + m.activations + m.boundary + work
     # evaluation: a pipeline stage infers every row at once; a way its rows and their halo
@@ -262,7 +266,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         lasting = len(kinds) * local_csr_bytes(rows, halo, nnz, b) + (N + 2 * halo) * 8
         inputs = way_rows * recv_width
         eval_work = max(lasting + ev, inputs + edge_pages + max(normalise_peak(kd, E, N, b) for kd in kinds) + N * 8)
-    m.eval_peak = m.steady + m.history + eval_work
+    m.eval_peak = m.steady + (m.history if history_eval is None else int(history_eval)) + eval_work
     m.transient = max(work, eval_work, build)
     return m
 

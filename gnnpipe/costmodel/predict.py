@@ -252,6 +252,8 @@ def predict_bytes(config, plan, model) -> dict:
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
     W, S = config.ways, config.stages
+    t2 = S > 1 and any(str(c).partition(":")[0] == "t2" or type(c).__name__ == "T2UnbiasedGradient"
+                       for c in config.correctors)
     N = int(plan.data.num_nodes)
     sh = model.units[0].out_dim if model.shared_tensor else 0
     bounds = list(plan.bounds)
@@ -318,6 +320,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
     W, S = config.ways, config.stages
+    t2 = S > 1 and any(str(c).partition(":")[0] == "t2" or type(c).__name__ == "T2UnbiasedGradient"
+                       for c in config.correctors)
     R = W * S
     speed = hardware.speed
     measured = profile.p2p or Link(0.0, 1e12)  # no measured link: communication is (almost) free
@@ -464,6 +468,8 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
     W, S = config.ways, config.stages
+    t2 = S > 1 and any(str(c).partition(":")[0] == "t2" or type(c).__name__ == "T2UnbiasedGradient"
+                       for c in config.correctors)
     data = plan.data
     N, E, F = int(data.num_nodes), int(data.edge_index.size(1)), int(data.x.size(1))
     bx = int(data.x.element_size())
@@ -519,6 +525,10 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
             halo_rows = sum(int(g.chunk_feats[c][2]) for c in chunks)
             history = sum(2 * N * d * hb for d in hist) + copies * N * sum(hist) * hb
             history += sum(halo_rows * d * b for u in range(lo, hi) if u in push_units for d in profile.agg_dims[u])
+            # T2 zeroes every G_out at an epoch's end, which releases it until the next backward: not held while the
+            # run evaluates (History.zero_grads)
+            released = sum(N * d * hb for u in range(lo, hi) if u not in push_units for d in profile.agg_dims[u]) \
+                if t2 else 0
             d_in, d_out = profile.unit_dims[lo][0], profile.unit_dims[hi - 1][1]
             fwd_w, bwd_w = (d_in + sh) * b if s > 0 else 0, (d_out + sh) * b if s < S - 1 else 0
             if int(inflight[s]) >= Cw:
@@ -532,6 +542,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
                 way_part = (int(f[1]), int(f[2]), int(f[3]) + (int(f[1]) if "gcn" in kinds else 0))
             m = rank_memory(rank=w * S + s, way=w, stage=s, N=N, F=F, E=E, b=b, bx=bx, kinds=kinds, chunks=parts,
                             symmetric=symmetric, params_trained=P_s, allreduce=W > 1, history=history,
+                            history_eval=history - released,
                             footprint=footprint("hybrid" if W > 1 else "pipeline", s), inflight=int(inflight[s]),
                             first=s == 0, last=s == S - 1, recv_width=recv, send_width=send,
                             pending_sends=MAX_PENDING_SENDS, hybrid=W > 1, way_part=way_part, max_dim=max_dim,

@@ -4,9 +4,9 @@ the single process, pipelines under gpipe, 1f1b and --recompute, graph paralleli
 Every measurement runs in fresh processes whose allocator returns freed blocks at once (fixed mmap threshold,
 ``MALLOC_MMAP_THRESHOLD_``), so the resident peak is the peak of live memory — what the model predicts. The runtime
 floor (interpreter, libraries, the code pages the kernels touch, thread pools, the process group) is measured the way
-the model defines it: each process first runs the same job on a tiny graph; then its peak is reset
-(``/proc/self/clear_refs``) and the job on the mid-sized graph runs; measured = that run's peak − the resident size
-before it (the single process: before training, with its graph loaded, so the graph is subtracted from the
+the model defines it: each process first runs the same job on a tiny graph; then the heap's free memory is returned
+(``malloc_trim``, so that reused free blocks do not hide growth), its peak is reset (``/proc/self/clear_refs``) and
+the job on the mid-sized graph runs; measured = that run's peak − the resident size before it (the single process: before training, with its graph loaded, so the graph is subtracted from the
 prediction too). Distributed runs use the launcher's path: the plan's graph written to a file, memory-mapped by
 the ranks (``runner.file_backed``), the ranks running ``runner.worker``.
 
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="r
               pytest.mark.timeout(300)]
 
 SINGLE = r"""
-import json, sys, torch, gnnpipe.api
+import ctypes, json, sys, torch, gnnpipe.api
 from gnnpipe.core.config import TrainConfig
 from gnnpipe.core.trainer import resolve_config, SingleProcessTrainer
 def status(key):
@@ -54,6 +54,7 @@ base, n_tiny, n_mid = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]
 for n in (n_tiny, n_mid):  # the tiny run first: what it touches is the runtime floor
     cfg = resolve_config(TrainConfig(**{**base, "num_nodes": n}))
     data = gnnpipe.api.load_data(cfg)
+    ctypes.CDLL(None).malloc_trim(0)  # the heap's free memory back to the system: it would hide the growth
     open("/proc/self/clear_refs", "w").write("5")  # forget the peak so far (Linux >= 4.0)
     before = status("VmRSS")
     t = SingleProcessTrainer(data, cfg, prepared=True)
@@ -81,9 +82,12 @@ def _measure_jobs(rank, world, jobs):
 
     for cfg, tiny, _ in jobs:
         worker(rank, world, cfg, tiny, False, {"no_eval": False})
+    import ctypes
+
     out = []
     for cfg, _, mid in jobs:
         gc.collect()
+        ctypes.CDLL(None).malloc_trim(0)  # the heap's free memory back to the system: it would hide the growth
         dist.barrier()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
