@@ -5,7 +5,8 @@ synthetic graph (issue #12), each layout a separate ``gnnpipe train`` run, side 
         --layouts single,pipe8x32,gp8
 
 Layouts: ``single``, ``pipeS`` / ``pipeSxC`` (S stages, C chunks), ``gpW`` (W ways), ``hybWxS`` / ``hybWxSxC``,
-each optionally with ``+r`` (``--recompute``) and ``+bf16`` (``--history-dtype bfloat16``), e.g. ``pipe8x32+r``.
+each optionally with ``+r`` (``--recompute``), ``+bf16`` (``--history-dtype bfloat16``) and ``+1f1b`` (``--scheduler
+1f1b``), e.g. ``pipe8x32+r+1f1b``.
 Extra ``gnnpipe train`` flags follow ``--`` (e.g. ``-- --recompute --history-dtype bfloat16``).
 
 Measured per rank: the peak resident set (``VmHWM``, what the run's JSON records as ``peak_mem_bytes``) and
@@ -51,8 +52,11 @@ def layout_flags(name: str) -> list[str]:
             extra.append("--recompute")
         elif o in ("bf16", "fp16"):
             extra += ["--history-dtype", "bfloat16" if o == "bf16" else "float16"]
+        elif o in ("1f1b", "gpipe"):
+            extra += ["--scheduler", o]
         else:
-            raise SystemExit(f"unknown layout option +{o}; use +r (recompute) or +bf16 / +fp16 (history dtype)")
+            raise SystemExit(f"unknown layout option +{o}; use +r (recompute), +bf16 / +fp16 (history dtype) or "
+                             f"+1f1b / +gpipe (scheduler)")
     return _layout_flags(name) + extra
 
 

@@ -73,6 +73,36 @@ def gather_accuracies(logits: Tensor | None, y: Tensor, masks: dict[str, Tensor]
     return res
 
 
+def return_free_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc ``malloc_trim(0)``; a no-op elsewhere).
+
+    glibc keeps memory freed by short-lived tensors: after the first large block it frees, its mmap threshold rises
+    to that block's size, so later chunk-sized tensors come from a heap whose freed holes stay resident. Called at
+    phase boundaries of a rank (built, each epoch trained, each evaluation), it keeps what one phase freed out of
+    the next phase's resident peak (issue #12: ``VmHWM`` is what ``peak_mem_bytes`` reports)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    global _TRIM
+    if _TRIM is False:
+        import ctypes
+        import sys
+
+        _TRIM = None
+        if sys.platform.startswith("linux"):
+            try:
+                _TRIM = ctypes.CDLL(None).malloc_trim
+            except (OSError, AttributeError):
+                _TRIM = None
+    return _TRIM
+
+
+_TRIM = False
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak memory of this process in bytes: CUDA max allocated on a GPU, else the peak resident set size.
 

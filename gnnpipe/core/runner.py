@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .comm import Comm, collective_device
 from .config import TrainConfig, ignored_options
 from .graphfile import release_edge_pages
-from .metrics import peak_memory_bytes
+from .metrics import peak_memory_bytes, return_free_memory
 from .results import TrainResult
 from .trainer import epoch_loop, make_model
 
@@ -387,6 +387,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)
+    return_free_memory()  # what building freed stays out of training's resident peak
     session = RunSession(config, options, stage, lead=rank == 0, rank=rank, world=world, plan_info=plan.info)
     hooks = list(session.hooks)
     if records is not None and rank == 0:
@@ -399,6 +400,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         stage.comm.reset()
         t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
+        return_free_memory()
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         rec = _gather_epoch(stage, wall, out["loss"], cpu)
         if epoch + 1 in collect.get("grads_after", ()):
@@ -406,7 +408,11 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         losses.append(rec["loss"])
         return rec
 
-    evaluate = stage.evaluate
+    def evaluate() -> dict:
+        res = stage.evaluate()
+        return_free_memory()
+        return res
+
     if collect.get("no_eval"):
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
     from . import stopping

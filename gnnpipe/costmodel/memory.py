@@ -65,8 +65,11 @@ KINDS = ("graph", "adjacency", "parameters", "history", "activations", "boundary
 
 #: glibc's malloc keeps freed memory of the short-lived working set (its mmap threshold rises after the first
 #: large free, and later allocations come from a heap that fragments): resident peak ≈ steady + (live peak −
-#: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest); 0.6 is used for the
-#: resident prediction and the fits check, the live prediction is reported beside it.
+#: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest) before the ranks returned
+#: the heap's free memory at phase boundaries (``core.metrics.return_free_memory``); on the 169k graph of
+#: docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live peak, a GP way's
+#: 25–50 % above it (its peak is inside one training step). 0.6 is kept for the resident prediction and the fits
+#: check (an upper side); the live prediction is reported beside it.
 RETENTION = 0.6
 #: bytes a row of the evaluation reads of labels and the three masks (``y`` int64, three bool masks)
 LABEL_READ_BYTES = 11
