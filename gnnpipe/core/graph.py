@@ -167,9 +167,8 @@ def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     ``embedding_bag`` in ``sum`` mode with the non-zeros as ``per_sample_weights`` (row ``i`` of the result is
     ``Σ_j values[j] · h[col[j]]`` over ``j ∈ [crow[i], crow[i+1])``, in that order). Its CPU kernel (FBGEMM)
     fetches the referenced rows of ``h`` with prefetching, so it neither copies them into a compact block first
-    nor stalls on cold, scattered rows the way the CSR product does: measured on Amazon Computers (hidden 100,
-    1 thread) 2.0 against 4.6 ms for the whole-graph product, and 3.4 against 5.9 ms (gather + compacted
-    product) per chunk op over cold history buffers (docs/RESULTS.md §11c; issue #18). Elsewhere (CUDA, or
+    nor stalls on cold, scattered rows the way the CSR product does (faster than both the CSR product and the
+    gather + compacted product, for the whole graph and per chunk op: docs/RESULTS.md §11c; issue #18). Elsewhere (CUDA, or
     ``h`` stored in another dtype) it is ``torch.mm`` on the CSR tensor (after an up-cast of ``h``)."""
     r = crow.numel() - 1
     if col.numel() == 0 or h.size(1) == 0:

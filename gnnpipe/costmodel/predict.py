@@ -7,10 +7,11 @@
 * ``graph``  = GP: ``b·M·(Σd + Σ_back d)`` (:func:`gnnpipe.partitioners.predict_gp_bytes`, ``b/4`` times its fp32
   bytes): forward every op's mirror rows, backward their gradients for the ops whose input needs one
   (``GNNModel.backward_aggregation_dims``: not a first layer reading the raw features, e.g. GAT's); hybrid:
-  ``b·(M_fwd·Σd + M_bwd·Σ_back,pull d + M_C·Σ_back,push d)`` — forward the mirror rows ``j → i`` across ways;
-  backward, for the pull op the reverse pairs (``M_bwd``, equal to ``M_fwd`` for undirected graphs), for a
+  ``h·(M_fwd·Σd + M_bwd·Σ_back,pull d) + b·M_C·Σ_back,push d`` — forward the mirror rows ``j → i`` across
+  ways; backward, for the pull op the reverse pairs (``M_bwd``, equal to ``M_fwd`` for undirected graphs), for a
   message-passing unit's halo-gradient op the pushed halo rows of other ways, ``M_C = Σ_c |{v ∈ halo(c) :
-  way(v) ≠ way(c)}|`` (docs/HALO_GRADIENT.md);
+  way(v) ≠ way(c)}|`` (docs/HALO_GRADIENT.md). Peers send rows of their history buffers, so ``h`` is the element
+  size of ``--history-dtype`` (``b`` by default); pushes are in ``--dtype``;
 * ``weight`` = ``2·(W−1)·b·P`` (ring all-reduce of every trained parameter within each stage's peer group).
 
 **Time**: per stage and chunk, forward and backward seconds from the profile's fits (:mod:`.profile`) on the
@@ -267,13 +268,14 @@ def predict_bytes(config, plan, model) -> dict:
         g = _geometry(plan, config) if "mirror_count" not in plan.info or S > 1 else None
         if S == 1:
             m = int(plan.info["mirror_count"]) if g is None else g.mirror_fwd
-            graph = predict_gp_bytes(m, dims, [d for _, _, d in back])
+            graph = predict_gp_bytes(m, dims, [d for _, _, d in back]) * b // FP32_BYTES  # counts fp32 elements
         else:
             push = [d for i, _, d in back if getattr(model.units[i], "message_passing", False)]
             pull = [d for i, _, d in back if not getattr(model.units[i], "message_passing", False)]
-            graph = (predict_gp_bytes(g.mirror_fwd, dims, []) + predict_gp_bytes(g.mirror_bwd, [], pull)
-                     + predict_gp_bytes(g.mirror_push, [], push))
-        graph = graph * b // FP32_BYTES  # the formula counts fp32 elements
+            # peers exchange rows of the history buffers (H_in forward, G_out backward), stored in
+            # --history-dtype; a halo-gradient op's pushes stay in --dtype (docs/HALO_GRADIENT.md)
+            hist_rows = predict_gp_bytes(g.mirror_fwd, dims, []) + predict_gp_bytes(g.mirror_bwd, [], pull)
+            graph = (hist_rows * hb + predict_gp_bytes(g.mirror_push, [], push) * b) // FP32_BYTES
         P = sum(p.numel() for p in model.parameters() if p.requires_grad)
         weight = 2 * (W - 1) * b * P
     if W == 1 and S == 1:

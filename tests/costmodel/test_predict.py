@@ -49,8 +49,9 @@ def test_enumerate_layouts():
 @pytest.mark.dist
 @pytest.mark.timeout(300)
 def test_predicted_bytes_equal_measured_bytes_exactly():
-    """Bytes per epoch by kind (DESIGN §6) for a pipeline (GCNII: h0 travels), GP (GraphSAGE), a hybrid (GCN) and a
-    hybrid on a directed graph (forward and backward mirror counts differ) — all 4 ranks, one spawn."""
+    """Bytes per epoch by kind (DESIGN §6) for a pipeline (GCNII: h0 travels), GP (GraphSAGE), a hybrid (GCN), a
+    hybrid on a directed graph (forward and backward mirror counts differ) and a hybrid with bfloat16 history (its
+    peer rows travel in bfloat16) — all 4 ranks, one spawn."""
     undirected = small_graph(n=120)
     raw = synthetic_graph(num_nodes=120, avg_degree=6.0, num_classes=3, num_features=8, train_per_class=10,
                           val_per_class=5, seed=1)
@@ -60,7 +61,10 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
     runs = [(base_config(model="gcnii", stages=4, chunks=8, layers=4, epochs=2), undirected),
             (base_config(model="graphsage", ways=4, stages=1, correctors=[], layers=3, epochs=2), undirected),
             (base_config(model="gcn", ways=2, stages=2, chunks=8, layers=4, epochs=2), undirected),
-            (base_config(model="resgcn+", ways=2, stages=2, chunks=4, layers=3, epochs=2, undirected=False), directed)]
+            (base_config(model="resgcn+", ways=2, stages=2, chunks=4, layers=3, epochs=2, undirected=False), directed),
+            # peers exchange history rows: in --history-dtype (2 bytes) while the boundary stays in --dtype
+            (base_config(model="gcn", ways=2, stages=2, chunks=8, layers=4, epochs=2, history_dtype="bfloat16"),
+             undirected)]
     jobs = [(cfg, build_plan(cfg, data)) for cfg, data in runs]
     outs = launch.spawn(_jobs, 4, (jobs,), timeout_s=60, threads=1, max_runtime_s=240)
     for k, (cfg, plan) in enumerate(jobs):
@@ -76,6 +80,9 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
 
     g = _geometry(jobs[3][1], jobs[3][0])
     assert g.mirror_fwd != g.mirror_bwd
+    # the bfloat16 hybrid moves fewer graph bytes than the same hybrid with history in --dtype
+    assert 0 < predict_bytes(*jobs[4], make_model(jobs[4][0], jobs[4][1].num_features, jobs[4][1].num_classes))["graph"] \
+        < predict_bytes(*jobs[2], make_model(jobs[2][0], jobs[2][1].num_features, jobs[2][1].num_classes))["graph"]
 
 
 @pytest.mark.dist
