@@ -26,14 +26,15 @@
   buffer until the next backward: while the run evaluates the rank holds ``H_in`` only;
 * ``activations`` — what the chunks in flight keep from their forward to their backward: the measured ``held``
   bytes per row (:mod:`.footprint`: saved activations, copies of received inputs, outputs, loss) times the rows
-  of every chunk in flight but the one being computed (every chunk for gpipe, the simulated peak in flight for
-  1f1b — at most ``S − s`` —, the part for graph parallelism and the single process). With ``--recompute``
-  ``held`` is the copies of the received inputs only;
+  of every chunk in flight (every chunk for gpipe, the simulated peak in flight for 1f1b — at most ``S − s`` —,
+  the part for graph parallelism and the single process). With ``--recompute`` ``held`` is the copies of the
+  received inputs only;
 * ``boundary``    — stage-boundary buffers beside the chunk being computed: the receive posted one action ahead
   (one chunk's rows) and the sends still outstanding (:data:`gnnpipe.core.comm.MAX_PENDING_SENDS` chunks), of
   the boundary widths (``d + d_shared``);
 * ``transient``   — the largest short-lived working set: a chunk's measured forward or backward peak per row
-  times the largest chunk (graph parallelism: plus its halo rows, received and concatenated), exact evaluation
+  beyond its ``held`` bytes, times the largest chunk (graph parallelism: plus its halo rows, received and
+  concatenated), exact evaluation
   (the measured ``eval`` bytes per row times the rows inferred at once: ``N`` for a pipeline stage, the way's
   rows otherwise, plus a way's halo rows), or building the rows of ``Â`` (the normalised edge list and its
   working set, :func:`normalise_peak`; the single process: the measured build bytes per non-zero).
@@ -251,8 +252,8 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
     # training: the chunks in flight but the one computed keep their held bytes; that one is at its peak
     sizes = sorted((c[0] for c in chunks), reverse=True)
     k = max(1, min(int(inflight), len(sizes)))
-    m.activations = int(footprint.held * sum(sizes[1:k]))
-    work = int(max(footprint.forward, footprint.backward) * largest)
+    m.activations = int(footprint.held * sum(sizes[:k]))  # the computed chunk's held bytes included
+    work = int(max(footprint.forward, footprint.backward) * largest - footprint.held * largest)  # beyond held
     if graph_parallel and way_part is not None:
         work += way_part[1] * max_dim * b  # an op's halo rows beside its own (received and concatenated, or back)
     m.boundary = int(largest * (recv_width + pending_sends * send_width)) if not graph_parallel else 0
