@@ -33,10 +33,12 @@ class History:
     instead of fetching cold rows of zeros (:meth:`grad_source`). Any other in-place change of ``G_out``
     bumps its version counter, and the history then treats no row as known zero (exact either way).
 
-    Zeroed by :meth:`zero_grads` (T2 at every epoch's end), ``G_out`` holds nothing but zeros until the next
+    With :attr:`release_grads` (set by a stage that recomputes, ``--recompute``: memory before compute), a
+    ``G_out`` zeroed by :meth:`zero_grads` (T2 at every epoch's end) holds nothing but zeros until the next
     backward writes a row: its buffer is then released and allocated again, zero, on first use (reading
     ``G_out`` allocates it), so that it costs no memory while the run evaluates between epochs (issue #12: the
-    evaluation is a pipeline rank's peak).
+    evaluation is a pipeline rank's peak). Otherwise it is zeroed in place: allocating it again every epoch costs
+    page faults that a pipeline's epoch feels (docs/RESULTS.md §11c).
 
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
@@ -53,6 +55,8 @@ class History:
         self._g_buf: Optional[Tensor] = None  # [N + 1, d]; None before first use and while released (all zero)
         self._g_zero: Optional[Tensor] = None  # bool [N]: rows of G_out known to be zero
         self._g_known = -1  # G_out's version counter when _g_zero was last valid (-1: nothing known)
+        #: release a zeroed G_out until its next use instead of zeroing it in place (class docstring)
+        self.release_grads = False
 
     def ensure(self, dim: int) -> None:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
@@ -95,12 +99,17 @@ class History:
         return g is not None and self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
 
     def zero_grads(self) -> None:
-        """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero and the buffer is
-        released until its next use (class docstring)."""
+        """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero (with
+        :attr:`release_grads`, the buffer is released until its next use: class docstring)."""
         if self.H_in is None or self._g_buf is None:
             return
-        self._g_buf = self._g_view = None
+        if self.release_grads:
+            self._g_buf = self._g_view = None
+            self._g_zero.fill_(True)
+            return
+        self._g_view.zero_()
         self._g_zero.fill_(True)
+        self._g_known = self._g_view._version
 
     def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> None:
         """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward)."""

@@ -400,7 +400,8 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         stage.comm.reset()
         t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
-        return_free_memory()
+        if config.recompute:  # memory before compute: the next epoch faults the returned pages in again
+            return_free_memory()
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         rec = _gather_epoch(stage, wall, out["loss"], cpu)
         if epoch + 1 in collect.get("grads_after", ()):
@@ -410,7 +411,8 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     def evaluate() -> dict:
         res = stage.evaluate()
-        return_free_memory()
+        if config.recompute:
+            return_free_memory()
         return res
 
     if collect.get("no_eval"):

@@ -104,6 +104,8 @@ class Stage:
         self.ops = ops
         self.flush, self.stash = flush, stash
         self.recompute = (config.recompute or not flush) if recompute is None else recompute
+        for hist in self.histories.values():  # --recompute trades compute for memory: G_out too (History)
+            hist.release_grads = bool(config.recompute)
         self.shared_dim = model.units[0].out_dim if model.shared_tensor else 0
         self.in_dim = model.units[self.lo_unit].in_dim
         self.out_dim = model.units[self.hi_unit - 1].out_dim

@@ -13,7 +13,7 @@ import torch
 from ..models import GNNModel, build_model
 from .config import DTYPES, TrainConfig, check_names
 from .graph import GraphOps
-from .metrics import accuracies, masked_loss, peak_memory_bytes, return_free_memory
+from .metrics import accuracies, masked_loss, peak_memory_bytes
 from .results import LoopState, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
@@ -260,15 +260,12 @@ class SingleProcessTrainer:
         loss = self.loss_and_backward()
         self.optimizer.step()
         cpu = time.thread_time() - c0
-        return_free_memory()  # what the step freed stays out of the next phase's resident peak
         return {"loss": loss, "cpu_s": [cpu]}  # CPU time of this thread (s)
 
     @torch.no_grad()
     def evaluate(self) -> dict:
         self.model.eval()
-        out = accuracies(self.model(self.x, self.ops.aggregate), self.data)
-        return_free_memory()
-        return out
+        return accuracies(self.model(self.x, self.ops.aggregate), self.data)
 
     def fit(self, progress: bool = True, options=None) -> TrainResult:
         """Train; ``options`` (:class:`~gnnpipe.core.options.RunOptions`) selects the weights kept in

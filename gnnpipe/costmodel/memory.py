@@ -22,8 +22,9 @@
   rank all-reduces;
 * ``history``     — ``H_in`` and ``G_out`` per aggregation op of the stage (``2·N·d·h``), the correctors' full
   copies of every ``H_in`` (T3's snapshot, EMA's average: ``N·d·h`` each), and a message-passing unit's kept
-  pushes (``Σ_c |halo(c)|·d·b``). With T2 every ``G_out`` is zeroed at an epoch's end, which releases its
-  buffer until the next backward: while the run evaluates the rank holds ``H_in`` only;
+  pushes (``Σ_c |halo(c)|·d·b``). With T2 every ``G_out`` is zeroed at an epoch's end, which under
+  ``--recompute`` releases its buffer until the next backward: while such a run evaluates the rank holds ``H_in``
+  only;
 * ``activations`` — what the chunks in flight keep from their forward to their backward: the measured ``held``
   bytes per row (:mod:`.footprint`: saved activations, copies of received inputs, outputs, loss) times the rows
   of every chunk in flight (every chunk for gpipe, the simulated peak in flight for 1f1b — at most ``S − s`` —,
@@ -66,9 +67,9 @@ KINDS = ("graph", "adjacency", "parameters", "history", "activations", "boundary
 
 #: glibc's malloc keeps freed memory of the short-lived working set (its mmap threshold rises after the first
 #: large free, and later allocations come from a heap that fragments): resident peak ≈ steady + (live peak −
-#: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest) before the ranks returned
-#: the heap's free memory at phase boundaries (``core.metrics.return_free_memory``); on the 169k graph of
-#: docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live peak, a GP way's
+#: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest) before ranks that recompute
+#: (``--recompute``) returned the heap's free memory at phase boundaries (``core.metrics.return_free_memory``);
+#: on the 169k graph of docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live peak, a GP way's
 #: 25–50 % above it (its peak is inside one training step). 0.6 is kept for the resident prediction and the fits
 #: check (an upper side); the live prediction is reported beside it.
 RETENTION = 0.6

@@ -253,8 +253,6 @@ def predict_bytes(config, plan, model) -> dict:
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
     W, S = config.ways, config.stages
-    t2 = S > 1 and any(str(c).partition(":")[0] == "t2" or type(c).__name__ == "T2UnbiasedGradient"
-                       for c in config.correctors)
     N = int(plan.data.num_nodes)
     sh = model.units[0].out_dim if model.shared_tensor else 0
     bounds = list(plan.bounds)
@@ -322,8 +320,6 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
     W, S = config.ways, config.stages
-    t2 = S > 1 and any(str(c).partition(":")[0] == "t2" or type(c).__name__ == "T2UnbiasedGradient"
-                       for c in config.correctors)
     R = W * S
     speed = hardware.speed
     measured = profile.p2p or Link(0.0, 1e12)  # no measured link: communication is (almost) free
@@ -527,10 +523,10 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
             halo_rows = sum(int(g.chunk_feats[c][2]) for c in chunks)
             history = sum(2 * N * d * hb for d in hist) + copies * N * sum(hist) * hb
             history += sum(halo_rows * d * b for u in range(lo, hi) if u in push_units for d in profile.agg_dims[u])
-            # T2 zeroes every G_out at an epoch's end, which releases it until the next backward: not held while the
-            # run evaluates (History.zero_grads)
+            # T2 zeroes every G_out at an epoch's end, which under --recompute releases it until the next backward:
+            # not held while the run evaluates (History.zero_grads, History.release_grads)
             released = sum(N * d * hb for u in range(lo, hi) if u not in push_units for d in profile.agg_dims[u]) \
-                if t2 else 0
+                if t2 and config.recompute else 0
             d_in, d_out = profile.unit_dims[lo][0], profile.unit_dims[hi - 1][1]
             fwd_w, bwd_w = (d_in + sh) * b if s > 0 else 0, (d_out + sh) * b if s < S - 1 else 0
             if int(inflight[s]) >= Cw:
