@@ -145,18 +145,24 @@ def main() -> None:
     from gnnpipe.costmodel import profile
     from gnnpipe.costmodel.hardware import local_hardware
     from gnnpipe.costmodel.predict import LayoutSpec, predict_layout
-    from gnnpipe.costmodel.profile import profile_link
+    from gnnpipe.costmodel.profile import link_fields, profile_link
 
     jobs = QUICK if args.quick else JOBS
     if args.jobs:
         keys = [k.strip() for k in args.jobs.split(",")]
         jobs = {n: j for n, j in jobs.items() if any(k in n for k in keys)}
     hw = local_hardware()
-    p2p, ar, raw = profile_link()
+    # the most ranks of any run: a run with more ranks than cores is predicted with the measured cost of a wait
+    most = max(w * s for _, layouts in jobs.values() for w, s, *_ in layouts)
+    p2p, ar, raw = profile_link(ranks=most)
+    link = link_fields(p2p, ar, raw)
     floor_rank = int(raw["floor"])
     floor_single = single_floor()
-    print(f"link: p2p {p2p}, allreduce {ar}; runtime floor: rank {floor_rank / 2**20:.0f} MiB, "
-          f"single process {floor_single / 2**20:.0f} MiB; hardware: {hw.name}", file=sys.stderr)
+    print(f"link: p2p {p2p}, allreduce {ar}; main-thread CPU per message {1e6 * link['msg_cpu_s']:.1f} us + "
+          f"{1e12 * link['msg_cpu_s_per_byte']:.2f} ps/B; a wait with {link['switch_ranks']} ranks on {raw['cores']} "
+          f"cores {1e3 * link['switch_s']:.2f} ms (+{1e3 * link['switch_peer_s']:.2f} ms per further peer); "
+          f"runtime floor: rank {floor_rank / 2**20:.0f} MiB, single process {floor_single / 2**20:.0f} MiB; "
+          f"hardware: {hw.name}", file=sys.stderr)
     records = []
     for name, (flags, layouts) in jobs.items():
         parser = argparse.ArgumentParser()
@@ -164,7 +170,7 @@ def main() -> None:
         cfg = resolve_config(config_from_args(parser.parse_args(flags)))
         data = api.load_data(cfg)
         t0 = time.perf_counter()
-        prof = profile(cfg, data, link_result=(p2p, ar, floor_rank))
+        prof = profile(cfg, data, link_result=link)
         print(f"{name}: profiled in {time.perf_counter() - t0:.1f} s (fit RMS error {prof.fit_error:.1%}, "
               f"cpu/wall {prof.cpu_over_wall:.2f})", file=sys.stderr)
         for w, s, c, over, sch in layouts:
@@ -180,7 +186,11 @@ def main() -> None:
             rec = {"job": name, "layout": spec.label(), "ways": w, "stages": s, "chunks": c, "over_partition": over,
                    "scheduler": sch, "predicted": pred.to_record(), "measured": meas, "floor_bytes": floor,
                    "profile": {"fit_error": prof.fit_error, "cpu_over_wall": prof.cpu_over_wall,
-                               "profile_s": prof.profile_s},
+                               "profile_s": prof.profile_s, "action_overhead_s": prof.action_overhead_s,
+                               "gp_op_s": prof.gp_op_s, "gp_op_s_per_elem": prof.gp_op_s_per_elem,
+                               "msg_cpu_s": prof.msg_cpu_s, "msg_cpu_s_per_byte": prof.msg_cpu_s_per_byte,
+                               "switch_s": prof.switch_s, "switch_peer_s": prof.switch_peer_s,
+                               "switch_ranks": prof.switch_ranks},
                    "same_plan": meas["chunk_sizes"] in (None, pred.plan_info.get("chunk_sizes"))}
             records.append(rec)
             print(f"    measured {1000 * meas['epoch_s']:.1f} ms (cpu share {meas['cpu_share']:.2f}), bytes "

@@ -79,7 +79,7 @@ def sixteen(out):
         data = api.load_data(cfg)
         t0 = time.perf_counter()
         prof = profile(cfg, data, link_result=link)
-        link = (prof.p2p, prof.allreduce, prof.runtime_floor_bytes)
+        link = prof.link_result()
         print(f"{job}: profiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         preds = {}
         for name, (w, s, c, over), measured in spec["runs"]:
@@ -119,7 +119,7 @@ def paper(out):
         cfg = _config(flags + ["--model", "gcnii", "--layers", "32", "--hidden", "64"])
         data = api.load_data(cfg)
         prof = profile(cfg, data, link_result=link)
-        link = (prof.p2p, prof.allreduce, prof.runtime_floor_bytes)
+        link = prof.link_result()
         res = {}
         for label, spec in (("GP 8x1", LayoutSpec(8, 1, 8, 1, "gpipe")), ("GNNPipe 1x8", LayoutSpec(1, 8, 32, 4, "gpipe")),
                             ("hybrid 2x4", LayoutSpec(2, 4, 32, 4, "gpipe"))):

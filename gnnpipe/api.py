@@ -97,7 +97,8 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
     else:
         if progress:
             print("gnnpipe: profiling the model on this graph (unit chunk costs, activations, link)…", file=sys.stderr)
-        prof = profile(config, data, verbose=progress)
+        # more ranks than this machine's cores: the probe also measures what a wait costs when they share them
+        prof = profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None)
     if profile_out:
         prof.save(profile_out)
     preds = plan_layouts(config, data, ranks, prof, hw, chunks_per_stage=chunks_per_stage,

@@ -31,13 +31,15 @@ def _row_slice_sample(data: Any, k: int) -> Any:
 
 def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
                        chunk_ptr: Tensor | None = None, *, phases: bool = False,
-                       clock: Any = time.perf_counter) -> "list[float] | UnitPhases":
+                       clock: Any = time.perf_counter, fused: bool = True) -> "list[float] | UnitPhases":
     """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
 
     Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
     that requires grad, and the shared tensor likewise; the encoder's input ``x`` does not require grad,
-    as in training). Each unit's time covers its forward and the backward of ``out.sum()`` (plus
-    ``shared.sum()`` if it produces a new shared tensor).
+    as in training), in the order a gpipe stage runs them: the forward of every chunk through all units,
+    then the backward of the chunks in reverse, each unit given the gradient of its output that the next
+    unit's backward produced (ones for the last unit), so a unit's buffers leave the caches between its
+    forward and its backward, and between chunks, as they do in training.
 
     * Without ``chunk_ptr``, aggregation is the exact full-graph op on the sample's own graph
       (``GraphOps(sample.edge_index, n).aggregate``).
@@ -47,7 +49,9 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
       (:class:`gnnpipe.core.history.ChunkAggregate` on :class:`~gnnpipe.core.graph.CompactRows`, one
       scratch history per op), and its cost is the sum over chunks. This captures what a whole-graph
       profile misses: a chunk's aggregation also reads its halo from cold history buffers, so
-      aggregation units cost relatively more in a pipeline than dense units.
+      aggregation units cost relatively more in a pipeline than dense units. A unit that fuses its chunk
+      step (``agg.push_pull``, e.g. GCNII's layer) runs fused, as a pipeline stage runs it; ``fused=False``
+      times the plain path instead (what a hybrid's peer op and graph parallelism run).
 
     One untimed warm-up pass, then ``repeats`` timed passes; the **minimum** per unit is reported (noise
     on a shared machine only adds time). The model is run in training mode (dropout on), its
@@ -64,6 +68,7 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         clock: the timer, a callable returning seconds (default wall time, ``time.perf_counter``;
             ``time.thread_time`` measures the CPU time of this thread, which other processes on a busy
             machine do not inflate).
+        fused: with ``chunk_ptr``, offer units the fused chunk step (``agg.push_pull``) as a pipeline stage does.
 
     Returns:
         ``list[float]`` of length ``U``, seconds per unit (forward + backward, summed over chunks).
@@ -86,13 +91,12 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
             raise ConfigError(f"chunk_ptr must rise strictly from 0 to the {n} vertices of the sample; got "
                               f"{ptr[:4]}{'…' if len(ptr) > 4 else ''}")
         ranges = list(zip(ptr, ptr[1:]))
-        run_unit = _chunked_runner(graph_ops, ranges, n, clock)
+        aggregator = _chunk_aggregators(graph_ops, ranges, n, fused)
     else:
-        agg = graph_ops.aggregate
+        ranges = [(0, n)]
 
-        def run_unit(unit, i, h, shared):
-            o, s_o, tf, tb = _timed_unit(unit, h, shared, agg, i > 0, clock)
-            return o, s_o, [tf], [tb]
+        def aggregator(unit, i, c, dtype, device):
+            return graph_ops.aggregate
 
     params = list(model.parameters())
     saved_grads = [p.grad for p in params]
@@ -100,69 +104,88 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         p.grad = None
     was_training = model.training
     units = list(model.units)
-    times: list[list[tuple[list[float], list[float]]]] = [[] for _ in units]
+    C = len(ranges)
+    times: list[tuple[list[list[float]], list[list[float]]]] = []  # per timed pass: (forward, backward)[unit][chunk]
     try:
         model.train()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             for rep in range(int(repeats) + 1):
-                h: Tensor = x
-                shared: Tensor | None = None
-                for i, unit in enumerate(units):
-                    h, shared, tf, tb = run_unit(unit, i, h, shared)
-                    if rep > 0:
-                        times[i].append((tf, tb))
+                fw = [[0.0] * C for _ in units]
+                bw = [[0.0] * C for _ in units]
+                _chunk_major_pass(units, x, ranges, aggregator, clock, fw, bw)
+                if rep > 0:
+                    times.append((fw, bw))
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g
         model.train(was_training)
     # minimum over repeats, per unit, chunk and phase
-    measured = UnitPhases(forward=[[min(rep[0][c] for rep in t) for c in range(len(t[0][0]))] for t in times],
-                          backward=[[min(rep[1][c] for rep in t) for c in range(len(t[0][1]))] for t in times])
+    measured = UnitPhases(forward=[[min(t[0][i][c] for t in times) for c in range(C)] for i in range(len(units))],
+                          backward=[[min(t[1][i][c] for t in times) for c in range(C)] for i in range(len(units))])
     return measured if phases else measured.unit_costs()
 
 
-def _timed_unit(unit: Any, h: Tensor, shared: Tensor | None, agg: Any, input_grad: bool,
-                clock: Any = time.perf_counter):
-    """Forward + backward of one unit on ``h``; returns the detached outputs, forward and backward seconds."""
-    h_in = h.detach().requires_grad_(input_grad)
-    s_in = None if shared is None else shared.detach().requires_grad_(True)
-    t0 = clock()
-    out, s_out = unit(h_in, s_in, agg)
-    loss = out.sum()
-    if s_out is not None and s_out is not s_in and s_out.requires_grad:
-        loss = loss + s_out.sum()
-    t1 = clock()
-    if loss.requires_grad:
-        loss.backward()
-    t2 = clock()
-    return out.detach(), (None if s_out is None else s_out.detach()), t1 - t0, t2 - t1
+def _chunk_major_pass(units: list, x: Tensor, ranges: list[tuple[int, int]], aggregator, clock, fw, bw) -> None:
+    """One timed pass in a gpipe stage's order: the forward of every chunk through the units (unit ``i`` gets
+    unit ``i − 1``'s output, detached, as a leaf that requires grad — the encoder's input ``x`` does not — and the
+    shared tensor likewise), then the backward of the chunks in reverse, unit by unit from the last, each given
+    the gradient of its output that the next unit's backward produced (ones for the last unit; the shared
+    tensor's gradient summed over the units that read it, for the unit that produced it). A unit's data thus
+    leaves the caches between its forward and its backward as in training. Fills ``fw[i][c]``, ``bw[i][c]``."""
+    saved: dict[tuple[int, int], tuple] = {}
+    for c, (lo, hi) in enumerate(ranges):
+        h: Tensor = x[lo:hi]
+        shared: Tensor | None = None
+        for i, unit in enumerate(units):
+            h_in = h.detach().requires_grad_(i > 0)
+            s_in = None if shared is None else shared.detach().requires_grad_(True)
+            agg = aggregator(unit, i, c, h.dtype, h.device)
+            t0 = clock()
+            out, s_out = unit(h_in, s_in, agg)
+            fw[i][c] = clock() - t0
+            saved[(c, i)] = (h_in, s_in, out, s_out)
+            h, shared = out.detach(), (None if s_out is None else s_out.detach())
+    for c in reversed(range(len(ranges))):
+        g: Tensor | None = None
+        g_shared: Tensor | None = None
+        for i in reversed(range(len(units))):
+            h_in, s_in, out, s_out = saved.pop((c, i))
+            tensors, grads = [out], [torch.ones_like(out) if g is None else g]
+            if s_out is not None and s_out is not s_in and s_out.requires_grad:  # this unit made the shared tensor
+                tensors.append(s_out)
+                grads.append(torch.ones_like(s_out) if g_shared is None else g_shared)
+                g_shared = None
+            t0 = clock()
+            if any(t.requires_grad for t in tensors):
+                torch.autograd.backward([t for t in tensors if t.requires_grad],
+                                        [q for t, q in zip(tensors, grads) if t.requires_grad])
+            bw[i][c] = clock() - t0
+            g = h_in.grad
+            if s_in is not None and s_in.grad is not None:
+                g_shared = s_in.grad if g_shared is None else g_shared + s_in.grad
+            del h_in, s_in, out, s_out
 
 
-def _chunked_runner(graph_ops: Any, ranges: list[tuple[int, int]], n: int, clock: Any = time.perf_counter):
-    """``run_unit(unit, i, h, shared) -> (h', shared', forward s per chunk, backward s per chunk)`` running a
-    unit chunk by chunk with the pipeline's history-backed aggregation op (see :func:`profile_unit_costs`)."""
+def _chunk_aggregators(graph_ops: Any, ranges: list[tuple[int, int]], n: int, fused: bool = True):
+    """``aggregator(unit, i, c, dtype, device) -> agg``: unit ``i``'s callback on chunk ``c`` with the pipeline's
+    history-backed aggregation op (one op with its history per aggregation of the unit, made on first use; the
+    row slices of ``Â`` shared by the ops, as in a stage); with ``fused``, ``agg.push_pull`` offers the op as a
+    fused chunk step (see :func:`profile_unit_costs`)."""
     adj: dict = {}  # (kind, chunk) -> row slices, shared by the ops as in a stage
-    scratch: dict[int, list] = {}  # one op (with its history) per aggregation, made in the warm-up pass
+    scratch: dict[int, list] = {}
 
-    def run_unit(unit: Any, i: int, h: Tensor, shared: Tensor | None):
+    def aggregator(unit: Any, i: int, c: int, dtype, device):
         if i not in scratch:
-            scratch[i] = [history_op(unit, kind, n, h.dtype, h.device, "", graph_ops, adj)
+            scratch[i] = [history_op(unit, kind, n, dtype, device, "", graph_ops, adj)
                           for kind in getattr(unit, "aggregations", ())]
         ops = scratch[i]
-        outs, shs, fw, bw = [], [], [], []
-        for c, rows in enumerate(ranges):
-            make = unit_aggregators({i: unit}, lambda _, j, t, kind, layer, c=c, rows=rows: ops[j].train(t, c, rows, True, layer))
-            o, s_o, tf, tb = _timed_unit(unit, h[rows[0]:rows[1]], None if shared is None else shared[rows[0]:rows[1]],
-                                         make(i), i > 0, clock)
-            outs.append(o)
-            shs.append(s_o)
-            fw.append(tf)
-            bw.append(tb)
-        sh = None if shs[0] is None else torch.cat(shs)
-        return torch.cat(outs), sh, fw, bw
+        rows = ranges[c]
+        make = unit_aggregators({i: unit}, lambda _, j, t, kind, layer: ops[j].train(t, c, rows, True, layer),
+                                (lambda _, j, kind: ops[j].push_pull(c, rows, True)) if fused else None)
+        return make(i)
 
-    return run_unit
+    return aggregator
 
 
 def profiled_split(model: Any, num_stages: int, *, data: Any, repeats: int = 3, sample_nodes: int | None = None,

@@ -5,7 +5,9 @@ factor of one device relative to the device the profile was measured on, memory,
 (within a node, between nodes). Ranks are placed in blocks: ``ranks_per_node = ceil(R / count)``, rank
 ``r`` on node ``r // ranks_per_node``. On a CPU node, ranks beyond its cores share them (as on a
 2-core machine running 4 ranks): the simulation slows compute down by the mean number of ranks that
-compute at the same time per core (see :func:`gnnpipe.costmodel.predict.predict_time`).
+compute at the same time per core, and the epoch takes at least the node's work plus the measured cost of
+every blocking wait of time-sliced ranks over its cores (see :func:`gnnpipe.costmodel.predict.predict_time`;
+the cost of a wait is measured on the machine that profiles, with more ranks than its cores).
 
 Format (every key below; ``[link.*]`` may be left out, then the link measured by the profile's
 ping-pong over the actual backend is used)::

@@ -15,15 +15,22 @@
 * ``weight`` = ``2·(W−1)·b·P`` (ring all-reduce of every trained parameter within each stage's peer group).
 
 **Time**: per stage and chunk, forward and backward seconds from the profile's fits (:mod:`.profile`) on the
-chunk's rows, halo and in-edges, divided by the hardware's speed factor; stage-boundary sends over the
-hardware's links (``latency + bytes/bandwidth``, overlapped with compute as gloo's ``isend`` is); the
-optimizer step as seconds per parameter; then the discrete-event simulation of the actual schedule
-(:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo exchange per
-aggregation op in each direction and one all-reduce. Hybrid: a way's schedule where every slot costs the
-slowest way's chunk plus the peers' exchange of the slot's rows per op, and the step adds the peer
+chunk's rows, halo and in-edges, corrected by the measured size factor at the chunk's rows
+(:func:`~gnnpipe.costmodel.profile.size_factor`) and divided by the hardware's speed factor; a pipeline's units
+run their fused chunk step, a hybrid's and graph parallelism's the plain path (:attr:`UnitKind.unfused`). To the
+units a rank's main thread adds the runtime's cost per chunk action, graph parallelism's per-op bookkeeping
+(:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`) or a hybrid's (:attr:`Profile.hybrid_op_s`), and
+its CPU per message sent or received (:meth:`Profile.msg_cpu`) — all measured by the profiler on this machine.
+Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
+gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
+actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
+exchange per aggregation op in each direction and one all-reduce. Hybrid: a way's schedule where every slot
+costs the slowest way's chunk plus the peers' exchange of the slot's rows per op, and the step adds the peer
 all-reduce. Ranks beyond a CPU node's cores share them: compute is slowed by ``max(1, demand / cores)``, with
 ``demand`` the mean number of that node's ranks computing at once in the unshared simulation (work / makespan),
-and the schedule is simulated again.
+and the schedule is simulated again; and the epoch is at least :func:`shared_cores_bound` — the node's work plus
+the core time each blocking wait costs when ranks are time-sliced (measured with more ranks than cores), over
+its cores.
 
 **Memory**: :mod:`.memory`.
 """
@@ -184,6 +191,9 @@ class _Geometry:
     peer_rows: dict = field(default_factory=dict)  # chunk -> (sent rows, received rows) per op, forward
     peer_rows_bwd: dict = field(default_factory=dict)
     peer_rows_push: dict = field(default_factory=dict)  # backward of a message-passing unit's op
+    way_sent: list = field(default_factory=list)  # GP: rows each way sends per op (its mirrors towards all others)
+    way_peers_out: list = field(default_factory=list)  # GP: ways each way sends to / receives from
+    way_peers_in: list = field(default_factory=list)
 
 
 def _geometry(plan, config) -> _Geometry:
@@ -204,6 +214,11 @@ def _geometry(plan, config) -> _Geometry:
         way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(way_rows)))
         g.mirror_fwd = int(partition_metrics(ei, N, way_of).mirror_count)
         g.mirror_bwd = int(partition_metrics(ei.flip(0), N, way_of).mirror_count)
+        if config.stages == 1:
+            lists = send_lists(ei, way_of, way_of, W)
+            g.way_sent = [sum(int(t.numel()) for (p, _), t in lists.items() if p == w) for w in range(W)]
+            g.way_peers_out = [sum(1 for (p, _) in lists if p == w) for w in range(W)]
+            g.way_peers_in = [sum(1 for (_, q) in lists if q == w) for w in range(W)]
         if config.stages > 1:
             chunk_of = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.tensor(np.diff(ptr)))
             for backward, dest in ((False, g.peer_rows), (True, g.peer_rows_bwd)):
@@ -311,14 +326,49 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any
     return simulate(sched, costs=cost, comm=comm)
 
 
+def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_peers: Sequence[float], cores: int,
+                       switch_s: float, switch_peer_s: float) -> float:
+    """Least epoch seconds of the ranks of one node that share ``cores`` CPU cores (``len(work_s) > cores``;
+    otherwise 0: every rank has a core of its own and the schedule's simulation decides).
+
+    Ranks that share cores are time-sliced: while one waits for a message another runs, so the node's cores are
+    at best always busy, and every blocking wait costs core time the ranks' own threads do not use (the transport
+    threads, the switch between ranks, a core left idle when the ranks that could run are all waiting). With
+    ``switch_s`` core seconds per wait of a rank for one peer and ``switch_peer_s`` per further peer of the same
+    wait (measured by :func:`gnnpipe.costmodel.profile.profile_link` with more ranks than cores), the epoch takes
+    at least ``(Σ work + switch_s · Σ waits + switch_peer_s · Σ extra_peers) / cores``.
+
+    Args:
+        work_s: per rank on the node, its main thread's CPU seconds per epoch (compute and message handling).
+        waits: per rank, its blocking waits per epoch (receives, exchanges, all-reduce steps).
+        extra_peers: per rank, the peers beyond the first summed over its waits (an exchange with ``p`` peers
+            adds ``p − 1``).
+        cores: the node's cores (>= 1).
+
+    Raises:
+        ConfigError: the three lists differ in length, or ``cores < 1``.
+    """
+    if not (len(work_s) == len(waits) == len(extra_peers)):
+        raise ConfigError(f"one work, wait and peer count per rank: got {len(work_s)}, {len(waits)}, {len(extra_peers)}")
+    if int(cores) < 1:
+        raise ConfigError(f"a node needs at least one core, got {cores!r}")
+    if len(work_s) <= cores:
+        return 0.0
+    return (sum(work_s) + switch_s * sum(waits) + switch_peer_s * sum(extra_peers)) / int(cores)
+
+
 def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float, list]:
     """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown, CPU work seconds per rank)`` for ``plan``
-    on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures)."""
+    on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures).
+
+    Work of a rank: its units on its chunks or part (:meth:`UnitKind.time`, the plain path for graph parallelism
+    and hybrids), the runtime's cost per chunk action (pipeline, hybrid) or graph parallelism's bookkeeping per
+    op (:attr:`Profile.gp_op_s`), its main thread's CPU per message sent or received (:meth:`Profile.msg_cpu`) and
+    the optimizer step. The epoch is the simulated schedule (module docstring); on a CPU node with more ranks than
+    cores, at least :func:`shared_cores_bound` of its ranks."""
     from ..core.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
-    hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
-    copies = _history_copies(config)
     W, S = config.ways, config.stages
     R = W * S
     speed = hardware.speed
@@ -326,10 +376,15 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     measured_ar = profile.allreduce or measured
     step_pp = profile.step_s_per_param / speed
     sh = profile.shared_dim
-    P_units = [profile.kind(u).params for u in range(len(profile.units))]
+    U = len(profile.units)
+    P_units = [profile.kind(u).params for u in range(U)]
     cores = hardware.devices_per_node if hardware.kind == "cpu" else None
     back_units = {i for i, _, _ in model.backward_aggregation_dims()}  # ops whose input gradient is exchanged
     push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
+    # the host's main-thread costs (message handling, bookkeeping) shrink with a faster CPU only
+    host = speed if hardware.kind == "cpu" else 1.0
+    def msg(nbytes: float) -> float:
+        return profile.msg_cpu(nbytes) / host
 
     def share_factor(per_rank_compute: list[float], makespan: float) -> float:
         if cores is None or makespan <= 0:
@@ -340,62 +395,113 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         demand = max(per_node.values()) / makespan
         return max(1.0, demand / cores)
 
+    def bound(work: list[float], waits: list[float], extra: list[float]) -> float:
+        """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription)."""
+        if cores is None:
+            return 0.0
+        nodes: dict[int, list[int]] = {}
+        for r in range(R):
+            nodes.setdefault(hardware.node_of(r, R), []).append(r)
+        return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
+                                      profile.switch_s, profile.switch_peer_s) for rs in nodes.values())
+
     if W == 1 and S == 1:
-        t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(len(profile.units)))
+        t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(U))
         t = t / speed + step_pp * sum(P_units)
         return t, [t], 1.0, [t]
 
     g = _geometry(plan, config)
     if S == 1:  # graph parallelism: per unit the slowest way; an exchange per op and direction
+        sent, pairs_out, pairs_in = g.way_sent, g.way_peers_out, g.way_peers_in
+        halo = g.way_feats[:, 2]
+
         def gp_time(k: float) -> tuple[float, list[float]]:
             comp = [0.0] * W
             total = 0.0
-            for u in range(len(profile.units)):
+            link = hardware.group_link(list(range(W)), R, measured)
+            for u in range(U):
                 for phase in ("F", "B"):
-                    ts = [profile.kind(u).time(g.way_feats[w], phase) * k / speed for w in range(W)]
+                    ts = []
+                    for w in range(W):
+                        f = g.way_feats[w]
+                        t = profile.kind(u).time(f, phase, fused=False) * k / speed
+                        if phase == "F" or u in back_units:  # the op's exchange: bookkeeping and messages
+                            for d in profile.agg_dims[u]:
+                                t += (profile.gp_op_s + profile.gp_op_s_per_elem * (f[1] + f[2]) * d) * k / host
+                                out_b, in_b = (sent[w], halo[w]) if phase == "F" else (halo[w], sent[w])
+                                t += (pairs_out[w] * msg(out_b * d * b / max(pairs_out[w], 1))
+                                      + pairs_in[w] * msg(in_b * d * b / max(pairs_in[w], 1))) * k
+                        ts.append(t)
                     total += max(ts)
                     for w in range(W):
                         comp[w] += ts[w]
-            link = hardware.group_link(list(range(W)), R, measured)
-            halo = g.way_feats[:, 2]
-            for u in range(len(profile.units)):
+            for u in range(U):
                 for d in profile.agg_dims[u]:
                     rows = max(float(halo.max()), g.mirror_fwd / W)
                     n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
                     total += n_dir * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
             P = sum(P_units)
             ar = hardware.group_link(list(range(W)), R, measured_ar)
-            total += ar.allreduce_time(P * b, W) + step_pp * P
-            return total, [c + step_pp * P for c in comp]
+            total += ar.allreduce_time(P * b, W) + step_pp * P * k
+            return total, [c + step_pp * P * k for c in comp]
 
         t1, comp1 = gp_time(1.0)
         work = list(comp1)
         k = share_factor(comp1, t1)
         if k > 1.0:
             t1, comp1 = gp_time(k)
-        return t1, comp1, k, work
+        n_ex = sum(len(profile.agg_dims[u]) * (2 if u in back_units else 1) for u in range(U))
+        waits = [n_ex + 2 * (W - 1)] * W  # the exchanges, and the steps of the ring all-reduce
+        extra = [n_ex * max(0, max(pairs_out[w], pairs_in[w]) - 1) for w in range(W)]
+        return max(t1, bound(work, waits, extra)), comp1, k, work
 
     # pipeline / hybrid: one way's schedule, every slot the slowest way's chunk (+ peer exchange per op)
     # the runtime's per-action bookkeeping runs on the host CPU: a GPU's speed factor does not shorten it
-    overhead = profile.action_overhead_s / (speed if hardware.kind == "cpu" else 1.0)
+    overhead = profile.action_overhead_s / host
     Cw = (len(g.chunk_ptr) - 1) // W
     bases = [g.way_ptr[w] for w in range(W)]
+    fused = W == 1  # a hybrid's peer op runs a unit's plain path
 
-    def exch(c_local: int, s: int, backward: bool) -> float:
+    def exch(c_local: int, s: int, backward: bool) -> tuple[float, float]:
+        """``(link seconds, main-thread CPU seconds)`` of the peer exchanges of slot ``c_local`` on stage ``s``."""
         if W == 1:
-            return 0.0
+            return 0.0, 0.0
         lo, hi = _stage_units(g.bounds, s)
         members = [w * S + s for w in range(W)]
         link = hardware.group_link(members, R, measured)
+        t = cpu = 0.0
+        for u in range(lo, hi):
+            if backward and u not in back_units:
+                continue
+            rows_tab = (g.peer_rows_push if u in push_units else g.peer_rows_bwd) if backward else g.peer_rows
+            pairs = [rows_tab.get(bases[w] + c_local, (0, 0)) for w in range(W)]
+            rows = max(max(p) for p in pairs)
+            sent, recv = max(p[0] for p in pairs), max(p[1] for p in pairs)
+            for d in profile.agg_dims[u]:
+                t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
+                cpu += (W - 1) * (msg(sent * d * b / (W - 1)) + msg(recv * d * b / (W - 1)))
+        return t, cpu
+
+    def boundary_bytes(s: int, c_local: int) -> float:
+        """Bytes of the boundary tensor between stages ``s`` and ``s + 1`` of slot ``c_local`` (slowest way)."""
+        hi = _stage_units(g.bounds, s)[1]
+        d = profile.unit_dims[hi - 1][1] + sh
+        return max(g.chunk_feats[bases[w] + c_local][1] for w in range(W)) * d * b
+
+    def hyb(c_local: int, s: int, backward: bool) -> float:
+        """A hybrid's peer-op bookkeeping of slot ``c_local`` on stage ``s`` (the slowest way's), per op."""
+        if W == 1:
+            return 0.0
+        lo, hi = _stage_units(g.bounds, s)
         t = 0.0
         for u in range(lo, hi):
             if backward and u not in back_units:
                 continue
             rows_tab = (g.peer_rows_push if u in push_units else g.peer_rows_bwd) if backward else g.peer_rows
-            rows = max(max(rows_tab.get(bases[w] + c_local, (0, 0))) for w in range(W))
+            rows = max(sum(rows_tab.get(bases[w] + c_local, (0, 0))) for w in range(W))
             for d in profile.agg_dims[u]:
-                t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
-        return t
+                t += profile.hybrid_op_s + profile.hybrid_op_s_per_elem * rows * d
+        return t / host
 
     def costs(k: float):
         fw = [[0.0] * Cw for _ in range(S)]
@@ -403,12 +509,19 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         for s in range(S):
             lo, hi = _stage_units(g.bounds, s)
             for c in range(Cw):
-                fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F") for w in range(W)) * k / speed
-                bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B") for w in range(W)) * k / speed
+                fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F", fused)
+                               for w in range(W)) * k / speed
+                bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B", fused)
+                               for w in range(W)) * k / speed
                 if config.recompute:
                     bw[s][c] += fw[s][c]
-                fw[s][c] += exch(c, s, False) + overhead * k
-                bw[s][c] += exch(c, s, True) + overhead * k
+                # messages on the main thread: F receives from s-1 and sends to s+1, B the reverse
+                m_f = (msg(boundary_bytes(s - 1, c)) if s > 0 else 0.0) + (msg(boundary_bytes(s, c)) if s < S - 1 else 0.0)
+                m_b = m_f
+                ef, cf = exch(c, s, False)
+                eb, cb = exch(c, s, True)
+                fw[s][c] += ef + (overhead + m_f + cf + hyb(c, s, False)) * k
+                bw[s][c] += eb + (overhead + m_b + cb + hyb(c, s, True)) * k
         step = []
         for s in range(S):
             lo, hi = _stage_units(g.bounds, s)
@@ -421,12 +534,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         return fw, bw, step
 
     def nbytes(src: int, dst: int, a) -> float:
-        s = min(src, dst)
-        lo, hi = _stage_units(g.bounds, s)
-        d = profile.unit_dims[hi - 1][1] + sh
-        c = a.chunk
-        rows = max(g.chunk_feats[bases[w] + c][1] for w in range(W))
-        return rows * d * b
+        return boundary_bytes(min(src, dst), a.chunk)
 
     def link(src: int, dst: int) -> Link:
         # the slowest way's link between these two stages
@@ -442,14 +550,30 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link)
         comp = [sum(fw[s]) + sum(bw[s]) + step[s] for s in range(S)]
         per_rank = [comp[s] for w in range(W) for s in range(S)]
-        return res.makespan, per_rank
+        return res.makespan, per_rank, (fw, bw, step)
 
-    t1, comp1 = run(1.0)
-    work = list(comp1)
+    t1, comp1, parts = run(1.0)
+    # CPU work per rank: the costs without the link time of the peer exchanges (not CPU) and the all-reduce
+    fw, bw, _ = parts
+    work_stage = []
+    for s in range(S):
+        lo, hi = _stage_units(g.bounds, s)
+        link_s = sum(exch(c, s, False)[0] + exch(c, s, True)[0] for c in range(Cw))
+        work_stage.append(sum(fw[s]) + sum(bw[s]) - link_s + step_pp * sum(P_units[lo:hi]))
+    work = [work_stage[s] for w in range(W) for s in range(S)]
     k = share_factor(comp1, t1)
     if k > 1.0:
-        t1, comp1 = run(k)
-    return t1, comp1, k, work
+        t1, comp1, _ = run(k)
+    waits, extra = [], []
+    for w in range(W):
+        for s in range(S):
+            lo, hi = _stage_units(g.bounds, s)
+            n_f = sum(len(profile.agg_dims[u]) for u in range(lo, hi))
+            n_b = sum(len(profile.agg_dims[u]) for u in range(lo, hi) if u in back_units)
+            peer = (n_f + n_b) if W > 1 else 0
+            waits.append(Cw * ((s > 0) + (s < S - 1) + peer) + (2 * (W - 1) if W > 1 else 0))
+            extra.append(Cw * peer * max(0, W - 2))
+    return max(t1, bound(work, waits, extra)), comp1, k, work
 
 
 # ---------------------------------------------------------------------------------------------- memory

@@ -1,13 +1,23 @@
-"""Profiles the cost model predicts from: per-unit chunk costs, saved activations, the optimizer step, the link.
+"""Profiles the cost model predicts from: per-unit chunk costs, the runtime's own costs, saved activations, the
+optimizer step, the link.
 
 **Chunk costs.** For each distinct kind of layer unit (units with the same class, widths and aggregation
 kinds cost the same; GCNII's 32 layers are one kind) the forward and the backward seconds of one chunk
 are fitted, by non-negative least squares, as ``t = a + b·rows + c·halo + e·nnz`` — ``rows`` the chunk's
 vertices, ``halo`` the distinct vertices of other chunks its aggregation reads, ``nnz`` its in-edges —
-on chunks of several sizes measured as the pipeline runs them (the history-backed chunk op of
-:func:`gnnpipe.core.profile.profile_unit_costs`, one METIS chunking of ``16`` chunks merged into
-``4`` and ``2``) and on the whole graph (``halo = 0``). The fit extrapolates to any chunk count and to a
-graph-parallel way's part (its rows and halo).
+on chunks of several sizes measured as the pipeline runs them (the history-backed chunk op and the fused
+chunk step of :func:`gnnpipe.core.profile.profile_unit_costs`, in a gpipe stage's order, one METIS chunking of
+``16`` chunks merged into ``4`` and ``2``) and on the whole graph in the order the single process trains it
+(``halo = 0``). The cost per row is not constant (a chunk that stays in the caches is cheaper per row than a
+part that streams from memory), so each chunking's measured / fitted ratio is kept as a size factor at its mean
+chunk rows (:func:`size_factor`): the fit extrapolates to any chunk count and to a graph-parallel way's part
+(its rows and halo), and is right where it was measured. Units that fuse their chunk step in a pipeline also
+get the ratio of their plain path (:attr:`UnitKind.unfused`).
+
+**The runtime's own costs**, measured on the subgraph of the first few thousand (relabelled) vertices, where
+the units' cost that the difference removes is small: the pipeline's per chunk action (a one-stage executor
+against its units, :func:`_action_overhead`), graph parallelism's per op and direction (:func:`_gp_overhead`:
+both ways of a 2-way split run by the real executor without peers) and a hybrid's (:func:`_hybrid_overhead`).
 
 Timing: every unit's forward and backward is timed by the CPU time of this thread (``time.thread_time``
 through the profiler's ``clock``), which other processes on a busy machine do not inflate; the wall time of
@@ -19,8 +29,10 @@ with fewer cores than ranks is modelled by the simulation (:mod:`.predict`), not
 storages, parameters excluded), measured on a chunk.
 
 **Link.** A ping-pong between two ranks over the actual backend (gloo on CPU): one-way time of point-to-point
-messages of 4 B … 8 MiB and of all-reduces of the same sizes, each fitted as ``latency + bytes / bandwidth``
-(wall), with the thread CPU time of the sender beside it.
+messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of many round trips), each fitted as
+``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. With more ranks
+than cores, an exchange probe measures the core time a rank's blocking wait costs when ranks share the cores
+(:func:`switch_costs`).
 """
 
 from __future__ import annotations
@@ -69,15 +81,39 @@ def part_features(rows: int, halo: int, nnz: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- records
+def size_factor(points: Sequence[Sequence[float]], rows: float) -> float:
+    """The measured correction of a linear cost fit at a chunk of ``rows`` rows: ``points`` are ``[rows, factor]``
+    pairs (one per profiled chunking: its mean chunk rows, measured / fitted seconds summed over its chunks),
+    interpolated linearly in ``log(rows)`` and held constant beyond the first and last point; ``1.0`` without
+    points.
+
+    A unit's cost per row is not constant: while a chunk's tensors stay in the caches it is cheaper than on
+    a part of a few thousand wide rows that streams from memory (Amazon Computers' 767-wide encoder: 38 ms
+    forward summed over 16 chunks, 76 ms on the whole graph). A linear fit through chunks of every size is right
+    on average and wrong at both ends; the factor puts each measured chunking back where it was measured.
+    """
+    if not points:
+        return 1.0
+    pts = sorted((float(r), float(f)) for r, f in points if r > 0)
+    if not pts:
+        return 1.0
+    xs = [math.log(r) for r, _ in pts]
+    return float(np.interp(math.log(max(float(rows), 1.0)), xs, [f for _, f in pts]))
+
+
 @attrs.define
 class UnitKind:
     """Cost of one kind of layer unit.
 
     Attributes:
         key: the kind's signature. forward, backward: fitted coefficients over :data:`FEATURES` (seconds).
-        whole_forward_s, whole_backward_s: measured seconds on the whole graph (one process).
+        whole_forward_s, whole_backward_s: measured seconds on the whole graph (one process, the graph in the
+            order the single process trains it).
         saved_bytes_per_row: bytes autograd keeps per row of a chunk between the unit's forward and backward.
         params: parameter count of one unit of this kind.
+        scale_forward, scale_backward: ``[rows, factor]`` per profiled chunking (:func:`size_factor`).
+        unfused: seconds of the plain path over the fused chunk step (``agg.push_pull``) for a unit that fuses
+            it in a pipeline (1.0 otherwise); a hybrid's peer op and graph parallelism run the plain path.
     """
 
     key: str
@@ -87,11 +123,16 @@ class UnitKind:
     whole_backward_s: float
     saved_bytes_per_row: float
     params: int
+    scale_forward: list = attrs.field(factory=list)
+    scale_backward: list = attrs.field(factory=list)
+    unfused: float = 1.0
 
-    def time(self, feats: np.ndarray, phase: str) -> float:
-        """Fitted seconds of the forward (``phase="F"``) or backward (``"B"``) on a chunk with ``feats``."""
-        coef = self.forward if phase == "F" else self.backward
-        return float(np.dot(coef, feats))
+    def time(self, feats: np.ndarray, phase: str, fused: bool = True) -> float:
+        """Seconds of the forward (``phase="F"``) or backward (``"B"``) on a chunk with ``feats``: the linear fit
+        times the measured size factor at the chunk's rows (and :attr:`unfused` for the plain path)."""
+        coef, pts = (self.forward, self.scale_forward) if phase == "F" else (self.backward, self.scale_backward)
+        t = float(np.dot(coef, feats)) * size_factor(pts, float(feats[1]))
+        return t if fused else t * self.unfused
 
 
 @attrs.define
@@ -106,7 +147,22 @@ class Profile:
         step_s_per_param: seconds of one Adam step per parameter. dtype_bytes: element size.
         p2p, allreduce: the measured links (``None`` if not measured). threads: torch threads per rank.
         cpu_over_wall: thread CPU / wall over the timed profile passes. fit_error: relative RMS error of the
-        time fits over the measured chunks. notes: free text.
+        time fits over the measured chunks (before the size factors). profile_s: seconds the profile took.
+        runtime_floor_bytes: resident bytes of a rank before it holds data.
+        action_overhead_s: thread CPU seconds of the runtime per pipeline chunk action beyond its units.
+        gp_op_s, gp_op_s_per_elem: graph parallelism's bookkeeping per aggregation op and direction beyond the
+            units' plain cost on the way's rows (gathers of mirror rows, concatenation with the halo, the halo
+            rows' gradient and its ``index_add_``): ``gp_op_s + gp_op_s_per_elem · (rows + halo) · d``.
+        hybrid_op_s, hybrid_op_s_per_elem: a hybrid's bookkeeping per aggregation op and direction of a chunk
+            action beyond ``action_overhead_s`` (the peer op's gathers of the rows it sends, its writes of the
+            peers' rows into history, the correctors' hooks for their chunks):
+            ``hybrid_op_s + hybrid_op_s_per_elem · (rows sent + rows received) · d``.
+        msg_cpu_s, msg_cpu_s_per_byte: thread CPU of the rank's main thread per point-to-point message (a send or
+            a receive) over the backend: ``msg_cpu_s + bytes · msg_cpu_s_per_byte``.
+        switch_s, switch_peer_s, switch_ranks: on a node with more ranks than cores, core seconds lost per
+            blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
+            ``switch_ranks`` ranks on this machine's cores (0: not measured); see :func:`measure_link`.
+        notes: free text.
     """
 
     unit_kinds: dict
@@ -129,6 +185,15 @@ class Profile:
     profile_s: float = 0.0
     runtime_floor_bytes: int = 0
     action_overhead_s: float = 0.0
+    gp_op_s: float = 0.0
+    gp_op_s_per_elem: float = 0.0
+    hybrid_op_s: float = 0.0
+    hybrid_op_s_per_elem: float = 0.0
+    msg_cpu_s: float = 0.0
+    msg_cpu_s_per_byte: float = 0.0
+    switch_s: float = 0.0
+    switch_peer_s: float = 0.0
+    switch_ranks: int = 0
     notes: str = ""
     #: what the memory model measured of this (graph, model) pair, filled on first use: per role the bytes per row
     #: of :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, and the graph's symmetry
@@ -137,9 +202,17 @@ class Profile:
     def kind(self, unit: int) -> UnitKind:
         return self.unit_kinds[self.units[unit]]
 
-    def stage_time(self, lo: int, hi: int, feats: np.ndarray, phase: str) -> float:
-        """Fitted seconds of units ``[lo, hi)`` on a chunk with ``feats``."""
-        return sum(self.kind(u).time(feats, phase) for u in range(lo, hi))
+    def stage_time(self, lo: int, hi: int, feats: np.ndarray, phase: str, fused: bool = True) -> float:
+        """Fitted seconds of units ``[lo, hi)`` on a chunk with ``feats`` (``fused=False``: the plain path)."""
+        return sum(self.kind(u).time(feats, phase, fused) for u in range(lo, hi))
+
+    def link_result(self) -> dict:
+        """This profile's :data:`LINK_FIELDS` (``profile(..., link_result=…)`` reuses them for another job)."""
+        return {k: getattr(self, k) for k in LINK_FIELDS}
+
+    def msg_cpu(self, nbytes: float) -> float:
+        """Main-thread CPU seconds of one message of ``nbytes`` (a send or a receive)."""
+        return self.msg_cpu_s + nbytes * self.msg_cpu_s_per_byte if nbytes > 0 else 0.0
 
     def to_dict(self) -> dict:
         d = attrs.asdict(self, recurse=True)
@@ -253,10 +326,54 @@ def saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     return out
 
 
-def _action_overhead(config, model, data, ptr: list[int], kinds: dict, repeats: int) -> tuple[float, int]:
-    """Thread CPU seconds per chunk action of the real pipeline runtime beyond the fitted unit costs: one
-    pipeline executor (:func:`~gnnpipe.core.pipeline.make_pipeline_stage`) holding every unit of ``model``, run
-    as a single stage (no communication) over the chunks ``ptr`` with the configured correctors and gpipe."""
+def _subgraph(data, n: int):
+    """The subgraph induced by the (relabelled) vertices ``[0, n)`` with features, labels and masks, as a rank's
+    executor needs them (at least one training vertex, so that the loss is defined)."""
+    from torch_geometric.data import Data
+
+    ei = data.edge_index
+    keep = (ei < n).all(0)
+    sub = Data(x=data.x[:n], edge_index=ei[:, keep], y=data.y[:n], num_nodes=n)
+    for m in ("train_mask", "val_mask", "test_mask"):
+        if getattr(data, m, None) is not None:
+            sub[m] = getattr(data, m)[:n].clone()
+    if getattr(data, "edge_weight", None) is not None:
+        sub.edge_weight = data.edge_weight[keep]
+    if getattr(sub, "train_mask", None) is None:
+        sub.train_mask = torch.zeros(n, dtype=torch.bool)
+    if not bool(sub.train_mask.any()):
+        sub.train_mask[0] = True
+    return sub
+
+
+def _units_cpu(model, data, ptr: list[int], repeats: int, fused: bool = True):
+    """Measured thread CPU seconds of every unit of ``model`` on the chunks ``ptr`` of ``data`` (the chunk op):
+    :class:`~gnnpipe.partitioners.UnitPhases` (forward and backward per unit and chunk)."""
+    from ..core.profile import profile_unit_costs
+
+    return profile_unit_costs(model, data, repeats=repeats, chunk_ptr=torch.tensor(ptr), phases=True,
+                              clock=time.thread_time, fused=fused)
+
+
+def _best_epoch_cpu(executor, repeats: int) -> float:
+    """The least thread CPU seconds of ``executor.train_epoch`` over ``repeats`` epochs after one warm-up."""
+    executor.train_epoch(0)  # warm-up: allocates history and the autograd buffers
+    best = math.inf
+    for e in range(1, 1 + max(1, repeats)):
+        c0 = time.thread_time()
+        executor.train_epoch(e)
+        best = min(best, time.thread_time() - c0)
+    return best
+
+
+def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: float) -> tuple[float, Any]:
+    """Thread CPU seconds per chunk action of the real pipeline runtime beyond its units: one pipeline executor
+    (:func:`~gnnpipe.core.pipeline.make_pipeline_stage`) holding every unit of ``model``, run as a single stage
+    (no communication) over the chunks ``ptr`` of the subgraph ``sub`` with the configured correctors and gpipe,
+    against the same units measured on the same chunks (:func:`_units_cpu`) and the optimizer step. Measured
+    on a subgraph of a few thousand vertices: the units' own cost, which the difference removes, stays small
+    there, so the difference is not the noise of a large one (a wide encoder's). Returns ``(seconds per action,
+    the units' measured phases)``."""
     import attrs as _attrs
 
     from .. import correctors as corr
@@ -265,21 +382,161 @@ def _action_overhead(config, model, data, ptr: list[int], kinds: dict, repeats: 
     from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
     from ..schedulers import get as get_scheduler
 
-    cfg = _attrs.evolve(config, stages=1, ways=1, chunks=len(ptr) - 1, scheduler="gpipe", stash_weights=False)
+    C = len(ptr) - 1
+    cfg = _attrs.evolve(config, stages=1, ways=1, chunks=C, scheduler="gpipe", stash_weights=False)
     correctors = corr.build_correctors(cfg.correctors)
     U = model.num_units
-    stage = make_pipeline_stage(cfg, model, data, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
+    units = _units_cpu(model, sub, ptr, repeats)
+    units_s = sum(sum(f) + sum(b) for f, b in zip(units.forward, units.backward))
+    stage = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
                                 _order_policy(cfg, correctors), correctors, Comm())
-    feats = chunk_features(data.edge_index, ptr)
-    fitted = sum(kinds[unit_key(model.units[i])].time(f, ph) for i in range(U) for f in feats for ph in ("F", "B"))
-    stage.train_epoch(0)  # warm-up: allocates history
-    best = math.inf
-    for e in range(1, 1 + max(1, repeats)):
-        c0 = time.thread_time()
-        stage.train_epoch(e)
-        best = min(best, time.thread_time() - c0)
-    params = sum(p.numel() for p in model.parameters())
-    return max(0.0, (best - fitted) / (2 * (len(ptr) - 1))), params
+    best = _best_epoch_cpu(stage, repeats)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return max(0.0, (best - units_s - step_pp * params) / (2 * C)), units
+
+
+class _LocalComm:
+    """A graph-parallel way's communication without peers (profiling): an exchange fills the receive buffers
+    with zeros, an all-reduce returns its input; bytes are not counted."""
+
+    def exchange(self, sends, recvs, tag, kind) -> None:
+        for b, _ in recvs:
+            b.zero_()
+
+    def all_reduce(self, tensor, group=None, kind: str = "weight"):
+        return tensor
+
+    def wait_sends(self) -> None:
+        pass
+
+
+def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, step_pp: float,
+                 agg_dims: list, back_units: set) -> tuple[float, float, list]:
+    """Graph parallelism's bookkeeping beyond its units (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`):
+    for each subgraph ``[0, n)`` of the relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way split at
+    ``n/2`` run as the runtime runs them (:func:`~gnnpipe.core.parallel.make_graph_parallel_way`, the halo op, the
+    weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's least epoch CPU time minus the plain
+    units measured on the same rows (:func:`_units_cpu` with ``fused=False``) and the step is fitted, by
+    non-negative least squares, as ``a · (op directions) + b · Σ (rows + halo) · d`` over the way's aggregation
+    ops and directions (forward; backward where the op's input takes a gradient). Returns ``(a, b, points)``."""
+    import types
+
+    import attrs as _attrs
+    from scipy.optimize import nnls
+
+    from ..core.parallel import make_graph_parallel_way
+
+    cfg = _attrs.evolve(config, ways=2, stages=1, chunks=None, correctors=[], scheduler="gpipe", stash_weights=False)
+    rows_A, rows_y, points = [], [], []
+    for n in sorted({int(v) for v in sub_sizes if v >= 16}, reverse=True):
+        sub = _subgraph(data, n)
+        ptr = [0, n // 2, n]
+        model = make()
+        units = _units_cpu(model, sub, ptr, repeats, fused=False)
+        feats = chunk_features(sub.edge_index, ptr)
+        plan = types.SimpleNamespace(data=sub, chunk_ptr=torch.tensor(ptr), way_ptr=torch.tensor([0, 1, 2]))
+        for w in range(2):
+            ex = make_graph_parallel_way(cfg, make(), plan, w, _LocalComm(), ranks=[0, 1])
+            best = _best_epoch_cpu(ex, repeats)
+            own = sum(f[w] + b[w] for f, b in zip(units.forward, units.backward))
+            params = sum(p.numel() for p in ex.params)
+            dirs = elems = 0.0
+            width = float(feats[w][1] + feats[w][2])
+            for u, dims in enumerate(agg_dims):
+                for d in dims:
+                    k = 2 if u in back_units else 1
+                    dirs += k
+                    elems += k * width * d
+            resid = best - own - step_pp * params
+            rows_A.append([dirs, elems])
+            rows_y.append(resid)
+            points.append({"rows": n, "way": w, "epoch_s": best, "units_s": own, "residual_s": resid})
+    if not rows_A or not any(r[0] for r in rows_A):
+        return 0.0, 0.0, points
+    A, y = np.array(rows_A), np.array(rows_y)
+    scale = np.maximum(np.abs(y), 1e-5)  # relative: the small subgraph counts as much as the large one
+    coef, _ = nnls(A / scale[:, None], y / scale)
+    return float(coef[0]), float(coef[1]), points
+
+
+def _peer_rows(edge_index, ptr: list[int], way_ptr: list[int]) -> dict:
+    """``{(chunk, backward): rows}`` a hybrid way exchanges for ``chunk`` per op: the rows it sends to the peers
+    plus the rows it receives from the peers' chunks of the same slot (:func:`~gnnpipe.core.parallel.send_lists`)."""
+    from ..core.parallel import send_lists
+
+    W = len(way_ptr) - 1
+    rows = [ptr[w] for w in way_ptr]
+    way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(rows)))
+    chunk_of = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.tensor(np.diff(ptr)))
+    out: dict = {}
+    for backward in (False, True):
+        for (c, q), idx in send_lists(edge_index, chunk_of, way_of, W, backward=backward).items():
+            w = int(np.searchsorted(way_ptr, c, side="right") - 1)
+            peer = way_ptr[q] + (c - way_ptr[w])  # way q's chunk of the same slot receives them
+            out[(c, backward)] = out.get((c, backward), 0) + int(idx.numel())
+            out[(peer, backward)] = out.get((peer, backward), 0) + int(idx.numel())
+    return out
+
+
+def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int, step_pp: float, action_s: float,
+                     agg_dims: list, back_units: set) -> tuple[float, float, list]:
+    """A hybrid's bookkeeping per aggregation op and direction of a chunk action beyond the pipeline's per-action
+    cost (:attr:`Profile.hybrid_op_s`, :attr:`Profile.hybrid_op_s_per_elem`): for each subgraph ``[0, n)`` of the
+    relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way, one-stage hybrid over 8 chunks run as the
+    runtime runs them (:func:`~gnnpipe.core.parallel.make_hybrid_member`: the peer op, which gathers the rows it
+    sends and writes the peers' rows into history, and the correctors' hooks for the peers' chunks) with
+    :class:`_LocalComm`; each way's least epoch CPU time minus its plain units on its chunks (:func:`_units_cpu`
+    with ``fused=False``), the step and ``action_s`` per action is fitted, by non-negative least squares, as
+    ``a · (op directions) + b · Σ (rows exchanged) · d``. Returns ``(a, b, points)``."""
+    import types
+
+    import attrs as _attrs
+    from scipy.optimize import nnls
+
+    from .. import correctors as corr
+    from ..core.parallel import make_hybrid_member
+    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
+    from ..schedulers import get as get_scheduler
+
+    rows_A, rows_y, points = [], [], []
+    for n in sorted({int(v) for v in sub_sizes if v >= 64}, reverse=True):
+        sub = _subgraph(data, n)
+        C = 8
+        ptr = [round(k * n / C) for k in range(C + 1)]
+        way_ptr = [0, C // 2, C]
+        cfg = _attrs.evolve(config, ways=2, stages=1, chunks=C, scheduler="gpipe", stash_weights=False)
+        units = _units_cpu(make(), sub, ptr, repeats, fused=False)
+        peer = _peer_rows(sub.edge_index, ptr, way_ptr)
+        for w in range(2):
+            model = make()
+            plan = types.SimpleNamespace(data=sub, chunk_ptr=torch.tensor(ptr), way_ptr=torch.tensor(way_ptr),
+                                         bounds=[0, model.num_units])
+            correctors = corr.build_correctors(cfg.correctors)
+            ex = make_hybrid_member(cfg, model, plan, w, 0, get_scheduler("gpipe")(), _order_policy(cfg, correctors),
+                                    correctors, _LocalComm(), None, None)
+            best = _best_epoch_cpu(ex, repeats)
+            own = range(way_ptr[w], way_ptr[w + 1])
+            units_s = sum(f[c] + b[c] for f, b in zip(units.forward, units.backward) for c in own)
+            params = sum(p.numel() for p in ex.params)
+            dirs = elems = 0.0
+            for c in own:
+                for u, dims in enumerate(agg_dims):
+                    for d in dims:
+                        dirs += 1
+                        elems += peer.get((c, False), 0) * d
+                        if u in back_units:
+                            dirs += 1
+                            elems += peer.get((c, True), 0) * d
+            resid = best - units_s - step_pp * params - 2 * len(own) * action_s
+            rows_A.append([dirs, elems])
+            rows_y.append(resid)
+            points.append({"rows": n, "way": w, "epoch_s": best, "units_s": units_s, "residual_s": resid})
+    if not rows_A or not any(r[0] for r in rows_A):
+        return 0.0, 0.0, points
+    A, y = np.array(rows_A), np.array(rows_y)
+    scale = np.maximum(np.abs(y), 1e-5)
+    coef, _ = nnls(A / scale[:, None], y / scale)
+    return float(coef[0]), float(coef[1]), points
 
 
 def _time_step(model, config) -> float:
@@ -307,7 +564,23 @@ def _time_step(model, config) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- link
-def _pingpong(rank: int, world: int, sizes: list[int], reps: int) -> dict:
+def _busy(seconds: float) -> None:
+    """Spin for ``seconds`` of this thread's CPU time (time the thread is descheduled does not count)."""
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < seconds:
+        pass
+
+
+def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
+           nbytes: int, stream_sizes: Sequence[int] = (65536, 1 << 20, 4 << 20)) -> dict:
+    """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
+    ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
+    3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
+    rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
+    of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
+    rank (``all``). Returns the medians of the ping-pong and each round's wall and main-thread CPU seconds."""
+    import statistics
+
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
 
@@ -315,73 +588,212 @@ def _pingpong(rank: int, world: int, sizes: list[int], reps: int) -> dict:
 
     from ..core.metrics import peak_memory_bytes
 
-    out = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu"))}
-    for n in sizes:
-        t = torch.zeros(max(1, n // 4), dtype=torch.float32)
-        for phase in ("warm", "timed"):
-            k = 1 if phase == "warm" else reps
-            dist.barrier()
-            w0, c0 = time.perf_counter(), time.thread_time()
-            for _ in range(k):
+    out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
+                 "stream": []}
+    pair = dist.new_group([0, 1]) if world > 2 else None  # every rank takes part in making the group
+    if rank < 2:
+        for n in sizes:
+            t = torch.zeros(max(1, n // 4), dtype=torch.float32)
+            k = max(3, reps if n <= (1 << 20) else reps // 4)
+            walls, cpus = [], []
+            dist.barrier(group=pair)
+            for i in range(k + 1):  # the first round trip warms the pair up
+                w0, c0 = time.perf_counter(), time.thread_time()
                 if rank == 0:
                     dist.send(t, 1)
                     dist.recv(t, 1)
                 else:
                     dist.recv(t, 0)
                     dist.send(t, 0)
-            w, c = (time.perf_counter() - w0) / (2 * k), (time.thread_time() - c0) / (2 * k)
-        out["p2p"].append((t.numel() * 4, w, c))
-        for phase in ("warm", "timed"):
-            k = 1 if phase == "warm" else reps
-            dist.barrier()
-            w0, c0 = time.perf_counter(), time.thread_time()
-            for _ in range(k):
-                dist.all_reduce(t)
-            w, c = (time.perf_counter() - w0) / k, (time.thread_time() - c0) / k
-        out["allreduce"].append((t.numel() * 4, w, c))
+                if i:
+                    walls.append((time.perf_counter() - w0) / 2)
+                    cpus.append((time.thread_time() - c0) / 2)
+            out["p2p"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+            walls, cpus = [], []
+            dist.barrier(group=pair)
+            for i in range(k + 1):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                dist.all_reduce(t, group=pair)
+                if i:
+                    walls.append(time.perf_counter() - w0)
+                    cpus.append(time.thread_time() - c0)
+            out["allreduce"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+    if rank < 2:  # a one-way stream, as a pipeline sends: the main thread's CPU per send and per receive
+        for n in stream_sizes:
+            t = torch.zeros(max(1, n // 4), dtype=torch.float32)
+            bufs = [torch.empty_like(t) for _ in range(STREAM_MESSAGES)]
+            per = []
+            for r in range(3):
+                dist.barrier(group=pair)
+                cpu = 0.0
+                if rank == 0:
+                    works = []
+                    for k in range(STREAM_MESSAGES):
+                        _busy(0.001)
+                        c0 = time.thread_time()
+                        works.append(dist.isend(t, 1, tag=k))
+                        cpu += time.thread_time() - c0
+                    c0 = time.thread_time()
+                    for work in works:
+                        work.wait()
+                    cpu += time.thread_time() - c0
+                else:
+                    works = [dist.irecv(bufs[k], 0, tag=k) for k in range(STREAM_MESSAGES)]
+                    for work in works:
+                        c0 = time.thread_time()
+                        work.wait()
+                        cpu += time.thread_time() - c0
+                per.append(cpu / STREAM_MESSAGES)
+            out["stream"].append((t.numel() * 4, statistics.median(per)))
+    dist.barrier()
+    if rounds > 0:
+        send = torch.zeros(max(1, nbytes // 4))
+        bufs = [torch.empty_like(send) for _ in range(world)]
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        for pattern in ("ring", "all"):
+            peers = [q for q in range(world) if q != rank] if pattern == "all" else [nxt]
+            sources = [q for q in range(world) if q != rank] if pattern == "all" else [prv]
+            for r in range(rounds + 1):
+                dist.barrier()
+                w0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(iters):
+                    _busy(work_s)
+                    ops = ([dist.P2POp(dist.isend, send, q) for q in peers]
+                           + [dist.P2POp(dist.irecv, bufs[q], q) for q in sources])
+                    for work in dist.batch_isend_irecv(ops):
+                        work.wait()
+                if r:
+                    out[pattern].append((time.perf_counter() - w0, time.thread_time() - c0))
     return out
 
 
-def _fit_link(points: list[tuple[int, float, float]]) -> Link:
-    """Least-squares ``t = latency + bytes / bandwidth`` (both clipped to be physical)."""
-    b = np.array([p[0] for p in points], dtype=float)
-    t = np.array([p[1] for p in points], dtype=float)
-    A = np.stack([np.ones_like(b), b], 1)
-    from scipy.optimize import nnls
-
-    coef, _ = nnls(A, t)
-    lat, inv_bw = float(coef[0]), float(coef[1])
+def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
+    """``t = latency + bytes / bandwidth`` of column ``col``: the latency is the time of the smallest message,
+    the bandwidth the least-squares slope of the others' excess over it (robust to one erratic size, which a
+    free fit of both turns into a latency of milliseconds); both clipped to be physical."""
+    pts = sorted((float(p[0]), float(p[col])) for p in points)
+    lat = max(0.0, pts[0][1])
+    b = np.array([q[0] for q in pts[1:]])
+    t = np.array([q[1] - lat for q in pts[1:]])
+    inv_bw = float((b @ t) / (b @ b)) if b.size and float(b @ b) > 0 else 0.0
     if inv_bw <= 0:
-        inv_bw = float(t.max() / b.max())
+        inv_bw = max(pts[-1][1], 1e-12) / max(pts[-1][0], 1.0)
     return Link(latency_s=lat, bandwidth_Bps=1.0 / inv_bw)
 
 
-def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 5,
-                 timeout_s: float = 60.0) -> tuple[Link, Link, dict]:
+def cores_here() -> int:
+    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequence[Sequence[float]]], cores: int,
+                 work_s: float, iters: int) -> tuple[float, float]:
+    """``(switch_s, switch_peer_s)`` from the exchange rounds of :func:`_probe` (per rank, per round, ``(wall,
+    main-thread CPU)``; ``ring``: one peer per exchange, ``every``: all ``R − 1``).
+
+    A round on ``R`` ranks over ``cores`` cores (``R > cores``) gives the core time it did not spend on the ranks'
+    main threads, ``cores · wall − Σ main-thread CPU``, lost to the exchanges: the transport's threads, the
+    switches between ranks, and cores left idle while the ranks that could run wait for a message. Per wait of a
+    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the median over rounds is kept. ``switch_peer_s`` is
+    the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped at 0.
+    """
+    import statistics
+
+    R = len(ring)
+
+    def per_wait(rounds_by_rank) -> float:
+        n = min(len(r) for r in rounds_by_rank)
+        vals = []
+        for k in range(n):
+            wall = max(r[k][0] for r in rounds_by_rank)
+            cpu = sum(r[k][1] for r in rounds_by_rank)
+            vals.append((cores * wall - cpu) / (R * iters))
+        return max(0.0, statistics.median(vals)) if vals else 0.0
+
+    d_ring = per_wait(ring)
+    d_all = per_wait(every) if R > 2 else d_ring
+    return d_ring, (max(0.0, (d_all - d_ring) / (R - 2)) if R > 2 else 0.0)
+
+
+#: messages per round of the one-way stream of :func:`_probe`
+STREAM_MESSAGES = 12
+
+#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message
+SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536}
+
+
+def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 20,
+                 timeout_s: float = 60.0, ranks: int = 2) -> tuple[Link, Link, dict]:
     """Measure the link between two local ranks over ``backend``: ``(p2p, allreduce, raw points)``.
 
-    ``p2p``: one-way time of a message (half a round trip); ``allreduce``: the per-hop link of a ring
-    all-reduce (for two ranks an all-reduce takes ``2·(latency + bytes/2/bandwidth)``, so the fitted
-    ``t = a + bytes/bw`` gives ``Link(a/2, bw)``). ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…],
-    "allreduce": […], "floor": peak resident bytes of a rank before any data}``.
+    ``p2p``: one-way time of a message (half a round trip; the median of ``reps`` round trips per size);
+    ``allreduce``: the per-hop link of a ring all-reduce (for two ranks an all-reduce takes
+    ``2·(latency + bytes/2/bandwidth)``, so the fitted ``t = a + bytes/bw`` gives ``Link(a/2, bw)``).
+    ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…], "allreduce": […], "floor": peak resident bytes of a rank
+    before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
+    "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
+    "switch": (switch_s, switch_peer_s) or None}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    receive: a rank does both alike).
+
+    With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
+    ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
+    a rank's blocking wait costs when ranks share cores.
 
     Raises:
         DistributedError: a rank failed.
     """
     from ..core.launch import spawn
 
-    outs = spawn(_pingpong, 2, (list(sizes), int(reps)), backend=backend, timeout_s=timeout_s, threads=1)
-    raw = outs[0]
+    cores = cores_here()
+    world = max(2, int(ranks))
+    rounds = SWITCH_PROBE["rounds"] if world > cores else 0
+    outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
+                                 SWITCH_PROBE["nbytes"]), backend=backend, timeout_s=timeout_s, threads=1)
+    raw = dict(outs[0])
     p2p = _fit_link(raw["p2p"])
     ar2 = _fit_link(raw["allreduce"])
     # ring all-reduce of G=2: 2(G-1)=2 steps of bytes/2 → t = 2·lat + bytes/bw: per-hop latency lat, bandwidth bw
     allreduce = Link(latency_s=ar2.latency_s / 2, bandwidth_Bps=ar2.bandwidth_Bps)
+    # a message costs its sender's main thread (the copy into the transport, on loopback also its delivery) and
+    # its receiver's (the wait); a rank sends and receives alike, so a message op (send or receive) costs the mean
+    sends = [(b, c) for b, c in outs[0]["stream"]]
+    recvs = [(b, c) for b, c in outs[1]["stream"]]
+    both = [(b, 0.0, (cs + cr) / 2) for (b, cs), (_, cr) in zip(sends, recvs)]
+    cpu = _fit_link(both, col=2) if both else _fit_link(raw["p2p"], col=2)
+    raw["msg_cpu"] = (cpu.latency_s, 1.0 / cpu.bandwidth_Bps)
+    raw["stream"] = {"send": sends, "recv": recvs}
+    raw["cores"], raw["ranks"] = cores, world
+    raw["switch"] = (switch_costs([o["ring"] for o in outs], [o["all"] for o in outs], cores,
+                                  SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
+    raw.pop("ring", None)
+    raw.pop("all", None)
     return p2p, allreduce, raw
+
+
+#: the :class:`Profile` fields the link probe sets (:func:`link_fields`)
+LINK_FIELDS = ("p2p", "allreduce", "runtime_floor_bytes", "msg_cpu_s", "msg_cpu_s_per_byte", "switch_s",
+               "switch_peer_s", "switch_ranks")
+
+
+def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
+    """The :data:`LINK_FIELDS` of a :class:`Profile` from :func:`profile_link`'s result (pass it to :func:`profile`
+    as ``link_result`` to profile several jobs with one probe)."""
+    sw = raw.get("switch")
+    a, b = raw.get("msg_cpu", (0.0, 0.0))
+    return {"p2p": p2p, "allreduce": allreduce, "runtime_floor_bytes": int(raw.get("floor", 0)),
+            "msg_cpu_s": float(a), "msg_cpu_s_per_byte": float(b), "switch_s": float(sw[0]) if sw else 0.0,
+            "switch_peer_s": float(sw[1]) if sw else 0.0, "switch_ranks": int(raw.get("ranks", 0)) if sw else 0}
 
 
 # ---------------------------------------------------------------------------------------------- profile
 def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
-            link_result: tuple | None = None, verbose: bool = False) -> Profile:
+            link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
+            verbose: bool = False) -> Profile:
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
 
     Args:
@@ -390,8 +802,13 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         repeats: timed passes per measurement (the minimum is kept).
         chunk_counts: chunkings to time (the first is a METIS chunk plan; the others merge its chunks and must
             divide it).
-        link: measure the link (and the runtime floor of a rank) with a 2-rank ping-pong (a few seconds);
-            ``link_result`` = ``(p2p, allreduce[, floor_bytes])`` gives them instead.
+        link: measure the link (and the runtime floor of a rank) with a ping-pong of 2 ranks (a few seconds);
+            with ``ranks`` above this machine's cores, that many ranks also measure what a wait costs when they
+            share the cores (:func:`profile_link`). ``link_result``: a dict of :data:`LINK_FIELDS`
+            (:func:`link_fields`, or another profile's :meth:`Profile.link_result`), or the older tuple
+            ``(p2p, allreduce[, floor_bytes])``, gives them instead.
+        sample_nodes: vertices of the subgraph the runtime's per-action and graph-parallel bookkeeping are
+            measured on.
 
     Returns:
         a :class:`Profile`.
@@ -416,13 +833,12 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
     torch.set_num_threads(config.threads)
     try:
         full, model, rep = _representatives(config, F, Cls)
+        dtype = next(model.parameters()).dtype
         plan = ChunkPlan.build(data, base, config.partitioner, over=config.over_partition, seed=config.seed)
         rdata = plan.data
-        rdata.x = rdata.x.to(next(model.parameters()).dtype)
+        rdata.x = rdata.x.to(dtype)
         ptr = [int(v) for v in plan.chunk_ptr.tolist()]
-        rows_f: list[np.ndarray] = []
-        times_f: dict[int, list[float]] = {i: [] for i in range(model.num_units)}
-        times_b: dict[int, list[float]] = {i: [] for i in range(model.num_units)}
+        levels: list[tuple[np.ndarray, Any, int]] = []  # (features [C, 4], UnitPhases, C)
         wall_total, cpu_total = 0.0, 0.0
         for C in sorted({min(int(c), base) for c in chunk_counts}, reverse=True):
             if C < 1:
@@ -434,63 +850,106 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
                                     clock=time.thread_time)
             wall_total += time.perf_counter() - w0
             cpu_total += time.thread_time() - c0
-            rows_f.append(chunk_features(rdata.edge_index, cptr))
-            for i in range(model.num_units):
-                times_f[i].extend(ph.forward[i])
-                times_b[i].extend(ph.backward[i])
-        # the whole graph in one process (the single-process trainer's op)
+            levels.append((chunk_features(rdata.edge_index, cptr), ph, len(cptr) - 1))
+        # the whole graph in one process, in the order the single process trains it (data as given)
+        whole_data = data.clone() if hasattr(data, "clone") else data
+        whole_data.x = data.x.to(dtype)
+        # a process's first passes over whole-graph tensors are slower (fresh memory from the kernel) than its later
+        # epochs: where a pass is cheap (under 0.5 s on the largest chunking) it is repeated more
+        last = levels[-1][1]
+        pass_s = sum(map(sum, last.forward)) + sum(map(sum, last.backward))
         w0, c0 = time.perf_counter(), time.thread_time()
-        whole = profile_unit_costs(model, rdata, repeats=repeats, phases=True, clock=time.thread_time)
+        whole = profile_unit_costs(model, whole_data, repeats=repeats + (3 if pass_s < 0.5 else 0), phases=True,
+                                   clock=time.thread_time)
         wall_total += time.perf_counter() - w0
         cpu_total += time.thread_time() - c0
+        del whole_data
         # how much of the wall time this thread ran (a busy machine: < 1); reported, not applied
         ratio = min(1.0, cpu_total / wall_total) if wall_total > 0 else 1.0
         whole_feats = np.array([[1.0, N, 0.0, float(data.edge_index.size(1))]])
-        X = np.concatenate(rows_f + [whole_feats])
-        # weight rows so that big and small chunks count alike (relative error)
+        X = np.concatenate([f for f, _, _ in levels] + [whole_feats])
         kinds: dict[str, Any] = {}
         errs = []
         saved_per_unit = saved_bytes(model, rdata, ptr[0], ptr[1])
         rows0 = ptr[1] - ptr[0]
         for key, i in rep.items():
-            fits = []
-            for times, whole_t in ((times_f[i], whole.forward[i][0]), (times_b[i], whole.backward[i][0])):
-                y = np.array(times + [whole_t])
+            fits, scales = [], []
+            for attr in ("forward", "backward"):
+                per_level = [getattr(ph, attr)[i] for _, ph, _ in levels]
+                whole_t = getattr(whole, attr)[i][0]
+                y = np.array([t for ts in per_level for t in ts] + [whole_t])
+                # weight rows so that big and small chunks count alike (relative error)
                 wts = 1.0 / np.maximum(y, 1e-6)
                 coef, _ = nnls(X * wts[:, None], y * wts)
                 pred = X @ coef
                 errs.extend(((pred - y) / np.maximum(y, 1e-9)).tolist())
+                # the size factor of each chunking: measured / fitted, at its mean chunk rows
+                pts = []
+                for (feats, _, C), ts in zip(levels, per_level):
+                    fit = float((feats @ coef).sum())
+                    if fit > 0:
+                        pts.append([N / C, float(sum(ts)) / fit])
+                fit_w = float(whole_feats[0] @ coef)
+                if fit_w > 0:
+                    pts.append([float(N), whole_t / fit_w])
                 fits.append([float(c) for c in coef])
+                scales.append(pts)
             u = model.units[i]
             kinds[key] = UnitKind(key=key, forward=fits[0], backward=fits[1],
                                   whole_forward_s=float(whole.forward[i][0]),
                                   whole_backward_s=float(whole.backward[i][0]),
                                   saved_bytes_per_row=saved_per_unit[i] / max(rows0, 1),
-                                  params=int(sum(p.numel() for p in u.parameters())))
+                                  params=int(sum(p.numel() for p in u.parameters())),
+                                  scale_forward=scales[0], scale_backward=scales[1])
         step = _time_step(full, config)
-        optr = ptr[:: max(1, base // 8)] if base >= 8 else ptr
-        optr = optr if optr[-1] == N else optr + [N]
-        overhead, small_params = _action_overhead(config, model, rdata, optr, kinds, repeats)
-        overhead = max(0.0, overhead - step * small_params / (2 * (len(optr) - 1)))
+        # the runtime's own costs, measured on a subgraph of the relabelled graph (its first chunks)
+        n_sub = min(N, int(sample_nodes))
+        sub = _subgraph(rdata, n_sub)
+        C_sub = max(1, min(8, n_sub // 8))
+        sptr = [round(k * n_sub / C_sub) for k in range(C_sub + 1)]
+        overhead, fused_ph = _action_overhead(config, model, sub, sptr, repeats, step)
+        # the plain path of units that fuse their chunk step (a hybrid's peer op, graph parallelism runs it), against
+        # the fused step, on the subgraph's chunks
+        if any(getattr(model.units[i], "fusable", False) for i in rep.values()):
+            plain_ph = _units_cpu(model, sub, sptr, repeats, fused=False)
+            for key, i in rep.items():
+                if getattr(model.units[i], "fusable", False):
+                    f_s = sum(fused_ph.forward[i]) + sum(fused_ph.backward[i])
+                    p_s = sum(plain_ph.forward[i]) + sum(plain_ph.backward[i])
+                    kinds[key].unfused = float(p_s / f_s) if f_s > 0 else 1.0
+        from ..core.trainer import make_model
+
+        small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
+        back = {u for u, _, _ in model.backward_aggregation_dims()}
+        agg_dims = [[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in model.units]
+        gp_a, gp_b, _ = _gp_overhead(config, lambda: make_model(small_cfg, F, Cls), (n_sub, n_sub // 4), rdata,
+                                     repeats, step, agg_dims, back)
+        hyb, hyb_b, _ = _hybrid_overhead(config, lambda: make_model(small_cfg, F, Cls), rdata, (n_sub, n_sub // 4),
+                                         repeats, step, overhead, agg_dims, back)
     finally:
         torch.set_num_threads(threads_before)
-    p2p = allreduce = None
-    floor = 0
-    if link_result is not None:
-        p2p, allreduce = link_result[:2]
-        floor = int(link_result[2]) if len(link_result) > 2 else 0
+    fields: dict = {}
+    if isinstance(link_result, dict):
+        fields = {k: link_result[k] for k in LINK_FIELDS if k in link_result}
+    elif link_result is not None:
+        fields = {"p2p": link_result[0], "allreduce": link_result[1],
+                  "runtime_floor_bytes": int(link_result[2]) if len(link_result) > 2 else 0}
     elif link:
-        p2p, allreduce, raw = profile_link(timeout_s=config.timeout_s)
-        floor = int(raw["floor"])
+        fields = link_fields(*profile_link(timeout_s=config.timeout_s, ranks=int(ranks or 2)))
     dtype_bytes = torch.finfo(next(full.parameters()).dtype).bits // 8
     prof = Profile(
-        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes, p2p=p2p, allreduce=allreduce, threads=config.threads,
-        cpu_over_wall=ratio, fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
-        profile_s=time.perf_counter() - t_start, runtime_floor_bytes=floor, action_overhead_s=overhead,
+        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
+        threads=config.threads, cpu_over_wall=ratio,
+        fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
+        action_overhead_s=overhead, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b, **fields,
     )
+    prof.profile_s = time.perf_counter() - t_start
     if verbose:
+        sw = (f", a wait with ranks sharing cores {1e3 * prof.switch_s:.2f} ms (+{1e3 * prof.switch_peer_s:.2f} ms "
+              f"per further peer)" if prof.switch_ranks else "")
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
-              f"{1e3 * overhead:.2f} ms per chunk action, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
+              f"{1e3 * overhead:.2f} ms per chunk action, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
+              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
     return prof
 
 

@@ -1,0 +1,160 @@
+"""The epoch-time model's mechanisms as pure functions and on a small profile (no timing is asserted): the size
+factor of the unit fits, the bound of ranks that share cores, the cost of a wait from the exchange probe's
+rounds, the link fit, and that the runtime's measured costs (per message, graph parallelism's and a hybrid's
+bookkeeping, the cost of a wait) enter a layout's predicted work and epoch by exactly the formulas."""
+
+import math
+
+import attrs
+import numpy as np
+import pytest
+
+from gnnpipe import api
+from gnnpipe.core.runner import build_plan
+from gnnpipe.core.trainer import make_model
+from gnnpipe.costmodel import Profile, profile
+from gnnpipe.costmodel.hardware import Hardware, Link
+from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time, shared_cores_bound
+from gnnpipe.costmodel.profile import LINK_FIELDS, UnitKind, _fit_link, link_fields, size_factor, switch_costs
+from gnnpipe.errors import ConfigError
+
+from ..core.distutil import base_config
+
+
+def test_size_factor_interpolates_in_log_rows_and_holds_at_the_ends():
+    pts = [[100, 1.0], [1000, 2.0], [10000, 1.5]]
+    assert size_factor([], 500) == 1.0
+    assert size_factor(pts, 100) == pytest.approx(1.0) and size_factor(pts, 1000) == pytest.approx(2.0)
+    assert size_factor(pts, math.sqrt(100 * 1000)) == pytest.approx(1.5)  # halfway in log(rows)
+    assert size_factor(pts, 10) == pytest.approx(1.0) and size_factor(pts, 1e6) == pytest.approx(1.5)
+    assert size_factor([[1000, 2.0], [100, 1.0]], 1000) == pytest.approx(2.0)  # order of the points does not matter
+
+
+def test_unit_kind_time_applies_the_size_factor_and_the_plain_path():
+    k = UnitKind(key="u", forward=[1.0, 0.01, 0.0, 0.0], backward=[0.0, 0.02, 0.0, 0.0], whole_forward_s=0.0,
+                 whole_backward_s=0.0, saved_bytes_per_row=0.0, params=0, scale_forward=[[100, 2.0]],
+                 scale_backward=[], unfused=1.25)
+    f = np.array([1.0, 100.0, 5.0, 50.0])
+    assert k.time(f, "F") == pytest.approx(2.0 * (1.0 + 1.0))
+    assert k.time(f, "B") == pytest.approx(2.0)
+    assert k.time(f, "F", fused=False) == pytest.approx(1.25 * 4.0)
+
+
+def test_shared_cores_bound():
+    # no more ranks than cores: every rank has its own core, the schedule decides
+    assert shared_cores_bound([1.0, 2.0], [10, 10], [0, 0], 2, 0.5, 0.1) == 0.0
+    # four ranks on two cores: (work + waits * switch + further peers * switch_peer) / cores
+    got = shared_cores_bound([1.0, 2.0, 3.0, 4.0], [10, 20, 30, 40], [0, 1, 2, 3], 2, 0.01, 0.1)
+    assert got == pytest.approx((10.0 + 100 * 0.01 + 6 * 0.1) / 2)
+    assert shared_cores_bound([1.0, 1.0, 1.0], [0, 0, 0], [0, 0, 0], 2, 1.0, 1.0) == pytest.approx(1.5)
+    with pytest.raises(ConfigError, match="per rank"):
+        shared_cores_bound([1.0, 1.0, 1.0], [0, 0], [0, 0, 0], 2, 0.0, 0.0)
+    with pytest.raises(ConfigError, match="core"):
+        shared_cores_bound([1.0], [0], [0], 0, 0.0, 0.0)
+
+
+def test_switch_costs_from_synthetic_rounds():
+    """4 ranks on 2 cores, 10 iterations per round: a round's lost core time is ``cores·wall − Σ CPU``; the ring
+    gives the cost of a wait, the exchange with every rank its growth per further peer; the median round counts."""
+    R, cores, iters = 4, 2, 10
+
+    def rounds(walls, cpu_per_rank):
+        return [[(w, cpu_per_rank) for w in walls] for _ in range(R)]
+
+    # ring: each round 2 * 0.5 - 4 * 0.2 = 0.2 s lost over 40 waits -> 5 ms; an outlier round is ignored
+    ring = rounds([0.5, 0.5, 3.0], 0.2)
+    # all: 2 * 0.6 - 0.8 = 0.4 s -> 10 ms per wait -> (10 - 5) / (R - 2) = 2.5 ms per further peer
+    every = rounds([0.6, 0.6, 0.6], 0.2)
+    s, p = switch_costs(ring, every, cores, 0.0, iters)
+    assert s == pytest.approx(0.005) and p == pytest.approx(0.0025)
+    # two ranks: no further peers; a negative loss (faster than the cores allow: noise) is clipped at 0
+    s2, p2 = switch_costs(rounds([0.1], 0.2)[:2], rounds([0.1], 0.2)[:2], cores, 0.0, iters)
+    assert s2 == 0.0 and p2 == 0.0
+
+
+def test_link_fit_is_robust_to_one_erratic_size():
+    pts = [(4, 50e-6, 0.0), (65536, 60e-6, 0.0), (1 << 20, 3e-3, 0.0), (8 << 20, 2.5e-3 + 50e-6, 0.0)]
+    link = _fit_link(pts)
+    assert link.latency_s == pytest.approx(50e-6)  # the smallest message's time, not a fitted intercept
+    assert 1e9 < link.bandwidth_Bps < 1e10
+
+
+def test_link_fields_and_profile_round_trip():
+    raw = {"floor": 123, "msg_cpu": (2e-5, 1e-10), "ranks": 4, "switch": (7e-4, 1e-4)}
+    f = link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), raw)
+    assert set(f) == set(LINK_FIELDS)
+    assert (f["switch_s"], f["switch_peer_s"], f["switch_ranks"], f["runtime_floor_bytes"]) == (7e-4, 1e-4, 4, 123)
+    assert link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), {"floor": 1})["switch_ranks"] == 0  # not measured
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = base_config(model="gcnii", layers=4, hidden=8, num_nodes=400, avg_degree=6.0)
+    data = api.load_data(cfg)
+    return cfg, data, profile(cfg, data, repeats=1, link=False)
+
+
+def test_profile_measures_the_runtime_costs(tiny):
+    _, _, prof = tiny
+    assert prof.action_overhead_s >= 0 and prof.gp_op_s >= 0 and prof.gp_op_s_per_elem >= 0
+    assert prof.hybrid_op_s >= 0 and prof.hybrid_op_s_per_elem >= 0
+    for k in prof.unit_kinds.values():  # one size factor per chunking and the whole graph
+        assert len(k.scale_forward) == len(k.scale_backward) >= 2 and k.unfused > 0
+    assert prof.switch_ranks == 0 and prof.msg_cpu_s == 0  # no link measured
+    d = prof.to_dict()
+    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "msg_cpu_s"):  # a profile saved before these fields loads
+        d.pop(key)
+    for k in d["unit_kinds"].values():
+        k.pop("scale_forward"), k.pop("unfused")
+    old = Profile.from_dict(d)
+    assert old.switch_s == 0.0 and all(k.unfused == 1.0 for k in old.unit_kinds.values())
+
+
+def _predict(cfg, data, prof, spec, hw):
+    c = layout_config(cfg, spec)
+    plan = build_plan(c, data)
+    model = make_model(c, plan.num_features, plan.num_classes)
+    return c, plan, model, predict_time(c, plan, model, prof, hw)
+
+
+def test_messages_and_bookkeeping_enter_the_work_exactly(tiny):
+    cfg, data, base = tiny
+    quiet = attrs.evolve(base, msg_cpu_s=0.0, msg_cpu_s_per_byte=0.0, gp_op_s=0.0, gp_op_s_per_elem=0.0,
+                         hybrid_op_s=0.0, hybrid_op_s_per_elem=0.0, action_overhead_s=0.0, p2p=None, allreduce=None)
+    hw = Hardware(name="8 cores", devices_per_node=8)
+    # graph parallelism: each way pays gp_op_s per aggregation op and direction
+    _, _, model, (_, _, _, w0) = _predict(cfg, data, quiet, LayoutSpec(2, 1, 2, 1, "gpipe"), hw)
+    *_, (_, _, _, w1) = _predict(cfg, data, attrs.evolve(quiet, gp_op_s=1e-3), LayoutSpec(2, 1, 2, 1, "gpipe"), hw)
+    back = {i for i, _, _ in model.backward_aggregation_dims()}
+    dirs = sum(len(quiet.agg_dims[u]) * (2 if u in back else 1) for u in range(len(quiet.units)))
+    assert dirs > 0 and np.allclose(np.array(w1) - np.array(w0), dirs * 1e-3)
+    # a pipeline: every chunk action's messages (one received and one sent per boundary it has)
+    spec = LayoutSpec(1, 2, 4, 1, "gpipe")
+    *_, (_, _, _, p0) = _predict(cfg, data, quiet, spec, hw)
+    *_, (_, _, _, p1) = _predict(cfg, data, attrs.evolve(quiet, msg_cpu_s=1e-3), spec, hw)
+    assert np.allclose(np.array(p1) - np.array(p0), [2 * 4 * 1e-3, 2 * 4 * 1e-3])  # F sends, B receives: 8 each
+    # a hybrid: its peer-op bookkeeping per op and direction of each of its chunk actions
+    spec = LayoutSpec(2, 2, 8, 1, "gpipe")
+    _, plan, model, (_, _, _, h0) = _predict(cfg, data, quiet, spec, hw)
+    *_, (_, _, _, h1) = _predict(cfg, data, attrs.evolve(quiet, hybrid_op_s=1e-3), spec, hw)
+    Cw = 4
+    for r, (a, b) in enumerate(zip(h0, h1)):
+        lo, hi = plan.bounds[r % 2], plan.bounds[r % 2 + 1]
+        n = sum(len(quiet.agg_dims[u]) * (2 if u in back else 1) for u in range(lo, hi))
+        assert b - a == pytest.approx(Cw * n * 1e-3)
+
+
+def test_ranks_sharing_cores_wait_at_a_cost(tiny):
+    """Four ranks on a 2-core node: the epoch is at least (work + waits · switch) / cores, and grows with the
+    measured cost of a wait; with a core per rank the cost of a wait does not apply."""
+    cfg, data, base = tiny
+    spec = LayoutSpec(1, 4, 8, 1, "1f1b")
+    two = Hardware(name="2 cores", devices_per_node=2)
+    four = Hardware(name="4 cores", devices_per_node=4)
+    *_, (t0, _, _, work) = _predict(cfg, data, attrs.evolve(base, switch_s=0.0), spec, two)
+    *_, (t1, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01), spec, two)
+    waits = 8 * (0 + 1) + 8 * 2 + 8 * 2 + 8 * (1 + 0)  # each stage's boundary receives per epoch
+    assert t1 >= (sum(work) + waits * 0.01) / 2 - 1e-12 and t1 > t0
+    *_, (t2, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01), spec, four)
+    *_, (t3, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.0), spec, four)
+    assert t2 == pytest.approx(t3)
