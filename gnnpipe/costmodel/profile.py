@@ -422,7 +422,6 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
     import types
 
     import attrs as _attrs
-    from scipy.optimize import nnls
 
     from ..core.parallel import make_graph_parallel_way
 
@@ -451,12 +450,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
             rows_A.append([dirs, elems])
             rows_y.append(resid)
             points.append({"rows": n, "way": w, "epoch_s": best, "units_s": own, "residual_s": resid})
-    if not rows_A or not any(r[0] for r in rows_A):
-        return 0.0, 0.0, points
-    A, y = np.array(rows_A), np.array(rows_y)
-    scale = np.maximum(np.abs(y), 1e-5)  # relative: the small subgraph counts as much as the large one
-    coef, _ = nnls(A / scale[:, None], y / scale)
-    return float(coef[0]), float(coef[1]), points
+    return _fit_per_op(rows_A, rows_y, points)
 
 
 def _peer_rows(edge_index, ptr: list[int], way_ptr: list[int]) -> dict:
@@ -491,7 +485,6 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
     import types
 
     import attrs as _attrs
-    from scipy.optimize import nnls
 
     from .. import correctors as corr
     from ..core.parallel import make_hybrid_member
@@ -531,6 +524,15 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
             rows_A.append([dirs, elems])
             rows_y.append(resid)
             points.append({"rows": n, "way": w, "epoch_s": best, "units_s": units_s, "residual_s": resid})
+    return _fit_per_op(rows_A, rows_y, points)
+
+
+def _fit_per_op(rows_A: list, rows_y: list, points: list) -> tuple[float, float, list]:
+    """``(seconds per op and direction, seconds per exchanged element, points)``: the non-negative least-squares
+    fit of the residual seconds ``rows_y`` on ``rows_A = [[directions, elements], …]``, relative (the small
+    subgraph counts as much as the large one); ``(0, 0, points)`` when no op was timed."""
+    from scipy.optimize import nnls
+
     if not rows_A or not any(r[0] for r in rows_A):
         return 0.0, 0.0, points
     A, y = np.array(rows_A), np.array(rows_y)
