@@ -644,7 +644,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     if rank < 2:
         for n in sizes:
             t = torch.zeros(max(1, n // 4), dtype=torch.float32)
-            k = max(3, reps if n <= (1 << 20) else reps // 4)
+            k = max(3, 3 * reps if n <= (1 << 16) else reps if n <= (1 << 20) else reps // 4)
             walls, cpus = [], []
             dist.barrier(group=pair)
             for i in range(k + 1):  # the first round trip warms the pair up
