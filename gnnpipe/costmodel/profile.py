@@ -541,6 +541,57 @@ def _fit_per_op(rows_A: list, rows_y: list, points: list) -> tuple[float, float,
     return float(coef[0]), float(coef[1]), points
 
 
+def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
+                   repeats: int) -> dict:
+    """One rank of :func:`_pipeline_overhead`: stage ``rank`` of a 2-stage gpipe pipeline of ``small_cfg``'s
+    model over the chunks ``ptr`` of ``sub``, with the configured correctors and real communication; its least
+    epoch thread CPU time after one warm-up, and its units."""
+    import attrs as _attrs
+
+    from .. import correctors as corr
+    from ..core.comm import Comm
+    from ..core.pipeline import make_pipeline_stage
+    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
+    from ..core.trainer import make_model
+    from ..schedulers import get as get_scheduler
+
+    torch.set_num_threads(config.threads)
+    model = make_model(small_cfg, F, Cls)
+    U = model.num_units
+    bounds = [0, U // 2, U]
+    cfg = _attrs.evolve(config, stages=2, ways=1, chunks=len(ptr) - 1, scheduler="gpipe", stash_weights=False)
+    correctors = corr.build_correctors(cfg.correctors)
+    ex = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), bounds, rank, [0, 1], get_scheduler("gpipe")(),
+                             _order_policy(cfg, correctors), correctors, Comm())
+    return {"cpu_s": _best_epoch_cpu(ex, repeats), "units": (bounds[rank], bounds[rank + 1]),
+            "params": sum(p.numel() for p in ex.params), "width": ex.stage.output_width() if rank == 0 else 0}
+
+
+def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int], units, repeats: int,
+                       step_pp: float, outs: Optional[list] = None) -> tuple[float, list]:
+    """Thread CPU seconds per chunk action of the runtime in a real 2-rank pipeline beyond its units: both stages
+    of a 2-stage pipeline over the chunks ``ptr`` of the subgraph ``sub`` run as the runtime runs them
+    (:func:`_pipeline_rank`: pre-posted receives, the boundary tensors and their gradients, the sends), each
+    rank's least epoch CPU time minus its units measured in this process on the same chunks (``units``) and the
+    step, per action; the mean over the ranks (at least 0). Messages are not subtracted here (the caller does,
+    with the measured CPU per message). ``outs``: the ranks' results when they already ran (in the link probe's
+    ranks, :func:`profile_link`); otherwise 2 ranks are started. Returns ``(seconds per action, per-rank points)``."""
+    from ..core.launch import spawn
+
+    if outs is None:
+        outs = spawn(_pipeline_rank, 2, (config, small_cfg, F, Cls, sub, list(ptr), int(repeats)),
+                     timeout_s=config.timeout_s, threads=config.threads)
+    C = len(ptr) - 1
+    vals = []
+    for o in outs:
+        lo, hi = o["units"]
+        units_s = sum(sum(units.forward[i]) + sum(units.backward[i]) for i in range(lo, hi))
+        vals.append((o["cpu_s"] - units_s - step_pp * o["params"]) / (2 * C))
+        o["units_s"] = units_s
+    outs[0]["rows"] = [b - a for a, b in zip(ptr, ptr[1:])]
+    return max(0.0, float(np.mean(vals))), outs
+
+
 def _time_step(model, config) -> float:
     """Seconds per parameter of one Adam step (the mean of 3 after a warm-up), thread CPU time."""
     from ..core.stage import make_optimizer_for
@@ -574,13 +625,15 @@ def _busy(seconds: float) -> None:
 
 
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
-           nbytes: int, stream_sizes: Sequence[int] = (65536, 1 << 20, 4 << 20)) -> dict:
+           nbytes: int, stream_sizes: Sequence[int] = (65536, 1 << 20, 4 << 20), pipe: Optional[tuple] = None) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
     ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
     3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
     rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
     of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
-    rank (``all``). Returns the medians of the ping-pong and each round's wall and main-thread CPU seconds."""
+    rank (``all``). With ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
+    1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). Returns the medians of the ping-pong and each
+    round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result)."""
     import statistics
 
     import torch.distributed as dist
@@ -596,7 +649,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     if rank < 2:
         for n in sizes:
             t = torch.zeros(max(1, n // 4), dtype=torch.float32)
-            k = max(3, reps if n <= (1 << 20) else reps // 4)
+            k = max(3, 3 * reps if n <= (1 << 16) else reps if n <= (1 << 20) else reps // 4)
             walls, cpus = [], []
             dist.barrier(group=pair)
             for i in range(k + 1):  # the first round trip warms the pair up
@@ -647,6 +700,22 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                         cpu += time.thread_time() - c0
                 per.append(cpu / STREAM_MESSAGES)
             out["stream"].append((t.numel() * 4, statistics.median(per)))
+    if rank < 2 and sizes:  # the smallest message once more: a transient (a rank still starting) is not the latency
+        t = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32)
+        walls = []
+        dist.barrier(group=pair)
+        for i in range(3 * reps + 1):
+            w0 = time.perf_counter()
+            if rank == 0:
+                dist.send(t, 1)
+                dist.recv(t, 1)
+            else:
+                dist.recv(t, 0)
+                dist.send(t, 0)
+            if i:
+                walls.append((time.perf_counter() - w0) / 2)
+        b0, w_0, c_0 = out["p2p"][0]
+        out["p2p"][0] = (b0, min(w_0, statistics.median(walls)), c_0)
     dist.barrier()
     if rounds > 0:
         send = torch.zeros(max(1, nbytes // 4))
@@ -666,6 +735,10 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                         work.wait()
                 if r:
                     out[pattern].append((time.perf_counter() - w0, time.thread_time() - c0))
+    dist.barrier()
+    if pipe is not None and rank < 2:
+        out["pipeline"] = _pipeline_rank(rank, 2, *pipe)
+    dist.barrier()
     return out
 
 
@@ -729,8 +802,8 @@ STREAM_MESSAGES = 12
 SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536}
 
 
-def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 20,
-                 timeout_s: float = 60.0, ranks: int = 2) -> tuple[Link, Link, dict]:
+def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 10,
+                 timeout_s: float = 60.0, ranks: int = 2, pipeline: Optional[tuple] = None) -> tuple[Link, Link, dict]:
     """Measure the link between two local ranks over ``backend``: ``(p2p, allreduce, raw points)``.
 
     ``p2p``: one-way time of a message (half a round trip; the median of ``reps`` round trips per size);
@@ -755,7 +828,8 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     world = max(2, int(ranks))
     rounds = SWITCH_PROBE["rounds"] if world > cores else 0
     outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
-                                 SWITCH_PROBE["nbytes"]), backend=backend, timeout_s=timeout_s, threads=1)
+                                 SWITCH_PROBE["nbytes"], (65536, 1 << 20, 4 << 20), pipeline), backend=backend,
+                 timeout_s=timeout_s, threads=1)
     raw = dict(outs[0])
     p2p = _fit_link(raw["p2p"])
     ar2 = _fit_link(raw["allreduce"])
@@ -774,6 +848,8 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
                                   SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
     raw.pop("ring", None)
     raw.pop("all", None)
+    if pipeline is not None:
+        raw["pipeline"] = [o["pipeline"] for o in outs[:2]]
     return p2p, allreduce, raw
 
 
@@ -795,7 +871,7 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- profile
 def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
             link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
-            verbose: bool = False) -> Profile:
+            distributed: Optional[bool] = None, verbose: bool = False) -> Profile:
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
 
     Args:
@@ -811,6 +887,9 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
             ``(p2p, allreduce[, floor_bytes])``, gives them instead.
         sample_nodes: vertices of the subgraph the runtime's per-action and graph-parallel bookkeeping are
             measured on.
+        distributed: measure the pipeline's cost per chunk action in a real 2-rank pipeline on that subgraph
+            (:func:`_pipeline_overhead`, a few seconds to start the ranks); default: when the link is measured or
+            given. Otherwise it is measured in this process (:func:`_action_overhead`), without communication.
 
     Returns:
         a :class:`Profile`.
@@ -836,12 +915,25 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
     try:
         full, model, rep = _representatives(config, F, Cls)
         dtype = next(model.parameters()).dtype
+        # the whole graph in one process, in the order the single process trains it (data as given), first: the
+        # chunked passes below leave this process's allocator in a state in which training is slower than in the
+        # fresh process a single-process run is (Cora, GCNII-16: 60-67 ms per epoch before, 75-90 ms after)
+        wall_total, cpu_total = 0.0, 0.0
+        whole_data = data.clone() if hasattr(data, "clone") else data
+        whole_data.x = data.x.to(dtype)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        # a small graph's pass is cheap: more repeats, since a process's first passes are slower than its later ones
+        small = N * (F + config.hidden * len(full.units)) < 5e7
+        whole = profile_unit_costs(model, whole_data, repeats=repeats + (2 if small else 0), phases=True,
+                                   clock=time.thread_time)
+        wall_total += time.perf_counter() - w0
+        cpu_total += time.thread_time() - c0
+        del whole_data
         plan = ChunkPlan.build(data, base, config.partitioner, over=config.over_partition, seed=config.seed)
         rdata = plan.data
         rdata.x = rdata.x.to(dtype)
         ptr = [int(v) for v in plan.chunk_ptr.tolist()]
         levels: list[tuple[np.ndarray, Any, int]] = []  # (features [C, 4], UnitPhases, C)
-        wall_total, cpu_total = 0.0, 0.0
         for C in sorted({min(int(c), base) for c in chunk_counts}, reverse=True):
             if C < 1:
                 continue
@@ -853,19 +945,6 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
             wall_total += time.perf_counter() - w0
             cpu_total += time.thread_time() - c0
             levels.append((chunk_features(rdata.edge_index, cptr), ph, len(cptr) - 1))
-        # the whole graph in one process, in the order the single process trains it (data as given)
-        whole_data = data.clone() if hasattr(data, "clone") else data
-        whole_data.x = data.x.to(dtype)
-        # a process's first passes over whole-graph tensors are slower (fresh memory from the kernel) than its later
-        # epochs: where a pass is cheap (under 0.5 s on the largest chunking) it is repeated more
-        last = levels[-1][1]
-        pass_s = sum(map(sum, last.forward)) + sum(map(sum, last.backward))
-        w0, c0 = time.perf_counter(), time.thread_time()
-        whole = profile_unit_costs(model, whole_data, repeats=repeats + (3 if pass_s < 0.5 else 0), phases=True,
-                                   clock=time.thread_time)
-        wall_total += time.perf_counter() - w0
-        cpu_total += time.thread_time() - c0
-        del whole_data
         # how much of the wall time this thread ran (a busy machine: < 1); reported, not applied
         ratio = min(1.0, cpu_total / wall_total) if wall_total > 0 else 1.0
         whole_feats = np.array([[1.0, N, 0.0, float(data.edge_index.size(1))]])
@@ -924,6 +1003,10 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
         back = {u for u, _, _ in model.backward_aggregation_dims()}
         agg_dims = [[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in model.units]
+        if distributed is None:
+            distributed = bool(link or link_result is not None)
+        distributed = distributed and model.num_units >= 2
+        pipe_args = (config, small_cfg, F, Cls, sub, list(sptr), int(repeats)) if distributed else None
         gp_a, gp_b, _ = _gp_overhead(config, lambda: make_model(small_cfg, F, Cls), (n_sub, n_sub // 4), rdata,
                                      repeats, step, agg_dims, back)
         hyb, hyb_b, _ = _hybrid_overhead(config, lambda: make_model(small_cfg, F, Cls), rdata, (n_sub, n_sub // 4),
@@ -936,8 +1019,21 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
     elif link_result is not None:
         fields = {"p2p": link_result[0], "allreduce": link_result[1],
                   "runtime_floor_bytes": int(link_result[2]) if len(link_result) > 2 else 0}
-    elif link:
-        fields = link_fields(*profile_link(timeout_s=config.timeout_s, ranks=int(ranks or 2)))
+    dist_outs = None
+    if link_result is None and link:
+        # one start of ranks: the link probe's ranks 0 and 1 also run the 2-stage pipeline
+        p2p, ar, raw = profile_link(timeout_s=config.timeout_s, ranks=int(ranks or 2), pipeline=pipe_args)
+        fields = link_fields(p2p, ar, raw)
+        dist_outs = raw.get("pipeline")
+    dist_points = None
+    if pipe_args is not None:
+        # the runtime's cost per action as a 2-rank pipeline runs it (with communication), on the same chunks
+        overhead, dist_points = _pipeline_overhead(*pipe_args[:6], fused_ph, repeats, step, outs=dist_outs)
+    if dist_points is not None and fields.get("msg_cpu_s") is not None:
+        # a rank of the probe sent or received one boundary tensor (or its gradient) per action: modelled apart
+        rows = float(np.mean(dist_points[0]["rows"]))
+        nbytes = rows * dist_points[0]["width"] * torch.finfo(next(full.parameters()).dtype).bits // 8
+        overhead = max(0.0, overhead - (fields.get("msg_cpu_s", 0.0) + nbytes * fields.get("msg_cpu_s_per_byte", 0.0)))
     dtype_bytes = torch.finfo(next(full.parameters()).dtype).bits // 8
     prof = Profile(
         unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
