@@ -8,6 +8,7 @@ chunk op, :class:`~gnnpipe.core.aggregation.HistoryOp`), as torchgpipe keeps ``p
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -31,7 +32,8 @@ def _row_slice_sample(data: Any, k: int) -> Any:
 
 def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repeats: int = 3,
                        chunk_ptr: Tensor | None = None, *, phases: bool = False,
-                       clock: Any = time.perf_counter, fused: bool = True) -> "list[float] | UnitPhases":
+                       clock: Any = time.perf_counter, fused: bool = True,
+                       reduce: str = "min") -> "list[float] | UnitPhases":
     """Seconds of forward + backward of every unit of ``model`` on a sample (or on every chunk of a graph).
 
     Units run in sequence on the sample (unit ``i`` gets unit ``i − 1``'s output, detached, as a leaf
@@ -53,8 +55,10 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
       step (``agg.push_pull``, e.g. GCNII's layer) runs fused, as a pipeline stage runs it; ``fused=False``
       times the plain path instead (what a hybrid's peer op and graph parallelism run).
 
-    One untimed warm-up pass, then ``repeats`` timed passes; the **minimum** per unit is reported (noise
-    on a shared machine only adds time). The model is run in training mode (dropout on), its
+    One untimed warm-up pass, then ``repeats`` timed passes; per unit, chunk and phase the **minimum** is
+    reported (``reduce="min"``: noise on a shared machine only adds time; what a layer split needs) or the
+    **median** (``reduce="median"``: the typical cost, what an epoch-time prediction needs — the minimum of
+    every unit and chunk separately sums to less than any real pass costs). The model is run in training mode (dropout on), its
     parameters' ``.grad`` and training flag and the global RNG are restored.
 
     Args:
@@ -69,15 +73,20 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
             ``time.thread_time`` measures the CPU time of this thread, which other processes on a busy
             machine do not inflate).
         fused: with ``chunk_ptr``, offer units the fused chunk step (``agg.push_pull``) as a pipeline stage does.
+        reduce: ``"min"`` or ``"median"`` over the timed passes (above).
 
     Returns:
         ``list[float]`` of length ``U``, seconds per unit (forward + backward, summed over chunks).
 
     Raises:
-        DataValidationError: the sample lacks ``x`` or ``edge_index``. ConfigError: ``repeats < 1``.
+        DataValidationError: the sample lacks ``x`` or ``edge_index``. ConfigError: ``repeats < 1`` or an unknown
+        ``reduce``.
     """
     if int(repeats) != repeats or repeats < 1:
         raise ConfigError(f"repeats must be an integer >= 1; got {repeats!r}")
+    if reduce not in ("min", "median"):
+        raise ConfigError(f"reduce must be 'min' or 'median'; got {reduce!r}")
+    pick = min if reduce == "min" else statistics.median
     x = getattr(data_sample, "x", None)
     ei = getattr(data_sample, "edge_index", None)
     if x is None or ei is None:
@@ -120,9 +129,9 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         for p, g in zip(params, saved_grads):
             p.grad = g
         model.train(was_training)
-    # minimum over repeats, per unit, chunk and phase
-    measured = UnitPhases(forward=[[min(t[0][i][c] for t in times) for c in range(C)] for i in range(len(units))],
-                          backward=[[min(t[1][i][c] for t in times) for c in range(C)] for i in range(len(units))])
+    # minimum (or median) over repeats, per unit, chunk and phase
+    measured = UnitPhases(forward=[[pick([t[0][i][c] for t in times]) for c in range(C)] for i in range(len(units))],
+                          backward=[[pick([t[1][i][c] for t in times]) for c in range(C)] for i in range(len(units))])
     return measured if phases else measured.unit_costs()
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -352,18 +353,24 @@ def _units_cpu(model, data, ptr: list[int], repeats: int, fused: bool = True):
     from ..core.profile import profile_unit_costs
 
     return profile_unit_costs(model, data, repeats=repeats, chunk_ptr=torch.tensor(ptr), phases=True,
-                              clock=time.thread_time, fused=fused)
+                              clock=time.thread_time, fused=fused, reduce=REDUCE)
 
 
-def _best_epoch_cpu(executor, repeats: int) -> float:
-    """The least thread CPU seconds of ``executor.train_epoch`` over ``repeats`` epochs after one warm-up."""
+#: how the timed passes of a measurement are reduced: the median (a typical pass, which is what an epoch costs);
+#: the minimum of every unit, chunk and phase separately sums to less than any real pass (measured on a quiet
+#: machine: predictions 0.6-0.9x of the measured epochs with the minimum, docs/RESULTS.md §14f)
+REDUCE = "median"
+
+
+def _epoch_cpu(executor, repeats: int) -> float:
+    """The median thread CPU seconds of ``executor.train_epoch`` over ``repeats`` epochs after one warm-up."""
     executor.train_epoch(0)  # warm-up: allocates history and the autograd buffers
-    best = math.inf
+    cpus = []
     for e in range(1, 1 + max(1, repeats)):
         c0 = time.thread_time()
         executor.train_epoch(e)
-        best = min(best, time.thread_time() - c0)
-    return best
+        cpus.append(time.thread_time() - c0)
+    return float(statistics.median(cpus))
 
 
 def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: float) -> tuple[float, Any]:
@@ -390,7 +397,7 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
     units_s = sum(sum(f) + sum(b) for f, b in zip(units.forward, units.backward))
     stage = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
                                 _order_policy(cfg, correctors), correctors, Comm())
-    best = _best_epoch_cpu(stage, repeats)
+    best = _epoch_cpu(stage, repeats)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return max(0.0, (best - units_s - step_pp * params) / (2 * C)), units
 
@@ -415,7 +422,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
     """Graph parallelism's bookkeeping beyond its units (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`):
     for each subgraph ``[0, n)`` of the relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way split at
     ``n/2`` run as the runtime runs them (:func:`~gnnpipe.core.parallel.make_graph_parallel_way`, the halo op, the
-    weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's least epoch CPU time minus the plain
+    weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's median epoch CPU time minus the plain
     units measured on the same rows (:func:`_units_cpu` with ``fused=False``) and the step is fitted, by
     non-negative least squares, as ``a · (op directions) + b · Σ (rows + halo) · d`` over the way's aggregation
     ops and directions (forward; backward where the op's input takes a gradient). Returns ``(a, b, points)``."""
@@ -436,7 +443,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
         plan = types.SimpleNamespace(data=sub, chunk_ptr=torch.tensor(ptr), way_ptr=torch.tensor([0, 1, 2]))
         for w in range(2):
             ex = make_graph_parallel_way(cfg, make(), plan, w, _LocalComm(), ranks=[0, 1])
-            best = _best_epoch_cpu(ex, repeats)
+            best = _epoch_cpu(ex, repeats)
             own = sum(f[w] + b[w] for f, b in zip(units.forward, units.backward))
             params = sum(p.numel() for p in ex.params)
             dirs = elems = 0.0
@@ -479,7 +486,7 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
     relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way, one-stage hybrid over 8 chunks run as the
     runtime runs them (:func:`~gnnpipe.core.parallel.make_hybrid_member`: the peer op, which gathers the rows it
     sends and writes the peers' rows into history, and the correctors' hooks for the peers' chunks) with
-    :class:`_LocalComm`; each way's least epoch CPU time minus its plain units on its chunks (:func:`_units_cpu`
+    :class:`_LocalComm`; each way's median epoch CPU time minus its plain units on its chunks (:func:`_units_cpu`
     with ``fused=False``), the step and ``action_s`` per action is fitted, by non-negative least squares, as
     ``a · (op directions) + b · Σ (rows exchanged) · d``. Returns ``(a, b, points)``."""
     import types
@@ -507,7 +514,7 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
             correctors = corr.build_correctors(cfg.correctors)
             ex = make_hybrid_member(cfg, model, plan, w, 0, get_scheduler("gpipe")(), _order_policy(cfg, correctors),
                                     correctors, _LocalComm(), None, None)
-            best = _best_epoch_cpu(ex, repeats)
+            best = _epoch_cpu(ex, repeats)
             own = range(way_ptr[w], way_ptr[w + 1])
             units_s = sum(f[c] + b[c] for f, b in zip(units.forward, units.backward) for c in own)
             params = sum(p.numel() for p in ex.params)
@@ -544,7 +551,7 @@ def _fit_per_op(rows_A: list, rows_y: list, points: list) -> tuple[float, float,
 def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
                    repeats: int) -> dict:
     """One rank of :func:`_pipeline_overhead`: stage ``rank`` of a 2-stage gpipe pipeline of ``small_cfg``'s
-    model over the chunks ``ptr`` of ``sub``, with the configured correctors and real communication; its least
+    model over the chunks ``ptr`` of ``sub``, with the configured correctors and real communication; its median
     epoch thread CPU time after one warm-up, and its units."""
     import attrs as _attrs
 
@@ -563,7 +570,7 @@ def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, s
     correctors = corr.build_correctors(cfg.correctors)
     ex = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), bounds, rank, [0, 1], get_scheduler("gpipe")(),
                              _order_policy(cfg, correctors), correctors, Comm())
-    return {"cpu_s": _best_epoch_cpu(ex, repeats), "units": (bounds[rank], bounds[rank + 1]),
+    return {"cpu_s": _epoch_cpu(ex, repeats), "units": (bounds[rank], bounds[rank + 1]),
             "params": sum(p.numel() for p in ex.params), "width": ex.stage.output_width() if rank == 0 else 0}
 
 
@@ -572,7 +579,7 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
     """Thread CPU seconds per chunk action of the runtime in a real 2-rank pipeline beyond its units: both stages
     of a 2-stage pipeline over the chunks ``ptr`` of the subgraph ``sub`` run as the runtime runs them
     (:func:`_pipeline_rank`: pre-posted receives, the boundary tensors and their gradients, the sends), each
-    rank's least epoch CPU time minus its units measured in this process on the same chunks (``units``) and the
+    rank's median epoch CPU time minus its units measured in this process on the same chunks (``units``) and the
     step, per action; the mean over the ranks (at least 0). Messages are not subtracted here (the caller does,
     with the measured CPU per message). ``outs``: the ranks' results when they already ran (in the link probe's
     ranks, :func:`profile_link`); otherwise 2 ranks are started. Returns ``(seconds per action, per-rank points)``."""
@@ -869,7 +876,7 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- profile
-def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
+def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
             link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
             distributed: Optional[bool] = None, verbose: bool = False) -> Profile:
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
@@ -877,7 +884,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
     Args:
         config: a resolved :class:`~gnnpipe.core.config.TrainConfig` (model, layers, hidden, dtype, threads).
         data: the prepared graph (``gnnpipe.api.load_data``).
-        repeats: timed passes per measurement (the minimum is kept).
+        repeats: timed passes per measurement (the median is kept, :data:`REDUCE`).
         chunk_counts: chunkings to time (the first is a METIS chunk plan; the others merge its chunks and must
             divide it).
         link: measure the link (and the runtime floor of a rank) with a ping-pong of 2 ranks (a few seconds);
@@ -925,7 +932,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
         # a small graph's pass is cheap: more repeats, since a process's first passes are slower than its later ones
         small = N * (F + config.hidden * len(full.units)) < 5e7
         whole = profile_unit_costs(model, whole_data, repeats=repeats + (2 if small else 0), phases=True,
-                                   clock=time.thread_time)
+                                   clock=time.thread_time, reduce=REDUCE)
         wall_total += time.perf_counter() - w0
         cpu_total += time.thread_time() - c0
         del whole_data
@@ -941,7 +948,7 @@ def profile(config, data, *, repeats: int = 2, chunk_counts: Sequence[int] = (16
             cptr = ptr[::step] if ptr[::step][-1] == N else ptr[::step] + [N]
             w0, c0 = time.perf_counter(), time.thread_time()
             ph = profile_unit_costs(model, rdata, repeats=repeats, chunk_ptr=torch.tensor(cptr), phases=True,
-                                    clock=time.thread_time)
+                                    clock=time.thread_time, reduce=REDUCE)
             wall_total += time.perf_counter() - w0
             cpu_total += time.thread_time() - c0
             levels.append((chunk_features(rdata.edge_index, cptr), ph, len(cptr) - 1))

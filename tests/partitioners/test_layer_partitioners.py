@@ -223,3 +223,28 @@ def test_profiled_split_keeps_its_phases_per_stage_and_chunk():
     for s in range(2):
         assert sum(fwd[s]) + sum(bwd[s]) == pytest.approx(split.stage_costs[s])
     assert P.split_layers(model, 2, "equal").stage_phase_costs() is None
+
+
+@pytest.mark.parametrize("reduce,expected", [("min", 1.0), ("median", 3.0)])
+def test_profile_reduce_min_or_median_over_passes(reduce, expected):
+    """Every timed interval of pass r lasts durations[r] on a scripted clock (pass 0 is the untimed warm-up):
+    the minimum takes the fastest pass per unit and phase, the median the typical one (the cost model's)."""
+    model = build_model("gcn", 8, 3, num_layers=2, hidden=8)
+    data = sample()
+    per_pass = 4 * model.num_units  # two clock reads per unit and phase, one chunk
+    durations = [100.0, 5.0, 1.0, 3.0]
+    state = {"calls": 0, "t": 0.0}
+
+    def clock():
+        k = state["calls"]
+        state["calls"] += 1
+        if k % 2:  # the end of an interval
+            state["t"] += durations[k // per_pass]
+        return state["t"]
+
+    ph = profile_unit_costs(model, data, repeats=3, phases=True, clock=clock, reduce=reduce)
+    assert state["calls"] == per_pass * len(durations)
+    assert ph.forward == [[expected]] * model.num_units
+    assert ph.backward == [[expected]] * model.num_units
+    with pytest.raises(ConfigError, match="reduce must be"):
+        profile_unit_costs(model, data, repeats=1, reduce="mean")
