@@ -159,6 +159,15 @@ def csr_rows(a: Tensor, rows: Tensor) -> Tensor:
     return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)), dtype=a.dtype)
 
 
+def _bag_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
+    """:func:`csr_mm`'s fused CPU product, without its checks (``col`` non-empty, ``h`` on the CPU in the dtype of
+    ``values``, ``crow`` and ``col`` of one integer dtype)."""
+    # torch.embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode (0: sum), sparse,
+    # per_sample_weights, include_last_offset, padding_idx): F.embedding_bag without its Python checks
+    return torch.embedding_bag(h if h.is_contiguous() else h.contiguous(), col, crow, False, 0, False, values,
+                               True, None)[0]
+
+
 def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     """``A @ h`` for the CSR matrix ``(crow, col, values)`` (``r + 1``, ``nnz``, ``nnz``; ``col`` indexing rows of
     ``h``) and a dense ``h`` (``[n, d]`` → ``[r, d]``, dtype of ``values``), without autograd through ``A``.
@@ -174,10 +183,7 @@ def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     if col.numel() == 0 or h.size(1) == 0:
         return torch.zeros(r, h.size(1), dtype=values.dtype, device=h.device)
     if h.device.type == "cpu" and h.dtype == values.dtype:
-        # torch.embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode (0: sum), sparse,
-        # per_sample_weights, include_last_offset, padding_idx): F.embedding_bag without its Python checks
-        return torch.embedding_bag(h if h.is_contiguous() else h.contiguous(), col, crow, False, 0, False, values,
-                                   True, None)[0]
+        return _bag_mm(crow, col, values, h)
     if h.dtype != values.dtype:  # rows stored narrower (--history-dtype): up-cast when read
         h = h.to(values.dtype)
     a = torch.sparse_csr_tensor(crow, col, values, (r, h.size(0)), device=h.device)
@@ -209,6 +215,7 @@ class CompactRows:
         self.col = rows.col_indices().to(idx)
         self.values = rows.values().clone()
         self.shape = rows.shape
+        self._empty = self.col.numel() == 0
         self._compact = None
 
     def same_as(self, other: "CompactRows") -> bool:
@@ -250,7 +257,7 @@ class CompactRows:
         (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row known to be zero; what
         :meth:`~gnnpipe.core.history.History.pull_source` keeps) says the same in a form that renumbers the columns
         in one gather. The result is the same, bit for bit."""
-        if self.col.numel() == 0 or h.size(1) == 0:
+        if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
         if h.device.type == "cpu" and h.dtype == self.values.dtype:
             col = self.col
@@ -260,7 +267,7 @@ class CompactRows:
                     col = col.to(self.col.dtype)
             elif zero_rows is not None:
                 col = col.masked_fill(zero_rows.index_select(0, col), zero_rows.size(0))
-            return csr_mm(self.crow, col, self.values, h)
+            return _bag_mm(self.crow, col, self.values, h)
         cols, local = self._compacted()
         idx = cols
         if redirect is not None:

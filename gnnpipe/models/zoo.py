@@ -196,8 +196,8 @@ class _GCNIIChunk(torch.autograd.Function):
             rows, _, alpha, theta = steps[k]
             s, out, mask = saved[3 * k: 3 * k + 3]
             gz = torch.ops.aten.threshold_backward(g, out, 0)
-            if need[3 + k]:
-                grad_w[k] = torch.mm(gz.t(), s).mul_(theta)
+            if need[3 + k]:  # θ·g_zᵀ s in one call (beta = 0: the input, W_k, only gives the shape, and is not read)
+                grad_w[k] = torch.addmm(weights[k], gz.t(), s, beta=0.0, alpha=theta)
             gs = torch.addmm(gz, gz, weights[k], beta=1.0 - theta, alpha=theta)
             if need[1]:
                 gh0 = gs * alpha if gh0 is None else gh0.add_(gs, alpha=alpha)
