@@ -104,14 +104,15 @@ class LayerUnit(nn.Module):
             the trainer can apply a different weight decay to each (as GCNII does).
         message_passing: the unit passes a layer to ``agg`` (its aggregations then run through the
             halo-gradient ops of the runtime).
+        run_fused: optional static method ``run_fused(units, ops, h, shared) -> (h', shared')`` that runs a run of
+            consecutive units of the class on one pipeline chunk as one step, ``ops[k]`` being what
+            :meth:`fused_op` of ``units[k]`` gave (:meth:`GNNModel.run_units`; GCNII's layer, issue #18).
     """
 
     aggregations: tuple[str, ...] = ()
     param_group: str = "dense"
     message_passing: bool = False
-    #: ``run_fused(units, ops, h, shared) -> (h', shared')`` (a static method) for a unit class that runs a run of
-    #: consecutive units of its class on one pipeline chunk as one step (module docstring); ``None``: it does not
-    run_fused: Optional[Callable] = None
+    run_fused: Optional[Callable] = None  # see the class docstring; None: the class does not fuse runs
 
     def fused_op(self, agg: Aggregator):
         """The op this unit hands to :attr:`run_fused` on this chunk (e.g. ``agg.push_pull(kind)``), or ``None``
