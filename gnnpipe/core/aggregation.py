@@ -137,6 +137,7 @@ class HistoryOp(AggregationOp):
     def __init__(self, history: History, kind: str, ops: GraphOps, chunk_adj: dict):
         self.history, self.kind, self.ops, self.chunk_adj = history, kind, ops, chunk_adj
         self.chunk_ranges: dict[int, tuple[int, int]] = {}
+        self._push_pull: dict = {}  # (c, rows, write) -> ChunkPushPull or None: built once, not per chunk action
 
     def adj(self, c: int, rows: tuple[int, int]) -> tuple[CompactRows, CompactRows]:
         key = (self.kind, c)
@@ -150,10 +151,18 @@ class HistoryOp(AggregationOp):
         return ChunkAggregate.apply(h, self.history, a_c, at_c, rows[0], rows[1], write)
 
     def push_pull(self, c, rows, write):
-        if type(self).train is not HistoryOp.train:  # a subclass adds to the op (the hybrid's peer exchange)
-            return None
-        a_c, at_c = self.adj(c, rows)
-        return ChunkPushPull(self.history, a_c, at_c, rows[0], rows[1], write)
+        """:class:`ChunkPushPull` of chunk ``c`` (the same object for every action of the chunk: it holds no state
+        but the chunk's rows of ``Â``/``Âᵀ``); ``None`` for a subclass that adds to the op (the hybrid's peer
+        exchange), which must not be bypassed."""
+        key = (c, rows, write)
+        op = self._push_pull.get(key, False)
+        if op is False:
+            op = None
+            if type(self).train is HistoryOp.train:
+                a_c, at_c = self.adj(c, rows)
+                op = ChunkPushPull(self.history, a_c, at_c, rows[0], rows[1], write)
+            self._push_pull[key] = op
+        return op
 
     @torch.no_grad()
     def infer(self, h, capture, layer=None):

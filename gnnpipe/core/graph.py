@@ -159,6 +159,15 @@ def csr_rows(a: Tensor, rows: Tensor) -> Tensor:
     return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)), dtype=a.dtype)
 
 
+def _bag_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
+    """:func:`csr_mm`'s fused CPU product, without its checks (``col`` non-empty, ``h`` on the CPU in the dtype of
+    ``values``, ``crow`` and ``col`` of one integer dtype)."""
+    # torch.embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode (0: sum), sparse,
+    # per_sample_weights, include_last_offset, padding_idx): F.embedding_bag without its Python checks
+    return torch.embedding_bag(h if h.is_contiguous() else h.contiguous(), col, crow, False, 0, False, values,
+                               True, None)[0]
+
+
 def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     """``A @ h`` for the CSR matrix ``(crow, col, values)`` (``r + 1``, ``nnz``, ``nnz``; ``col`` indexing rows of
     ``h``) and a dense ``h`` (``[n, d]`` → ``[r, d]``, dtype of ``values``), without autograd through ``A``.
@@ -174,10 +183,7 @@ def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     if col.numel() == 0 or h.size(1) == 0:
         return torch.zeros(r, h.size(1), dtype=values.dtype, device=h.device)
     if h.device.type == "cpu" and h.dtype == values.dtype:
-        # torch.embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode (0: sum), sparse,
-        # per_sample_weights, include_last_offset, padding_idx): F.embedding_bag without its Python checks
-        return torch.embedding_bag(h if h.is_contiguous() else h.contiguous(), col, crow, False, 0, False, values,
-                                   True, None)[0]
+        return _bag_mm(crow, col, values, h)
     if h.dtype != values.dtype:  # rows stored narrower (--history-dtype): up-cast when read
         h = h.to(values.dtype)
     a = torch.sparse_csr_tensor(crow, col, values, (r, h.size(0)), device=h.device)
@@ -209,6 +215,7 @@ class CompactRows:
         self.col = rows.col_indices().to(idx)
         self.values = rows.values().clone()
         self.shape = rows.shape
+        self._empty = self.col.numel() == 0
         self._compact = None
 
     def same_as(self, other: "CompactRows") -> bool:
@@ -241,23 +248,31 @@ class CompactRows:
         """The ``r × k`` CSR rows with columns renumbered to :attr:`cols` (same values, same order per row)."""
         return self._compacted()[1]
 
-    def mm(self, h: Tensor, zero_rows: Tensor | None = None) -> Tensor:
+    def mm(self, h: Tensor, zero_rows: Tensor | None = None, redirect: Tensor | None = None) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
         ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
         With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
-        one zero: known zero rows are read from there (one hot row) instead of where they lie. The result is
-        the same, bit for bit."""
-        if self.col.numel() == 0 or h.size(1) == 0:
+        one zero: known zero rows are read from there (one hot row) instead of where they lie. ``redirect``
+        (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row known to be zero; what
+        :meth:`~gnnpipe.core.history.History.pull_source` keeps) says the same in a form that renumbers the columns
+        in one gather. The result is the same, bit for bit."""
+        if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
         if h.device.type == "cpu" and h.dtype == self.values.dtype:
             col = self.col
-            if zero_rows is not None:
+            if redirect is not None:
+                col = redirect.index_select(0, col)
+                if col.dtype != self.col.dtype:
+                    col = col.to(self.col.dtype)
+            elif zero_rows is not None:
                 col = col.masked_fill(zero_rows.index_select(0, col), zero_rows.size(0))
-            return csr_mm(self.crow, col, self.values, h)
+            return _bag_mm(self.crow, col, self.values, h)
         cols, local = self._compacted()
         idx = cols
-        if zero_rows is not None:
+        if redirect is not None:
+            idx = redirect.index_select(0, idx)
+        elif zero_rows is not None:
             idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
         rows = h.index_select(0, idx)
         if rows.dtype != local.dtype:  # rows stored narrower (--history-dtype): up-cast after the gather

@@ -30,8 +30,11 @@ class History:
     every change to ``G_out`` goes through :meth:`zero_grads`, :meth:`write_grad_rows` and
     :meth:`scale_grad_rows`, the history knows which rows are zero (e.g. after T2's epoch-end zeroing, the
     rows of chunks not back-propagated yet this epoch) and the pull reads the zero row in their place
-    instead of fetching cold rows of zeros (:meth:`grad_source`). Any other in-place change of ``G_out``
-    bumps its version counter, and the history then treats no row as known zero (exact either way).
+    instead of fetching cold rows of zeros (:meth:`pull_source`, :meth:`grad_source`). Any other in-place change
+    of ``G_out`` bumps its version counter, and the history then treats no row as known zero (exact either way).
+    What is known is kept as a *redirect* table (integer ``[N]``): row ``v`` of ``G_out`` is read from row
+    ``redirect[v]`` of the ``(N + 1)``-row buffer, ``v`` itself or ``N`` (the zero row), so that the pull renumbers a
+    chunk's columns in one gather (issue #18).
 
     With :attr:`release_grads` (set by a stage that recomputes, ``--recompute``: memory before compute), a
     ``G_out`` zeroed by :meth:`zero_grads` (T2 at every epoch's end) holds nothing but zeros until the next
@@ -39,6 +42,9 @@ class History:
     ``G_out`` allocates it), so that it costs no memory while the run evaluates between epochs (issue #12: the
     evaluation is a pipeline rank's peak). Otherwise it is zeroed in place: allocating it again every epoch costs
     page faults that a pipeline's epoch feels (docs/RESULTS.md §11c).
+
+    Row blocks ``buf[start:end]`` the chunk op and T2 write are views made once per chunk and buffer
+    (:meth:`rows_of`), not sliced again every chunk action.
 
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
@@ -53,8 +59,9 @@ class History:
         self.H_in: Optional[Tensor] = None
         self._g_view: Optional[Tensor] = None  # G_out = _g_buf[:N]
         self._g_buf: Optional[Tensor] = None  # [N + 1, d]; None before first use and while released (all zero)
-        self._g_zero: Optional[Tensor] = None  # bool [N]: rows of G_out known to be zero
-        self._g_known = -1  # G_out's version counter when _g_zero was last valid (-1: nothing known)
+        self._g_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of G_out known to be zero
+        self._g_known = -1  # G_out's version counter when _g_redirect was last valid (-1: nothing known)
+        self._views: dict = {}  # (id(buffer), start, end) -> buffer[start:end] (a view keeps its buffer alive)
         #: release a zeroed G_out until its next use instead of zeroing it in place (class docstring)
         self.release_grads = False
 
@@ -62,15 +69,17 @@ class History:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
         if self.H_in is None:
             self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
-            self._g_zero = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
+            idx = torch.int32 if self.num_nodes < 2**31 - 1 else torch.int64
+            self._g_redirect = torch.empty(self.num_nodes, dtype=idx, device=self.device)
             self._allocate_grads()
             self._g_known = -1
 
     def _allocate_grads(self) -> None:
         """A zero ``G_out`` buffer (every row known zero)."""
+        self._views.clear()
         self._g_buf = torch.zeros(self.num_nodes + 1, self.H_in.size(1), dtype=self.dtype, device=self.device)
         self._g_view = self._g_buf[: self.num_nodes]
-        self._g_zero.fill_(True)
+        self._g_redirect.fill_(self.num_nodes)
         self._g_known = self._g_view._version
 
     @property
@@ -93,6 +102,14 @@ class History:
         """``buf[start:start + len(rows)] ← rows`` (in place, no autograd)."""
         buf[start : start + rows.size(0)] = rows
 
+    def rows_of(self, buf: Tensor, start: int, end: int) -> Tensor:
+        """``buf[start:end]`` (a view of one of this history's buffers), made once per buffer and row block."""
+        key = (id(buf), start, end)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = buf[start:end]
+        return view
+
     # ------------------------------------------------------------------ G_out with known zero rows
     def _tracking(self) -> bool:
         g = self.G_out
@@ -105,38 +122,51 @@ class History:
             return
         if self.release_grads:
             self._g_buf = self._g_view = None
-            self._g_zero.fill_(True)
+            self._views.clear()  # the cached row views would keep the released buffer alive
+            self._g_redirect.fill_(self.num_nodes)
             return
         self._g_view.zero_()
-        self._g_zero.fill_(True)
+        self._g_redirect.fill_(self.num_nodes)
         self._g_known = self._g_view._version
 
-    def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> None:
-        """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward)."""
+    def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> bool:
+        """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward). Returns whether
+        the known zero rows are still tracked (then :meth:`pull_source` gives the redirect table)."""
         tracking = self._tracking()
+        end = start + g.size(0)
+        dst = self.rows_of(self._g_view, start, end)
         if scale is None:
-            self.write_rows(self.G_out, start, g)
+            dst.copy_(g)
         else:
-            torch.mul(g, scale, out=self.G_out[start : start + g.size(0)])
+            torch.mul(g, scale, out=dst)
         if tracking:
-            self._g_zero[start : start + g.size(0)].fill_(False)
-            self._g_known = self.G_out._version
+            torch.arange(start, end, out=self.rows_of(self._g_redirect, start, end))  # these rows: read in place
+            self._g_known = self._g_view._version
+        return tracking
 
     def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
         """``G_out[start:end] *= factor`` (e.g. T2's doubling); known zero rows stay zero."""
         if self.H_in is None or self._g_buf is None:  # nothing yet, or all zero
             return
         tracking = self._tracking()
-        self.G_out[start:end].mul_(factor)  # not `G[a:b] *= f`: that also copies the rows onto themselves
+        self.rows_of(self._g_view, start, end).mul_(factor)  # not `G[a:b] *= f`: that also copies the rows
         if tracking:
-            self._g_known = self.G_out._version
+            self._g_known = self._g_view._version
+
+    def pull_source(self, tracking: Optional[bool] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """What the pull reads: ``(G, redirect)`` with ``G`` the ``[N + 1, d]`` buffer (row ``N`` is zero) and
+        ``redirect`` the integer ``[N]`` table (row ``v`` is read from row ``redirect[v]``: ``v``, or ``N`` for a row
+        known to be zero), or ``(G_out, None)`` when nothing is known. ``tracking``: what :meth:`write_grad_rows` just
+        returned (not checked again)."""
+        if self._tracking() if tracking is None else tracking:
+            return self._g_buf, self._g_redirect
+        return self.G_out, None
 
     def grad_source(self) -> tuple[Tensor, Optional[Tensor]]:
-        """What the pull reads: ``(G, zero)`` with ``G`` the ``[N + 1, d]`` buffer (row ``N`` is zero) and ``zero``
-        the bool ``[N]`` mask of rows known to be zero, or ``(G_out, None)`` when nothing is known."""
-        if self._tracking():
-            return self._g_buf, self._g_zero
-        return self.G_out, None
+        """``(G, zero)``: as :meth:`pull_source`, with the bool ``[N]`` mask of rows known to be zero in place of the
+        redirect table (``None`` when nothing is known)."""
+        g, redirect = self.pull_source()
+        return g, (None if redirect is None else redirect == self.num_nodes)
 
     def state_tensors(self) -> dict[str, Tensor]:
         """The buffers a checkpoint saves (:mod:`gnnpipe.core.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
@@ -195,17 +225,16 @@ class ChunkPushPull:
             if mask is None:
                 hist.write_rows(hist.H_in, self.start, h)
             else:
-                torch.mul(h, mask, out=hist.H_in[self.start : self.end])
+                torch.mul(h, mask, out=hist.rows_of(hist.H_in, self.start, self.end))
         return spmm(self.a_c, hist.H_in)
 
     def pull(self, g: Tensor, scale: Optional[float] = None) -> Tensor:
         """``Âᵀ[R_c, :] @ G_out`` after ``G_out[R_c] ← g`` (``scale · g`` with a scale); ``[|R_c|, d]`` → ``[|R_c|, d]``.
-        Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.grad_source`)."""
+        Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.pull_source`)."""
         hist = self.hist
-        hist.write_grad_rows(self.start, g, scale)
-        src, zero = hist.grad_source()
-        if zero is not None and isinstance(self.at_c, CompactRows):
-            return self.at_c.mm(src, zero_rows=zero)
+        src, redirect = hist.pull_source(hist.write_grad_rows(self.start, g, scale))
+        if redirect is not None and isinstance(self.at_c, CompactRows):
+            return self.at_c.mm(src, redirect=redirect)
         return spmm(self.at_c, hist.G_out)
 
 

@@ -92,6 +92,7 @@ class Stage:
         for i in self.units:
             model.units[i].to(self.device, self.dtype)
         self.model = model
+        self._unit_list = list(model.units)  # indexed per unit and chunk action (a ModuleList's indexing is Python)
         self.row_range = (0, self.num_nodes) if row_range is None else (int(row_range[0]), int(row_range[1]))
         lo, hi = self.row_range
         # x: a view of the rows (no copy on the CPU in the compute dtype: of a memory-mapped graph file only the pages
@@ -148,10 +149,10 @@ class Stage:
 
     # ------------------------------------------------------------------ compute
     def _run(self, c: int, h: Tensor, sh: Optional[Tensor], write: bool):
-        rows = self.rows(c)
-        make = unit_aggregators(self.model.units,
-                                lambda i, j, t, kind, layer: self.ops[(i, j)].train(t, c, rows, write, layer),
-                                lambda i, j, kind: self.ops[(i, j)].push_pull(c, rows, write))
+        rows, ops = self.rows(c), self.ops
+        make = unit_aggregators(self._unit_list,
+                                lambda i, j, t, kind, layer: ops[(i, j)].train(t, c, rows, write, layer),
+                                lambda i, j, kind: ops[(i, j)].push_pull(c, rows, write))
         return self.model.run_units(self.lo_unit, self.hi_unit, h, sh, make)
 
     def _loss(self, c: int, out: Tensor) -> Tensor:

@@ -22,7 +22,10 @@ object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as
 and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
 autograd (:class:`gnnpipe.core.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
 ``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
-its plain ``agg`` path up to floating-point rounding.
+its plain ``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units
+of its class (:attr:`LayerUnit.run_fused`, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
+run to it as one call (GCNII: one autograd node per stage and chunk for all its GCNII layers), which must compute
+what the units' ``forward`` calls one after the other compute; module hooks are not called for a fused run.
 
 A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
 produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.
@@ -101,11 +104,20 @@ class LayerUnit(nn.Module):
             the trainer can apply a different weight decay to each (as GCNII does).
         message_passing: the unit passes a layer to ``agg`` (its aggregations then run through the
             halo-gradient ops of the runtime).
+        run_fused: optional static method ``run_fused(units, ops, h, shared) -> (h', shared')`` that runs a run of
+            consecutive units of the class on one pipeline chunk as one step, ``ops[k]`` being what
+            :meth:`fused_op` of ``units[k]`` gave (:meth:`GNNModel.run_units`; GCNII's layer, issue #18).
     """
 
     aggregations: tuple[str, ...] = ()
     param_group: str = "dense"
     message_passing: bool = False
+    run_fused: Optional[Callable] = None  # see the class docstring; None: the class does not fuse runs
+
+    def fused_op(self, agg: Aggregator):
+        """The op this unit hands to :attr:`run_fused` on this chunk (e.g. ``agg.push_pull(kind)``), or ``None``
+        (the default): the unit then runs through :meth:`forward` with ``agg``."""
+        return None
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -163,9 +175,38 @@ class GNNModel(nn.Module):
         shared: Optional[Tensor],
         make_agg: Callable[[int], Aggregator],
     ) -> tuple[Tensor, Optional[Tensor]]:
-        """Run units ``[start, end)``; ``make_agg(i)`` gives the aggregation callback of unit ``i``."""
-        for i in range(start, end):
-            h, shared = self.units[i](h, shared, make_agg(i))
+        """Run units ``[start, end)``; ``make_agg(i)`` gives the aggregation callback of unit ``i`` (called once per
+        unit, in order).
+
+        A maximal run of consecutive units of one class with a :attr:`~LayerUnit.run_fused` whose
+        :meth:`~LayerUnit.fused_op` gives an op (on a pipeline chunk: ``agg.push_pull``) runs as one
+        ``run_fused(units, ops, h, shared)`` call (GCNII: one autograd node per stage and chunk, issue #18); every
+        other unit is called as ``unit(h, shared, agg)``."""
+        units = list(self.units)
+        i = start
+        while i < end:
+            unit = units[i]
+            agg = make_agg(i)
+            run = type(unit).run_fused
+            op = None if run is None else unit.fused_op(agg)
+            i += 1
+            if op is None:
+                h, shared = unit(h, shared, agg)
+                continue
+            chain, ops, rest = [unit], [op], None
+            while i < end and type(units[i]).run_fused is run:
+                rest = make_agg(i)
+                op = units[i].fused_op(rest)
+                if op is None:  # not fusable here: it runs plainly, with the callback just made
+                    break
+                chain.append(units[i])
+                ops.append(op)
+                rest = None
+                i += 1
+            h, shared = run(chain, ops, h, shared)
+            if rest is not None:
+                h, shared = units[i](h, shared, rest)
+                i += 1
         return h, shared
 
     def forward(self, x: Tensor, agg: Tensor | Aggregator | Callable[[int], Aggregator], *,

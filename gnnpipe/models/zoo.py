@@ -116,15 +116,34 @@ class GCNIILayer(LayerUnit):
         self.act = activation(act)
         self.fusable = act == "relu" and not bias  # the fused chunk step covers this (the paper's) form
 
+    def fused_op(self, agg: Aggregator):
+        """The op of this unit's aggregation for the fused chunk step (:class:`_GCNIIChunk`): ``agg.push_pull("gcn")``
+        on a pipeline chunk, or ``None`` — then the unit runs its plain path (and ``agg`` still counts op 0 as not
+        taken). ``None`` also for a form the fused step does not cover (bias, another activation), without autograd,
+        for a subclass that overrides :meth:`forward`, and for a unit with forward hooks (the fused run does not call
+        the module)."""
+        if (not self.fusable or not torch.is_grad_enabled() or type(self).forward is not GCNIILayer.forward
+                or self._forward_hooks or self._forward_pre_hooks):
+            return None
+        push_pull = getattr(agg, "push_pull", None)
+        return None if push_pull is None else push_pull("gcn")
+
+    @staticmethod
+    def run_fused(units, ops, h: Tensor, shared: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor]]:
+        """Consecutive GCNII units ``units`` (each with the op its :meth:`fused_op` gave, ``ops``) on one pipeline
+        chunk as **one** autograd node (:class:`_GCNIIChunk`): ``h`` ``[n, d]``, ``shared`` = ``h0`` ``[n, d]`` →
+        ``(h', h0)``. The same values as the units' plain paths one after the other (forward bit for bit)."""
+        if shared is None:
+            raise ConfigError("GCNII layers need the shared tensor h0 produced by the encoder")
+        steps = tuple((op, u.dropout if u.training else 0.0, u.alpha, u.theta) for u, op in zip(units, ops))
+        return _GCNIIChunk.apply(h, shared, steps, *[u.lin.weight for u in units]), shared
+
     def forward(self, h, shared, agg: Aggregator):
         if shared is None:
             raise ConfigError("GCNII layers need the shared tensor h0 produced by the encoder")
-        push_pull = getattr(agg, "push_pull", None)
-        op = push_pull("gcn") if push_pull is not None and self.fusable and torch.is_grad_enabled() else None
+        op = self.fused_op(agg)
         if op is not None:  # a pipeline chunk: the whole step as one autograd node (same values, see _GCNIIChunk)
-            out = _GCNIIChunk.apply(h, shared, self.lin.weight, op, self.dropout, self.alpha, self.theta,
-                                    self.training)
-            return out, shared
+            return self.run_fused([self], [op], h, shared)
         # fused as in PyG's GCN2Conv: lerp = (1 − α)·a + α·h0; addmm = (1 − θ)·s + θ·s·Wᵀ (fewer ops per call)
         s = torch.lerp(agg(dropout(h, self.dropout, self.training), "gcn"), shared, self.alpha)
         out = torch.addmm(s, s, self.lin.weight.t(), beta=1.0 - self.theta, alpha=self.theta)
@@ -135,41 +154,57 @@ class GCNIILayer(LayerUnit):
 
 
 class _GCNIIChunk(torch.autograd.Function):
-    """:class:`GCNIILayer` (ReLU, no bias) on one pipeline chunk as one autograd node.
+    """A run of ``K ≥ 1`` consecutive :class:`GCNIILayer` units (ReLU, no bias) on one pipeline chunk as one
+    autograd node (issue #18: one node per stage and chunk for the run instead of one per unit, and no autograd
+    bookkeeping between the units).
 
-    Forward, as the plain path: ``x = dropout(h)`` (same mask draw as :func:`gnnpipe.models.base.dropout`),
-    written straight into history by ``rows.push``; ``s = lerp(Â x, h0, α)``; ``out = relu((1 − θ)·s + θ·s·Wᵀ)``.
-    Backward, by hand (the vector–Jacobian products autograd would take, fused where one call does two):
-    ``g_z = g ⊙ [out > 0]``; ``∂W = θ·g_zᵀ s``; ``g_s = (1 − θ)·g_z + θ·g_z W``; ``∂h0 = α·g_s``;
-    ``∂h = mask ⊙ rows.pull(g_s, scale=1 − α)`` (the pull writes ``(1 − α)·g_s`` into ``G_out``, DESIGN §5).
+    Forward, unit ``k = 1 … K`` in turn, as the plain path (the same ATen ops on the same values, in the same
+    order, so the same dropout draws): ``x = dropout(h)`` (the mask as :func:`gnnpipe.models.base.dropout` draws
+    it), written straight into history by ``rows_k.push`` (DESIGN §5: ``H_in[R_c] ← x``, then ``Â[R_c, :] @ H_in``);
+    ``s = lerp(Â x, h0, α)``; ``h ← relu((1 − θ_k)·s + θ_k·s·W_kᵀ)`` (GCNII eq. 5).
+    Backward, unit ``k = K … 1`` by hand (the vector–Jacobian products autograd would take, fused where one
+    call does two): ``g_z = g ⊙ [h_k > 0]``; ``∂W_k = θ_k·g_zᵀ s``; ``g_s = (1 − θ_k)·g_z + θ_k·g_z W_k``;
+    ``∂h0 += α·g_s`` (summed over the run); ``g ← mask ⊙ rows_k.pull(g_s, scale=1 − α)`` — the pull writes
+    ``(1 − α)·g_s`` into ``G_out`` and returns ``Âᵀ[R_c, :] @ G_out`` (DESIGN §5's pull-based backward).
 
-    Args (to ``apply``): h ``[n, d]``, h0 ``[n, d]``, weight ``[d, d]``, rows (``agg.push_pull("gcn")``),
-    p (dropout), alpha, theta, training.
+    Args (to ``apply``): h ``[n, d]``, h0 ``[n, d]`` (same dtype), ``steps`` = one ``(rows, p, alpha, theta)`` per
+    unit (``rows``: the unit's ``agg.push_pull("gcn")``; ``p``: its dropout probability, 0 outside training),
+    then the units' weights ``W_k`` ``[d, d]``. Returns ``[n, d]``, the last unit's output.
     """
 
     @staticmethod
-    def forward(ctx, h, h0, weight, rows, p, alpha, theta, training):  # type: ignore[override]
-        mask = None
-        if training and p > 0.0:
-            mask = torch.rand_like(h).ge_(p).mul_(1.0 / (1.0 - p))
-        s = torch.lerp(rows.push(h, mask), h0, alpha)
-        out = torch.addmm(s, s, weight.t(), beta=1.0 - theta, alpha=theta).relu_()
-        ctx.save_for_backward(s, weight, out, mask)
-        ctx.rows, ctx.alpha, ctx.theta = rows, alpha, theta
-        return out
+    def forward(ctx, h, h0, steps, *weights):  # type: ignore[override]
+        saved = []
+        for (rows, p, alpha, theta), weight in zip(steps, weights):
+            mask = torch.rand_like(h).ge_(p).mul_(1.0 / (1.0 - p)) if p > 0.0 else None
+            s = torch.lerp(rows.push(h, mask), h0, alpha)
+            h = torch.addmm(s, s, weight.t(), beta=1.0 - theta, alpha=theta).relu_()
+            saved += (s, h, mask)
+        ctx.save_for_backward(*saved, *weights)
+        ctx.steps = steps
+        return h
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        s, weight, out, mask = ctx.saved_tensors
-        theta, alpha = ctx.theta, ctx.alpha
-        gz = torch.ops.aten.threshold_backward(g, out, 0)
-        gw = torch.mm(gz.t(), s).mul_(theta) if ctx.needs_input_grad[2] else None
-        gs = torch.addmm(gz, gz, weight, beta=1.0 - theta, alpha=theta)
-        gh0 = gs * alpha if ctx.needs_input_grad[1] else None
-        gh = ctx.rows.pull(gs, 1.0 - alpha)
-        if mask is not None:
-            gh.mul_(mask)
-        return gh, gh0, gw, None, None, None, None, None
+        saved = ctx.saved_tensors
+        steps, need = ctx.steps, ctx.needs_input_grad
+        K = len(steps)
+        weights = saved[3 * K:]
+        grad_w: list = [None] * K
+        gh0 = None
+        for k in range(K - 1, -1, -1):
+            rows, _, alpha, theta = steps[k]
+            s, out, mask = saved[3 * k: 3 * k + 3]
+            gz = torch.ops.aten.threshold_backward(g, out, 0)
+            if need[3 + k]:  # θ·g_zᵀ s in one call (beta = 0: the input, W_k, only gives the shape, and is not read)
+                grad_w[k] = torch.addmm(weights[k], gz.t(), s, beta=0.0, alpha=theta)
+            gs = torch.addmm(gz, gz, weights[k], beta=1.0 - theta, alpha=theta)
+            if need[1]:
+                gh0 = gs * alpha if gh0 is None else gh0.add_(gs, alpha=alpha)
+            g = rows.pull(gs, 1.0 - alpha)
+            if mask is not None:
+                g.mul_(mask)
+        return (g, gh0, None, *grad_w)
 
 
 class ResConv(LayerUnit):

@@ -114,3 +114,119 @@ def test_unit_falls_back_to_agg_when_push_pull_is_none():
     out, _ = layer(torch.randn(hi - lo, D, dtype=torch.float64, requires_grad=True),
                    torch.randn(hi - lo, D, dtype=torch.float64), agg)
     assert calls == ["gcn"] and type(out.grad_fn).__name__ != "_GCNIIChunkBackward"
+
+
+# ------------------------------------------------------------------ a run of GCNII units as one node (issue #18)
+def _units(p: float, k: int = 3):
+    torch.manual_seed(7)
+    return [GCNIILayer(D, layer=l, dropout=p, alpha=0.1, lam=0.5, bias=False, act="relu").double()
+            for l in range(1, k + 1)]
+
+
+def test_fused_run_passes_gradcheck():
+    """One chunk holding every row: the pull-based backward is then the exact gradient of the run, and the
+    single node of three units passes gradcheck in h, h0 and every weight (float64)."""
+    from gnnpipe.models.zoo import _GCNIIChunk
+
+    a, at = _graph()
+    units = _units(0.0)
+    hists = [History(N, torch.float64) for _ in units]
+    rows = [ChunkPushPull(hist, CompactRows(a), CompactRows(at), 0, N) for hist in hists]
+    steps = tuple((r, 0.0, u.alpha, u.theta) for r, u in zip(rows, units))
+    h = torch.rand(N, D, dtype=torch.float64, requires_grad=True)
+    h0 = torch.rand(N, D, dtype=torch.float64, requires_grad=True)
+    weights = [u.lin.weight for u in units]
+    assert torch.autograd.gradcheck(lambda h, h0, *w: _GCNIIChunk.apply(h, h0, steps, *w), (h, h0, *weights))
+
+
+def _run_units(fused: bool, p: float, middle_plain: bool = False):
+    """Two epochs of three GCNII units over three chunks through GNNModel.run_units (forwards in order, backwards
+    reversed, T2-style zeroing between epochs), with the pipeline's callbacks (fused: agg.push_pull offered)."""
+    from gnnpipe.core.aggregation import unit_aggregators
+    from gnnpipe.models.base import GNNModel
+
+    a, at = _graph()
+    units = _units(p)
+    model = GNNModel([torch.nn.Identity(), *units])  # unit 0 is never run
+    hists = [History(N, torch.float64) for _ in units]
+    x = torch.randn(N, D, dtype=torch.float64)
+    h0 = torch.randn(N, D, dtype=torch.float64)
+    g = torch.randn(N, D, dtype=torch.float64)
+    torch.manual_seed(3)
+    outs, grads, nodes = [], [], set()
+    for _ in range(2):
+        saved = {}
+        for lo, hi in CHUNKS:
+            a_c, at_c = CompactRows(csr_row_slice(a, lo, hi)), CompactRows(csr_row_slice(at, lo, hi))
+
+            def call(i, j, t, kind, layer, a_c=a_c, at_c=at_c, lo=lo, hi=hi):
+                return ChunkAggregate.apply(t, hists[i - 1], a_c, at_c, lo, hi, True)
+
+            def pp(i, j, kind, a_c=a_c, at_c=at_c, lo=lo, hi=hi):
+                if middle_plain and i == 2:
+                    return None
+                return ChunkPushPull(hists[i - 1], a_c, at_c, lo, hi)
+
+            h = x[lo:hi].clone().requires_grad_()
+            s = h0[lo:hi].clone().requires_grad_()
+            out, _ = model.run_units(1, 4, h, s, unit_aggregators(model.units, call, pp if fused else None))
+            nodes.add(type(out.grad_fn).__name__)
+            outs.append(out.detach().clone())
+            saved[lo] = (h, s, out)
+        for lo, hi in reversed(CHUNKS):
+            h, s, out = saved[lo]
+            out.backward(g[lo:hi])
+            grads += [h.grad, s.grad]
+        for hist in hists:
+            hist.zero_grads()
+    grads += [u.lin.weight.grad for u in units]
+    return outs, grads, hists, nodes
+
+
+@pytest.mark.parametrize("p", [0.0, 0.4])
+@pytest.mark.parametrize("middle_plain", [False, True])
+def test_fused_run_equals_the_units_one_by_one(p, middle_plain):
+    """The run as one node (or split around a unit whose op is not fusable) computes what the units' plain paths
+    compute: the same forward bit for bit (same dropout draws), the same history, the same gradients."""
+    f_out, f_grads, f_hists, f_nodes = _run_units(True, p, middle_plain)
+    u_out, u_grads, u_hists, u_nodes = _run_units(False, p)
+    assert f_nodes == {"_GCNIIChunkBackward"} and "_GCNIIChunkBackward" not in u_nodes
+    for a, b in zip(f_out, u_out):
+        assert torch.equal(a, b)
+    for a, b in zip(f_grads, u_grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for fh, uh in zip(f_hists, u_hists):
+        assert torch.equal(fh.H_in, uh.H_in)
+
+
+def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
+    """Three fusable units are one autograd node; a unit whose op is not fusable splits the run and runs its plain
+    path with the callback made for it (its op counted once)."""
+    from gnnpipe.core.aggregation import unit_aggregators
+    from gnnpipe.models.base import GNNModel
+
+    a, at = _graph()
+    units = _units(0.0)
+    model = GNNModel([torch.nn.Identity(), *units])
+    hists = [History(N, torch.float64) for _ in units]
+    for plain in (set(), {2}):
+        calls = []
+
+        def call(i, j, t, kind, layer):
+            calls.append(i)
+            return ChunkAggregate.apply(t, hists[i - 1], CompactRows(a), CompactRows(at), 0, N, True)
+
+        def pp(i, j, kind):
+            return None if i in plain else ChunkPushPull(hists[i - 1], CompactRows(a), CompactRows(at), 0, N)
+
+        h = torch.randn(N, D, dtype=torch.float64, requires_grad=True)
+        out, _ = model.run_units(1, 4, h, torch.randn(N, D, dtype=torch.float64), unit_aggregators(model.units, call, pp))
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            n = todo.pop()
+            if n is None or n in seen:
+                continue
+            seen.add(n)
+            todo += [f for f, _ in n.next_functions]
+        assert sum(type(n).__name__ == "_GCNIIChunkBackward" for n in seen) == (1 if not plain else 2)
+        assert calls == sorted(plain)
