@@ -631,6 +631,27 @@ def _busy(seconds: float) -> None:
         pass
 
 
+def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
+    """``k`` round trips of ``t`` between ranks 0 and 1 (after a barrier of ``pair`` and one untimed round trip
+    that warms the pair up): the one-way wall and main-thread CPU seconds of each (half a round trip)."""
+    import torch.distributed as dist
+
+    walls, cpus = [], []
+    dist.barrier(group=pair)
+    for i in range(k + 1):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        if rank == 0:
+            dist.send(t, 1)
+            dist.recv(t, 1)
+        else:
+            dist.recv(t, 0)
+            dist.send(t, 0)
+        if i:
+            walls.append((time.perf_counter() - w0) / 2)
+            cpus.append((time.thread_time() - c0) / 2)
+    return walls, cpus
+
+
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
            nbytes: int, stream_sizes: Sequence[int] = (65536, 1 << 20, 4 << 20), pipe: Optional[tuple] = None) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
@@ -657,19 +678,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
         for n in sizes:
             t = torch.zeros(max(1, n // 4), dtype=torch.float32)
             k = max(3, 3 * reps if n <= (1 << 16) else reps if n <= (1 << 20) else reps // 4)
-            walls, cpus = [], []
-            dist.barrier(group=pair)
-            for i in range(k + 1):  # the first round trip warms the pair up
-                w0, c0 = time.perf_counter(), time.thread_time()
-                if rank == 0:
-                    dist.send(t, 1)
-                    dist.recv(t, 1)
-                else:
-                    dist.recv(t, 0)
-                    dist.send(t, 0)
-                if i:
-                    walls.append((time.perf_counter() - w0) / 2)
-                    cpus.append((time.thread_time() - c0) / 2)
+            walls, cpus = _ping_pong(rank, t, k, pair)
             out["p2p"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
             walls, cpus = [], []
             dist.barrier(group=pair)
@@ -709,18 +718,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
             out["stream"].append((t.numel() * 4, statistics.median(per)))
     if rank < 2 and sizes:  # the smallest message once more: a transient (a rank still starting) is not the latency
         t = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32)
-        walls = []
-        dist.barrier(group=pair)
-        for i in range(3 * reps + 1):
-            w0 = time.perf_counter()
-            if rank == 0:
-                dist.send(t, 1)
-                dist.recv(t, 1)
-            else:
-                dist.recv(t, 0)
-                dist.send(t, 0)
-            if i:
-                walls.append((time.perf_counter() - w0) / 2)
+        walls, _ = _ping_pong(rank, t, 3 * reps, pair)
         b0, w_0, c_0 = out["p2p"][0]
         out["p2p"][0] = (b0, min(w_0, statistics.median(walls)), c_0)
     dist.barrier()

@@ -158,3 +158,20 @@ def test_ranks_sharing_cores_wait_at_a_cost(tiny):
     *_, (t2, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01), spec, four)
     *_, (t3, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.0), spec, four)
     assert t2 == pytest.approx(t3)
+
+
+@pytest.mark.timeout(120)
+def test_link_probe_measures_every_size_and_a_positive_link():
+    """The two-rank ping-pong (``profile_link``) over gloo: one point per message size (one-way wall and CPU
+    seconds), the smallest size timed once more after the stream (the lesser median is kept), a fitted link with
+    a positive latency and bandwidth, and the main thread's CPU per streamed message."""
+    from gnnpipe.costmodel.profile import profile_link
+
+    sizes = (4, 65536, 1 << 20)
+    p2p, allreduce, raw = profile_link(sizes=sizes, reps=3, timeout_s=60)
+    assert [b for b, _, _ in raw["p2p"]] == [4, 65536, 1 << 20]
+    assert all(w > 0 and c >= 0 for _, w, c in raw["p2p"])
+    assert len(raw["allreduce"]) == len(sizes)
+    assert [b for b, _ in raw["stream"]["send"]] == [65536, 1 << 20, 4 << 20] and len(raw["stream"]["recv"]) == 3
+    assert p2p.latency_s > 0 and p2p.bandwidth_Bps > 0
+    assert allreduce.latency_s > 0 and allreduce.bandwidth_Bps > 0

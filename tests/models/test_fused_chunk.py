@@ -11,6 +11,17 @@ N, D = 14, 5
 CHUNKS = [(0, 5), (5, 9), (9, 14)]
 
 
+
+def _backward_chunks(saved: dict, g):
+    """gpipe's backward order: each chunk's output gradient ``g[lo:hi]`` back through its saved step, last chunk
+    first; returns the gradients of every chunk's inputs ``[h.grad, s.grad, …]`` in that order."""
+    grads = []
+    for lo, hi in reversed(CHUNKS):
+        h, s, out = saved[lo]
+        out.backward(g[lo:hi])
+        grads += [h.grad, s.grad]
+    return grads
+
 def _graph():
     g = torch.Generator().manual_seed(1)
     ei = torch.randint(0, N, (2, 50), generator=g)
@@ -48,10 +59,7 @@ def _run(fused: bool, p: float, seed: int = 0):
             assert (type(out.grad_fn).__name__ == "_GCNIIChunkBackward") == fused  # one node for the whole step
             outs.append(out.detach().clone())
             saved[lo] = (h, s, out)
-        for lo, hi in reversed(CHUNKS):
-            h, s, out = saved[lo]
-            out.backward(g[lo:hi])
-            grads += [h.grad, s.grad]
+        grads += _backward_chunks(saved, g)
         hist.zero_grads()
     grads.append(layer.lin.weight.grad)
     return outs, grads, hist
@@ -173,10 +181,7 @@ def _run_units(fused: bool, p: float, middle_plain: bool = False):
             nodes.add(type(out.grad_fn).__name__)
             outs.append(out.detach().clone())
             saved[lo] = (h, s, out)
-        for lo, hi in reversed(CHUNKS):
-            h, s, out = saved[lo]
-            out.backward(g[lo:hi])
-            grads += [h.grad, s.grad]
+        grads += _backward_chunks(saved, g)
         for hist in hists:
             hist.zero_grads()
     grads += [u.lin.weight.grad for u in units]
