@@ -397,9 +397,9 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
     units_s = sum(sum(f) + sum(b) for f, b in zip(units.forward, units.backward))
     stage = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), [0, U], 0, [0], get_scheduler("gpipe")(),
                                 _order_policy(cfg, correctors), correctors, Comm())
-    best = _epoch_cpu(stage, repeats)
+    epoch = _epoch_cpu(stage, repeats)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return max(0.0, (best - units_s - step_pp * params) / (2 * C)), units
+    return max(0.0, (epoch - units_s - step_pp * params) / (2 * C)), units
 
 
 class _LocalComm:
@@ -443,7 +443,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
         plan = types.SimpleNamespace(data=sub, chunk_ptr=torch.tensor(ptr), way_ptr=torch.tensor([0, 1, 2]))
         for w in range(2):
             ex = make_graph_parallel_way(cfg, make(), plan, w, _LocalComm(), ranks=[0, 1])
-            best = _epoch_cpu(ex, repeats)
+            epoch = _epoch_cpu(ex, repeats)
             own = sum(f[w] + b[w] for f, b in zip(units.forward, units.backward))
             params = sum(p.numel() for p in ex.params)
             dirs = elems = 0.0
@@ -453,10 +453,10 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
                     k = 2 if u in back_units else 1
                     dirs += k
                     elems += k * width * d
-            resid = best - own - step_pp * params
+            resid = epoch - own - step_pp * params
             rows_A.append([dirs, elems])
             rows_y.append(resid)
-            points.append({"rows": n, "way": w, "epoch_s": best, "units_s": own, "residual_s": resid})
+            points.append({"rows": n, "way": w, "epoch_s": epoch, "units_s": own, "residual_s": resid})
     return _fit_per_op(rows_A, rows_y, points)
 
 
@@ -514,7 +514,7 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
             correctors = corr.build_correctors(cfg.correctors)
             ex = make_hybrid_member(cfg, model, plan, w, 0, get_scheduler("gpipe")(), _order_policy(cfg, correctors),
                                     correctors, _LocalComm(), None, None)
-            best = _epoch_cpu(ex, repeats)
+            epoch = _epoch_cpu(ex, repeats)
             own = range(way_ptr[w], way_ptr[w + 1])
             units_s = sum(f[c] + b[c] for f, b in zip(units.forward, units.backward) for c in own)
             params = sum(p.numel() for p in ex.params)
@@ -527,10 +527,10 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
                         if u in back_units:
                             dirs += 1
                             elems += peer.get((c, True), 0) * d
-            resid = best - units_s - step_pp * params - 2 * len(own) * action_s
+            resid = epoch - units_s - step_pp * params - 2 * len(own) * action_s
             rows_A.append([dirs, elems])
             rows_y.append(resid)
-            points.append({"rows": n, "way": w, "epoch_s": best, "units_s": units_s, "residual_s": resid})
+            points.append({"rows": n, "way": w, "epoch_s": epoch, "units_s": units_s, "residual_s": resid})
     return _fit_per_op(rows_A, rows_y, points)
 
 
@@ -631,6 +631,10 @@ def _busy(seconds: float) -> None:
         pass
 
 
+#: message sizes (bytes) of the one-way stream of :func:`_probe` (the main thread's CPU per message)
+STREAM_SIZES = (65536, 1 << 20, 4 << 20)
+
+
 def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
     """``k`` round trips of ``t`` between ranks 0 and 1 (after a barrier of ``pair`` and one untimed round trip
     that warms the pair up): the one-way wall and main-thread CPU seconds of each (half a round trip)."""
@@ -653,7 +657,7 @@ def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], l
 
 
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
-           nbytes: int, stream_sizes: Sequence[int] = (65536, 1 << 20, 4 << 20), pipe: Optional[tuple] = None) -> dict:
+           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
     ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
     3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
@@ -662,7 +666,6 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     rank (``all``). With ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
     1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). Returns the medians of the ping-pong and each
     round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result)."""
-    import statistics
 
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
@@ -782,7 +785,6 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
     rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the median over rounds is kept. ``switch_peer_s`` is
     the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped at 0.
     """
-    import statistics
 
     R = len(ring)
 
@@ -833,7 +835,7 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     world = max(2, int(ranks))
     rounds = SWITCH_PROBE["rounds"] if world > cores else 0
     outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
-                                 SWITCH_PROBE["nbytes"], (65536, 1 << 20, 4 << 20), pipeline), backend=backend,
+                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline), backend=backend,
                  timeout_s=timeout_s, threads=1)
     raw = dict(outs[0])
     p2p = _fit_link(raw["p2p"])
