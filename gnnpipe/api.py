@@ -61,13 +61,15 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
             ``None`` (this machine with the measured link). data: optional PyG ``Data`` instead of the dataset.
         chunks_per_stage, over_partitions, schedulers: the candidates (see
             :func:`gnnpipe.costmodel.enumerate_layouts`).
-        profile_in / profile_out: load / save the profile JSON.
+        profile_in / profile_out: load / save the profile JSON (a loaded profile must have been taken for this
+            model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
 
     Returns:
         ``(predictions sorted best first — those that fit first, hardware, profile)``.
 
     Raises:
-        ConfigError: bad ranks or hardware file; no feasible layout.
+        ConfigError: bad ranks or hardware file; a ``profile_in`` that is missing, not a profile, or another job's;
+        a ``profile_out`` that cannot be written (checked before profiling); no feasible layout.
     """
     config = _as_config(config, overrides)
     check_names(config)
@@ -92,18 +94,39 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
         hw = hardware
     else:
         hw = load_hardware(hardware)
+    if profile_out:
+        _check_writable(profile_out, "--profile-out")  # before profiling, not after
     if profile_in:
         prof = Profile.load(profile_in)
+        prof.check_matches(config, data)
     else:
         if progress:
             print("gnnpipe: profiling the model on this graph (unit chunk costs, activations, link)…", file=sys.stderr)
         # more ranks than this machine's cores: the probe also measures what a wait costs when they share them
         prof = profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None)
     if profile_out:
-        prof.save(profile_out)
+        try:
+            prof.save(profile_out)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the profile to {str(profile_out)!r}: {exc.strerror}") from None
     preds = plan_layouts(config, data, ranks, prof, hw, chunks_per_stage=chunks_per_stage,
                          over_partitions=over_partitions, schedulers=schedulers)
     return preds, hw, prof
+
+
+def _check_writable(path, what: str) -> None:
+    """``ConfigError`` unless ``path`` names a file whose folder exists and is writable (``what``: the argument)."""
+    from pathlib import Path
+
+    from .errors import ConfigError
+
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a directory; give the JSON file to write")
+    parent = target.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ConfigError(f"{what} {str(path)!r} cannot be written (its folder is missing or not writable); "
+                          f"pick another path")
 
 
 _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume",

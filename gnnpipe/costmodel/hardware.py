@@ -249,8 +249,13 @@ def load_hardware(path_or_name: str | Path) -> Hardware:
         else:
             raise ConfigError(f"hardware file {str(path_or_name)!r} not found; give a TOML file or one of the "
                               f"shipped descriptions: {', '.join(shipped)}")
+    if p.is_dir():
+        raise ConfigError(f"hardware {str(path_or_name)!r} is a directory; give a TOML file or one of the shipped "
+                          f"descriptions: {', '.join(shipped_hardware())}")
     try:
         doc = tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the hardware file {str(p)!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     return parse_hardware(doc, str(p))

@@ -233,7 +233,52 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a profile that :meth:`save` wrote.
+
+        Raises:
+            ConfigError: the file is missing, unreadable, not JSON, or not a saved profile (e.g. a plan's
+                ``--out`` file).
+        """
+        p = Path(path).expanduser()
+        try:
+            d = json.loads(p.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read the profile {str(path)!r}: {exc.strerror}; give a file that "
+                              f"--profile-out (Profile.save) wrote") from None
+        except ValueError as exc:
+            raise ConfigError(f"the profile {str(path)!r} is not JSON ({exc}); give a file that --profile-out "
+                              f"(Profile.save) wrote") from None
+        try:
+            return cls.from_dict(d)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{str(path)!r} is not a saved profile ({type(exc).__name__}: {exc}); give a file "
+                              f"that --profile-out (Profile.save) wrote") from None
+
+    def check_matches(self, config, data) -> None:
+        """Check that this profile was taken for ``config``'s model on ``data``'s graph (the unit kinds and widths,
+        the vertices, edges, features and classes); a profile of another job would predict another job's times.
+
+        Raises:
+            ConfigError: naming the first difference and the fix (profile again: drop ``--profile-in``).
+        """
+        from ..core.runner import num_classes_of
+        from ..core.trainer import make_model
+
+        F, Cls = int(data.x.size(1)), num_classes_of(data)
+        model = make_model(config, F, Cls, units=range(0))  # shapes only: no unit is materialised
+        mine = {"units": self.units, "vertices": self.num_nodes, "edges": self.num_edges,
+                "features": self.num_features, "classes": self.num_classes}
+        job = {"units": [unit_key(u) for u in model.units], "vertices": int(data.num_nodes),
+               "edges": int(data.edge_index.size(1)), "features": F, "classes": Cls}
+        for key in mine:
+            if mine[key] != job[key]:
+                a, b = mine[key], job[key]
+                if key == "units":
+                    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    a = f"{len(a)}" + (f", unit {i} {a[i]}" if i < len(a) else "")
+                    b = f"{len(b)}" + (f", unit {i} {b[i]}" if i < len(b) else "")
+                raise ConfigError(f"the profile was taken for another job: its {key} are {a}, this job's {b}; "
+                                  f"profile this job (drop --profile-in) or give its own profile")
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -3,6 +3,7 @@ the plan CLI's output and JSON keys; ``--layout auto`` trains the predicted best
 
 import json
 
+import attrs
 import pytest
 
 from gnnpipe import api
@@ -219,3 +220,26 @@ def test_layout_auto_trains_the_predicted_best(small_profile, tmp_path):
     assert res.config["scheduler"] == (best["scheduler"] if best["stages"] > 1 else "gpipe")
     with pytest.raises(ConfigError, match="layout"):
         api.train(cfg, data=data, layout="fastest", ranks=2)
+
+
+def test_plan_rejects_bad_profile_and_hardware_paths(small_profile, tmp_path):
+    """--profile-in that is missing, not JSON, another file's JSON, or another job's profile; a --profile-out that
+    cannot be written (before any profiling); a --hardware that is a directory: each a ConfigError naming the fix."""
+    cfg, data, prof = small_profile
+    pin = tmp_path / "profile.json"
+    prof.save(pin)
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "plan.json").write_text(json.dumps([{"ways": 1}]))
+    cases = [(tmp_path / "missing.json", "cannot read the profile"), (tmp_path / "text.json", "is not JSON"),
+             (tmp_path / "plan.json", "is not a saved profile")]
+    for path, msg in cases:
+        with pytest.raises(ConfigError, match=msg):
+            api.plan(cfg, data=data, ranks=2, profile_in=str(path), progress=False)
+    with pytest.raises(ConfigError, match="another job: its units are 6, unit 4 .*this job's 5"):
+        api.plan(attrs.evolve(cfg, layers=3), data=data, ranks=2, profile_in=str(pin), progress=False)
+    with pytest.raises(ConfigError, match="its vertices are 400, this job's 300"):
+        api.plan(cfg, ranks=2, profile_in=str(pin), progress=False, num_nodes=300)
+    with pytest.raises(ConfigError, match="--profile-out .* cannot be written"):
+        api.plan(cfg, data=data, ranks=2, profile_out=str(tmp_path / "no" / "such" / "p.json"), progress=False)
+    with pytest.raises(ConfigError, match="is a directory"):
+        api.plan(cfg, data=data, ranks=2, hardware=str(tmp_path), profile_in=str(pin), progress=False)
