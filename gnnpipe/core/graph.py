@@ -248,14 +248,13 @@ class CompactRows:
         """The ``r × k`` CSR rows with columns renumbered to :attr:`cols` (same values, same order per row)."""
         return self._compacted()[1]
 
-    def mm(self, h: Tensor, zero_rows: Tensor | None = None, redirect: Tensor | None = None) -> Tensor:
+    def mm(self, h: Tensor, redirect: Tensor | None = None) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
         ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
-        With ``zero_rows`` (bool ``[N]``, rows of ``h`` known to be zero) ``h`` must have ``N + 1`` rows, the last
-        one zero: known zero rows are read from there (one hot row) instead of where they lie. ``redirect``
-        (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row known to be zero; what
-        :meth:`~gnnpipe.core.history.History.pull_source` keeps) says the same in a form that renumbers the columns
+        With ``redirect`` (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row of ``h`` known to be zero;
+        what :meth:`~gnnpipe.core.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last one
+        zero: known zero rows are read from there (one hot row) instead of where they lie, the columns renumbered
         in one gather. The result is the same, bit for bit."""
         if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
@@ -265,15 +264,11 @@ class CompactRows:
                 col = redirect.index_select(0, col)
                 if col.dtype != self.col.dtype:
                     col = col.to(self.col.dtype)
-            elif zero_rows is not None:
-                col = col.masked_fill(zero_rows.index_select(0, col), zero_rows.size(0))
             return _bag_mm(self.crow, col, self.values, h)
         cols, local = self._compacted()
         idx = cols
         if redirect is not None:
             idx = redirect.index_select(0, idx)
-        elif zero_rows is not None:
-            idx = idx.masked_fill(zero_rows.index_select(0, idx), zero_rows.size(0))
         rows = h.index_select(0, idx)
         if rows.dtype != local.dtype:  # rows stored narrower (--history-dtype): up-cast after the gather
             rows = rows.to(local.dtype)
