@@ -5,8 +5,8 @@ per-rank memory within 15 % of measured; the memory model is issue #12's).
     python benchmarks/bench_memory_model.py --quick --jobs Cora
 
 Measured the way ``tests/costmodel/test_memory.py`` measures (and the model defines) a peak: every run is a fresh
-set of processes whose allocator returns freed blocks at once (``MALLOC_MMAP_THRESHOLD_=131072``: the resident peak
-is the peak of live memory); each process first runs the same layout on a tiny graph (the job's first 1,024 vertices,
+set of processes whose allocator returns freed blocks of 16 KiB and more at once (``MALLOC_MMAP_THRESHOLD_=16384``: the resident
+peak is the peak of live memory); each process first runs the same layout on a tiny graph (the job's first 1,024 vertices,
 induced: what that touches is the runtime floor — interpreter, libraries, code pages, thread pools, the process
 group), then the heap's free memory is returned (``malloc_trim``), the peak is reset (``/proc/self/clear_refs``) and
 the job's graph runs one epoch with its evaluation; measured = that run's peak (``VmHWM``) − the resident size
@@ -34,7 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_cost_model as cm  # noqa: E402  (the validation's jobs and flags)
 
 N_TINY = 1024
-LIVE = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+#: glibc serves blocks of at least this many bytes by mmap and returns them at once when freed; a smaller freed block
+#: stays in the heap. 16 KiB, not the 128 KiB of tests/costmodel/test_memory.py: Cora's 4-stage pipeline has chunks of
+#: ~170 rows (43 KB per tensor), whose freed activations the heap kept at 128 KiB (measured 0.69–0.86 of the model's
+#: peak there; 0.93–0.97 at 16 KiB and at 4 KiB)
+LIVE = {"MALLOC_MMAP_THRESHOLD_": "16384"}
 MEASURE_FLAGS = ["--epochs", "1", "--eval-every", "1", "--patience", "0"]
 
 
