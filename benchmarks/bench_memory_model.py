@@ -21,7 +21,6 @@ Prints a markdown table; ``--out`` writes the records as JSON. Not a test (the t
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -42,21 +41,24 @@ LIVE = {"MALLOC_MMAP_THRESHOLD_": "16384"}
 MEASURE_FLAGS = ["--epochs", "1", "--eval-every", "1", "--patience", "0"]
 
 
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
+def _peak() -> int:
+    """``VmHWM`` (the peak resident size; right after :func:`_reset_peak`, the resident size)."""
+    import torch
+
+    from gnnpipe.core.metrics import peak_memory_bytes
+
+    return peak_memory_bytes(torch.device("cpu"))
 
 
 def _reset_peak() -> int:
     """Free heap memory back to the system, forget the peak so far; the resident size now."""
+    from gnnpipe.core.metrics import return_free_memory
+
     gc.collect()
-    ctypes.CDLL(None).malloc_trim(0)
-    with open("/proc/self/clear_refs", "w") as f:
+    return_free_memory()
+    with open("/proc/self/clear_refs", "w") as f:  # Linux >= 4.0: VmHWM := VmRSS
         f.write("5")
-    return _status("VmRSS")
+    return _peak()
 
 
 def _tiny(data):
@@ -80,7 +82,7 @@ def _single_child(flags_json: str) -> None:
         t = SingleProcessTrainer(d, cfg, prepared=True)
         t.train_step(0)
         t.evaluate()
-        peak = _status("VmHWM")
+        peak = _peak()
         del t
     print(json.dumps({"measured": peak - before}))
 
@@ -96,7 +98,7 @@ def _ranks(rank, world, cfg, tiny_plan, plan):
     before = _reset_peak()
     dist.barrier()
     worker(rank, world, cfg, plan, False, {"no_eval": False})
-    return _status("VmHWM") - before
+    return _peak() - before
 
 
 def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
