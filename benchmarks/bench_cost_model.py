@@ -4,8 +4,9 @@
     python benchmarks/bench_cost_model.py --quick --out cost_model.json    # 12 small runs (~10 min on 2 cores)
     python benchmarks/bench_cost_model.py --quick --rounds 3 --out cost_model.json  # each run 3 times, interleaved
 
-For each job (dataset × model) the model is profiled once (``gnnpipe.costmodel.profile``, in a fresh process
-per job, as ``gnnpipe plan`` profiles; the link is measured once for all jobs), every listed layout is predicted for this machine (``local_hardware``), and then
+For each job (dataset × model) the model is profiled (``gnnpipe.costmodel.profile``, in a fresh process, as
+``gnnpipe plan`` profiles; the link is measured once for all jobs), every listed layout is predicted for this
+machine (``local_hardware``), and then
 trained for ``--epochs`` epochs by ``python -m gnnpipe train`` in a fresh process (so that each run's peak
 memory is its own). Measured: the median epoch time over the epochs after the first, the last epoch's bytes by
 kind, the peak resident memory of every rank (``VmHWM``). With ``--rounds R`` the job is profiled ``R`` times
@@ -171,7 +172,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the 12 smaller runs")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1,
-                    help="train every layout this many times, interleaved; the measured time is the median")
+                    help="profile the job and train every layout this many times, round-robin; predicted and "
+                         "measured epoch times are the medians over the rounds")
     ap.add_argument("--jobs", default=None, help="comma-separated job names (substring match)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
     ap.add_argument("--no-live-memory", dest="live_memory", action="store_false",

@@ -159,6 +159,8 @@ def main() -> None:
     args = ap.parse_args()
     if args._single is not None:
         return _single_child(args._single)
+    from gnnpipe.costmodel.predict import LayoutSpec
+
     jobs = cm.QUICK if args.quick else cm.JOBS
     if args.jobs:
         keys = [k.strip() for k in args.jobs.split(",")]
@@ -172,7 +174,7 @@ def main() -> None:
             f = flags + cm.layout_flags(w, s, c, over, sch) + MEASURE_FLAGS
             meas, pred = (measure_single if (w, s) == (1, 1) else measure_distributed)(f, args.timeout)
             ratios = [p / m if m > 0 else float("inf") for p, m in zip(pred, meas)]
-            label = "single 1x1" if (w, s) == (1, 1) else ("GP" if s == 1 else "GNNPipe" if w == 1 else "hybrid") + f" {w}x{s}"
+            label = LayoutSpec(w, s, c, over, sch).label()
             records.append({"job": name, "layout": label, "ways": w, "stages": s, "chunks": c, "scheduler": sch,
                             "measured_bytes": meas, "predicted_bytes": pred, "ratios": ratios})
             print(f"| {name} | {label} | {c} | {sch if s > 1 else '-'} | {', '.join(f'{m / M:.1f}' for m in meas)} | "
