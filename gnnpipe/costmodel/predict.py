@@ -21,6 +21,10 @@ run their fused chunk step, a hybrid's and graph parallelism's the plain path (:
 units a rank's main thread adds the runtime's cost per chunk action, graph parallelism's per-op bookkeeping
 (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`) or a hybrid's (:attr:`Profile.hybrid_op_s`), and
 its CPU per message sent or received (:meth:`Profile.msg_cpu`) — all measured by the profiler on this machine.
+Ranks of a CPU node that compute at once share its caches and memory bandwidth: each unit is slowed by the share
+``(m − 1)/(P − 1)`` of its measured contention (:func:`~gnnpipe.costmodel.profile.measure_contention`: the same
+chunk passes on ``P`` cores at once), ``m`` the mean number of the node's ranks computing at once in the
+simulation (at most its cores).
 Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
 gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
 actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
@@ -395,6 +399,19 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         demand = max(per_node.values()) / makespan
         return max(1.0, demand / cores)
 
+    def contended(per_rank_compute: list[float], makespan: float) -> float:
+        """The share ``[0, 1]`` of the units' measured contention (:attr:`UnitKind.contended_forward`) that applies:
+        ``(m − 1) / (P − 1)``, with ``m`` the mean number of one CPU node's ranks computing at once (at most its
+        cores) and ``P`` the processes the profile ran at once; 0 on GPUs and for one rank."""
+        P = int(profile.contention_ranks)
+        if cores is None or makespan <= 0 or P < 2:
+            return 0.0
+        per_node: dict[int, float] = {}
+        for r, c in enumerate(per_rank_compute):
+            per_node[hardware.node_of(r, R)] = per_node.get(hardware.node_of(r, R), 0.0) + c
+        m = min(float(cores), max(per_node.values()) / makespan)
+        return min(1.0, max(0.0, (m - 1.0) / (P - 1.0)))
+
     def bound(work: list[float], waits: list[float], extra: list[float]) -> float:
         """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription)."""
         if cores is None:
@@ -415,7 +432,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         sent, pairs_out, pairs_in = g.way_sent, g.way_peers_out, g.way_peers_in
         halo = g.way_feats[:, 2]
 
-        def gp_time(k: float) -> tuple[float, list[float]]:
+        def gp_time(k: float, cont: float = 0.0) -> tuple[float, list[float]]:
             comp = [0.0] * W
             total = 0.0
             link = hardware.group_link(list(range(W)), R, measured)
@@ -424,7 +441,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                     ts = []
                     for w in range(W):
                         f = g.way_feats[w]
-                        t = profile.kind(u).time(f, phase, fused=False) * k / speed
+                        t = profile.kind(u).time(f, phase, fused=False, contended=cont) * k / speed
                         if phase == "F" or u in back_units:  # the op's exchange: bookkeeping and messages
                             for d in profile.agg_dims[u]:
                                 t += (profile.gp_op_s + profile.gp_op_s_per_elem * (f[1] + f[2]) * d) * k / host
@@ -446,10 +463,10 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             return total, [c + step_pp * P * k for c in comp]
 
         t1, comp1 = gp_time(1.0)
-        work = list(comp1)
-        k = share_factor(comp1, t1)
-        if k > 1.0:
-            t1, comp1 = gp_time(k)
+        k, cont = share_factor(comp1, t1), contended(comp1, t1)
+        work = list(gp_time(1.0, cont)[1])  # CPU work: contended, not time-sliced
+        if k > 1.0 or cont > 0.0:
+            t1, comp1 = gp_time(k, cont)
         n_ex = sum(len(profile.agg_dims[u]) * (2 if u in back_units else 1) for u in range(U))
         waits = [n_ex + 2 * (W - 1)] * W  # the exchanges, and the steps of the ring all-reduce
         extra = [n_ex * max(0, max(pairs_out[w], pairs_in[w]) - 1) for w in range(W)]
@@ -503,15 +520,15 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                 t += profile.hybrid_op_s + profile.hybrid_op_s_per_elem * rows * d
         return t / host
 
-    def costs(k: float):
+    def costs(k: float, cont: float = 0.0):
         fw = [[0.0] * Cw for _ in range(S)]
         bw = [[0.0] * Cw for _ in range(S)]
         for s in range(S):
             lo, hi = _stage_units(g.bounds, s)
             for c in range(Cw):
-                fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F", fused)
+                fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F", fused, cont)
                                for w in range(W)) * k / speed
-                bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B", fused)
+                bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B", fused, cont)
                                for w in range(W)) * k / speed
                 if config.recompute:
                     bw[s][c] += fw[s][c]
@@ -545,14 +562,17 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                 worst = lk
         return worst
 
-    def run(k: float):
-        fw, bw, step = costs(k)
+    def run(k: float, cont: float = 0.0):
+        fw, bw, step = costs(k, cont)
         res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link)
         comp = [sum(fw[s]) + sum(bw[s]) + step[s] for s in range(S)]
         per_rank = [comp[s] for w in range(W) for s in range(S)]
         return res.makespan, per_rank, (fw, bw, step)
 
     t1, comp1, parts = run(1.0)
+    k, cont = share_factor(comp1, t1), contended(comp1, t1)
+    if cont > 0.0:  # ranks computing at once share the caches and the memory bandwidth: the units slow
+        parts = run(1.0, cont)[2]
     # CPU work per rank: the costs without the link time of the peer exchanges (not CPU) and the all-reduce
     fw, bw, _ = parts
     work_stage = []
@@ -561,9 +581,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         link_s = sum(exch(c, s, False)[0] + exch(c, s, True)[0] for c in range(Cw))
         work_stage.append(sum(fw[s]) + sum(bw[s]) - link_s + step_pp * sum(P_units[lo:hi]))
     work = [work_stage[s] for w in range(W) for s in range(S)]
-    k = share_factor(comp1, t1)
-    if k > 1.0:
-        t1, comp1, _ = run(k)
+    if k > 1.0 or cont > 0.0:
+        t1, comp1, _ = run(k, cont)
     waits, extra = [], []
     for w in range(W):
         for s in range(S):

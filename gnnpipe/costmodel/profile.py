@@ -25,6 +25,11 @@ the profile passes is measured beside it, and ``cpu_over_wall`` (their ratio; 1.
 with two busy co-tenants per core) is reported. The predictions are thus of the work itself, and a machine
 with fewer cores than ranks is modelled by the simulation (:mod:`.predict`), not by noise.
 
+**Contention.** The first chunking is timed again while every other core of the machine runs the same passes
+(:func:`measure_contention`, forked co-runners): per unit kind and phase the ratio of the two, which the
+prediction applies to ranks of one CPU node that compute at the same time (they share its caches and memory
+bandwidth; a whole-graph profile in one process cannot see it).
+
 **Activations.** Bytes that autograd saves per row for each unit kind (``saved_tensors_hooks``, distinct
 storages, parameters excluded), measured on a chunk.
 
@@ -115,6 +120,10 @@ class UnitKind:
         scale_forward, scale_backward: ``[rows, factor]`` per profiled chunking (:func:`size_factor`).
         unfused: seconds of the plain path over the fused chunk step (``agg.push_pull``) for a unit that fuses
             it in a pipeline (1.0 otherwise); a hybrid's peer op and graph parallelism run the plain path.
+        contended_forward, contended_backward: thread CPU seconds of the unit's chunks while every core of the node
+            runs the same chunk passes, over the seconds alone (:func:`measure_contention`; 1.0: not measured).
+            Ranks of one node share its caches and memory bandwidth; a memory-bound unit slows when they compute
+            at once, a compute-bound one does not.
     """
 
     key: str
@@ -127,12 +136,19 @@ class UnitKind:
     scale_forward: list = attrs.field(factory=list)
     scale_backward: list = attrs.field(factory=list)
     unfused: float = 1.0
+    contended_forward: float = 1.0
+    contended_backward: float = 1.0
 
-    def time(self, feats: np.ndarray, phase: str, fused: bool = True) -> float:
+    def time(self, feats: np.ndarray, phase: str, fused: bool = True, contended: float = 0.0) -> float:
         """Seconds of the forward (``phase="F"``) or backward (``"B"``) on a chunk with ``feats``: the linear fit
-        times the measured size factor at the chunk's rows (and :attr:`unfused` for the plain path)."""
+        times the measured size factor at the chunk's rows (and :attr:`unfused` for the plain path), and, with
+        ``contended`` in ``[0, 1]`` (the share of the node's other cores computing at once), ``1 + contended ·
+        (κ − 1)`` with ``κ`` the measured :attr:`contended_forward` / :attr:`contended_backward`."""
         coef, pts = (self.forward, self.scale_forward) if phase == "F" else (self.backward, self.scale_backward)
         t = float(np.dot(coef, feats)) * size_factor(pts, float(feats[1]))
+        if contended > 0.0:
+            kappa = self.contended_forward if phase == "F" else self.contended_backward
+            t *= 1.0 + min(1.0, float(contended)) * (kappa - 1.0)
         return t if fused else t * self.unfused
 
 
@@ -160,6 +176,8 @@ class Profile:
             ``hybrid_op_s + hybrid_op_s_per_elem · (rows sent + rows received) · d``.
         msg_cpu_s, msg_cpu_s_per_byte: thread CPU of the rank's main thread per point-to-point message (a send or
             a receive) over the backend: ``msg_cpu_s + bytes · msg_cpu_s_per_byte``.
+        contention_ranks: processes that ran the chunk passes at once when the units' ``contended_*`` ratios were
+            measured (this machine's cores; 0: not measured, the ratios are 1).
         switch_s, switch_peer_s, switch_ranks: on a node with more ranks than cores, core seconds lost per
             blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
             ``switch_ranks`` ranks on this machine's cores (0: not measured); see :func:`measure_link`.
@@ -195,6 +213,7 @@ class Profile:
     switch_s: float = 0.0
     switch_peer_s: float = 0.0
     switch_ranks: int = 0
+    contention_ranks: int = 0
     notes: str = ""
     #: what the memory model measured of this (graph, model) pair, filled on first use: per role the bytes per row
     #: of :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, and the graph's symmetry
@@ -203,9 +222,11 @@ class Profile:
     def kind(self, unit: int) -> UnitKind:
         return self.unit_kinds[self.units[unit]]
 
-    def stage_time(self, lo: int, hi: int, feats: np.ndarray, phase: str, fused: bool = True) -> float:
-        """Fitted seconds of units ``[lo, hi)`` on a chunk with ``feats`` (``fused=False``: the plain path)."""
-        return sum(self.kind(u).time(feats, phase, fused) for u in range(lo, hi))
+    def stage_time(self, lo: int, hi: int, feats: np.ndarray, phase: str, fused: bool = True,
+                   contended: float = 0.0) -> float:
+        """Fitted seconds of units ``[lo, hi)`` on a chunk with ``feats`` (``fused=False``: the plain path;
+        ``contended``: as :meth:`UnitKind.time`)."""
+        return sum(self.kind(u).time(feats, phase, fused, contended) for u in range(lo, hi))
 
     def link_result(self) -> dict:
         """This profile's :data:`LINK_FIELDS` (``profile(..., link_result=…)`` reuses them for another job)."""
@@ -795,6 +816,124 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     return out
 
 
+class _Paused(Exception):
+    """Raised by a co-runner's clock when it is told to pause (ends its pass at the next unit)."""
+
+
+def _co_runner(model, data, ptr: list[int], threads: int, run, stop, ready) -> None:
+    """A forked co-runner of :func:`measure_contention`: the same chunk passes while ``run`` is set, abandoned at
+    the next unit when it is cleared, until ``stop`` is set."""
+    torch.set_num_threads(threads)
+    from ..core.profile import profile_unit_costs
+
+    def clock() -> float:
+        if stop.is_set() or not run.is_set():
+            raise _Paused
+        return time.thread_time()
+
+    ready.set()
+    while not stop.is_set():
+        if not run.wait(0.05):
+            continue
+        try:
+            profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor(ptr), clock=clock)
+        except _Paused:
+            pass
+
+
+def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: Optional[int] = None,
+                       threads: int = 1, timeout_s: float = 120.0) -> tuple[Optional[list], int]:
+    """How much slower ``model``'s units run on the chunks ``ptr`` of ``data`` while the node's other cores run the
+    same passes: ``(ratios, processes)`` — ``ratios[i] = (forward, backward)`` of unit ``i``, loaded over alone —
+    or ``(None, 0)`` where it cannot be measured.
+
+    ``processes − 1`` co-runners (default: this machine's cores, so that every core computes) are forked — they
+    share the graph and the model with this process, nothing is copied — and run the passes of
+    :func:`gnnpipe.core.profile.profile_unit_costs` on the same chunks whenever they are told to. This process
+    then times, ``repeats`` times, one pass alone and one pass with the co-runners running, back to back (thread
+    CPU of every unit on every chunk), so that the machine's drift, which on a shared VM is larger than the effect
+    within minutes, cancels in each pair; a ratio is the median over the pairs of the unit's summed chunk seconds.
+    What it measures is what ranks of one node do to each other when they compute at once: they share the last
+    level cache and the memory bandwidth (on this 2-core VM 1.0–1.3×, with the host's load; a dense unit's matrix
+    products barely slow, a sparse product and the element-wise ops do). Time-slicing of ranks beyond the cores is
+    modelled apart (:func:`~gnnpipe.costmodel.predict.shared_cores_bound`).
+
+    Not measured (``(None, 0)``): fewer than 2 cores, no ``fork`` start method (not Linux), a co-runner that did
+    not start within ``timeout_s``.
+    """
+    import multiprocessing as mp
+    import sys
+
+    from ..core.graph import GraphOps
+    from ..core.profile import _chunk_aggregators, _chunk_major_pass
+
+    procs_n = int(processes or cores_here())
+    if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
+        return None, 0
+    n = int(data.x.size(0))
+    ranges = list(zip(ptr, ptr[1:]))
+    ops = GraphOps(data.edge_index, n, dtype=data.x.dtype, edge_weight=getattr(data, "edge_weight", None))
+    aggregator = _chunk_aggregators(ops, ranges, n, True)
+    units = list(model.units)
+    U = len(units)
+    params = list(model.parameters())
+    saved_grads = [q.grad for q in params]
+    was_training = model.training
+
+    def one_pass() -> tuple[list[float], list[float]]:
+        fw = [[0.0] * len(ranges) for _ in units]
+        bw = [[0.0] * len(ranges) for _ in units]
+        _chunk_major_pass(units, data.x, ranges, aggregator, time.thread_time, fw, bw)
+        for q in params:
+            q.grad = None
+        return [sum(f) for f in fw], [sum(b) for b in bw]
+
+    ctx = mp.get_context("fork")
+    run, stop = ctx.Event(), ctx.Event()
+    readies = [ctx.Event() for _ in range(procs_n - 1)]
+    procs = [ctx.Process(target=_co_runner, args=(model, data, list(ptr), int(threads), run, stop, r), daemon=True)
+             for r in readies]
+    pairs: list[tuple] = []
+    try:
+        for q in params:
+            q.grad = None
+        model.train()
+        for pr in procs:
+            pr.start()
+        deadline = time.monotonic() + float(timeout_s)
+        for r, pr in zip(readies, procs):
+            while not r.wait(0.2):
+                if not pr.is_alive() or time.monotonic() > deadline:
+                    return None, 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            one_pass()  # warm-up (allocates the scratch history)
+            for _ in range(max(1, int(repeats))):
+                alone = one_pass()
+                run.set()
+                time.sleep(0.01)  # the co-runners start a pass
+                loaded = one_pass()
+                run.clear()
+                pairs.append((alone, loaded))
+    finally:
+        stop.set()
+        run.clear()
+        for pr in procs:
+            pr.join(timeout=60)
+            if pr.is_alive():  # pragma: no cover - a co-runner stuck in a unit
+                pr.kill()
+                pr.join(timeout=10)
+        for q, g in zip(params, saved_grads):
+            q.grad = g
+        model.train(was_training)
+
+    def ratio(i: int, ph: int) -> float:
+        rs = [lo[ph][i] / al[ph][i] for al, lo in pairs if al[ph][i] > 0]
+        return float(statistics.median(rs)) if rs else 1.0
+
+    return [(ratio(i, 0), ratio(i, 1)) for i in range(U)], procs_n
+
+
 def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
     """``t = latency + bytes / bandwidth`` of column ``col``: the latency is the time of the smallest message,
     the bandwidth the least-squares slope of the others' excess over it (robust to one erratic size, which a
@@ -923,7 +1062,7 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- profile
 def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
             link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
-            distributed: Optional[bool] = None, verbose: bool = False) -> Profile:
+            distributed: Optional[bool] = None, contention: bool = True, verbose: bool = False) -> Profile:
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
 
     Args:
@@ -942,6 +1081,9 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         distributed: measure the pipeline's cost per chunk action in a real 2-rank pipeline on that subgraph
             (:func:`_pipeline_overhead`, a few seconds to start the ranks); default: when the link is measured or
             given. Otherwise it is measured in this process (:func:`_action_overhead`), without communication.
+        contention: time the first chunking again while the machine's other cores run the same passes
+            (:func:`measure_contention`; the units' ``contended_*`` ratios), which the prediction applies to ranks
+            that compute at the same time on one CPU node.
 
     Returns:
         a :class:`Profile`.
@@ -1034,6 +1176,15 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                                   saved_bytes_per_row=saved_per_unit[i] / max(rows0, 1),
                                   params=int(sum(p.numel() for p in u.parameters())),
                                   scale_forward=scales[0], scale_backward=scales[1])
+        contention_ranks = 0
+        if contention:  # the base chunking, alone and with every other core running the same passes
+            ratios, contention_ranks = measure_contention(model, rdata, ptr, repeats, threads=config.threads,
+                                                          timeout_s=config.timeout_s)
+            if ratios is not None:
+                for key, i in rep.items():
+                    # clipped at 1: sharing cannot speed a unit up (a lower ratio is noise)
+                    kinds[key].contended_forward = max(1.0, ratios[i][0])
+                    kinds[key].contended_backward = max(1.0, ratios[i][1])
         step = _time_step(full, config)
         # the runtime's own costs, measured on a subgraph of the relabelled graph (its first chunks)
         n_sub = min(N, int(sample_nodes))
@@ -1091,15 +1242,19 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
         threads=config.threads, cpu_over_wall=ratio,
         fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
-        action_overhead_s=overhead, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b, **fields,
+        action_overhead_s=overhead, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
+        contention_ranks=contention_ranks, **fields,
     )
     prof.profile_s = time.perf_counter() - t_start
     if verbose:
         sw = (f", a wait with ranks sharing cores {1e3 * prof.switch_s:.2f} ms (+{1e3 * prof.switch_peer_s:.2f} ms "
               f"per further peer)" if prof.switch_ranks else "")
+        ct = (", with " + str(prof.contention_ranks) + " cores computing at once the units take " + ", ".join(
+              f"{k.contended_forward:.2f}/{k.contended_backward:.2f}x" for k in kinds.values()) + " (F/B)"
+              if prof.contention_ranks else "")
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
               f"{1e3 * overhead:.2f} ms per chunk action, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
-              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
+              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
     return prof
 
 

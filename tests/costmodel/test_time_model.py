@@ -120,7 +120,8 @@ def _predict(cfg, data, prof, spec, hw):
 def test_messages_and_bookkeeping_enter_the_work_exactly(tiny):
     cfg, data, base = tiny
     quiet = attrs.evolve(base, msg_cpu_s=0.0, msg_cpu_s_per_byte=0.0, gp_op_s=0.0, gp_op_s_per_elem=0.0,
-                         hybrid_op_s=0.0, hybrid_op_s_per_elem=0.0, action_overhead_s=0.0, p2p=None, allreduce=None)
+                         hybrid_op_s=0.0, hybrid_op_s_per_elem=0.0, action_overhead_s=0.0, p2p=None, allreduce=None,
+                         contention_ranks=0)  # contention scales the units with the demand: off, for exact sums
     hw = Hardware(name="8 cores", devices_per_node=8)
     # graph parallelism: each way pays gp_op_s per aggregation op and direction
     _, _, model, (_, _, _, w0) = _predict(cfg, data, quiet, LayoutSpec(2, 1, 2, 1, "gpipe"), hw)
