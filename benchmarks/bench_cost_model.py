@@ -138,7 +138,7 @@ def _config(flags: list[str]):
     return resolve_config(config_from_args(parser.parse_args(flags)))
 
 
-def profile_fresh(flags: list[str], link: dict, timeout: int):
+def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None = None):
     """The job's :class:`~gnnpipe.costmodel.profile.Profile`, taken in a fresh interpreter (as ``gnnpipe plan``
     takes it): a process that already profiled or trained another job runs its whole-graph passes slower
     (its allocator's state), which would put every later job's single-process prediction high."""
@@ -146,7 +146,8 @@ def profile_fresh(flags: list[str], link: dict, timeout: int):
 
     from gnnpipe.costmodel.profile import Link, Profile
 
-    spec = {"flags": flags, "link": {k: attrs.asdict(v) if isinstance(v, Link) else v for k, v in link.items()}}
+    spec = {"flags": flags, "link": {k: attrs.asdict(v) if isinstance(v, Link) else v for k, v in link.items()},
+            "ranks": ranks}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "profile.json"
         p = subprocess.run([sys.executable, __file__, "--_profile", json.dumps(spec), str(out)], check=False, timeout=timeout,
@@ -164,7 +165,7 @@ def _profile_child(spec_json: str, out: str) -> None:
     spec = json.loads(spec_json)
     link = {k: Link(**v) if isinstance(v, dict) else v for k, v in spec["link"].items()}
     cfg = _config(spec["flags"])
-    profile(cfg, api.load_data(cfg), link_result=link).save(out)
+    profile(cfg, api.load_data(cfg), link_result=link, ranks=spec.get("ranks")).save(out)
 
 
 def main() -> None:
@@ -221,7 +222,8 @@ def main() -> None:
         for rnd in range(args.rounds):
             # round-robin: a profile, then every layout once; the rounds sample the machine at several moments
             t0 = time.perf_counter()
-            prof = profile_fresh(flags, link, args.timeout)
+            # as `gnnpipe plan --ranks R` profiles: R the job's most ranks (time-slicing is measured above the cores)
+            prof = profile_fresh(flags, link, args.timeout, ranks=max(w * s for w, s, *_ in layouts))
             print(f"{name}, round {rnd}: profiled in {time.perf_counter() - t0:.1f} s (fit RMS error "
                   f"{prof.fit_error:.1%}, cpu/wall {prof.cpu_over_wall:.2f})", file=sys.stderr)
             for i, (w, s, c, over, sch) in enumerate(layouts):

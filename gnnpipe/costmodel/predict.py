@@ -24,7 +24,8 @@ its CPU per message sent or received (:meth:`Profile.msg_cpu`) — all measured 
 Ranks of a CPU node that compute at once share its caches and memory bandwidth: each unit is slowed by the share
 ``(m − 1)/(P − 1)`` of its measured contention (:func:`~gnnpipe.costmodel.profile.measure_contention`: the same
 chunk passes on ``P`` cores at once), ``m`` the mean number of the node's ranks computing at once in the
-simulation (at most its cores).
+simulation (at most its cores); with more ranks than cores, by the contention measured with that many processes
+time-sliced on the cores (:meth:`~gnnpipe.costmodel.profile.UnitKind.contention`).
 Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
 gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
 actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
@@ -400,15 +401,24 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         return max(1.0, demand / cores)
 
     def contended(per_rank_compute: list[float], makespan: float) -> float:
-        """The share ``[0, 1]`` of the units' measured contention (:attr:`UnitKind.contended_forward`) that applies:
-        ``(m − 1) / (P − 1)``, with ``m`` the mean number of one CPU node's ranks computing at once (at most its
-        cores) and ``P`` the processes the profile ran at once; 0 on GPUs and for one rank."""
+        """The level of the units' measured contention (:meth:`UnitKind.contention`) that applies: on a CPU node
+        with more ranks ``n`` than cores ``c``, ``1 + (n − c) / (P' − c)`` (at most 2) with ``P'`` the processes of
+        the profile's time-sliced measurement (:attr:`Profile.oversubscribed_ranks`); otherwise ``(m − 1) /
+        (P − 1)`` (at most 1), with ``m`` the mean number of the node's ranks computing at once and ``P`` the
+        processes the profile ran at once; 0 on GPUs and for one rank."""
         P = int(profile.contention_ranks)
         if cores is None or makespan <= 0 or P < 2:
             return 0.0
         per_node: dict[int, float] = {}
+        count: dict[int, int] = {}
         for r, c in enumerate(per_rank_compute):
-            per_node[hardware.node_of(r, R)] = per_node.get(hardware.node_of(r, R), 0.0) + c
+            nd = hardware.node_of(r, R)
+            per_node[nd] = per_node.get(nd, 0.0) + c
+            count[nd] = count.get(nd, 0) + 1
+        most = max(count.values())
+        P_over = int(profile.oversubscribed_ranks)
+        if most > cores and P_over > cores:
+            return 1.0 + min(1.0, (most - cores) / (P_over - cores))
         m = min(float(cores), max(per_node.values()) / makespan)
         return min(1.0, max(0.0, (m - 1.0) / (P - 1.0)))
 

@@ -28,7 +28,8 @@ with fewer cores than ranks is modelled by the simulation (:mod:`.predict`), not
 **Contention.** The first chunking is timed again while every other core of the machine runs the same passes
 (:func:`measure_contention`, forked co-runners): per unit kind and phase the ratio of the two, which the
 prediction applies to ranks of one CPU node that compute at the same time (they share its caches and memory
-bandwidth; a whole-graph profile in one process cannot see it).
+bandwidth; a whole-graph profile in one process cannot see it); and, asked about more ranks than cores, with
+that many processes time-sliced on the cores (a rank switched back in finds its data evicted).
 
 **Activations.** Bytes that autograd saves per row for each unit kind (``saved_tensors_hooks``, distinct
 storages, parameters excluded), measured on a chunk.
@@ -124,6 +125,8 @@ class UnitKind:
             runs the same chunk passes, over the seconds alone (:func:`measure_contention`; 1.0: not measured).
             Ranks of one node share its caches and memory bandwidth; a memory-bound unit slows when they compute
             at once, a compute-bound one does not.
+        oversubscribed_forward, oversubscribed_backward: the same with more processes than cores
+            (:attr:`Profile.oversubscribed_ranks`), time-sliced: a rank switched back in finds its data evicted.
     """
 
     key: str
@@ -138,17 +141,28 @@ class UnitKind:
     unfused: float = 1.0
     contended_forward: float = 1.0
     contended_backward: float = 1.0
+    oversubscribed_forward: float = 1.0
+    oversubscribed_backward: float = 1.0
+
+    def contention(self, phase: str, level: float) -> float:
+        """The slowdown at contention ``level``: 1 at 0; ``1 + level · (κ − 1)`` up to 1, with ``κ`` the measured
+        :attr:`contended_forward` (``phase="F"``) or :attr:`contended_backward`; above 1 (more ranks than cores),
+        ``κ + (level − 1) · (κ_over − κ)`` up to 2, with ``κ_over`` the measured ``oversubscribed_*``."""
+        level = min(2.0, max(0.0, float(level)))
+        kappa = self.contended_forward if phase == "F" else self.contended_backward
+        if level <= 1.0:
+            return 1.0 + level * (kappa - 1.0)
+        over = self.oversubscribed_forward if phase == "F" else self.oversubscribed_backward
+        return kappa + (level - 1.0) * (max(over, kappa) - kappa)
 
     def time(self, feats: np.ndarray, phase: str, fused: bool = True, contended: float = 0.0) -> float:
         """Seconds of the forward (``phase="F"``) or backward (``"B"``) on a chunk with ``feats``: the linear fit
-        times the measured size factor at the chunk's rows (and :attr:`unfused` for the plain path), and, with
-        ``contended`` in ``[0, 1]`` (the share of the node's other cores computing at once), ``1 + contended ·
-        (κ − 1)`` with ``κ`` the measured :attr:`contended_forward` / :attr:`contended_backward`."""
+        times the measured size factor at the chunk's rows (and :attr:`unfused` for the plain path), times
+        :meth:`contention` at level ``contended`` (0: alone on the node)."""
         coef, pts = (self.forward, self.scale_forward) if phase == "F" else (self.backward, self.scale_backward)
         t = float(np.dot(coef, feats)) * size_factor(pts, float(feats[1]))
         if contended > 0.0:
-            kappa = self.contended_forward if phase == "F" else self.contended_backward
-            t *= 1.0 + min(1.0, float(contended)) * (kappa - 1.0)
+            t *= self.contention(phase, contended)
         return t if fused else t * self.unfused
 
 
@@ -177,7 +191,8 @@ class Profile:
         msg_cpu_s, msg_cpu_s_per_byte: thread CPU of the rank's main thread per point-to-point message (a send or
             a receive) over the backend: ``msg_cpu_s + bytes · msg_cpu_s_per_byte``.
         contention_ranks: processes that ran the chunk passes at once when the units' ``contended_*`` ratios were
-            measured (this machine's cores; 0: not measured, the ratios are 1).
+            measured (this machine's cores; 0: not measured, the ratios are 1). oversubscribed_ranks: likewise for
+            the ``oversubscribed_*`` ratios (the ranks asked about, when more than the cores; 0: not measured).
         switch_s, switch_peer_s, switch_ranks: on a node with more ranks than cores, core seconds lost per
             blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
             ``switch_ranks`` ranks on this machine's cores (0: not measured); see :func:`measure_link`.
@@ -214,6 +229,7 @@ class Profile:
     switch_peer_s: float = 0.0
     switch_ranks: int = 0
     contention_ranks: int = 0
+    oversubscribed_ranks: int = 0
     notes: str = ""
     #: what the memory model measured of this (graph, model) pair, filled on first use: per role the bytes per row
     #: of :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, and the graph's symmetry
@@ -820,11 +836,10 @@ class _Paused(Exception):
     """Raised by a co-runner's clock when it is told to pause (ends its pass at the next unit)."""
 
 
-def _co_runner(model, data, ptr: list[int], threads: int, run, stop, ready) -> None:
-    """A forked co-runner of :func:`measure_contention`: the same chunk passes while ``run`` is set, abandoned at
+def _co_runner(one_pass, threads: int, run, stop, ready) -> None:
+    """A forked co-runner of :func:`measure_contention`: ``one_pass(clock)`` while ``run`` is set, abandoned at
     the next unit when it is cleared, until ``stop`` is set."""
     torch.set_num_threads(threads)
-    from ..core.profile import profile_unit_costs
 
     def clock() -> float:
         if stop.is_set() or not run.is_set():
@@ -836,27 +851,29 @@ def _co_runner(model, data, ptr: list[int], threads: int, run, stop, ready) -> N
         if not run.wait(0.05):
             continue
         try:
-            profile_unit_costs(model, data, repeats=1, chunk_ptr=torch.tensor(ptr), clock=clock)
+            one_pass(clock)
         except _Paused:
             pass
 
 
-def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: Optional[int] = None,
-                       threads: int = 1, timeout_s: float = 120.0) -> tuple[Optional[list], int]:
+def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, chunks: Optional[int] = None,
+                       processes: Optional[int] = None, threads: int = 1,
+                       timeout_s: float = 120.0) -> tuple[Optional[list], int]:
     """How much slower ``model``'s units run on the chunks ``ptr`` of ``data`` while the node's other cores run the
     same passes: ``(ratios, processes)`` — ``ratios[i] = (forward, backward)`` of unit ``i``, loaded over alone —
     or ``(None, 0)`` where it cannot be measured.
 
     ``processes − 1`` co-runners (default: this machine's cores, so that every core computes) are forked — they
     share the graph and the model with this process, nothing is copied — and run the passes of
-    :func:`gnnpipe.core.profile.profile_unit_costs` on the same chunks whenever they are told to. This process
-    then times, ``repeats`` times, one pass alone and one pass with the co-runners running, back to back (thread
-    CPU of every unit on every chunk), so that the machine's drift, which on a shared VM is larger than the effect
-    within minutes, cancels in each pair; a ratio is the median over the pairs of the unit's summed chunk seconds.
-    What it measures is what ranks of one node do to each other when they compute at once: they share the last
-    level cache and the memory bandwidth (on this 2-core VM 1.0–1.3×, with the host's load; a dense unit's matrix
-    products barely slow, a sparse product and the element-wise ops do). Time-slicing of ranks beyond the cores is
-    modelled apart (:func:`~gnnpipe.costmodel.predict.shared_cores_bound`).
+    :func:`gnnpipe.core.profile.profile_unit_costs` (a gpipe stage's order, the history-backed chunk op with
+    full-graph history buffers) on the first ``chunks`` chunks of ``ptr`` (``None``: all) whenever they are told
+    to. This process then times, ``repeats`` times, one pass alone and one pass with the co-runners running, back
+    to back (thread CPU of every unit on every chunk), so that the machine's drift, which on a shared VM is larger
+    than the effect within minutes, cancels in each pair; a ratio is the median over the pairs of the unit's
+    summed chunk seconds. What it measures is what ranks of one node do to each other when they compute at once:
+    they share the last level cache and the memory bandwidth (on this 2-core VM 1.0–1.1×, with the host's load; a
+    dense unit's matrix products barely slow, a sparse product and the element-wise ops do). Time-slicing of
+    ranks beyond the cores is modelled apart (:func:`~gnnpipe.costmodel.predict.shared_cores_bound`).
 
     Not measured (``(None, 0)``): fewer than 2 cores, no ``fork`` start method (not Linux), a co-runner that did
     not start within ``timeout_s``.
@@ -871,33 +888,37 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return None, 0
     n = int(data.x.size(0))
-    ranges = list(zip(ptr, ptr[1:]))
+    ranges = list(zip(ptr, ptr[1:]))[: (None if chunks is None else max(1, int(chunks)))]
     ops = GraphOps(data.edge_index, n, dtype=data.x.dtype, edge_weight=getattr(data, "edge_weight", None))
-    aggregator = _chunk_aggregators(ops, ranges, n, True)
+    aggregator = _chunk_aggregators(ops, ranges, n, True)  # full-graph history buffers, as in a stage
     units = list(model.units)
     U = len(units)
     params = list(model.parameters())
     saved_grads = [q.grad for q in params]
     was_training = model.training
 
-    def one_pass() -> tuple[list[float], list[float]]:
+    def one_pass(clock) -> tuple[list[float], list[float]]:
         fw = [[0.0] * len(ranges) for _ in units]
         bw = [[0.0] * len(ranges) for _ in units]
-        _chunk_major_pass(units, data.x, ranges, aggregator, time.thread_time, fw, bw)
-        for q in params:
-            q.grad = None
+        try:
+            _chunk_major_pass(units, data.x, ranges, aggregator, clock, fw, bw)
+        finally:
+            for q in params:
+                q.grad = None
         return [sum(f) for f in fw], [sum(b) for b in bw]
 
     ctx = mp.get_context("fork")
     run, stop = ctx.Event(), ctx.Event()
     readies = [ctx.Event() for _ in range(procs_n - 1)]
-    procs = [ctx.Process(target=_co_runner, args=(model, data, list(ptr), int(threads), run, stop, r), daemon=True)
-             for r in readies]
     pairs: list[tuple] = []
+    procs: list = []
     try:
         for q in params:
             q.grad = None
         model.train()
+        # forked with the model in training mode and no .grad: the co-runners' passes are this process's
+        procs += [ctx.Process(target=_co_runner, args=(one_pass, int(threads), run, stop, r), daemon=True)
+                  for r in readies]
         for pr in procs:
             pr.start()
         deadline = time.monotonic() + float(timeout_s)
@@ -907,12 +928,12 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
                     return None, 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            one_pass()  # warm-up (allocates the scratch history)
+            one_pass(time.thread_time)  # warm-up (allocates the scratch history)
             for _ in range(max(1, int(repeats))):
-                alone = one_pass()
+                alone = one_pass(time.thread_time)
                 run.set()
                 time.sleep(0.01)  # the co-runners start a pass
-                loaded = one_pass()
+                loaded = one_pass(time.thread_time)
                 run.clear()
                 pairs.append((alone, loaded))
     finally:
@@ -1083,7 +1104,8 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
             given. Otherwise it is measured in this process (:func:`_action_overhead`), without communication.
         contention: time the first chunking again while the machine's other cores run the same passes
             (:func:`measure_contention`; the units' ``contended_*`` ratios), which the prediction applies to ranks
-            that compute at the same time on one CPU node.
+            that compute at the same time on one CPU node; with ``ranks`` above the cores, also with ``ranks``
+            processes at once (``oversubscribed_*``).
 
     Returns:
         a :class:`Profile`.
@@ -1176,15 +1198,24 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                                   saved_bytes_per_row=saved_per_unit[i] / max(rows0, 1),
                                   params=int(sum(p.numel() for p in u.parameters())),
                                   scale_forward=scales[0], scale_backward=scales[1])
-        contention_ranks = 0
+        contention_ranks = over_ranks = 0
         if contention:  # the base chunking, alone and with every other core running the same passes
             ratios, contention_ranks = measure_contention(model, rdata, ptr, repeats, threads=config.threads,
                                                           timeout_s=config.timeout_s)
-            if ratios is not None:
-                for key, i in rep.items():
-                    # clipped at 1: sharing cannot speed a unit up (a lower ratio is noise)
+            over = None
+            if contention_ranks and ranks is not None and int(ranks) > contention_ranks:
+                # more ranks than cores: the same with as many processes as ranks, time-sliced
+                over, over_ranks = measure_contention(model, rdata, ptr, repeats, processes=int(ranks),
+                                                      threads=config.threads, timeout_s=config.timeout_s)
+            for key, i in rep.items():
+                # clipped at 1 (sharing cannot speed a unit up: a lower ratio is noise), and time-slicing at the
+                # ratio of the cores alone
+                if ratios is not None:
                     kinds[key].contended_forward = max(1.0, ratios[i][0])
                     kinds[key].contended_backward = max(1.0, ratios[i][1])
+                if over is not None:
+                    kinds[key].oversubscribed_forward = max(kinds[key].contended_forward, over[i][0])
+                    kinds[key].oversubscribed_backward = max(kinds[key].contended_backward, over[i][1])
         step = _time_step(full, config)
         # the runtime's own costs, measured on a subgraph of the relabelled graph (its first chunks)
         n_sub = min(N, int(sample_nodes))
@@ -1243,7 +1274,7 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         threads=config.threads, cpu_over_wall=ratio,
         fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
         action_overhead_s=overhead, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
-        contention_ranks=contention_ranks, **fields,
+        contention_ranks=contention_ranks, oversubscribed_ranks=over_ranks, **fields,
     )
     prof.profile_s = time.perf_counter() - t_start
     if verbose:
@@ -1252,6 +1283,9 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         ct = (", with " + str(prof.contention_ranks) + " cores computing at once the units take " + ", ".join(
               f"{k.contended_forward:.2f}/{k.contended_backward:.2f}x" for k in kinds.values()) + " (F/B)"
               if prof.contention_ranks else "")
+        if prof.oversubscribed_ranks:
+            ct += (f", with {prof.oversubscribed_ranks} processes on them " + ", ".join(
+                f"{k.oversubscribed_forward:.2f}/{k.oversubscribed_backward:.2f}x" for k in kinds.values()))
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
               f"{1e3 * overhead:.2f} ms per chunk action, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
               f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")

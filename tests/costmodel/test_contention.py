@@ -35,7 +35,12 @@ def test_unit_time_applies_the_measured_contention_by_its_share():
     assert k.time(f, "F", contended=1.0) == pytest.approx(1.5)
     assert k.time(f, "F", contended=0.5) == pytest.approx(1.25)
     assert k.time(f, "B", contended=1.0) == pytest.approx(2.4)
-    assert k.time(f, "F", contended=3.0) == pytest.approx(1.5)  # a share above 1 is 1
+    # above 1: more ranks than cores, towards the time-sliced ratio (not measured: no further slowdown)
+    assert k.time(f, "F", contended=2.0) == pytest.approx(1.5)
+    k = attrs.evolve(k, oversubscribed_forward=2.5)
+    assert k.time(f, "F", contended=1.5) == pytest.approx(2.0) and k.time(f, "F", contended=2.0) == pytest.approx(2.5)
+    assert k.time(f, "F", contended=3.0) == pytest.approx(2.5)  # a level above 2 is 2
+    assert k.contention("F", 0.0) == 1.0 and k.contention("B", 2.0) == pytest.approx(1.2)
 
 
 @pytest.mark.timeout(180)
@@ -86,6 +91,15 @@ def test_prediction_slows_ranks_that_compute_at_once_and_nothing_else(tiny):
     spec = LayoutSpec(1, 2, 4, 1, "gpipe")
     unmeasured = attrs.evolve(slow, contention_ranks=0)
     assert _predict(cfg, data, unmeasured, spec, cpu2)[0] == pytest.approx(_predict(cfg, data, none, spec, cpu2)[0])
+    # four ranks on two cores: the time-sliced ratio where it was measured, the cores' ratio where it was not
+    four = LayoutSpec(1, 4, 8, 1, "gpipe")
+    over = attrs.evolve(slow, unit_kinds={k: attrs.evolve(u, oversubscribed_forward=2.0, oversubscribed_backward=2.0)
+                                          for k, u in slow.unit_kinds.items()})
+    w_none = _predict(cfg, data, none, four, cpu2)[3]
+    w_slow = _predict(cfg, data, over, four, cpu2)[3]  # oversubscribed_ranks 0: κ = 1.5 at most
+    w_over = _predict(cfg, data, attrs.evolve(over, oversubscribed_ranks=4), four, cpu2)[3]
+    assert all(a < b < 1.5 * a + 1e-12 for a, b in zip(w_none, w_slow))
+    assert all(b > 1.5 * a for a, b in zip(w_none, w_over)) and all(c < 2.0 * a + 1e-12 for a, c in zip(w_none, w_over))
     # GPUs do not share a CPU node's caches
     gpu = Hardware(name="gpus", kind="gpu", devices_per_node=2)
     assert _predict(cfg, data, slow, spec, gpu)[0] == pytest.approx(_predict(cfg, data, none, spec, gpu)[0])
@@ -93,9 +107,25 @@ def test_prediction_slows_ranks_that_compute_at_once_and_nothing_else(tiny):
 
 def test_a_profile_saved_before_the_contention_fields_loads(tiny):
     d = tiny[2].to_dict()
-    d.pop("contention_ranks")
+    d.pop("contention_ranks"), d.pop("oversubscribed_ranks")
     for k in d["unit_kinds"].values():
-        k.pop("contended_forward"), k.pop("contended_backward")
+        for f in ("contended_forward", "contended_backward", "oversubscribed_forward", "oversubscribed_backward"):
+            k.pop(f)
     old = Profile.from_dict(d)
-    assert old.contention_ranks == 0
-    assert all(k.contended_forward == k.contended_backward == 1.0 for k in old.unit_kinds.values())
+    assert old.contention_ranks == old.oversubscribed_ranks == 0
+    assert all(k.contended_forward == k.contended_backward == k.oversubscribed_forward == 1.0
+               for k in old.unit_kinds.values())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(cores_here() < 2, reason="contention needs two cores")
+def test_profile_for_more_ranks_than_cores_measures_time_slicing():
+    cfg = base_config(model="gcnii", layers=2, hidden=8, num_nodes=300, avg_degree=5.0)
+    data = api.load_data(cfg)
+    ranks = cores_here() + 1
+    prof = profile(cfg, data, repeats=1, link=False, ranks=ranks)
+    assert prof.contention_ranks == cores_here() and prof.oversubscribed_ranks == ranks
+    for u in prof.unit_kinds.values():
+        assert u.oversubscribed_forward >= u.contended_forward >= 1.0
+        assert u.oversubscribed_backward >= u.contended_backward >= 1.0
+    assert profile(cfg, data, repeats=1, link=False, contention=False).contention_ranks == 0
