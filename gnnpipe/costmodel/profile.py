@@ -856,9 +856,8 @@ def _co_runner(one_pass, threads: int, run, stop, ready) -> None:
             pass
 
 
-def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, chunks: Optional[int] = None,
-                       processes: Optional[int] = None, threads: int = 1,
-                       timeout_s: float = 120.0) -> tuple[Optional[list], int]:
+def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: Optional[int] = None,
+                       threads: int = 1, timeout_s: float = 120.0) -> tuple[Optional[list], int]:
     """How much slower ``model``'s units run on the chunks ``ptr`` of ``data`` while the node's other cores run the
     same passes: ``(ratios, processes)`` — ``ratios[i] = (forward, backward)`` of unit ``i``, loaded over alone —
     or ``(None, 0)`` where it cannot be measured.
@@ -866,9 +865,9 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, chunks:
     ``processes − 1`` co-runners (default: this machine's cores, so that every core computes) are forked — they
     share the graph and the model with this process, nothing is copied — and run the passes of
     :func:`gnnpipe.core.profile.profile_unit_costs` (a gpipe stage's order, the history-backed chunk op with
-    full-graph history buffers) on the first ``chunks`` chunks of ``ptr`` (``None``: all) whenever they are told
-    to. This process then times, ``repeats`` times, one pass alone and one pass with the co-runners running, back
-    to back (thread CPU of every unit on every chunk), so that the machine's drift, which on a shared VM is larger
+    full-graph history buffers) on the chunks of ``ptr`` whenever they are told to. This process then times,
+    ``repeats`` times, one pass alone and one pass with the co-runners running, back to back (thread CPU of every
+    unit on every chunk), so that the machine's drift, which on a shared VM is larger
     than the effect within minutes, cancels in each pair; a ratio is the median over the pairs of the unit's
     summed chunk seconds. What it measures is what ranks of one node do to each other when they compute at once:
     they share the last level cache and the memory bandwidth (on this 2-core VM 1.0–1.15×, with the host's load;
@@ -890,7 +889,7 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, chunks:
     if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return None, 0
     n = int(data.x.size(0))
-    ranges = list(zip(ptr, ptr[1:]))[: (None if chunks is None else max(1, int(chunks)))]
+    ranges = list(zip(ptr, ptr[1:]))
     ops = GraphOps(data.edge_index, n, dtype=data.x.dtype, edge_weight=getattr(data, "edge_weight", None))
     aggregator = _chunk_aggregators(ops, ranges, n, True)  # full-graph history buffers, as in a stage
     units = list(model.units)
