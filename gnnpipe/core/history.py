@@ -46,6 +46,14 @@ class History:
     Row blocks ``buf[start:end]`` the chunk op and T2 write are views made once per chunk and buffer
     (:meth:`rows_of`), not sliced again every chunk action.
 
+    Two things the runtime does not do, since they would only move bytes (issue #18): :meth:`zero_grads` does not
+    write the zeros while the rows are tracked — every row becomes *known zero*, the pull reads the zero row in its
+    place, and a chunk's backward overwrites its rows anyway; the buffer's memory is zeroed only when ``G_out``
+    itself is read (the property, a checkpoint, a pull without the redirect). And with :attr:`scale_after_pull`
+    set (T2: 2), the pull multiplies the rows it just wrote by it right after its product, while they are in the
+    cache, instead of T2 reading them back after the chunk's backward (:meth:`take_scaled`). Both give the same
+    values bit for bit.
+
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
     """
@@ -62,8 +70,12 @@ class History:
         self._g_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of G_out known to be zero
         self._g_known = -1  # G_out's version counter when _g_redirect was last valid (-1: nothing known)
         self._views: dict = {}  # (id(buffer), start, end) -> buffer[start:end] (a view keeps its buffer alive)
+        self._g_stale = False  # rows known zero may still hold old values in memory (zero_grads did not write them)
         #: release a zeroed G_out until its next use instead of zeroing it in place (class docstring)
         self.release_grads = False
+        #: a factor the pull applies to the ``G_out`` rows it wrote, right after its product (T2's doubling: 2.0)
+        self.scale_after_pull: Optional[float] = None
+        self._scaled: set = set()  # start rows of chunks whose rows the pull scaled (until take_scaled)
 
     def ensure(self, dim: int) -> None:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
@@ -81,15 +93,35 @@ class History:
         self._g_view = self._g_buf[: self.num_nodes]
         self._g_redirect.fill_(self.num_nodes)
         self._g_known = self._g_view._version
+        self._g_stale = False
+
+    def _grads(self) -> Tensor:
+        """The ``[N, d]`` view of the buffer as the chunk op uses it (allocated if released; rows known zero may hold
+        old values: read them through the redirect table)."""
+        if self._g_buf is None:
+            self._allocate_grads()
+        return self._g_view
+
+    def _write_zeros(self) -> None:
+        """Make the rows known zero zero in memory too (after a :meth:`zero_grads` that did not write them)."""
+        if not self._g_stale:
+            return
+        self._g_stale = False
+        zero = self._g_redirect == self.num_nodes
+        if bool(zero.all()):
+            self._g_view.zero_()
+        else:
+            self._g_view[zero] = 0
+        self._g_known = self._g_view._version  # what is known zero is still known
 
     @property
     def G_out(self) -> Optional[Tensor]:
         """``[N, d]`` output-gradient buffer (``None`` before first use); a released, all-zero one is allocated
-        again here."""
+        again here, and rows known zero are zero in memory when it is read here (class docstring)."""
         if self.H_in is None:
             return None
-        if self._g_buf is None:
-            self._allocate_grads()
+        self._grads()
+        self._write_zeros()
         return self._g_view
 
     @property
@@ -112,27 +144,34 @@ class History:
 
     # ------------------------------------------------------------------ G_out with known zero rows
     def _tracking(self) -> bool:
-        g = self.G_out
-        return g is not None and self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
+        if self.H_in is None:
+            return False
+        g = self._grads()
+        return self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
 
     def zero_grads(self) -> None:
         """``G_out ← 0`` (e.g. T2 at the end of an epoch); every row is then known to be zero (with
-        :attr:`release_grads`, the buffer is released until its next use: class docstring)."""
+        :attr:`release_grads`, the buffer is released until its next use; otherwise the zeros are written only when
+        ``G_out`` is read: class docstring)."""
+        self._scaled.clear()
         if self.H_in is None or self._g_buf is None:
             return
         if self.release_grads:
             self._g_buf = self._g_view = None
             self._views.clear()  # the cached row views would keep the released buffer alive
             self._g_redirect.fill_(self.num_nodes)
+            self._g_stale = False
             return
-        self._g_view.zero_()
         self._g_redirect.fill_(self.num_nodes)
         self._g_known = self._g_view._version
+        self._g_stale = True  # not written: every read of these rows goes through the redirect or G_out
 
     def write_grad_rows(self, start: int, g: Tensor, scale: Optional[float] = None) -> bool:
         """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward). Returns whether
         the known zero rows are still tracked (then :meth:`pull_source` gives the redirect table)."""
         tracking = self._tracking()
+        if not tracking:
+            self._write_zeros()  # (never stale while tracked; kept for safety)
         end = start + g.size(0)
         dst = self.rows_of(self._g_view, start, end)
         if scale is None:
@@ -164,9 +203,19 @@ class History:
 
     def grad_source(self) -> tuple[Tensor, Optional[Tensor]]:
         """``(G, zero)``: as :meth:`pull_source`, with the bool ``[N]`` mask of rows known to be zero in place of the
-        redirect table (``None`` when nothing is known)."""
+        redirect table (``None`` when nothing is known); the rows it marks are zero in ``G`` too."""
+        if self.H_in is not None:
+            self._write_zeros()
         g, redirect = self.pull_source()
         return g, (None if redirect is None else redirect == self.num_nodes)
+
+    def take_scaled(self, start: int) -> bool:
+        """Whether the pull already applied :attr:`scale_after_pull` to the rows of the chunk starting at row
+        ``start`` (since the last :meth:`zero_grads`); forgets it (T2 then does not scale them again)."""
+        if start in self._scaled:
+            self._scaled.discard(start)
+            return True
+        return False
 
     def state_tensors(self) -> dict[str, Tensor]:
         """The buffers a checkpoint saves (:mod:`gnnpipe.core.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
@@ -184,6 +233,7 @@ class History:
         self.ensure(state["H_in"].size(1))
         self.H_in.copy_(state["H_in"])
         self.G_out.copy_(state["G_out"])
+        self._scaled.clear()
 
     @property
     def nbytes(self) -> int:
@@ -234,8 +284,13 @@ class ChunkPushPull:
         hist = self.hist
         src, redirect = hist.pull_source(hist.write_grad_rows(self.start, g, scale))
         if redirect is not None and isinstance(self.at_c, CompactRows):
-            return self.at_c.mm(src, redirect=redirect)
-        return spmm(self.at_c, hist.G_out)
+            out = self.at_c.mm(src, redirect=redirect)
+        else:
+            out = spmm(self.at_c, hist.G_out)
+        if hist.scale_after_pull is not None:  # T2's doubling, while the rows just written are in the cache
+            hist.scale_grad_rows(self.start, self.end, hist.scale_after_pull)
+            hist._scaled.add(self.start)
+        return out
 
 
 class PushHistory(History):

@@ -36,7 +36,19 @@ class T2UnbiasedGradient(Corrector):
     out-neighbour chunk has been back-propagated before c with probability ½, so the doubled fresh
     gradients (and zeros for the rest) are an unbiased estimate of the full pull. Only when S > 1
     (GNNPipe paper §4.3). On a halo-gradient (push) op the same rule acts on the pushes: ``G_in`` and the
-    stored pushes are cleared at epoch end and a chunk's fresh push counts twice (docs/HALO_GRADIENT.md)."""
+    stored pushes are cleared at epoch end and a chunk's fresh push counts twice (docs/HALO_GRADIENT.md).
+
+    The doubling of an op's rows happens in the chunk op's pull, right after its product (the op's last read of
+    them in the chunk's backward: :attr:`gnnpipe.core.history.History.scale_after_pull`), while they are in the
+    cache; :meth:`after_backward` doubles the rows of every op whose pull did not (a hybrid peer exchange, a push
+    op, an op the chunk did not reach). The values are the same bit for bit."""
+
+    def setup(self, ctx) -> None:
+        super().setup(ctx)
+        if ctx.num_stages > 1:
+            for h in ctx.histories:
+                if hasattr(h, "scale_after_pull"):
+                    h.scale_after_pull = 2.0
 
     def on_epoch_end(self, epoch: int) -> None:
         if self.ctx.num_stages <= 1:
@@ -49,7 +61,8 @@ class T2UnbiasedGradient(Corrector):
             return
         lo, hi = self.ctx.rows(chunk)
         for h in self.ctx.histories:
-            h.scale_grad_rows(lo, hi, 2.0)
+            if not h.take_scaled(lo):
+                h.scale_grad_rows(lo, hi, 2.0)
 
 
 @register("t3")

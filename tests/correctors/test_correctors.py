@@ -66,6 +66,28 @@ def test_t2_doubles_a_chunks_rows_after_backward_and_zeroes_at_epoch_end():
         assert torch.count_nonzero(h.G_out) == 0
 
 
+def test_t2_leaves_rows_the_pull_doubled_and_doubles_the_others():
+    """T2 asks the chunk op's pull to double the rows it writes (History.scale_after_pull); after the chunk's backward
+    it doubles only the ops whose pull did not (here: op 1, which the chunk did not reach)."""
+    ctx = _ctx()
+    t2 = get("t2")()
+    t2.setup(ctx)
+    assert all(h.scale_after_pull == 2.0 for h in ctx.histories)
+    g0 = torch.arange(N * D, dtype=torch.float64).view(N, D)
+    for h in ctx.histories:
+        h.G_out.copy_(g0)
+    ctx.histories[0].scale_grad_rows(2, 4, 2.0)  # what op 0's pull did for chunk 1
+    ctx.histories[0]._scaled.add(2)
+    t2.after_backward(0, 1)
+    expected = g0.clone()
+    expected[2:4] *= 2
+    for h in ctx.histories:
+        torch.testing.assert_close(h.G_out, expected, rtol=0, atol=0)
+    one = _ctx(stages=1)
+    get("t2")().setup(one)
+    assert one.histories[0].scale_after_pull is None  # T2 does nothing with one stage
+
+
 def test_t2_is_a_no_op_with_one_stage():
     ctx = _ctx(stages=1)
     t2 = get("t2")()

@@ -235,3 +235,25 @@ def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
             todo += [f for f, _ in n.next_functions]
         assert sum(type(n).__name__ == "_GCNIIChunkBackward" for n in seen) == (1 if not plain else 2)
         assert calls == sorted(plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_run_masks_in_one_call_are_the_units_draws_one_by_one(dtype):
+    """A fused run draws its K dropout masks in one call (issue #18); they are the K masks of
+    ``gnnpipe.models.base.dropout`` one after the other, number for number, and the generator ends in the same state."""
+    from gnnpipe.models.base import dropout
+    from gnnpipe.models.zoo import _run_masks
+
+    h = torch.ones(37, 11, dtype=dtype)
+    steps = tuple((None, 0.3, 0.1, 0.5) for _ in range(4))
+    torch.manual_seed(5)
+    one_by_one = [dropout(h, 0.3, True) for _ in steps]
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    masks = _run_masks(h, steps)
+    assert masks.shape == (4, 37, 11)
+    for k, ref in enumerate(one_by_one):
+        assert torch.equal(h * masks[k], ref)
+    assert torch.equal(torch.rand(3), after)
+    assert _run_masks(h, steps[:1]) is None  # one unit: drawn as the plain path draws it
+    assert _run_masks(h, ((None, 0.3, 0.1, 0.5), (None, 0.2, 0.1, 0.5))) is None  # different probabilities
