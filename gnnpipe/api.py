@@ -51,7 +51,7 @@ def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
 
 def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = None, data=None,
          chunks_per_stage=(4,), over_partitions=(1, 4), schedulers=("gpipe", "1f1b"), profile_in=None,
-         profile_out=None, progress: bool = True, **overrides: Any):
+         profile_out=None, progress: bool = True, contention: bool = True, **overrides: Any):
     """Profile the model on the graph here and predict every feasible layout of ``ranks`` ranks (cost model,
     :mod:`gnnpipe.costmodel`): epoch time, bytes per epoch, peak memory per rank.
 
@@ -63,6 +63,9 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
             :func:`gnnpipe.costmodel.enumerate_layouts`).
         profile_in / profile_out: load / save the profile JSON (a loaded profile must have been taken for this
             model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
+        contention: let the profile measure how ranks computing at once on this machine's cores slow each other
+            (:func:`gnnpipe.costmodel.profile.measure_contention`; about doubles the units' part of the profile).
+            ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md §14i).
 
     Returns:
         ``(predictions sorted best first — those that fit first, hardware, profile)``.
@@ -77,11 +80,11 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     given = data is not None
     data = load_data(config) if data is None else prepare_data(data, config)
     return _plan_prepared(config, data, ranks, hardware, chunks_per_stage, over_partitions, schedulers,
-                          profile_in, profile_out, progress)
+                          profile_in, profile_out, progress, contention)
 
 
 def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),
-                   schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress=True):
+                   schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress=True, contention=True):
     from .costmodel import Profile, load_hardware, plan_layouts, profile
     from .costmodel.hardware import Hardware, local_hardware
     from .errors import ConfigError
@@ -103,7 +106,8 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
         if progress:
             print("gnnpipe: profiling the model on this graph (unit chunk costs, activations, link)…", file=sys.stderr)
         # more ranks than this machine's cores: the probe also measures what a wait costs when they share them
-        prof = profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None)
+        prof = profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None,
+                       contention=contention)
     if profile_out:
         try:
             prof.save(profile_out)
@@ -179,7 +183,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
             (the ranking and the choice are stored in ``result.extra["layout_auto"]``).
         ranks: ``R`` for ``layout="auto"``. hardware: for ``layout="auto"`` (see :func:`plan`).
         plan_options: for ``layout="auto"``, more keywords of :func:`plan` (``chunks_per_stage``,
-            ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``).
+            ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``, ``contention``).
 
     Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
     also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options

@@ -42,7 +42,8 @@ def plan_from_args(config, args, progress: bool = True):
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
     return plan(config, ranks=args.ranks, hardware=args.hardware,
                 chunks_per_stage=args.chunks_per_stage, over_partitions=args.over_partitions, schedulers=schedulers,
-                profile_in=args.profile_in, profile_out=args.profile_out, progress=progress)
+                profile_in=args.profile_in, profile_out=args.profile_out, progress=progress,
+                contention=args.contention)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -57,6 +57,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--schedulers", default="gpipe,1f1b", help="schedulers to try (comma-separated)")
     g.add_argument("--profile-in", default=None, help="reuse a profile JSON written by --profile-out")
     g.add_argument("--profile-out", default=None, help="write the profile JSON")
+    g.add_argument("--no-contention", dest="contention", action="store_false",
+                   help="do not measure how ranks computing at once slow each other (a shorter profile; the "
+                        "prediction then assumes they do not)")
 
 
 def register(sub) -> None:
@@ -126,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--layout auto needs the number of ranks: --ranks R")
         plan_options = {"chunks_per_stage": args.chunks_per_stage, "over_partitions": args.over_partitions,
                         "schedulers": [x.strip() for x in args.schedulers.split(",") if x.strip()],
-                        "profile_in": args.profile_in, "profile_out": args.profile_out}
+                        "profile_in": args.profile_in, "profile_out": args.profile_out,
+                        "contention": args.contention}
         layout_kw = {"layout": "auto", "ranks": args.ranks, "hardware": args.hardware, "plan_options": plan_options}
     elif args.ranks is not None or args.hardware is not None:
         import warnings

@@ -197,6 +197,25 @@ def test_plan_cli_table_and_json(small_profile, tmp_path, capsys):
     assert {r["over_partition"] for r in recs if r["stages"] == 2} == {1, 4}
 
 
+@pytest.mark.parametrize("flag", [[], ["--no-contention"]])
+def test_plan_cli_measures_contention_unless_told_not_to(small_profile, monkeypatch, capsys, flag):
+    """``--no-contention`` reaches the profile (a shorter profile that assumes ranks do not slow each other)."""
+    import gnnpipe.costmodel as costmodel
+
+    _, _, prof = small_profile
+    seen = []
+
+    def fake_profile(config, data, **kw):
+        seen.append(kw.get("contention"))
+        return prof
+
+    monkeypatch.setattr(costmodel, "profile", fake_profile)
+    rc = main(["plan", "--ranks", "2", "--num-nodes", "400", "--avg-degree", "6", "--model", "gcnii", "--layers",
+               "4", "--hidden", "8", "--no-progress", *flag])
+    assert rc == 0 and "GNNPipe 1x2" in capsys.readouterr().out
+    assert seen == [not flag]
+
+
 def test_plan_cli_needs_ranks(capsys):
     assert main(["plan", "--num-nodes", "100"]) == 2
     assert "--ranks" in capsys.readouterr().err
