@@ -153,7 +153,7 @@ def single_epoch(single, epoch: int) -> float:
 DENSE = "dense ops (linear, lerp, activations, loss, optimizer)"
 ITEMS = {  # ATen op → item, unless the calling Python frames say otherwise (see classify)
     "index_select": "gather own + halo rows",
-    "rand_like": "dropout masks", "uniform_": "dropout masks", "ge_": "dropout masks", "ge": "dropout masks",
+    "rand_like": "dropout masks", "rand": "dropout masks", "uniform_": "dropout masks", "ge_": "dropout masks", "ge": "dropout masks",
     "bernoulli_": "dropout masks", "native_dropout": "dropout masks", "empty_like": "dropout masks",
 }
 CHUNK_ONLY = ("history writes (H_in, G_out)", "correctors (T2 doubling/zeroing, T3 restore)", "boundary copies",
@@ -161,7 +161,9 @@ CHUNK_ONLY = ("history writes (H_in, G_out)", "correctors (T2 doubling/zeroing, 
 #: Python functions whose ATen calls belong to an item, whatever the op (innermost wins)
 FRAMES = {"write_rows": "history writes (H_in, G_out)", "write_grad_rows": "history writes (H_in, G_out)",
           "_boundary": "boundary copies", "boundary": "boundary copies", "split_boundary": "boundary copies",
-          "forward_chunk": None, "backward_chunk": None, "dropout": "dropout masks"}
+          "forward_chunk": None, "backward_chunk": None, "dropout": "dropout masks",
+          "_run_masks": "dropout masks",  # a fused run's masks, drawn in one call
+          "scale_grad_rows": "correctors (T2 doubling/zeroing, T3 restore)"}  # T2's doubling, also from the pull
 
 
 def classify(op: str, sparse: bool) -> str:
