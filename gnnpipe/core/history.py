@@ -26,7 +26,7 @@ from .graph import CompactRows, spmm
 class History:
     """The two full-graph buffers of one aggregation op (``H_in``, ``G_out``), allocated on first use.
 
-    ``G_out`` is a view of the first ``N`` rows of an ``(N + 1)``-row buffer whose last row stays zero. While
+    ``H_in`` and ``G_out`` are views of the first ``N`` rows of ``(N + 1)``-row buffers whose last rows stay zero. While
     every change to ``G_out`` goes through :meth:`zero_grads`, :meth:`write_grad_rows` and
     :meth:`scale_grad_rows`, the history knows which rows are zero (e.g. after T2's epoch-end zeroing, the
     rows of chunks not back-propagated yet this epoch) and the pull reads the zero row in their place
@@ -46,13 +46,15 @@ class History:
     Row blocks ``buf[start:end]`` the chunk op and T2 write are views made once per chunk and buffer
     (:meth:`rows_of`), not sliced again every chunk action.
 
-    Two things the runtime does not do, since they would only move bytes (issue #18): :meth:`zero_grads` does not
-    write the zeros while the rows are tracked — every row becomes *known zero*, the pull reads the zero row in its
-    place, and a chunk's backward overwrites its rows anyway; the buffer's memory is zeroed only when ``G_out``
-    itself is read (the property, a checkpoint, a pull without the redirect). And with :attr:`scale_after_pull`
-    set (T2: 2), the pull multiplies the rows it just wrote by it right after its product, while they are in the
-    cache, instead of T2 reading them back after the chunk's backward (:meth:`take_scaled`). Both give the same
-    values bit for bit.
+    What the runtime does not do, since it would only move bytes (issue #18): :meth:`zero_grads` (T2) and
+    :meth:`zero_inputs` (T3's restore before its first snapshot) do not write the zeros — every row becomes *known
+    zero*, the chunk op reads the buffer's zero row (row ``N``) in its place, and a chunk's own pass overwrites its
+    rows anyway; the memory is zeroed only when ``G_out`` or ``H_in`` itself is read (the properties, a checkpoint, a
+    product without the redirect). So read the buffers through the properties: a tensor kept from before a zeroing
+    shows old values in the rows known zero (as a ``G_out`` released by :attr:`release_grads` is no longer the
+    history). And with :attr:`scale_after_pull` set (T2: 2), the pull multiplies the rows it just wrote by it right
+    after its product, while they are in the cache, instead of T2 reading them back after the chunk's backward
+    (:meth:`take_scaled`). All of it gives the same values bit for bit.
 
     Args:
         num_nodes: ``N``. dtype: buffer dtype. name: label used in reports (e.g. ``"unit3.op0"``).
@@ -64,7 +66,12 @@ class History:
         self.dtype = dtype
         self.device = torch.device(device)
         self.name = name
-        self.H_in: Optional[Tensor] = None
+        self._h_view: Optional[Tensor] = None  # H_in (the property): _h_buf[:N], or a tensor a subclass assigned
+        self._h_buf: Optional[Tensor] = None  # [N + 1, d], last row zero (None when H_in was assigned directly)
+        self._h_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of H_in known zero (zero_inputs)
+        self._h_lazy = False  # rows known zero may hold old values (zero_inputs did not write them)
+        self._h_zero_rows = 0  # rows still known zero while lazy
+        self._h_written: set = set()  # start rows of the blocks written since zero_inputs
         self._g_view: Optional[Tensor] = None  # G_out = _g_buf[:N]
         self._g_buf: Optional[Tensor] = None  # [N + 1, d]; None before first use and while released (all zero)
         self._g_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of G_out known to be zero
@@ -79,17 +86,82 @@ class History:
 
     def ensure(self, dim: int) -> None:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
-        if self.H_in is None:
-            self.H_in = torch.zeros(self.num_nodes, dim, dtype=self.dtype, device=self.device)
+        if self._h_view is None:
+            self._h_buf = torch.zeros(self.num_nodes + 1, dim, dtype=self.dtype, device=self.device)
+            self._h_view = self._h_buf[: self.num_nodes]
             idx = torch.int32 if self.num_nodes < 2**31 - 1 else torch.int64
             self._g_redirect = torch.empty(self.num_nodes, dtype=idx, device=self.device)
             self._allocate_grads()
             self._g_known = -1
 
+    @property
+    def allocated(self) -> bool:
+        """Whether the buffers exist (the op has run), without reading them."""
+        return self._h_view is not None
+
+    @property
+    def H_in(self) -> Optional[Tensor]:
+        """``[N, d]`` input buffer (``None`` before first use); rows known zero after :meth:`zero_inputs` are zero in
+        memory when it is read here."""
+        if self._h_lazy:
+            self._write_input_zeros()
+        return self._h_view
+
+    @H_in.setter
+    def H_in(self, value: Optional[Tensor]) -> None:
+        self._h_lazy = False
+        self._h_buf = None
+        self._h_view = value
+        self._views.clear()
+
+    def zero_inputs(self) -> None:
+        """``H_in ← 0`` (T3's restore before its first snapshot). Lazily where the chunk op can read around it: every
+        row becomes known zero and the push reads it from the zero row until its chunk writes it (issue #18: no pass
+        over the buffer, and stale reads of the zeros cost nothing); ``H_in`` itself is zeroed when it is read."""
+        if self._h_view is None:
+            return
+        if self._h_buf is None:  # assigned directly (a subclass): no zero row to read from
+            self._h_view.zero_()
+            return
+        if self._h_redirect is None:
+            self._h_redirect = torch.empty(self.num_nodes, dtype=self._g_redirect.dtype, device=self.device)
+        self._h_redirect.fill_(self.num_nodes)
+        self._h_lazy = True
+        self._h_zero_rows = self.num_nodes
+        self._h_written.clear()
+
+    def _inputs_written(self, start: int, end: int) -> None:
+        """Rows ``[start, end)`` of ``H_in`` were written by the chunk op: read them in place from now on."""
+        if start in self._h_written:
+            return
+        self._h_written.add(start)
+        self._h_zero_rows -= end - start
+        if self._h_zero_rows <= 0:  # every row written since zero_inputs: nothing left to read around
+            self._h_lazy = False
+            self._h_written.clear()
+            return
+        torch.arange(start, end, out=self.rows_of(self._h_redirect, start, end))
+
+    def _write_input_zeros(self) -> None:
+        """Make the rows known zero zero in memory too (after a :meth:`zero_inputs` that did not write them)."""
+        self._h_lazy = False
+        if not self._h_written:
+            self._h_view.zero_()
+        else:
+            self._h_view[self._h_redirect == self.num_nodes] = 0
+        self._h_written.clear()
+
+    def push_source(self) -> tuple[Tensor, Optional[Tensor]]:
+        """What the push's product reads: ``(H, redirect)`` with ``H`` the ``[N + 1, d]`` buffer and the redirect table
+        while rows are known zero (:meth:`zero_inputs`), else ``(H_in, None)``."""
+        if self._h_lazy:
+            return self._h_buf, self._h_redirect
+        return self._h_view, None
+
     def _allocate_grads(self) -> None:
         """A zero ``G_out`` buffer (every row known zero)."""
         self._views.clear()
-        self._g_buf = torch.zeros(self.num_nodes + 1, self.H_in.size(1), dtype=self.dtype, device=self.device)
+        self._g_buf = torch.zeros(self.num_nodes + 1, self._h_view.size(1), dtype=self.dtype, device=self.device)
         self._g_view = self._g_buf[: self.num_nodes]
         self._g_redirect.fill_(self.num_nodes)
         self._g_known = self._g_view._version
@@ -118,7 +190,7 @@ class History:
     def G_out(self) -> Optional[Tensor]:
         """``[N, d]`` output-gradient buffer (``None`` before first use); a released, all-zero one is allocated
         again here, and rows known zero are zero in memory when it is read here (class docstring)."""
-        if self.H_in is None:
+        if self._h_view is None:
             return None
         self._grads()
         self._write_zeros()
@@ -127,7 +199,7 @@ class History:
     @property
     def grads_released(self) -> bool:
         """``G_out`` is all zero and holds no memory (until it is read or written)."""
-        return self.H_in is not None and self._g_buf is None
+        return self._h_view is not None and self._g_buf is None
 
     @staticmethod
     def write_rows(buf: Tensor, start: int, rows: Tensor) -> None:
@@ -144,7 +216,7 @@ class History:
 
     # ------------------------------------------------------------------ G_out with known zero rows
     def _tracking(self) -> bool:
-        if self.H_in is None:
+        if self._h_view is None:
             return False
         g = self._grads()
         return self._g_known == g._version and g.data_ptr() == self._g_buf.data_ptr()
@@ -154,7 +226,7 @@ class History:
         :attr:`release_grads`, the buffer is released until its next use; otherwise the zeros are written only when
         ``G_out`` is read: class docstring)."""
         self._scaled.clear()
-        if self.H_in is None or self._g_buf is None:
+        if self._h_view is None or self._g_buf is None:
             return
         if self.release_grads:
             self._g_buf = self._g_view = None
@@ -185,7 +257,7 @@ class History:
 
     def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
         """``G_out[start:end] *= factor`` (e.g. T2's doubling); known zero rows stay zero."""
-        if self.H_in is None or self._g_buf is None:  # nothing yet, or all zero
+        if self._h_view is None or self._g_buf is None:  # nothing yet, or all zero
             return
         tracking = self._tracking()
         self.rows_of(self._g_view, start, end).mul_(factor)  # not `G[a:b] *= f`: that also copies the rows
@@ -204,7 +276,7 @@ class History:
     def grad_source(self) -> tuple[Tensor, Optional[Tensor]]:
         """``(G, zero)``: as :meth:`pull_source`, with the bool ``[N]`` mask of rows known to be zero in place of the
         redirect table (``None`` when nothing is known); the rows it marks are zero in ``G`` too."""
-        if self.H_in is not None:
+        if self._h_view is not None:
             self._write_zeros()
         g, redirect = self.pull_source()
         return g, (None if redirect is None else redirect == self.num_nodes)
@@ -239,10 +311,10 @@ class History:
     def nbytes(self) -> int:
         """Bytes of both buffers once allocated (``G_out`` counted while released too: it is allocated again at the
         next backward)."""
-        if self.H_in is None:
+        if self._h_view is None:
             return 0
-        size = self.H_in.element_size()
-        return self.H_in.numel() * size + (self.num_nodes + 1) * self.H_in.size(1) * size
+        size = self._h_view.element_size()
+        return (self.num_nodes + 1) * self._h_view.size(1) * size * 2
 
 
 class ChunkPushPull:
@@ -267,15 +339,21 @@ class ChunkPushPull:
 
     def push(self, h: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         """``Â[R_c, :] @ H_in`` after ``H_in[R_c] ← h`` (``h ⊙ mask`` with a mask); ``[|R_c|, d]`` → ``[|R_c|, d]``.
-        Call without autograd (inside an ``autograd.Function``)."""
+        Rows of ``H_in`` known to be zero (:meth:`History.zero_inputs`) are read from the zero row. Call without
+        autograd (inside an ``autograd.Function``)."""
         hist = self.hist
-        if hist.H_in is None:
+        if hist._h_view is None:
             hist.ensure(h.size(1))
         if self.write:
             if mask is None:
-                hist.write_rows(hist.H_in, self.start, h)
+                hist.write_rows(hist._h_view, self.start, h)
             else:
-                torch.mul(h, mask, out=hist.rows_of(hist.H_in, self.start, self.end))
+                torch.mul(h, mask, out=hist.rows_of(hist._h_view, self.start, self.end))
+            if hist._h_lazy:
+                hist._inputs_written(self.start, self.end)
+        src, redirect = hist.push_source()
+        if redirect is not None and isinstance(self.a_c, CompactRows):
+            return self.a_c.mm(src, redirect=redirect)
         return spmm(self.a_c, hist.H_in)
 
     def pull(self, g: Tensor, scale: Optional[float] = None) -> Tensor:

@@ -86,11 +86,11 @@ class T3PeriodicSnapshot(Corrector):
         if epoch % self.period == 0:
             return
         for i, h in enumerate(self.ctx.histories):
-            if h.H_in is None:
+            if not h.allocated:
                 continue
             snap = self.snapshots[i] if i < len(self.snapshots) else None
             if snap is None:
-                h.H_in.zero_()
+                h.zero_inputs()  # rows known zero: not written, and read from the zero row (History.zero_inputs)
             else:
                 h.H_in.copy_(snap)
 

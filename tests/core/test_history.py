@@ -274,3 +274,32 @@ def test_scale_after_pull_equals_scaling_after_the_chunks_backward_bitwise(adj):
         results[in_pull] = out
     for fast, ref in zip(results[True], results[False]):
         assert torch.equal(fast, ref)
+
+
+def test_zero_inputs_reads_known_zero_rows_from_the_zero_row_bitwise(adj):
+    """T3's restore to zeros (History.zero_inputs) writes nothing: until a chunk writes its rows, the push reads
+    them as zeros, bit for bit what a history zeroed in memory gives, over two epochs; H_in read through the
+    property is zero where nothing was written, and the redirect is dropped once every row was written."""
+    _, a, at = adj
+    torch.manual_seed(1)
+    xs = {(e, lo): torch.randn(hi - lo, D, dtype=torch.float64) for e in range(2) for lo, hi in _chunks()}
+    lazy, ref = History(N, torch.float64), History(N, torch.float64)
+    for h in (lazy, ref):
+        h.ensure(D)
+        h.H_in.copy_(torch.randn(N, D, dtype=torch.float64))  # last epoch's rows
+    for e in range(2):
+        version = lazy._h_view._version
+        lazy.zero_inputs()
+        assert lazy._h_view._version == version  # nothing written
+        ref.H_in.zero_()
+        for i, (lo, hi) in enumerate(_chunks()):
+            outs = [ChunkAggregate.apply(xs[(e, lo)], h, _slice(a, lo, hi, "compact"), _slice(at, lo, hi, "compact"),
+                                         lo, hi, True) for h in (lazy, ref)]
+            assert torch.equal(outs[0], outs[1])
+            assert lazy.push_source()[1] is (None if i == len(_chunks()) - 1 else lazy._h_redirect)
+    lazy.zero_inputs()
+    ChunkAggregate.apply(xs[(0, 4)], lazy, _slice(a, 4, 9, "compact"), _slice(at, 4, 9, "compact"), 4, 9, True)
+    expected = torch.zeros(N, D, dtype=torch.float64)
+    expected[4:9] = xs[(0, 4)]
+    assert torch.equal(lazy.H_in, expected) and lazy.push_source()[1] is None  # read: the zeros are written
+    assert torch.equal(lazy.state_tensors()["H_in"], expected)

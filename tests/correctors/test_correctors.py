@@ -104,13 +104,13 @@ def test_t3_restores_and_snapshots_on_the_papers_period():
     ctx = _ctx(n_ops=1)
     t3 = get("t3")(3)
     t3.setup(ctx)
-    H = ctx.histories[0].H_in
+    hist = ctx.histories[0]
     seen = {}
     for e in range(7):
-        H.fill_(100.0 + e)  # what the epoch's previous training left
+        hist.H_in.fill_(100.0 + e)  # what the epoch's previous training left
         t3.on_epoch_start(e)
-        seen[e] = float(H[0, 0])
-        H.fill_(float(e))  # what this epoch's forwards write
+        seen[e] = float(hist.H_in[0, 0])  # (through the property: a restore to zeros only marks the rows zero)
+        hist.H_in.fill_(float(e))  # what this epoch's forwards write
         t3.on_epoch_end(e)
     # e=0: no restore; e=1,2: restore the initial zeros; end of e=2 snapshots 2.0;
     # e=3: no restore; e=4,5: restore 2.0; end of e=5 snapshots 5.0; e=6: no restore
