@@ -91,6 +91,11 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
 
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
+    from . import schedulers as _schedulers
+
+    for name in schedulers:  # before minutes of profiling, not after
+        if isinstance(name, str):
+            _schedulers.get(name)
     if hardware is None:
         hw = local_hardware()
     elif isinstance(hardware, Hardware):
@@ -240,12 +245,15 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 
 def _check_resume(config: TrainConfig, options) -> None:
     """Warn when ``options.resume`` names a checkpoint of another layout
-    (:func:`~gnnpipe.core.checkpoint.check_resume`)."""
-    if not options.resume:
-        return
-    from .core.checkpoint import check_resume, read_meta
+    (:func:`~gnnpipe.core.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
+    not continue (:func:`~gnnpipe.core.checkpoint.check_checkpoint_dir`)."""
+    from .core.checkpoint import check_checkpoint_dir, check_resume, read_meta
 
-    changed = check_resume(config, read_meta(options.resume))
+    meta = read_meta(options.resume) if options.resume else None
+    check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
+    if meta is None:
+        return
+    changed = check_resume(config, meta)
     if changed:
         warnings.warn(f"resuming {options.resume} in another layout ({', '.join(changed)} changed): weights, "
                       f"optimizer state and the epoch records carry over; history, corrector state and random "

@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from ..errors import ConfigError
-from .train import add_train_arguments, check_writable, config_from_args
+from .train import add_train_arguments, check_writable, config_from_args, warn_layout_flags
 
 MODES = ("gp", "gnnpipe", "hybrid")
 
@@ -68,8 +68,13 @@ def layouts(ranks: int, hybrid: tuple[int, int] | None, modes) -> dict[str, tupl
         if h is not None:
             out["hybrid"] = h
         else:
+            if not out:
+                raise ConfigError(f"nothing to compare: {ranks} ranks have no hybrid layout W x S with W, S > 1; "
+                                  f"use a rank count with one (e.g. --ranks 4) or add gp/gnnpipe to --modes")
             print(f"gnnpipe compare: no hybrid layout W x S = {ranks} with W, S > 1; skipping the hybrid",
                   file=sys.stderr)
+    if not out:
+        raise ConfigError("nothing to compare: --modes names none of gp, gnnpipe, hybrid")
     return out
 
 
@@ -190,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     from ..core.results import json_safe
 
     config = config_from_args(args)
+    warn_layout_flags(config, "gnnpipe compare runs GP, GNNPipe and the hybrid of --ranks ranks; --hybrid WxS sets "
+                              "the hybrid's layout", names=("ways", "stages"))
     if args.out:
         check_writable(args.out)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"gnnpipe: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+        if exc.filename is None:  # not about a path the user gave
+            raise
+        print(f"gnnpipe: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from .train import add_plan_arguments, add_train_arguments, check_writable, config_from_args
+from .train import add_plan_arguments, add_train_arguments, check_writable, config_from_args, warn_layout_flags
 
 
 def register(sub) -> None:
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from ..costmodel.predict import format_ranking
 
     config = resolve_config(config_from_args(args))
+    warn_layout_flags(config, "gnnpipe plan predicts every layout of --ranks ranks; --schedulers lists the candidates")
     if args.out:
         check_writable(args.out)
     preds, hw, _ = plan_from_args(config, args, progress=args.progress)

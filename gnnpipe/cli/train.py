@@ -35,6 +35,18 @@ def check_writable(path: str) -> None:
         raise ConfigError(f"the folder of --out {path!r} is not writable; pick another path")
 
 
+def warn_layout_flags(config, why: str, names=("ways", "stages", "chunks", "scheduler")) -> None:
+    """Warn about layout flags (``names`` of ``--ways``, ``--stages``, ``--chunks``, ``--scheduler``) a command that
+    chooses the layout itself ignores (``why``: what chooses it), when they were set away from their defaults."""
+    import warnings
+
+    set_ = {"ways": config.ways != 1, "stages": config.stages != 1, "chunks": config.chunks is not None,
+            "scheduler": config.scheduler != "gpipe"}
+    flags = ["--" + n for n in names if set_[n]]
+    if flags:
+        warnings.warn(f"ignored: {', '.join(flags)} ({why})", stacklevel=3)
+
+
 def _ints(text: str) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
@@ -132,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
                         "profile_in": args.profile_in, "profile_out": args.profile_out,
                         "contention": args.contention}
         layout_kw = {"layout": "auto", "ranks": args.ranks, "hardware": args.hardware, "plan_options": plan_options}
+        warn_layout_flags(config, "--layout auto picks the layout of --ranks ranks; --schedulers lists the candidates")
     elif args.ranks is not None or args.hardware is not None:
         import warnings
 

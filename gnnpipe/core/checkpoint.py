@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import Tensor
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
 from ..errors import ConfigError
 from .assemble import compute_of, preprocessing_of
@@ -90,17 +91,64 @@ def _obj(v) -> bytes:
     return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints in ``directory`` as ``(epochs completed, folder)``, oldest first (``[]`` if none)."""
+    d = Path(directory).expanduser()
+    out = []
+    for c in d.glob(_PREFIX + "*") if d.is_dir() else []:
+        try:
+            n = int(c.name[len(_PREFIX):])
+        except ValueError:
+            continue
+        if (c / ".metadata").is_file():
+            out.append((n, c))
+    return sorted(out)
+
+
+def check_checkpoint_dir(directory: Optional[str | Path], start_epoch: int = 0) -> None:
+    """Refuse a ``--checkpoint-dir`` whose checkpoints this run would not continue: one written after the epoch the
+    run starts from (``start_epoch``: 0, or the epochs of the ``--resume`` checkpoint) would make this run's newest
+    checkpoints look older (the pruning of all but the two newest would delete them) and would be what a later
+    ``--resume DIR`` picks.
+
+    Raises:
+        ConfigError: ``directory`` is a file, or holds such checkpoints (the message names them and the fix).
+    """
+    if not directory:
+        return
+    d = Path(directory).expanduser()
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"--checkpoint-dir {d} is a file; give a folder (it is created if missing)")
+    later = [p.name for n, p in list_checkpoints(d) if n > start_epoch]
+    if later:
+        what = "an earlier run's checkpoints" if start_epoch == 0 else f"checkpoints after epoch {start_epoch}"
+        raise ConfigError(f"--checkpoint-dir {d} already holds {what} ({', '.join(later)}); continue that run with "
+                          f"--resume {d}, or give an empty or new folder")
+
+
 def _load(path: Path, template: dict) -> dict:
     ctx = _quiet()
     try:
         dcp.load(template, checkpoint_id=str(path), no_dist=True)
+    except (Exception, CheckpointException) as exc:  # damaged or truncated: name the checkpoint, not DCP's internals
+        raise ConfigError(_unreadable(path, exc)) from None
     finally:
         ctx.__exit__(None, None, None)
     return template
 
 
+def _unreadable(path: Path, exc: BaseException) -> str:
+    last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    older = [p.name for n, p in list_checkpoints(path.parent) if p != path]
+    hint = f"; resume from an older one ({', '.join(str(path.parent / o) for o in older)})" if older else ""
+    return f"checkpoint {path} cannot be read (damaged or incomplete: {last[:200]}){hint}"
+
+
 def _metadata(path: Path) -> dict:
-    return dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    try:
+        return dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except (Exception, CheckpointException) as exc:
+        raise ConfigError(_unreadable(path, exc)) from None
 
 
 def _tensor_template(md: dict, keys) -> dict:

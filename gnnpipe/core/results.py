@@ -22,7 +22,7 @@ class TrainResult:
             epoch summed over ranks) and the time split ``compute_s``, ``comm_s``, ``idle_s`` (max over ranks).
         best_val_acc: best validation accuracy (fraction in [0, 1]).
         test_acc_at_best_val: test accuracy in the evaluation of best validation accuracy.
-        best_epoch: epoch of that evaluation.
+        best_epoch: epoch of that evaluation, counted from 0 (the summary and the epoch lines count from 1).
         mean_epoch_time_s: mean of ``time_s`` over epochs.
         extra: executor-specific fields (plan, ``peak_mem_bytes`` per rank, per-rank time splits, …).
         status: ``"completed"``, ``"interrupted"`` (SIGINT/SIGTERM: the epochs completed so far) or
@@ -66,7 +66,8 @@ class TrainResult:
     def summary(self) -> str:
         """A short human-readable summary."""
         lines = [
-            f"best val acc          {_pct(self.best_val_acc)} (epoch {self.best_epoch})",
+            f"best val acc          {_pct(self.best_val_acc)}"
+            + (f" (epoch {self.best_epoch + 1}, counted from 1 as the epoch lines)" if self.best_epoch >= 0 else ""),
             f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
             f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs",
         ]

@@ -46,7 +46,11 @@ def num_classes_of(data) -> int:
 
 
 def default_chunks(config: TrainConfig) -> int:
-    """``C`` default: 4 chunks per pipeline rank and way (GNNPipe paper §5: C = 4·S), 1 per way when S = 1."""
+    """``C`` default: 4 chunks per pipeline rank and way (GNNPipe paper §5: C = 4·S), 1 per way when S = 1.
+    Graph parallelism (``W > 1``, ``S = 1``) always has one part per way: a ``--chunks`` there is ignored (with a
+    warning, :func:`gnnpipe.core.config.ignored_options`), and the partition is the ways' alone."""
+    if config.stages == 1 and config.ways > 1:
+        return config.ways
     if config.chunks is not None:
         return config.chunks
     return config.ways * (4 * config.stages if config.stages > 1 else 1)
@@ -85,6 +89,9 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
                           f"(encoder + {num_units - 2} layers + head); use at most {num_units} stages or more layers")
     C = default_chunks(config)
     if C > num_nodes:
+        if config.stages == 1 and config.ways > 1:
+            raise ConfigError(f"{config.ways} ways (one part of the graph each) but the graph has only {num_nodes} "
+                              f"vertices; use fewer ways")
         raise ConfigError(f"{C} chunks but the graph has only {num_nodes} vertices; use fewer chunks")
     if C < config.ways:
         raise ConfigError(f"{C} chunks cannot be split over {config.ways} ways; use at least one chunk per way")

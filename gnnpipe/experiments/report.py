@@ -371,6 +371,8 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
         rank = {n: i for i, n in enumerate(order)}
         variants.sort(key=lambda v: rank.get(v.name, len(rank)))
     out = Path(out_dir) if out_dir is not None else rp.with_name(results_stem(rp) + ".report")
+    if plots:
+        _plt()  # matplotlib missing: say so before creating anything
     out.mkdir(parents=True, exist_ok=True)
     title = title or (records[0].get("study") or results_stem(rp))
     pngs: list[Path] = []

@@ -37,8 +37,11 @@ def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None
     obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": model.preprocessing,
            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
            "meta": meta or {}}
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    torch.save(obj, Path(path).expanduser())
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise ConfigError(f"{target} is a folder; give the model file to write (e.g. {target / 'model.pt'})")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, target)
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel:
@@ -51,7 +54,13 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel
     path = Path(path).expanduser()
     if path.is_dir():
         raise ConfigError(f"{path} is a folder (a checkpoint?); export it first: gnnpipe export {path} --out model.pt")
-    obj = torch.load(path, map_location=map_location, weights_only=True)
+    if not path.is_file():
+        raise ConfigError(f"no model file {path}; write one with `gnnpipe export CHECKPOINT --out {path.name}`")
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # not a torch.save file, a damaged one, or one holding pickled classes
+        raise ConfigError(f"{path} is not a gnnpipe model file ({type(exc).__name__}); write one with "
+                          f"`gnnpipe export` or gnnpipe.models.save") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a gnnpipe model file (write one with `gnnpipe export` or gnnpipe.models.save)")
     spec = obj["spec"]
