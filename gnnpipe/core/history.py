@@ -145,11 +145,16 @@ class History:
     def _write_input_zeros(self) -> None:
         """Make the rows known zero zero in memory too (after a :meth:`zero_inputs` that did not write them)."""
         self._h_lazy = False
-        if not self._h_written:
-            self._h_view.zero_()
-        else:
-            self._h_view[self._h_redirect == self.num_nodes] = 0
+        self._zero_known_rows(self._h_view, self._h_redirect)
         self._h_written.clear()
+
+    def _zero_known_rows(self, view: Tensor, redirect: Tensor) -> None:
+        """``view[v] ← 0`` for every row the redirect table marks known zero (``redirect[v] == N``)."""
+        zero = redirect == self.num_nodes
+        if bool(zero.all()):
+            view.zero_()
+        else:
+            view[zero] = 0
 
     def push_source(self) -> tuple[Tensor, Optional[Tensor]]:
         """What the push's product reads: ``(H, redirect)`` with ``H`` the ``[N + 1, d]`` buffer and the redirect table
@@ -179,11 +184,7 @@ class History:
         if not self._g_stale:
             return
         self._g_stale = False
-        zero = self._g_redirect == self.num_nodes
-        if bool(zero.all()):
-            self._g_view.zero_()
-        else:
-            self._g_view[zero] = 0
+        self._zero_known_rows(self._g_view, self._g_redirect)
         self._g_known = self._g_view._version  # what is known zero is still known
 
     @property
@@ -242,8 +243,8 @@ class History:
         """``G_out[start:start + len(g)] ← g`` (``scale · g`` with a scale; the chunk op's backward). Returns whether
         the known zero rows are still tracked (then :meth:`pull_source` gives the redirect table)."""
         tracking = self._tracking()
-        if not tracking:
-            self._write_zeros()  # (never stale while tracked; kept for safety)
+        if not tracking:  # a change behind the history's back turned tracking off: the pull will read G_out in
+            self._write_zeros()  # place, so rows known zero must be zero in memory first
         end = start + g.size(0)
         dst = self.rows_of(self._g_view, start, end)
         if scale is None:
