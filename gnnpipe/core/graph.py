@@ -21,6 +21,7 @@ keeps the transpose ``Âᵀ`` too, because the backward of ``Â @ H`` is ``Âᵀ
 
 from __future__ import annotations
 
+import collections
 import warnings
 
 import torch
@@ -190,6 +191,12 @@ def csr_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
     return torch.mm(a, h)
 
 
+#: how many :class:`CompactRows` keep the columns of :meth:`CompactRows.redirected_col` at a time (the rows a
+#: stage's chunk actions use one after another: a chunk's forward and backward, with room for 1F1B's interleaving)
+REDIRECTED_CACHED = 4
+_REDIRECTED: "collections.deque[CompactRows]" = collections.deque()
+
+
 class CompactRows:
     """Some rows ``R`` of a CSR matrix, as the chunk aggregation op multiplies with them.
 
@@ -217,6 +224,7 @@ class CompactRows:
         self.shape = rows.shape
         self._empty = self.col.numel() == 0
         self._compact = None
+        self._redirected = None  # (known, renumbered columns) of redirected_col
 
     def same_as(self, other: "CompactRows") -> bool:
         """Whether ``other`` holds bit for bit the same rows (shape, row pointers, columns and values)."""
@@ -248,18 +256,44 @@ class CompactRows:
         """The ``r × k`` CSR rows with columns renumbered to :attr:`cols` (same values, same order per row)."""
         return self._compacted()[1]
 
-    def mm(self, h: Tensor, redirect: Tensor | None = None) -> Tensor:
+    def redirected_col(self, redirect: Tensor, known: frozenset) -> Tensor:
+        """The columns renumbered through a redirect table (``redirect[col]``: a column known zero becomes ``N``, the
+        buffer's zero row). ``known`` names the table's state (the blocks of rows read in place,
+        :attr:`gnnpipe.core.history.History.grads_in_place` or ``inputs_in_place``): the columns are renumbered once
+        per state and reused by every op of the stage in that state — their histories are written chunk by chunk
+        alike, so a chunk's backward through a stage's ``k`` ops renumbers once instead of ``k`` times (issue #18).
+        At most :data:`REDIRECTED_CACHED` blocks of rows keep theirs at a time (4 bytes per non-zero each)."""
+        kept = self._redirected
+        if kept is not None:
+            if kept[0] == known:
+                return kept[1]
+            _REDIRECTED.remove(self)  # built for another state: this block of rows moves to the newest end
+        col = redirect.index_select(0, self.col)
+        if col.dtype != self.col.dtype:
+            col = col.to(self.col.dtype)
+        self._redirected = (known, col)
+        _REDIRECTED.append(self)
+        while len(_REDIRECTED) > REDIRECTED_CACHED:
+            _REDIRECTED.popleft()._redirected = None
+        return col
+
+    def mm(self, h: Tensor, redirect: Tensor | None = None, known: frozenset | None = None) -> Tensor:
         """``Â[R, :] @ h`` for a dense ``h`` of ``N`` rows (``[N, d]`` → ``[r, d]``, in the dtype of ``Â``; rows of
         ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
         With ``redirect`` (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row of ``h`` known to be zero;
         what :meth:`~gnnpipe.core.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last one
         zero: known zero rows are read from there (one hot row) instead of where they lie, the columns renumbered
-        in one gather. The result is the same, bit for bit."""
+        in one gather. The result is the same, bit for bit.
+
+        With ``known`` too (the state the redirect table is in: :attr:`gnnpipe.core.history.History.grads_in_place`),
+        the renumbered columns are those of an earlier call in the same state (:meth:`redirected_col`)."""
         if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
         if h.device.type == "cpu" and h.dtype == self.values.dtype:
             col = self.col
+            if redirect is not None and known is not None:
+                return _bag_mm(self.crow, self.redirected_col(redirect, known), self.values, h)
             if redirect is not None:
                 col = redirect.index_select(0, col)
                 if col.dtype != self.col.dtype:

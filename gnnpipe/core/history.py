@@ -71,11 +71,12 @@ class History:
         self._h_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of H_in known zero (zero_inputs)
         self._h_lazy = False  # rows known zero may hold old values (zero_inputs did not write them)
         self._h_zero_rows = 0  # rows still known zero while lazy
-        self._h_written: set = set()  # start rows of the blocks written since zero_inputs
+        self._h_key: frozenset = frozenset()  # (start, end) of the blocks of H_in written since zero_inputs
         self._g_view: Optional[Tensor] = None  # G_out = _g_buf[:N]
         self._g_buf: Optional[Tensor] = None  # [N + 1, d]; None before first use and while released (all zero)
         self._g_redirect: Optional[Tensor] = None  # int [N]: v, or N for a row of G_out known to be zero
         self._g_known = -1  # G_out's version counter when _g_redirect was last valid (-1: nothing known)
+        self._g_key: frozenset = frozenset()  # (start, end) of the blocks of G_out written while tracking
         self._views: dict = {}  # (id(buffer), start, end) -> buffer[start:end] (a view keeps its buffer alive)
         self._g_stale = False  # rows known zero may still hold old values in memory (zero_grads did not write them)
         #: release a zeroed G_out until its next use instead of zeroing it in place (class docstring)
@@ -128,17 +129,17 @@ class History:
         self._h_redirect.fill_(self.num_nodes)
         self._h_lazy = True
         self._h_zero_rows = self.num_nodes
-        self._h_written.clear()
+        self._h_key = frozenset()
 
     def _inputs_written(self, start: int, end: int) -> None:
         """Rows ``[start, end)`` of ``H_in`` were written by the chunk op: read them in place from now on."""
-        if start in self._h_written:
+        if (start, end) in self._h_key:
             return
-        self._h_written.add(start)
+        self._h_key = self._h_key | {(start, end)}
         self._h_zero_rows -= end - start
         if self._h_zero_rows <= 0:  # every row written since zero_inputs: nothing left to read around
             self._h_lazy = False
-            self._h_written.clear()
+            self._h_key = frozenset()
             return
         torch.arange(start, end, out=self.rows_of(self._h_redirect, start, end))
 
@@ -146,7 +147,7 @@ class History:
         """Make the rows known zero zero in memory too (after a :meth:`zero_inputs` that did not write them)."""
         self._h_lazy = False
         self._zero_known_rows(self._h_view, self._h_redirect)
-        self._h_written.clear()
+        self._h_key = frozenset()
 
     def _zero_known_rows(self, view: Tensor, redirect: Tensor) -> None:
         """``view[v] ← 0`` for every row the redirect table marks known zero (``redirect[v] == N``)."""
@@ -155,6 +156,20 @@ class History:
             view.zero_()
         else:
             view[zero] = 0
+
+    @property
+    def inputs_in_place(self) -> frozenset:
+        """The state of :meth:`push_source`'s redirect table: the ``(start, end)`` blocks of ``H_in`` written since
+        :meth:`zero_inputs` (read in place; every other row is known zero). Two histories with the same blocks have
+        the same table (:meth:`gnnpipe.core.graph.CompactRows.kept_rows` keys on it). Meaningful while the table is
+        given."""
+        return self._h_key
+
+    @property
+    def grads_in_place(self) -> frozenset:
+        """The state of :meth:`pull_source`'s redirect table: the ``(start, end)`` blocks of ``G_out`` written since
+        every row became known zero (read in place; every other row is known zero), as :attr:`inputs_in_place`."""
+        return self._g_key
 
     def push_source(self) -> tuple[Tensor, Optional[Tensor]]:
         """What the push's product reads: ``(H, redirect)`` with ``H`` the ``[N + 1, d]`` buffer and the redirect table
@@ -169,6 +184,7 @@ class History:
         self._g_buf = torch.zeros(self.num_nodes + 1, self._h_view.size(1), dtype=self.dtype, device=self.device)
         self._g_view = self._g_buf[: self.num_nodes]
         self._g_redirect.fill_(self.num_nodes)
+        self._g_key = frozenset()
         self._g_known = self._g_view._version
         self._g_stale = False
 
@@ -233,9 +249,11 @@ class History:
             self._g_buf = self._g_view = None
             self._views.clear()  # the cached row views would keep the released buffer alive
             self._g_redirect.fill_(self.num_nodes)
+            self._g_key = frozenset()
             self._g_stale = False
             return
         self._g_redirect.fill_(self.num_nodes)
+        self._g_key = frozenset()
         self._g_known = self._g_view._version
         self._g_stale = True  # not written: every read of these rows goes through the redirect or G_out
 
@@ -254,6 +272,8 @@ class History:
         if tracking:
             torch.arange(start, end, out=self.rows_of(self._g_redirect, start, end))  # these rows: read in place
             self._g_known = self._g_view._version
+            if (start, end) not in self._g_key:
+                self._g_key = self._g_key | {(start, end)}
         return tracking
 
     def scale_grad_rows(self, start: int, end: int, factor: float) -> None:
@@ -353,8 +373,8 @@ class ChunkPushPull:
             if hist._h_lazy:
                 hist._inputs_written(self.start, self.end)
         src, redirect = hist.push_source()
-        if redirect is not None and isinstance(self.a_c, CompactRows):
-            return self.a_c.mm(src, redirect=redirect)
+        if redirect is not None and isinstance(self.a_c, CompactRows):  # the rows known zero: not multiplied
+            return self.a_c.mm(src, redirect=redirect, known=hist._h_key)
         return spmm(self.a_c, hist.H_in)
 
     def pull(self, g: Tensor, scale: Optional[float] = None) -> Tensor:
@@ -362,8 +382,8 @@ class ChunkPushPull:
         Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.pull_source`)."""
         hist = self.hist
         src, redirect = hist.pull_source(hist.write_grad_rows(self.start, g, scale))
-        if redirect is not None and isinstance(self.at_c, CompactRows):
-            out = self.at_c.mm(src, redirect=redirect)
+        if redirect is not None and isinstance(self.at_c, CompactRows):  # the rows known zero: not multiplied
+            out = self.at_c.mm(src, redirect=redirect, known=hist._g_key)
         else:
             out = spmm(self.at_c, hist.G_out)
         if hist.scale_after_pull is not None:  # T2's doubling, while the rows just written are in the cache

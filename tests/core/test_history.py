@@ -303,3 +303,49 @@ def test_zero_inputs_reads_known_zero_rows_from_the_zero_row_bitwise(adj):
     expected[4:9] = xs[(0, 4)]
     assert torch.equal(lazy.H_in, expected) and lazy.push_source()[1] is None  # read: the zeros are written
     assert torch.equal(lazy.state_tensors()["H_in"], expected)
+
+
+def test_ops_sharing_chunk_rows_renumber_their_columns_once_per_state_bitwise(adj):
+    """The ops of a stage share each chunk's rows (CompactRows) and are written chunk by chunk alike, so a chunk's
+    pull through k ops renumbers the columns through the redirect table once (CompactRows.redirected_col, keyed by
+    History.grads_in_place) and the push before T3's first snapshot likewise; the results are bit for bit those of
+    histories that read everything in place, over two epochs in different chunk orders (the state changes every
+    chunk: no column renumbered for another state is reused), and at most REDIRECTED_CACHED rows keep columns."""
+    from gnnpipe.core import graph
+
+    _, a, at = adj
+    rows = {lo: (_slice(a, lo, hi, "compact"), _slice(at, lo, hi, "compact")) for lo, hi in _chunks()}
+    torch.manual_seed(2)
+    K = 3
+    fast, ref = [History(N, torch.float64) for _ in range(K)], [History(N, torch.float64) for _ in range(K)]
+    for h in fast + ref:
+        h.ensure(D)
+    for e, order in enumerate([[0, 1, 2], [2, 0, 1]]):
+        chunks = [_chunks()[i] for i in order]
+        for h in fast:
+            h.zero_inputs()
+            h.zero_grads()
+        for h in ref:
+            h.H_in.zero_()
+            h.G_out.zero_()
+            h.G_out.add_(0.0)  # behind the history's back: nothing known zero, every row read in place
+        for lo, hi in chunks:
+            x = torch.randn(hi - lo, D, dtype=torch.float64)
+            g = torch.randn(hi - lo, D, dtype=torch.float64)
+            cols = set()
+            for k in range(K):
+                xs = [x.clone().requires_grad_() for _ in range(2)]
+                a_c, at_c = rows[lo]
+                outs = [ChunkAggregate.apply(xs[0], fast[k], a_c, at_c, lo, hi, True),
+                        ChunkAggregate.apply(xs[1], ref[k], _slice(a, lo, hi, "compact"),
+                                             _slice(at, lo, hi, "compact"), lo, hi, True)]
+                assert torch.equal(outs[0], outs[1])
+                for o, xk in zip(outs, xs):
+                    o.backward(g)
+                assert torch.equal(xs[0].grad, xs[1].grad)
+                assert fast[k].grads_in_place == fast[0].grads_in_place
+                if at_c._redirected is not None:
+                    cols.add(id(at_c._redirected[1]))
+            assert len(cols) == 1  # one renumbering for the K pulls of this chunk
+            assert len(graph._REDIRECTED) <= graph.REDIRECTED_CACHED
+        assert fast[0].grads_in_place == frozenset(_chunks())
