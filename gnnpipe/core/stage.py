@@ -175,9 +175,11 @@ class Stage:
         if self.is_first:
             h, sh = self.x[lo - self.row_range[0]:hi - self.row_range[0]], None
         else:
-            h, sh = self.split_boundary(h_in)
-            h = h.clone().requires_grad_()
-            sh = sh.clone().requires_grad_() if sh is not None else None
+            # the received tensor is this stage's own (a fresh receive buffer): its column views are the leaves
+            # whose gradients the backward sends back, without copying them out first (issue #18)
+            h, sh = self.split_boundary(h_in.detach())
+            h = h.requires_grad_()
+            sh = sh.requires_grad_() if sh is not None else None
         rng = _rng_state(self.device) if self.recompute else None
         if not self.model.training:  # once after an evaluation, not per chunk (train() walks every module)
             self.model.train()
