@@ -29,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_checkpoint(args.checkpoint, args.keep)
     save(model, args.out, meta=model.meta)
     n = sum(p.numel() for p in model.parameters())
-    print(f"wrote {args.out}: {model.spec['name']} with {n:,} parameters ({args.keep} weights after "
+    print(f"wrote {args.out}: {model.spec['name']} with {n:,} parameters ({model.meta['weights']} weights after "
           f"{model.meta['epochs']} epochs of {model.meta['checkpoint']})", file=sys.stderr)
     return 0

@@ -4,6 +4,10 @@ The model comes from a checkpoint folder (``--checkpoint-dir`` of ``gnnpipe trai
 (``gnnpipe export``). The graph is the model's training dataset unless ``--dataset`` (and ``--root``,
 ``--split``) name another; it is preprocessed as at training. ``--out`` gets ``{"scores": [N, C] float,
 "pred": [N] long}`` in the dataset's own vertex order.
+
+The training run's ``--root`` (and a ``--dataset`` file) is looked up where the run recorded it (its absolute
+path, in checkpoints and model files written since it is recorded), then, when it was relative, against the
+folder holding the model file (or the checkpoint folder), then against the current directory.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ def register(sub) -> None:
     p.add_argument("--dataset", default=None, help="dataset name or file (default: the one the model was trained on)")
     p.add_argument("--root", default=None, help="folder holding the dataset (default: the training run's)")
     p.add_argument("--split", type=int, default=None, help="split index (default: the training run's)")
-    p.add_argument("--keep", choices=["best", "last"], default="best", help="checkpoint folders: which weights")
+    p.add_argument("--keep", choices=["best", "last"], default=None,
+                   help="checkpoint folders: which weights (default: best; a model file holds the one set "
+                        "gnnpipe export --keep chose)")
     p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save")
     p.set_defaults(func=run)
 
@@ -36,22 +42,92 @@ def load_model(src: str, keep: str = "best"):
     return model_from_checkpoint(src, keep) if Path(src).expanduser().is_dir() else load(src)
 
 
+_FILE_SUFFIXES = (".pt", ".pth", ".npz")
+
+
+def _unique(paths) -> list[Path]:
+    out = []
+    for p in paths:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = False,
+                       dataset_given: bool = False) -> dict:
+    """``cfg`` (the training run's data fields) with its ``root`` and a ``dataset`` file path replaced by places
+    that exist here: the absolute path the run recorded (``meta["data_paths"]``,
+    :func:`gnnpipe.core.checkpoint.data_paths`), else a relative path resolved against ``base`` (the folder
+    holding the model file or the checkpoint folder), then against the current directory. Values the user gave
+    (``root_given``, ``dataset_given``: ``--root``, ``--dataset``) are left as given (relative to the current
+    directory).
+
+    Raises:
+        ConfigError: the run's root folder or dataset file is in none of those places (the message names each).
+    """
+    from ..errors import ConfigError
+
+    cfg = dict(cfg)
+    recorded = meta.get("data_paths") or {}
+    ds, root = cfg.get("dataset"), cfg.get("root")
+
+    def places(value, recorded_value):
+        p = Path(value).expanduser()
+        return _unique(([Path(recorded_value)] if recorded_value else [])
+                       + ([p] if p.is_absolute() else [base / p, Path.cwd() / p]))
+
+    roots = places(root, recorded.get("root")) if root is not None and not root_given else []
+    if isinstance(ds, str) and ds.lower().endswith(_FILE_SUFFIXES):
+        if dataset_given:
+            return cfg
+        looked = places(ds, recorded.get("dataset"))
+        if not Path(ds).expanduser().is_absolute():
+            looked = _unique(looked + [r / ds for r in roots])
+        found = next((p for p in looked if p.is_file()), None)
+        if found is not None:
+            cfg["dataset"] = str(found)
+            return cfg
+        if root_given:  # gnnpipe.data.load_dataset also looks under the --root given
+            return cfg
+        raise ConfigError(f"the dataset file {ds!r} of the model's training run is in none of the places looked at "
+                          f"({', '.join(map(str, looked))}); give --dataset FILE")
+    if roots and ds is not None and str(ds).strip().lower() != "synthetic":
+        found = next((p for p in roots if p.is_dir()), None)
+        if found is None:
+            raise ConfigError(f"the data root {root!r} of the model's training run is in none of the places looked "
+                              f"at ({', '.join(map(str, roots))}); give --root (the folder holding {ds})")
+        cfg["root"] = str(found)
+    return cfg
+
+
 def run(args: argparse.Namespace) -> int:
+    import warnings
+
     import attrs
     import torch
 
     from ..api import load_data
     from ..core.config import TrainConfig
 
-    model = load_model(args.model, args.keep)
-    trained = dict(getattr(model, "meta", {}).get("config") or {})
+    src = Path(args.model).expanduser()
+    model = load_model(args.model, args.keep or "best")
+    meta = dict(getattr(model, "meta", None) or {})
+    if args.keep is not None and not src.is_dir() and meta.get("weights") != args.keep:
+        held = f"the {meta['weights']} weights of its run" if meta.get("weights") else "the weights it was saved with"
+        warnings.warn(f"--keep {args.keep} has no effect on a model file: {args.model} holds one set of weights only "
+                      f"({held}); predict from the checkpoint folder to choose, or export it again with "
+                      f"--keep {args.keep}")
+    trained = dict(meta.get("config") or {})
     fields = attrs.fields_dict(TrainConfig)
     cfg = {k: v for k, v in trained.items() if k in fields}
+    base = Path(meta["checkpoint"]).resolve().parent.parent if src.is_dir() and meta.get("checkpoint") \
+        else src.resolve().parent  # the folder holding the checkpoint folder / the model file
     for k in ("dataset", "root", "split"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
     if args.dataset is not None and args.dataset != trained.get("dataset") and args.root is None:
         cfg["root"] = None
+    cfg = resolve_data_paths(cfg, meta, base, root_given=args.root is not None, dataset_given=args.dataset is not None)
     data = load_data(TrainConfig(**cfg))
     scores = model.predict(data)
     pred = scores.argmax(-1)

@@ -33,6 +33,7 @@ computed in other ways (model, seed, data, optimiser, correctors, …) is refuse
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -64,11 +65,29 @@ _PREFIX = "ckpt-"
 _TMP = ".tmp-" + _PREFIX
 
 
-def _quiet():
-    ctx = warnings.catch_warnings()
-    ctx.__enter__()
-    warnings.filterwarnings("ignore", message=r".*torch.distributed is disabled.*")
-    return ctx
+class _Quiet:
+    """DCP's own noise off while it reads or writes (entered on construction): its warning that torch.distributed
+    is disabled (``no_dist``), and the tracebacks it logs to the root logger when a damaged ``.metadata`` fails to
+    load (the ConfigError of :func:`_unreadable` says it in one line)."""
+
+    _DCP_DIR = os.path.dirname(dcp.__file__)
+
+    def __init__(self):
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message=r".*torch.distributed is disabled.*")
+        logging.getLogger().addFilter(self._filter)
+
+    def _filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.startswith(self._DCP_DIR)
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger().removeFilter(self._filter)
+        self._warnings.__exit__(*exc)
+
+
+def _quiet() -> _Quiet:
+    return _Quiet()
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -178,7 +197,8 @@ def read_weights(path: str | Path, which: str = "best") -> dict[str, Tensor]:
 
 def model_from_checkpoint(path, which: str = "best"):
     """The single-process model a checkpoint folder holds (``which``: ``"best"`` or ``"last"`` weights), with
-    ``meta`` = ``{"config", "epochs", "checkpoint"}`` and the run's preprocessing.
+    ``meta`` = ``{"config", "epochs", "checkpoint", "weights", "data_paths"}`` (``weights``: those loaded, ``"last"``
+    when the run kept no best ones; ``data_paths``: :func:`data_paths` of the run) and the run's preprocessing.
 
     Raises:
         ConfigError: no checkpoint at ``path``.
@@ -195,8 +215,24 @@ def model_from_checkpoint(path, which: str = "best"):
     model.load_state_dict(read_weights(p, which), strict=True)
     cfg = TrainConfig(**{k: v for k, v in meta["config"].items() if k in attrs.fields_dict(TrainConfig)})
     model.preprocessing = preprocessing_of(cfg)
-    model.meta = {"config": meta["config"], "epochs": meta["epochs"], "checkpoint": str(p), "weights": which}
+    held = "best" if which == "best" and any(k.startswith("best.") for k in _metadata(p)) else "last"
+    model.meta = {"config": meta["config"], "epochs": meta["epochs"], "checkpoint": str(p), "weights": held,
+                  "data_paths": meta.get("data_paths") or {}}  # older checkpoints lack it
     return model.eval()
+
+
+def data_paths(config: TrainConfig) -> dict:
+    """The data paths of a run made absolute against the current directory, so that ``gnnpipe predict`` finds
+    the data of a model (checkpoint meta and model file meta ``"data_paths"``) wherever it runs:
+    ``{"root": absolute --root}`` (when given) and ``{"dataset": absolute path}`` when ``--dataset`` names a file
+    that exists here (a file found under ``--root`` needs only the root)."""
+    out = {}
+    if config.root is not None:
+        out["root"] = str(Path(config.root).expanduser().resolve())
+    ds = config.dataset
+    if isinstance(ds, str) and ds.lower().endswith((".pt", ".pth", ".npz")) and Path(ds).expanduser().is_file():
+        out["dataset"] = str(Path(ds).expanduser().resolve())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -333,7 +369,8 @@ class Checkpointer:
         sd["loop"] = _obj(st.to_dict())
         meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "layout": layout_of(self.config, self.plan_info),
                 "plan": self.plan_info, "world": self.world, "epochs": n,
-                "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype)}
+                "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype),
+                "data_paths": data_paths(self.config)}
         sd["meta"] = _obj(meta)
         tmp, final = self.dir / f"{_TMP}{n:06d}", self.dir / f"{_PREFIX}{n:06d}"
         stall = os.environ.get(STALL_ENV) == f"{n}:{self.rank}"

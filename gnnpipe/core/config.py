@@ -28,6 +28,14 @@ def _int_pos(name):
     return check
 
 
+def _num_classes(inst, attr, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"num_classes must be an integer, got {value!r}")
+    if value < 2:
+        raise ConfigError(f"num_classes must be >= 2 (a classifier needs at least two classes), got {value}; "
+                          f"use --num-classes 2 or more")
+
+
 def _rate(name):
     def check(inst, attr, value):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
@@ -122,7 +130,7 @@ class TrainConfig:
     split: int = 0
     num_nodes: int = 2000
     avg_degree: float = 10.0
-    num_classes: int = 5
+    num_classes: int = attrs.field(default=5, validator=_num_classes)
     num_features: int = 32
     undirected: bool = True
     remove_self_loops: bool = True

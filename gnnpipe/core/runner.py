@@ -434,7 +434,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         with stopping.installed():
             result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
                                 desc=f"train {config.ways}x{config.stages}", state=state,
-                                on_best=session.on_best, after_epoch=hooks)
+                                on_best=session.on_best, after_epoch=hooks, warn=rank == 0)
         session.finish()
     finally:
         session.close()

@@ -119,6 +119,7 @@ def epoch_loop(
     state: Optional[LoopState] = None,
     on_best: Optional[Callable[[int], None]] = None,
     after_epoch: Sequence[Callable[[int, dict, LoopState], None]] = (),
+    warn: bool = True,
 ) -> TrainResult:
     """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
 
@@ -134,6 +135,8 @@ def epoch_loop(
         state: continue from this state (a resumed run) instead of epoch 0.
         on_best: called with the epoch whenever an evaluation becomes the best one (to keep its weights).
         after_epoch: called after each epoch's record is appended (logging, checkpoints), in order.
+        warn: warn when a resumed ``state`` has no epoch left to run (``False`` on every rank of a distributed
+            run but rank 0, so the warning is printed once).
 
     Raises:
         KeyboardInterrupt / Exception: as raised inside; the exception carries ``.result``, the
@@ -144,7 +147,7 @@ def epoch_loop(
 
     st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
     result = st.result
-    if st.next_epoch >= config.epochs and state is not None:
+    if st.next_epoch >= config.epochs and state is not None and warn:
         warnings.warn(f"nothing to train: the resumed run has already completed {st.next_epoch} epoch(s) and "
                       f"--epochs is {config.epochs}; raise --epochs to continue it", stacklevel=2)
     bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc, leave=False,  # on a terminal only

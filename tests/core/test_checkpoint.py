@@ -230,3 +230,99 @@ def test_a_lean_rank_checkpoints_only_what_it_holds(tmp_path):
         for k in md:
             if k.startswith(f"rank{rank}.history.") and k.endswith(".H_in"):
                 assert md[k].properties.dtype == torch.bfloat16, k
+
+
+# ---------------------------------------------------------------------------------------------- review fixes (a687f0b)
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_a_checkpoint_dir_holding_another_runs_later_checkpoints_is_refused_and_kept(tmp_path):
+    """A new run (or a resume from an older checkpoint) into a --checkpoint-dir with later checkpoints would have its
+    own checkpoints pruned as the older ones and a later --resume DIR pick the other run's: refused before training,
+    naming the folder, the checkpoints and the fix; nothing in the folder changes."""
+    from gnnpipe.core.checkpoint import check_checkpoint_dir, list_checkpoints
+
+    data = small_graph()
+    ck = tmp_path / "ck"
+    _run(data, 3, checkpoint_dir=str(ck), checkpoint_every=1)
+    assert [n for n, _ in list_checkpoints(ck)] == [2, 3]
+    before = _tree(ck)
+    with pytest.raises(ConfigError, match=r"already holds an earlier run's checkpoints \(ckpt-000002, ckpt-000003\)"
+                                          r".*--resume .*ck, or give an empty or new folder"):
+        _run(data, 2, checkpoint_dir=str(ck))
+    with pytest.raises(ConfigError, match=r"checkpoints after epoch 2 \(ckpt-000003\)"):
+        _run(data, 4, checkpoint_dir=str(ck), resume=str(ck / "ckpt-000002"))
+    assert _tree(ck) == before
+    check_checkpoint_dir(ck, 3)  # continuing from the newest one is fine
+    check_checkpoint_dir(tmp_path / "new", 0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file; give a folder"):
+        check_checkpoint_dir(tmp_path / "file")
+
+
+@pytest.mark.parametrize("damage", ["truncate-data", "garble-metadata"])
+def test_a_damaged_checkpoint_names_itself_and_the_older_one(tmp_path, damage):
+    """A damaged newest checkpoint: a ConfigError naming it and the older one to resume from; the command line
+    prints that one line and no traceback (DCP logs its own to the root logger for a garbled .metadata, which a
+    process without logging handlers prints: a subprocess, as pytest installs handlers)."""
+    data = small_graph()
+    ck = tmp_path / "ck"
+    _run(data, 2, checkpoint_dir=str(ck), checkpoint_every=1)
+    newest = ck / "ckpt-000002"
+    if damage == "truncate-data":
+        f = next(newest.glob("*.distcp"))
+        f.write_bytes(f.read_bytes()[:100])
+    else:
+        (newest / ".metadata").write_bytes(b"\x80\x04garbage" * 5)
+    want = rf"checkpoint {newest} cannot be read \(damaged or incomplete: .*resume from an older one \({ck / 'ckpt-000001'}\)"
+    with pytest.raises(ConfigError, match=want):
+        read_meta(ck)
+    with pytest.raises(ConfigError, match=want):
+        _run(data, 3, resume=str(ck))
+    r = subprocess.run([sys.executable, "-m", "gnnpipe", "export", str(ck), "--out", str(tmp_path / "m.pt")],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gnnpipe: error: checkpoint {newest} cannot be read"), r.stderr
+    assert read_meta(ck / "ckpt-000001")["epochs"] == 1  # the older one still resumes
+
+
+def test_checkpoints_record_the_absolute_data_paths(tmp_path, monkeypatch):
+    """gnnpipe predict finds a model's data from any folder: the checkpoint (and the model exported from it)
+    records the run's --root and --dataset file as absolute paths."""
+    from gnnpipe.core.checkpoint import model_from_checkpoint
+
+    (tmp_path / "data").mkdir()
+    torch.save(small_graph(), tmp_path / "data" / "g.pt")
+    monkeypatch.chdir(tmp_path)
+    _run(None, 1, dataset="g.pt", root="data", checkpoint_dir="ck")
+    meta = read_meta(tmp_path / "ck")
+    assert meta["data_paths"] == {"root": str((tmp_path / "data").resolve())}
+    assert meta["config"]["root"] == "data"  # the configuration itself is kept as given
+    assert model_from_checkpoint(tmp_path / "ck").meta["data_paths"] == meta["data_paths"]
+    _run(None, 1, dataset="data/g.pt", checkpoint_dir="ck2")
+    assert read_meta(tmp_path / "ck2")["data_paths"] == {"dataset": str((tmp_path / "data" / "g.pt").resolve())}
+
+
+def test_the_held_weights_are_named_in_the_model_meta(tmp_path):
+    """keep="best" on a run that kept no best weights loads the last ones; meta["weights"] says so."""
+    from gnnpipe.core.checkpoint import model_from_checkpoint
+
+    _run(small_graph(), 2, checkpoint_dir=str(tmp_path / "last"))  # BASE: keep="last"
+    assert model_from_checkpoint(tmp_path / "last", "best").meta["weights"] == "last"
+    _run(small_graph(), 2, checkpoint_dir=str(tmp_path / "best"), keep="best")
+    assert model_from_checkpoint(tmp_path / "best", "best").meta["weights"] == "best"
+    assert model_from_checkpoint(tmp_path / "best", "last").meta["weights"] == "last"
+
+
+@pytest.mark.dist
+def test_the_nothing_to_train_warning_of_a_resumed_pipeline_is_printed_once(tmp_path, capfd):
+    """Resuming into 2 stages a run that has no epoch left: the ranks' warning comes from rank 0 only."""
+    data = small_graph()
+    _run(data, 2, checkpoint_dir=str(tmp_path))  # single process: one start of ranks less
+    capfd.readouterr()
+    with pytest.warns(UserWarning, match="another layout"):
+        _run(data, 2, stages=2, resume=str(tmp_path))
+    err = capfd.readouterr().err
+    assert err.count("nothing to train: the resumed run has already completed 2 epoch(s)") == 1, err

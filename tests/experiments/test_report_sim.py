@@ -72,6 +72,21 @@ def test_report_no_plots_and_errors(tmp_path, monkeypatch):
         make_report(res, tmp_path / "out2")
 
 
+
+def test_report_checks_matplotlib_before_creating_its_folder(tmp_path, monkeypatch, capsys):
+    """Without matplotlib, report (plots on) fails before it creates its output folder, the default one too."""
+    import sys
+
+    res = write(tmp_path / "r.jsonl", ablation_records(seeds=(0,)))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(ConfigError, match=r"the report's plots need matplotlib: install the plot extra"):
+        make_report(res, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert main(["report", str(res)]) == 2
+    assert "--no-plots" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # no r.report folder either
+
+
 SIM = """
 [fixed]
 layers = 8
