@@ -371,7 +371,10 @@ def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> 
     from .core.assemble import assemble_model
     from .core.trainer import make_model
 
+    from .core.checkpoint import run_meta
+
     result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
+    result.model.meta = run_meta(config, len(result.epochs))  # saved with it: `gnnpipe predict` finds the data
     return result
 
 

@@ -235,6 +235,12 @@ def data_paths(config: TrainConfig) -> dict:
     return out
 
 
+def run_meta(config: TrainConfig, epochs: int) -> dict:
+    """The ``meta`` of a trained ``result.model`` (what :func:`gnnpipe.models.save` writes beside its weights, as
+    ``gnnpipe export`` does for a checkpoint): ``{"config", "epochs", "data_paths"}``."""
+    return {"config": config.to_dict(), "epochs": int(epochs), "data_paths": data_paths(config)}
+
+
 # ---------------------------------------------------------------------------------------------- config
 def layout_of(config: TrainConfig, plan_info: dict) -> dict:
     """What history depends on: ways, stages, chunks, their sizes, the stage bounds, the scheduler."""

@@ -77,7 +77,7 @@ class TrainResult:
                 lines.append(f"bytes/epoch {label:<11} {vals[-1]:,}")
         if "early_stop" in self.extra:
             es = self.extra["early_stop"]
-            lines.append(f"stopped early         after epoch {es['epoch']}: no better validation accuracy or loss "
+            lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation accuracy or loss "
                          f"for {es['patience']} epochs (--patience)")
         if "peak_mem_bytes" in self.extra:
             mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])

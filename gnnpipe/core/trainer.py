@@ -274,6 +274,7 @@ class SingleProcessTrainer:
         """Train; ``options`` (:class:`~gnnpipe.core.options.RunOptions`) selects the weights kept in
         ``result.model``, logging and checkpoints."""
         from .assemble import preprocessing_of
+        from .checkpoint import run_meta
         from .session import RunSession
 
         torch.manual_seed(self.config.seed + 1)
@@ -299,5 +300,6 @@ class SingleProcessTrainer:
         model = copy.deepcopy(self.model)  # a pre-built model may not be one the config describes
         model.load_state_dict(session.final_state())
         model.preprocessing = preprocessing_of(self.config)
+        model.meta = run_meta(self.config, len(result.epochs))  # saved with it: `gnnpipe predict` finds the data
         result.model = model.eval()
         return result

@@ -25,7 +25,9 @@ FORMAT = "gnnpipe.model"
 
 
 def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None:
-    """Write ``model`` (built by :func:`gnnpipe.models.build_model`, so it has a ``spec``) to ``path``.
+    """Write ``model`` (built by :func:`gnnpipe.models.build_model`, so it has a ``spec``) to ``path``, with ``meta``
+    (default: the model's own ``meta``, e.g. ``result.model``'s training config and data paths, which
+    ``gnnpipe predict`` reads).
 
     Raises:
         ConfigError: the model has no ``spec`` (it was not built by ``build_model``).
@@ -36,7 +38,7 @@ def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None
     spec = dict(model.spec, dtype=str(p.dtype).replace("torch.", "") if p is not None else model.spec["dtype"])
     obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": model.preprocessing,
            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-           "meta": meta or {}}
+           "meta": dict(meta if meta is not None else getattr(model, "meta", None) or {})}
     target = Path(path).expanduser()
     if target.is_dir():
         raise ConfigError(f"{target} is a folder; give the model file to write (e.g. {target / 'model.pt'})")

@@ -14,7 +14,20 @@ def test_early_stop_is_recorded_and_summarised():
     assert len(r.epochs) < 60  # lr 0: nothing improves after the first evaluations
     es = r.extra["early_stop"]
     assert es["epoch"] == len(r.epochs) - 1 and es["patience"] == 2
-    assert "stopped early" in r.summary()
+    assert f"stopped early         after epoch {len(r.epochs)}:" in r.summary()  # counted from 1, as the epoch lines
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_a_saved_result_model_keeps_its_run_config_and_data_paths(tmp_path, stages):
+    from gnnpipe import models
+
+    r = api.train(num_nodes=300, layers=2, hidden=8, epochs=2, progress=False, stages=stages, chunks=stages)
+    assert r.model.meta["config"]["num_nodes"] == 300 and r.model.meta["epochs"] == 2
+    models.save(r.model, tmp_path / "m.pt")  # no meta given: the model's own
+    back = models.load(tmp_path / "m.pt")
+    assert back.meta["config"] == r.model.meta["config"] and "data_paths" in back.meta
+    models.save(r.model, tmp_path / "n.pt", meta={"note": 1})  # a meta given replaces it
+    assert models.load(tmp_path / "n.pt").meta == {"note": 1}
 
 
 def test_resuming_a_finished_run_warns(tmp_path):
