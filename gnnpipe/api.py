@@ -150,7 +150,7 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     from .core.runner import num_classes_of
 
     s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
-         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epochs; ")
+         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epoch{'s' if config.epochs != 1 else ''}; ")
     W, S = config.ways, config.stages
     if W == 1 and S == 1:
         s += "single process"
@@ -240,6 +240,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     result = _train_prepared(config, data, progress, options)
     if result is not None and auto is not None:
         result.extra["layout_auto"] = auto
+    if result is not None and given and getattr(result, "model", None) is not None:
+        # its config's dataset fields describe no graph: `gnnpipe predict` must be given one, not guess one
+        result.model.meta = dict(getattr(result.model, "meta", None) or {}, data_paths={}, data_given=True)
     return result
 
 

@@ -118,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
                       f"({held}); predict from the checkpoint folder to choose, or export it again with "
                       f"--keep {args.keep}")
     trained = dict(meta.get("config") or {})
+    if meta.get("data_given") and args.dataset is None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{args.model} was trained on a graph passed from Python (api.train(data=...)), which it "
+                          "does not record; give that graph as a file: --dataset FILE (.pt or .npz; --root DIR)")
     fields = attrs.fields_dict(TrainConfig)
     cfg = {k: v for k, v in trained.items() if k in fields}
     base = Path(meta["checkpoint"]).resolve().parent.parent if src.is_dir() and meta.get("checkpoint") \

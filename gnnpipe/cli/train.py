@@ -148,8 +148,14 @@ def run(args: argparse.Namespace) -> int:
     elif args.ranks is not None or args.hardware is not None:
         import warnings
 
-        warnings.warn("ignored: --ranks, --hardware (they choose a layout only with --layout auto; the layout is "
+        flags = ", ".join(f for f, v in (("--ranks", args.ranks), ("--hardware", args.hardware)) if v is not None)
+        warnings.warn(f"ignored: {flags} (they choose a layout only with --layout auto; the layout is "
                       "--ways x --stages)", stacklevel=2)
+    if args.checkpoint_every and not args.checkpoint_dir and not args.resume:
+        import warnings
+
+        warnings.warn(f"ignored: --checkpoint-every {args.checkpoint_every} (no --checkpoint-dir: no checkpoints are "
+                      "written; give --checkpoint-dir DIR)", stacklevel=2)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C

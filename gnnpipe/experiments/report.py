@@ -362,7 +362,7 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
     rp = Path(results_path)
     if not rp.is_file():
         raise ConfigError(f"results file {str(rp)!r} not found; run `gnnpipe ablate STUDY.toml` first "
-                          f"(or pass --results to name it)")
+                          f"(or give the file `gnnpipe ablate --results FILE` wrote)")
     records = read_records(rp)
     if not records:
         raise ConfigError(f"results file {str(rp)!r} holds no finished runs yet")

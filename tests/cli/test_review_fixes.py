@@ -215,3 +215,34 @@ def test_num_classes_1_is_refused_at_the_command_line(capsys):
     assert _one_error_line(capsys.readouterr().err) == (
         "gnnpipe: error: num_classes must be >= 2 (a classifier needs at least two classes), got 1; "
         "use --num-classes 2 or more")
+
+
+# ---------------------------------------------------------------------------------------------- second review
+def test_predict_refuses_to_guess_the_graph_of_a_model_trained_on_a_python_data(tmp_path, capsys):
+    """A model trained on a ``Data`` passed from Python records no dataset; ``predict`` without ``--dataset`` says so
+    instead of scoring the synthetic default graph, and with ``--dataset FILE`` predicts on that file."""
+    from gnnpipe import api
+
+    g = synthetic_graph(num_nodes=120, num_features=6, num_classes=3, seed=2, train_per_class=10, val_per_class=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = api.train(model="gcn", layers=2, hidden=8, epochs=2, patience=0, progress=False, data=g)
+    assert r.model.meta["data_given"] is True and r.model.meta["data_paths"] == {}
+    models.save(r.model, tmp_path / "m.pt")
+    assert main(["predict", str(tmp_path / "m.pt")]) == 2
+    assert "passed from Python" in _one_error_line(capsys.readouterr().err)
+    torch.save(g, tmp_path / "g.pt")
+    out = tmp_path / "p.pt"
+    assert main(["predict", str(tmp_path / "m.pt"), "--dataset", str(tmp_path / "g.pt"), "--out", str(out)]) == 0
+    assert torch.load(out)["pred"].shape == (120,)
+
+
+def test_train_names_only_the_ignored_flags_given_and_warns_about_checkpoint_every_without_a_dir(tmp_path):
+    from gnnpipe.cli.main import main as cli
+
+    args = ["train", "--num-nodes", "200", *TRAIN, "--out", str(tmp_path / "r.json")]
+    with pytest.warns(UserWarning) as rec:
+        assert cli([*args, "--ranks", "2", "--checkpoint-every", "1"]) == 0
+    msgs = [str(w.message) for w in rec]
+    assert any(m.startswith("ignored: --ranks (") for m in msgs), msgs  # not "--ranks, --hardware"
+    assert any(m.startswith("ignored: --checkpoint-every 1 (no --checkpoint-dir") for m in msgs), msgs
