@@ -161,8 +161,8 @@ class History:
     def inputs_in_place(self) -> frozenset:
         """The state of :meth:`push_source`'s redirect table: the ``(start, end)`` blocks of ``H_in`` written since
         :meth:`zero_inputs` (read in place; every other row is known zero). Two histories with the same blocks have
-        the same table (:meth:`gnnpipe.core.graph.CompactRows.kept_rows` keys on it). Meaningful while the table is
-        given."""
+        the same table (a pure function of the blocks; :meth:`gnnpipe.core.graph.CompactRows.redirected_col` keys on
+        it). Meaningful while the table is given."""
         return self._h_key
 
     @property
@@ -373,7 +373,7 @@ class ChunkPushPull:
             if hist._h_lazy:
                 hist._inputs_written(self.start, self.end)
         src, redirect = hist.push_source()
-        if redirect is not None and isinstance(self.a_c, CompactRows):  # the rows known zero: not multiplied
+        if redirect is not None and isinstance(self.a_c, CompactRows):  # columns renumbered once per state
             return self.a_c.mm(src, redirect=redirect, known=hist._h_key)
         return spmm(self.a_c, hist.H_in)
 
@@ -382,7 +382,7 @@ class ChunkPushPull:
         Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.pull_source`)."""
         hist = self.hist
         src, redirect = hist.pull_source(hist.write_grad_rows(self.start, g, scale))
-        if redirect is not None and isinstance(self.at_c, CompactRows):  # the rows known zero: not multiplied
+        if redirect is not None and isinstance(self.at_c, CompactRows):  # columns renumbered once per state
             out = self.at_c.mm(src, redirect=redirect, known=hist._g_key)
         else:
             out = spmm(self.at_c, hist.G_out)
