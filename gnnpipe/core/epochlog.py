@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Optional, TextIO
@@ -92,7 +93,15 @@ class EpochLogger:
 
     def __call__(self, epoch: int, rec: dict, state=None) -> None:
         if self.every and ((epoch + 1) % self.every == 0 or epoch + 1 == self.epochs):
-            print(format_record(rec, self.epochs), file=self.stream, flush=True)
+            try:
+                print(format_record(rec, self.epochs), file=self.stream, flush=True)
+            except BrokenPipeError:  # e.g. `gnnpipe train ... | head -1`: the reader left; the run goes on, silent
+                self.every = 0
+                if self.stream is sys.stdout:  # later writes (and the exit's flush) go nowhere instead of failing
+                    try:
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    except (OSError, ValueError, AttributeError):
+                        pass
         if self._csv is not None:
             self._csv.writerow({k: _scalar(rec[k]) for k in CSV_FIELDS if k in rec})
             self._csv_file.flush()

@@ -44,3 +44,20 @@ def test_cli_warnings_are_one_line_without_source_paths():
     assert out.returncode == 0, out.stderr
     assert "gnnpipe: warning: ignored: --ranks (" in out.stderr
     assert ".py:" not in out.stderr
+
+
+def test_a_run_whose_stdout_reader_leaves_goes_on_and_writes_its_results(tmp_path):
+    """`gnnpipe train ... | head -1`: the epoch lines stop when the pipe closes; the run finishes, writes --out and
+    its checkpoint, and prints no BrokenPipeError traceback."""
+    out, ck = tmp_path / "r.json", tmp_path / "ck"
+    p = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--num-nodes", "300", "--layers", "2", "--epochs",
+                          "30", "--log-every", "1", "--no-progress", "--checkpoint-dir", str(ck), "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("epoch  1/30")
+    p.stdout.close()  # the reader leaves
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    import json
+
+    assert json.loads(out.read_text())["status"] == "completed" and (ck / "ckpt-000030").is_dir()
