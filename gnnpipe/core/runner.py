@@ -431,7 +431,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
         if records is not None and rank == 0:
             for rec in state.result.epochs:  # a resumed run's earlier epochs belong to its result too
                 records.send(rec)
-        with stopping.installed():
+        with stopping.installed(announce=rank == 0):
             result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
                                 desc=f"train {config.ways}x{config.stages}", state=state,
                                 on_best=session.on_best, after_epoch=hooks, warn=rank == 0)

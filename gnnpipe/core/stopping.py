@@ -18,7 +18,7 @@ from typing import Optional
 
 DEBOUNCE_S = 2.0
 
-_state = {"at": None, "signame": ""}
+_state = {"at": None, "signame": "", "announce": True}
 
 
 def requested() -> bool:
@@ -39,7 +39,8 @@ def _handler(signum, frame):
     name = signal.Signals(signum).name
     if _state["at"] is None:
         _state["at"], _state["signame"] = now, name
-        print(f"gnnpipe: {name}: stopping after this epoch (again to stop at once)", file=sys.stderr, flush=True)
+        if _state["announce"]:  # one line per run, not one per rank a terminal's Ctrl-C reaches
+            print(f"gnnpipe: {name}: stopping after this epoch (again to stop at once)", file=sys.stderr, flush=True)
         return
     if now - _state["at"] < DEBOUNCE_S:
         return
@@ -47,12 +48,20 @@ def _handler(signum, frame):
 
 
 class installed:
-    """Context manager: the stop handler on SIGINT and SIGTERM (main thread only; elsewhere a no-op)."""
+    """Context manager: the stop handler on SIGINT and SIGTERM (main thread only; elsewhere a no-op).
+
+    Args:
+        announce: print the "stopping after this epoch" line on the first signal (``False`` on every rank of a
+            distributed run but rank 0: the signal reaches each of them)."""
+
+    def __init__(self, announce: bool = True):
+        self.announce = announce
 
     def __enter__(self):
         self.previous: dict = {}
         if threading.current_thread() is threading.main_thread():
             reset()
+            _state["announce"] = self.announce
             for s in (signal.SIGINT, signal.SIGTERM):
                 self.previous[s] = signal.signal(s, _handler)
         return self

@@ -169,6 +169,7 @@ def test_ctrl_c_leaves_the_json_and_a_checkpoint_and_resume_finishes(tmp_path):
     os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the launcher and every rank
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
+    assert err.count(b"stopping after this epoch") == 1, err  # announced once, not once per rank
     rec = json.loads(out.read_text())
     assert rec["status"] == "interrupted" and rec["epochs"]
     done = read_meta(ck)["epochs"]
