@@ -72,9 +72,9 @@ class TrainResult:
             f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs",
         ]
         for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync")):
-            vals = [e[key] for e in self.epochs if key in e]
-            if vals and any(vals):
-                lines.append(f"bytes/epoch {label:<11} {vals[-1]:,}")
+            last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may
+            if last:                                                    # have changed it)
+                lines.append(f"bytes/epoch {label:<11} {last:,}")
         if "early_stop" in self.extra:
             es = self.extra["early_stop"]
             lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation accuracy or loss "

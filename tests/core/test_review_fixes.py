@@ -76,3 +76,13 @@ def test_the_nothing_to_train_warning_can_be_left_to_one_rank():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         epoch_loop(cfg, never, never, progress=False, state=state, warn=False)
+
+
+def test_the_summary_gives_the_bytes_of_the_last_epochs_layout():
+    """A pipeline run resumed as a single process: its last epochs move no layer-level bytes, and the summary says
+    none instead of the earlier pipeline epochs' figure."""
+    piped = [{"epoch": e, "time_s": 0.1, "bytes_layer": 2_772_992} for e in range(2)]
+    r = TrainResult(config={}, epochs=piped + [{"epoch": 2, "time_s": 0.1}])
+    assert "layer-level" not in r.summary()
+    r = TrainResult(config={}, epochs=[{"epoch": 0, "time_s": 0.1}] + [dict(piped[0], epoch=1, bytes_layer=5)])
+    assert "bytes/epoch layer-level 5" in r.summary()
