@@ -42,9 +42,6 @@ def load_model(src: str, keep: str = "best"):
     return model_from_checkpoint(src, keep) if Path(src).expanduser().is_dir() else load(src)
 
 
-_FILE_SUFFIXES = (".pt", ".pth", ".npz")
-
-
 def _unique(paths) -> list[Path]:
     out = []
     for p in paths:
@@ -65,6 +62,7 @@ def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = 
     Raises:
         ConfigError: the run's root folder or dataset file is in none of those places (the message names each).
     """
+    from ..data.datasets import DATASET_FILE_SUFFIXES
     from ..errors import ConfigError
 
     cfg = dict(cfg)
@@ -77,7 +75,7 @@ def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = 
                        + ([p] if p.is_absolute() else [base / p, Path.cwd() / p]))
 
     roots = places(root, recorded.get("root")) if root is not None and not root_given else []
-    if isinstance(ds, str) and ds.lower().endswith(_FILE_SUFFIXES):
+    if isinstance(ds, str) and ds.lower().endswith(DATASET_FILE_SUFFIXES):
         if dataset_given:
             return cfg
         looked = places(ds, recorded.get("dataset"))

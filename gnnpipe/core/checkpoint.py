@@ -100,10 +100,10 @@ def find_checkpoint(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if (p / ".metadata").is_file():
         return p
-    found = sorted(c for c in p.glob(_PREFIX + "*") if (c / ".metadata").is_file()) if p.is_dir() else []
+    found = list_checkpoints(p)
     if not found:
         raise ConfigError(f"no checkpoint in {p} (a folder written by --checkpoint-dir, or one ckpt-* folder in it)")
-    return found[-1]
+    return found[-1][1]
 
 
 def _obj(v) -> bytes:
@@ -226,11 +226,13 @@ def data_paths(config: TrainConfig) -> dict:
     the data of a model (checkpoint meta and model file meta ``"data_paths"``) wherever it runs:
     ``{"root": absolute --root}`` (when given) and ``{"dataset": absolute path}`` when ``--dataset`` names a file
     that exists here (a file found under ``--root`` needs only the root)."""
+    from ..data.datasets import DATASET_FILE_SUFFIXES
+
     out = {}
     if config.root is not None:
         out["root"] = str(Path(config.root).expanduser().resolve())
     ds = config.dataset
-    if isinstance(ds, str) and ds.lower().endswith((".pt", ".pth", ".npz")) and Path(ds).expanduser().is_file():
+    if isinstance(ds, str) and ds.lower().endswith(DATASET_FILE_SUFFIXES) and Path(ds).expanduser().is_file():
         out["dataset"] = str(Path(ds).expanduser().resolve())
     return out
 

@@ -38,6 +38,9 @@ from .splits import random_split, split_seed
 from .synthetic import synthetic_graph
 from .validation import DataWarning, validate
 
+#: the endings of a dataset name that is a graph file (read by :func:`load_dataset`) rather than a dataset name
+DATASET_FILE_SUFFIXES = (".pt", ".pth", ".npz")
+
 _PLATONOV_URL = "https://github.com/yandex-research/heterophilous-graphs/raw/main/data"
 
 
@@ -429,7 +432,7 @@ def load_dataset(
     root_path = Path(root).expanduser() if root is not None else _default_root()
 
     text = os.fspath(name)
-    if text.lower().endswith((".pt", ".pth", ".npz")):
+    if text.lower().endswith(DATASET_FILE_SUFFIXES):
         path = Path(text).expanduser()
         looked = [path]
         if not path.is_file() and not path.is_absolute() and root is not None:

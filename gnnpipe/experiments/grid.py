@@ -68,7 +68,6 @@ from .simulate import check_sim_settings, fmt_value  # noqa: F401  (fmt_value: a
 
 #: top-level keys of a study file
 TOP_KEYS = ("name", "description", "seeds", "run_timeout_s", "fixed", "grid", "variants", "simulate")
-_DATASET_FILE_EXT = (".pt", ".pth", ".npz")
 
 
 # ------------------------------------------------------------------------------------------ train flags
@@ -357,8 +356,10 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     if isinstance(root, str) and root:
         p = Path(root).expanduser()
         out["root"] = str(p if p.is_absolute() else (base_dir / p).resolve())
+    from ..data.datasets import DATASET_FILE_SUFFIXES
+
     ds = out.get("dataset")
-    if isinstance(ds, str) and ds.lower().endswith(_DATASET_FILE_EXT):
+    if isinstance(ds, str) and ds.lower().endswith(DATASET_FILE_SUFFIXES):
         p = Path(ds).expanduser()
         if not p.is_absolute() and (base_dir / p).is_file():
             out["dataset"] = str((base_dir / p).resolve())
