@@ -24,7 +24,7 @@ LAYERS = {
     "models": 3, "partitioners": 3,
     "correctors": 4,
     "core": 5,
-    "experiments": 6, "costmodel": 6,
+    "experiments": 6, "costmodel": 6, "tasks": 6,
     "api": 7,
     "cli": 8,
     "__main__": 9,
