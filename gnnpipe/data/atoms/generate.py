@@ -180,7 +180,11 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
     from ase.build import molecule
     from ase.calculators.emt import EMT
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from ase.md import velocitydistribution
+
+    # ase >= 3.29 names it thermalize_momenta (MaxwellBoltzmannDistribution is deprecated there)
+    thermalize = getattr(velocitydistribution, "thermalize_momenta",
+                         velocitydistribution.MaxwellBoltzmannDistribution)
 
     if frames < 1 or stride < 1:
         raise ValueError(f"frames and stride must be >= 1, got frames={frames}, stride={stride}")
@@ -195,7 +199,7 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
         if count == 0:
             continue
         m.calc = EMT()
-        MaxwellBoltzmannDistribution(m, temperature_K=temperature, rng=rng)
+        thermalize(m, temperature_K=temperature, rng=rng)
         dyn = Langevin(m, timestep * units.fs, temperature_K=temperature, friction=0.02 / units.fs,
                        fixcm=False, rng=rng)
         for _ in range(count):
