@@ -309,8 +309,9 @@ def triplets(edge_index: Tensor, cell_offsets: Tensor | None, num_nodes: int) ->
     first = torch.cumsum(per_edge, 0) - per_edge             # position of each edge's first triplet
     rank = torch.arange(idx_ji.numel(), device=device) - first[idx_ji]
     idx_kj = ptr[src[idx_ji]] + rank
-    back = src[idx_kj] == dst[idx_ji]
-    if cell_offsets is not None and cell_offsets.numel():
-        back &= (cell_offsets[idx_kj] + cell_offsets[idx_ji] == 0).all(dim=1)
+    back = src[idx_kj] == dst[idx_ji]                        # k is i: the back-track unless in another image
+    if cell_offsets is not None and cell_offsets.numel() and bool(cell_offsets.any()):
+        cand = torch.nonzero(back).flatten()
+        back[cand] = (cell_offsets[idx_kj[cand]] + cell_offsets[idx_ji[cand]] == 0).all(dim=1)
     keep = ~back
     return idx_kj[keep], idx_ji[keep]
