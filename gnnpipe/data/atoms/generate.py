@@ -233,10 +233,11 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     Args:
         kind: ``"oc20"`` (:func:`generate_oc20_like`) or ``"md17"`` (:func:`generate_md17_like`).
         frames, seed, kwargs: the generator's arguments.
-        out: the file to write; ``None``: ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under
-            ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``), the hash keying every argument.
-        overwrite: regenerate even if the file exists (an explicit ``out`` is otherwise reused only when its
-            arguments match those recorded beside it).
+        out: the file to write (always written); ``None``: the cached file
+            ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under ``$GNNPIPE_CACHE`` (default
+            ``~/.cache/gnnpipe/datasets``), the hash keying every argument, its arguments recorded beside it in
+            ``<file>.args.json``; written once, then reused.
+        overwrite: regenerate the cached file even if it exists.
 
     Returns:
         the path of the extended-XYZ file (energies and forces as properties, read back by
@@ -254,7 +255,7 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     key = hashlib.sha1(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
     path = Path(out).expanduser() if out is not None else _cache_root() / f"{kind}-{frames}-s{seed}-{key}.extxyz"
     stamp = path.with_name(path.name + ".args.json")
-    if not overwrite and path.is_file() and stamp.is_file():
+    if out is None and not overwrite and path.is_file() and stamp.is_file():
         try:
             if json.loads(stamp.read_text()) == args:
                 return path
@@ -265,7 +266,8 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     ase.io.write(str(tmp), atoms, format="extxyz")
     os.replace(tmp, path)
-    stamp.write_text(json.dumps(args, sort_keys=True))
+    if out is None:
+        stamp.write_text(json.dumps(args, sort_keys=True))
     return path
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "build_graph", "neighbor_pairs", "triplets"]
+__all__ = ["AtomGraph", "build_graph", "concat_graphs", "neighbor_pairs", "triplets"]
 
 
 @dataclass
@@ -45,6 +45,7 @@ class AtomGraph:
         idx_ji: int64 ``[T]`` or ``None``; the edge ``j → i`` of each triplet (non-decreasing).
         cutoff: Å, the radius the edges were built with.
         max_neighbors: the per-target cap, or ``None``.
+        num_structures: ``B``.
     """
 
     edge_index: Tensor
@@ -55,6 +56,7 @@ class AtomGraph:
     idx_ji: Tensor | None = None
     cutoff: float = 0.0
     max_neighbors: int | None = None
+    num_structures: int = 1
 
     @property
     def num_edges(self) -> int:
@@ -107,7 +109,7 @@ class AtomGraph:
             return None if t is None else t.to(device)
 
         return AtomGraph(move(self.edge_index), move(self.cell_offsets), move(self.batch), self.num_nodes,
-                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors)
+                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors, self.num_structures)
 
 
 # --------------------------------------------------------------------------------------------- pairs
@@ -267,10 +269,51 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
     off = torch.from_numpy(np.concatenate(offs) if offs else np.zeros((0, 3), dtype=np.int64))
     edge_index = torch.stack([src, dst]).to(device)
     off = off.to(device)
-    graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors)
+    graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors,
+                      num_structures=num)
     if with_triplets:
         graph.idx_kj, graph.idx_ji = triplets(edge_index, off, graph.num_nodes)
     return graph
+
+
+def concat_graphs(graphs: list[AtomGraph]) -> AtomGraph:
+    """The graph of a batch put together from the graphs of its structures, in order (equal to
+    :func:`build_graph` on the batch, so a data loader may build each structure's graph once and reuse it).
+
+    Args:
+        graphs: one :class:`AtomGraph` per structure (or per sub-batch), all with or all without triplets, the
+            same cutoff and cap.
+
+    Returns:
+        An :class:`AtomGraph`: atom indices offset by the atoms before, edge indices of the triplets by the
+        edges before, ``batch`` by the structures before.
+
+    Raises:
+        ValueError: no graphs, or graphs built with different cutoffs, caps or triplet settings.
+    """
+    if not graphs:
+        raise ValueError("concat_graphs needs at least one graph")
+    first = graphs[0]
+    has_triplets = first.idx_kj is not None
+    for g in graphs:
+        if (g.cutoff, g.max_neighbors, g.idx_kj is not None) != (first.cutoff, first.max_neighbors, has_triplets):
+            raise ValueError("concat_graphs: graphs built with different cutoff, max_neighbors or triplet settings; "
+                             "build every structure's graph with the same arguments")
+    atoms = edges = structures = 0
+    ei, off, batch, kj, ji = [], [], [], [], []
+    for g in graphs:
+        ei.append(g.edge_index + atoms)
+        off.append(g.cell_offsets)
+        batch.append(g.batch + structures)
+        if has_triplets:
+            kj.append(g.idx_kj + edges)
+            ji.append(g.idx_ji + edges)
+        atoms += g.num_nodes
+        edges += g.num_edges
+        structures += g.num_structures
+    return AtomGraph(torch.cat(ei, 1), torch.cat(off), torch.cat(batch), atoms,
+                     torch.cat(kj) if has_triplets else None, torch.cat(ji) if has_triplets else None,
+                     first.cutoff, first.max_neighbors, structures)
 
 
 # --------------------------------------------------------------------------------------------- triplets

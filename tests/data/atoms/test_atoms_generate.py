@@ -90,4 +90,5 @@ def test_cli_atoms_generate_writes_extxyz(tmp_path, capsys):
     assert len(data) == 4
     graph = build_graph(data[0], 5.0)
     assert graph.num_edges == int(data[0].natoms) * (int(data[0].natoms) - 1)   # a small molecule: all pairs
+    assert [f.name for f in tmp_path.iterdir()] == ["md.extxyz"]       # nothing else beside a chosen file
     assert main(["atoms", "generate", "--frames", "0"]) == 2

@@ -12,7 +12,7 @@ from ase.build import bulk, fcc111, add_adsorbate, molecule
 from ase.neighborlist import neighbor_list
 from torch_geometric.data import Batch, Data
 
-from gnnpipe.data.atoms import build_graph, triplets
+from gnnpipe.data.atoms import build_graph, concat_graphs, triplets
 from gnnpipe.data.atoms.graph import AtomGraph
 
 
@@ -108,6 +108,12 @@ def test_batch_offsets_atom_indices_per_structure():
         assert torch.all(graph.batch[graph.edge_index[0, mask]] == s)
         got += one.num_triplets
     assert graph.num_triplets == got
+    joined = concat_graphs([build_graph(d, 3.1) for d in datas])
+    for name in ("edge_index", "cell_offsets", "batch", "idx_kj", "idx_ji"):
+        assert torch.equal(getattr(joined, name), getattr(graph, name)), name
+    assert joined.num_nodes == graph.num_nodes and joined.num_structures == graph.num_structures == len(datas)
+    with pytest.raises(ValueError, match="different cutoff"):
+        concat_graphs([build_graph(datas[0], 3.1), build_graph(datas[1], 3.0)])
     torch.testing.assert_close(graph.distances(batch.pos, cells),
                                torch.cat([build_graph(d, 3.1).distances(d.pos, d.cell) for d in datas]))
 

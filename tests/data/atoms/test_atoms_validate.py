@@ -43,7 +43,7 @@ def test_non_finite_values_name_structure_attribute_and_fix(attr, value, pattern
         t[0] = value
     else:
         t[3, 1] = value
-    with pytest.raises(DataValidationError, match=pattern + ".*(drop the structure|recompute)"):
+    with pytest.raises(DataValidationError, match=pattern + ".*(fix its geometry|recompute its labels) or drop the structure"):
         validate_structures(data)
 
 
