@@ -20,30 +20,38 @@ Public API::
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
 """
 
-from .generate import (EMT_METALS, MD17_MOLECULES, OC20_ADSORBATES, OC20_SITES, generate_md17_like,
-                       generate_oc20_like, generated_file, generated_structures)
+from .generate import (
+                       EMT_METALS,
+                       MD17_MOLECULES,
+                       OC20_ADSORBATES,
+                       OC20_SITES,
+                       generate_md17_like,
+                       generate_oc20_like,
+                       generated_file,
+                       generated_structures,
+)
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, triplets
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
 
 __all__ = [
-    "AtomGraph",
-    "EMT_METALS",
-    "MD17_MOLECULES",
-    "OC20_ADSORBATES",
-    "OC20_SITES",
-    "STRUCTURE_SUFFIXES",
-    "build_graph",
-    "concat_graphs",
-    "from_atoms",
-    "generate_md17_like",
-    "generate_oc20_like",
-    "generated_file",
-    "generated_structures",
-    "neighbor_pairs",
-    "read_structures",
-    "split_structures",
-    "to_atoms",
-    "triplets",
-    "validate_structures",
+                       "EMT_METALS",
+                       "MD17_MOLECULES",
+                       "OC20_ADSORBATES",
+                       "OC20_SITES",
+                       "STRUCTURE_SUFFIXES",
+                       "AtomGraph",
+                       "build_graph",
+                       "concat_graphs",
+                       "from_atoms",
+                       "generate_md17_like",
+                       "generate_oc20_like",
+                       "generated_file",
+                       "generated_structures",
+                       "neighbor_pairs",
+                       "read_structures",
+                       "split_structures",
+                       "to_atoms",
+                       "triplets",
+                       "validate_structures",
 ]

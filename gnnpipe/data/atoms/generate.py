@@ -22,13 +22,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-__all__ = ["EMT_METALS", "GENERATORS", "OC20_ADSORBATES", "OC20_SITES", "MD17_MOLECULES", "generate_md17_like",
-           "generate_oc20_like", "generated_file", "generated_structures"]
+__all__ = [
+    "EMT_METALS",
+    "GENERATORS",
+    "MD17_MOLECULES",
+    "OC20_ADSORBATES",
+    "OC20_SITES",
+    "generate_md17_like",
+    "generate_oc20_like",
+    "generated_file",
+    "generated_structures",
+]
 
 #: fcc metals EMT has parameters for
 EMT_METALS = ("Al", "Ni", "Cu", "Pd", "Ag", "Pt", "Au")
@@ -55,7 +64,7 @@ def _adsorbate(name: str):
     return Atoms(name, positions=[[0, 0, 0]])
 
 
-def _label(atoms, calc) -> "object":
+def _label(atoms, calc) -> object:
     """A copy of ``atoms`` holding its EMT energy and raw forces in a SinglePointCalculator.
 
     ``atoms`` keeps ``calc`` attached, so a relaxation that already evaluated this geometry is not recomputed.
@@ -145,7 +154,7 @@ def generate_oc20_like(frames: int, seed: int = 0, *, metals: Sequence[str] = EM
             slab.calc = calc
             traj: list = []
             opt = BFGS(slab, logfile=None)
-            opt.attach(lambda: traj.append(_label(slab, calc)), interval=1)
+            opt.attach(lambda s=slab, t=traj: t.append(_label(s, calc)), interval=1)
             opt.run(fmax=0.05, steps=relax_steps)
             out.extend(traj[: frames - len(out)])
         else:
@@ -179,8 +188,8 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
     from ase import units
     from ase.build import molecule
     from ase.calculators.emt import EMT
-    from ase.md.langevin import Langevin
     from ase.md import velocitydistribution
+    from ase.md.langevin import Langevin
 
     # ase >= 3.29 names it thermalize_momenta (MaxwellBoltzmannDistribution is deprecated there)
     thermalize = getattr(velocitydistribution, "thermalize_momenta",

@@ -103,7 +103,7 @@ class AtomGraph:
         """``[E]`` Å: the norms of :meth:`edge_vectors`."""
         return self.edge_vectors(pos, cell).norm(dim=-1)
 
-    def to(self, device: torch.device | str) -> "AtomGraph":
+    def to(self, device: torch.device | str) -> AtomGraph:
         """A copy with every tensor on ``device``."""
         def move(t):
             return None if t is None else t.to(device)

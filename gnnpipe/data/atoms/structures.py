@@ -23,8 +23,8 @@ results of the structure's calculator (what ``ase.io`` attaches for the keys ``e
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch

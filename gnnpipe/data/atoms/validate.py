@@ -8,7 +8,7 @@ the attribute, and the fix. Finiteness is judged after casting to the training d
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -8,8 +8,15 @@ import torch
 from ase.calculators.emt import EMT
 
 from gnnpipe.cli.main import main
-from gnnpipe.data.atoms import (build_graph, generate_md17_like, generate_oc20_like, generated_file,
-                                generated_structures, read_structures, validate_structures)
+from gnnpipe.data.atoms import (
+    build_graph,
+    generate_md17_like,
+    generate_oc20_like,
+    generated_file,
+    generated_structures,
+    read_structures,
+    validate_structures,
+)
 
 
 def test_oc20_like_frames_are_slabs_with_adsorbates_fixed_bottom_and_emt_labels():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from ase import Atoms
-from ase.build import bulk, fcc111, add_adsorbate, molecule
+from ase.build import add_adsorbate, bulk, fcc111, molecule
 from ase.neighborlist import neighbor_list
 from torch_geometric.data import Batch, Data
 
@@ -100,7 +100,7 @@ def test_batch_offsets_atom_indices_per_structure():
     ptr = batch.ptr.tolist()
     cells = batch.cell
     got = 0
-    for s, (lo, hi) in enumerate(zip(ptr[:-1], ptr[1:])):
+    for s, (lo, hi) in enumerate(itertools.pairwise(ptr)):
         one = build_graph(datas[s], 3.1)
         mask = (graph.edge_index[1] >= lo) & (graph.edge_index[1] < hi)
         assert torch.equal(graph.edge_index[:, mask] - lo, one.edge_index)
@@ -194,7 +194,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="max_neighbors"):
         build_graph(data, 3.0, max_neighbors=0)
     with pytest.raises(ValueError, match="without triplets"):
-        build_graph(data, 3.0, with_triplets=False).num_triplets
+        _ = build_graph(data, 3.0, with_triplets=False).num_triplets
 
 
 def test_a_structure_without_edges_gives_empty_tensors():
