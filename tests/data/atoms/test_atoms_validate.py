@@ -60,6 +60,20 @@ def test_values_are_judged_in_the_training_dtype():
         validate_structures(data, torch.float16)
 
 
+def test_reading_in_a_narrow_dtype_names_the_overflow(tmp_path):
+    import ase.io
+
+    mol = molecule("H2O")
+    mol.calc = SinglePointCalculator(mol, energy=1e300, forces=np.zeros((3, 3)))
+    ase.io.write(str(tmp_path / "big.extxyz"), [molecule("H2O"), mol])
+    from gnnpipe.data.atoms import read_structures
+
+    assert read_structures(tmp_path / "big.extxyz", dtype=torch.float64)[1].energy.item() == 1e300
+    with pytest.raises(DataValidationError, match=r"big.extxyz: structure 1: energy = 1e\+300 eV is finite in "
+                                                  r"torch.float64 but overflows .* torch.float32"):
+        read_structures(tmp_path / "big.extxyz")
+
+
 def test_forces_shape_empty_structure_and_labels():
     data = _good()
     data[1].forces = data[1].forces[:-1]
