@@ -255,8 +255,6 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     Raises:
         ValueError: an unknown kind, or the generator's own errors.
     """
-    import ase.io
-
     if kind not in GENERATORS:
         raise ValueError(f"unknown generated data set {kind!r}; choose from {', '.join(GENERATORS)}")
     args = {"kind": kind, "frames": int(frames), "seed": int(seed), "version": _VERSION,
@@ -270,6 +268,8 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
                 return path
         except (OSError, ValueError):
             pass
+    import ase.io
+
     atoms = GENERATORS[kind](frames, seed, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
