@@ -14,7 +14,8 @@ Public API::
     generate_oc20_like(frames, seed=0, ...) -> list[ase.Atoms]; generate_md17_like(frames, seed=0, ...)
     generated_file(kind="oc20", frames=200, seed=0, *, out=None, **kwargs) -> Path   # cached extxyz
     generated_structures(kind="oc20", frames=200, seed=0, *, dtype=None, **kwargs) -> list[Data]
-    build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto") -> AtomGraph
+    build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto", keep_ties=False)
+        -> AtomGraph
     concat_graphs(graphs) -> AtomGraph                              # per-structure graphs → the batch's
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)

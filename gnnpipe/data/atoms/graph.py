@@ -16,7 +16,8 @@ plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with period
     pairs:      per structure, in float64: distances to every periodic image in range (torch, small structures)
                 or ase.neighborlist.primitive_neighbor_list (cell lists, large structures)
     order:      by target i, then distance, then source j, then offset (deterministic)
-    cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors)
+    cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors), or with
+                keep_ties also those tied with the last one kept
     triplets:   in-edges of each atom as a CSR range; idx_ji = repeat_interleave(edges, in-degree of source)
 """
 
@@ -184,13 +185,23 @@ def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: f
     return (i.numpy(), (col % n).numpy(), shifts[col // n].to(torch.long).numpy(), d[i, col].numpy())
 
 
-def _sorted_capped(i, j, offsets, dist, max_neighbors):
-    """The pairs in the graph's order (target, distance, source, offset), each target's first ``max_neighbors``."""
+#: Å: with ``keep_ties``, in-edges this close to the cap's last distance count as tied with it
+TIE_TOLERANCE = 1e-2
+
+
+def _sorted_capped(i, j, offsets, dist, max_neighbors, keep_ties=False):
+    """The pairs in the graph's order (target, distance, source, offset), each target's first ``max_neighbors``
+    (with ``keep_ties``, also those within :data:`TIE_TOLERANCE` of the last one kept)."""
     order = np.lexsort((offsets[:, 2], offsets[:, 1], offsets[:, 0], j, dist, i))
-    i, j, offsets = i[order], j[order], offsets[order]
+    i, j, offsets, dist = i[order], j[order], offsets[order], dist[order]
     if max_neighbors is not None and len(i):
         start = np.searchsorted(i, i, side="left")
-        keep = (np.arange(len(i)) - start) < max_neighbors
+        rank = np.arange(len(i)) - start
+        keep = rank < max_neighbors
+        if keep_ties:
+            count = np.searchsorted(i, i, side="right") - start
+            last = dist[start + np.minimum(count, max_neighbors) - 1]    # the cap's last distance, per target
+            keep |= dist <= last + TIE_TOLERANCE
         i, j, offsets = i[keep], j[keep], offsets[keep]
     return i, j, offsets
 
@@ -224,7 +235,7 @@ def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
 
 
 def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_triplets: bool = True,
-                method: str = "auto") -> AtomGraph:
+                method: str = "auto", keep_ties: bool = False) -> AtomGraph:
     """The neighbour graph (and triplets) of a structure or a batch of structures.
 
     Args:
@@ -233,6 +244,9 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         cutoff: Å; pairs strictly closer are edges.
         max_neighbors: keep the nearest ``max_neighbors`` in-edges of each target (ties: lower source index, then
             lower offset); ``None`` keeps all. OC20 configurations use 50 at 6 Å (DimeNet++: 12 Å, 50).
+        keep_ties: also keep the in-edges tied (within :data:`TIE_TOLERANCE`) with the last one the cap keeps, so
+            that symmetric neighbours are kept or dropped together (fairchem's non-strict ``max_neighbors``); a
+            target may then have more than ``max_neighbors`` in-edges.
         with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
         method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``);
             the result is the same (up to pairs within float rounding of the cutoff).
@@ -260,7 +274,7 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         i, j, o, _ = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, method)
         # one formula for the distances that order the edges, whichever method found them (equal ties stay equal)
         d = np.linalg.norm(pos_np[lo:hi][j] - pos_np[lo:hi][i] + o @ cell_np[b], axis=1)
-        i, j, o = _sorted_capped(i, j, o, d, max_neighbors)
+        i, j, o = _sorted_capped(i, j, o, d, max_neighbors, keep_ties)
         srcs.append(j + lo)
         dsts.append(i + lo)
         offs.append(o)

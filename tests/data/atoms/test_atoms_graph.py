@@ -81,6 +81,15 @@ def test_order_is_target_then_distance_and_cap_keeps_the_nearest():
         torch.testing.assert_close(dc, df[:7])
 
 
+def test_keep_ties_keeps_symmetric_neighbours_together():
+    data = _data(bulk("Cu", "fcc", a=3.6))                 # 12 nearest neighbours at 2.55 Å, 6 next at 3.6 Å
+    strict = build_graph(data, 4.0, max_neighbors=8, with_triplets=False)
+    ties = build_graph(data, 4.0, max_neighbors=8, with_triplets=False, keep_ties=True)
+    assert strict.num_edges == 8 and ties.num_edges == 12
+    assert build_graph(data, 4.0, max_neighbors=12, with_triplets=False, keep_ties=True).num_edges == 12
+    assert build_graph(data, 4.0, max_neighbors=13, with_triplets=False, keep_ties=True).num_edges == 18
+
+
 @pytest.mark.parametrize("k", range(6))
 def test_deterministic_and_the_torch_path_equals_the_ase_path(k):
     data = _data(_structures()[k])
