@@ -255,7 +255,8 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
 
     Raises:
-        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, or cell / pbc rows not matching the number of structures.
+        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, or cell / pbc rows not matching the
+            number of structures.
     """
     if not cutoff > 0:
         raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")

@@ -43,7 +43,8 @@ def test_non_finite_values_name_structure_attribute_and_fix(attr, value, pattern
         t[0] = value
     else:
         t[3, 1] = value
-    with pytest.raises(DataValidationError, match=pattern + ".*(fix its geometry|recompute its labels) or drop the structure"):
+    fix = ".*(fix its geometry|recompute its labels) or drop the structure"
+    with pytest.raises(DataValidationError, match=pattern + fix):
         validate_structures(data)
 
 
