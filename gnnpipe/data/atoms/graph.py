@@ -216,6 +216,9 @@ def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
     ptr = getattr(data, "ptr", None)
     if batch is None:
         batch = torch.zeros(n, dtype=torch.long, device=pos.device)
+    elif n and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("batch must be non-decreasing (each structure's atoms contiguous, as "
+                         "Batch.from_data_list makes them)")
     if ptr is not None:
         num = ptr.numel() - 1
     elif cell is not None:
@@ -243,7 +246,7 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
             ``cell [B, 3, 3]`` Å, ``pbc [B, 3]`` bool and ``batch [N]`` (absent: one non-periodic structure).
         cutoff: Å; pairs strictly closer are edges.
         max_neighbors: keep the nearest ``max_neighbors`` in-edges of each target (ties: lower source index, then
-            lower offset); ``None`` keeps all. OC20 configurations use 50 at 6 Å (DimeNet++: 12 Å, 50).
+            lower offset); ``None`` keeps all (fairchem's SchNet and DimeNet++ default to 50).
         keep_ties: also keep the in-edges tied (within :data:`TIE_TOLERANCE`) with the last one the cap keeps, so
             that symmetric neighbours are kept or dropped together (fairchem's non-strict ``max_neighbors``); a
             target may then have more than ``max_neighbors`` in-edges.
@@ -255,8 +258,8 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
 
     Raises:
-        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, or cell / pbc rows not matching the
-            number of structures.
+        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, an unsorted ``batch``, or cell / pbc
+            rows not matching the number of structures.
     """
     if not cutoff > 0:
         raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")

@@ -202,6 +202,9 @@ def test_bad_arguments():
         build_graph(data, 0.0)
     with pytest.raises(ValueError, match="max_neighbors"):
         build_graph(data, 3.0, max_neighbors=0)
+    unsorted = Data(pos=torch.rand(3, 3) * 5, batch=torch.tensor([1, 0, 1]))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        build_graph(unsorted, 3.0)
     with pytest.raises(ValueError, match="without triplets"):
         _ = build_graph(data, 3.0, with_triplets=False).num_triplets
 
