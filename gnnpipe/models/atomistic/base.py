@@ -189,10 +189,11 @@ class AtomisticModel(ZooModel):
         self.load_state_dict(mapped, strict=False)
 
     # ------------------------------------------------------------------ running
-    def initial_state(self, batch, graph, comm: Comm = LOCAL) -> State:
-        """The state the first unit reads: ``pos`` ``[N, 3]`` (requiring grad for conservative forces), ``cell``
-        ``[B, 3, 3]``, the owned atoms' ``z`` ``[N_r]`` and structure ids ``atom_batch`` ``[N_r]``,
-        ``num_structures`` (int).
+    def initial_state(self, batch, graph, comm: Comm = LOCAL, *, pos_grad: bool = False) -> State:
+        """The state the first unit reads: ``pos`` ``[N, 3]`` (requiring grad with ``pos_grad``, for conservative
+        forces; ``batch.pos`` itself when it already does), ``cell`` ``[B, 3, 3]`` (``None`` when no structure
+        is periodic: ``graph.edge_vectors`` then skips the image shifts), the owned atoms' ``z`` ``[N_r]`` and
+        structure ids ``atom_batch`` ``[N_r]``, ``num_structures`` (int).
 
         Raises:
             DataValidationError: an atomic number outside ``1 … max_z``.
@@ -203,15 +204,14 @@ class AtomisticModel(ZooModel):
                                       f"{int(z.min())} … {int(z.max())}: drop those atoms or raise the model "
                                       f"option max_z")
         pos = batch.pos
-        if not self.direct_forces and not pos.requires_grad:
+        if pos_grad and not pos.requires_grad:
             pos = pos.detach().requires_grad_(True)
         atom_batch = getattr(batch, "batch", None)
         if atom_batch is None:
             atom_batch = torch.zeros_like(z)
         num_structures = int(batch.num_graphs) if hasattr(batch, "num_graphs") else 1
-        cell = getattr(batch, "cell", None)
-        if cell is None:
-            cell = pos.new_zeros(num_structures, 3, 3)
+        pbc = getattr(batch, "pbc", None)
+        cell = getattr(batch, "cell", None) if pbc is not None and bool(pbc.any()) else None
         return {"pos": pos, "cell": cell, "z": owned(graph, z), "atom_batch": owned(graph, atom_batch),
                 "num_structures": num_structures}
 
@@ -251,7 +251,7 @@ class AtomisticModel(ZooModel):
         conservative = forces and not self.direct_forces
         grad_was = torch.is_grad_enabled()
         with torch.set_grad_enabled(grad_was or conservative):
-            state = self.initial_state(batch, graph, comm)
+            state = self.initial_state(batch, graph, comm, pos_grad=conservative)
             state = self.run_units(0, len(self.units), state, graph, comm)
             out = self.readout(state, graph, comm)
             if conservative:

@@ -1,6 +1,6 @@
-"""Shared fixtures of the atomistic model tests: small molecules and a brute-force neighbour graph with triplets
-(the contract of ``gnnpipe.data.atoms.build_graph``: edges j→i sorted by target, then distance, then source;
-triplets k→j→i without back-tracks, sorted by ``idx_ji``)."""
+"""Shared fixtures of the atomistic model tests: small molecules, their graph (``gnnpipe.data.atoms.build_graph``)
+and a brute-force graph of the same contract (edges j→i sorted by target, then distance, then source; triplets
+k→j→i without back-tracks, sorted by ``idx_ji``) that checks it."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ class BruteGraph:
         return pos.index_select(0, self.edge_index[0]) - pos.index_select(0, self.edge_index[1])
 
 
+def make_graph(batch, cutoff: float):
+    """The graph the models are given: gnnpipe's builder."""
+    from gnnpipe.data.atoms import build_graph
+
+    return build_graph(batch, cutoff)
+
+
 def molecules(sizes=(6, 8), seed: int = 0, dtype=torch.float64, box: float = 2.6) -> Batch:
     """Random molecules (atoms at least 0.7 Å apart) as one batch, ``z`` in H, C, N, O."""
     g = torch.Generator().manual_seed(seed)
@@ -62,7 +69,7 @@ def molecules(sizes=(6, 8), seed: int = 0, dtype=torch.float64, box: float = 2.6
                 pts.append(p)
         z = torch.tensor([1, 6, 7, 8])[torch.randint(0, 4, (n,), generator=g)]
         data.append(Data(z=z, pos=torch.stack(pts).to(dtype), cell=torch.zeros(1, 3, 3, dtype=dtype),
-                         natoms=torch.tensor([n])))
+                         pbc=torch.zeros(1, 3, dtype=torch.bool), natoms=torch.tensor([n])))
     return Batch.from_data_list(data)
 
 

@@ -11,7 +11,7 @@ import torch_geometric.nn.models.schnet as pyg_schnet
 from gnnpipe.models import build_model
 from gnnpipe.models.atomistic.dimenet import CachedSphericalBasis
 
-from .conftest import DIMENET_SMALL, SCHNET_SMALL, BruteGraph
+from .conftest import DIMENET_SMALL, SCHNET_SMALL, make_graph
 
 
 def patch_pyg_graph(monkeypatch, graph) -> None:
@@ -53,7 +53,7 @@ def _energy_and_forces(fn, pos):
 @pytest.mark.parametrize("name", ["dimenet++", "schnet"])
 def test_energy_and_forces_equal_pyg(monkeypatch, batch, name):
     o = DIMENET_SMALL if name == "dimenet++" else SCHNET_SMALL
-    graph = BruteGraph(batch, o["cutoff"])
+    graph = make_graph(batch, o["cutoff"])
     assert graph.num_triplets > 0
     patch_pyg_graph(monkeypatch, graph)
     torch.manual_seed(1)
@@ -87,3 +87,11 @@ def test_loading_pyg_weights_of_other_sizes_is_refused(monkeypatch):
     ours = build_model("schnet", 0, 1, **SCHNET_SMALL)
     with pytest.raises(ConfigError, match="same sizes"):
         ours.load_pyg_state_dict(theirs.state_dict())
+
+
+def test_the_graph_builder_meets_the_contract_the_models_assume(batch):
+    from .conftest import BruteGraph, make_graph
+
+    ours, brute = make_graph(batch, 3.0), BruteGraph(batch, 3.0)
+    assert torch.equal(ours.edge_index, brute.edge_index)
+    assert torch.equal(ours.idx_kj, brute.idx_kj) and torch.equal(ours.idx_ji, brute.idx_ji)
