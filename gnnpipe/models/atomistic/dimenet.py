@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch_geometric.nn.models.dimenet import Envelope
 from torch import Tensor, nn
 from torch_geometric.nn.models.dimenet import (
@@ -56,6 +57,21 @@ class CachedSphericalBasis(SphericalBasisLayer):
         self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
 
 
+class SphericalBasis(CachedSphericalBasis):
+    """:class:`CachedSphericalBasis` whose forward reads the triplets' edges with ``index_select`` (same values as
+    PyG's)."""
+
+    def forward(self, dist: Tensor, angle: Tensor, idx_kj: Tensor) -> Tensor:
+        """PyG's forward with ``index_select`` for the triplets' read (its backward is a dense ``index_add``):
+        ``[E]`` distances, ``[T]`` angles, ``[T]`` edge ids → ``[T, S·R]``."""
+        dist = dist / self.cutoff
+        rbf = torch.stack([f(dist) for f in self.bessel_funcs], dim=1)
+        rbf = self.envelope(dist).unsqueeze(-1) * rbf
+        cbf = torch.stack([f(angle) for f in self.sph_funcs], dim=1)
+        n, k = self.num_spherical, self.num_radial
+        return (rbf.index_select(0, idx_kj).view(-1, n, k) * cbf.view(-1, n, 1)).view(-1, n * k)
+
+
 def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: Comm, act) -> Tensor:
     """PyG's ``OutputPPBlock`` around the hooks: edge messages gated by ``rbf`` are summed onto target atoms
     (``[N, H]`` partial), reduced onto owned atoms, then the per-atom MLP → ``[N_r, out]``."""
@@ -74,7 +90,7 @@ class DimeNetEmbedding(AtomisticUnit):
         super().__init__()
         self.act = act
         self.rbf = BesselBasisLayer(num_radial, cutoff, envelope_exponent)
-        self.sbf = CachedSphericalBasis(num_spherical, num_radial, cutoff, envelope_exponent)
+        self.sbf = SphericalBasis(num_spherical, num_radial, cutoff, envelope_exponent)
         self.emb = EmbeddingBlock(num_radial, hidden, act)
         self.emb.emb = nn.Embedding(max_z + 1, hidden)
         self.emb.reset_parameters()
@@ -116,8 +132,11 @@ class DimeNetInteraction(AtomisticUnit):
     def forward(self, state, graph, comm: Comm):
         act, ib = self.act, self.interaction
         x, rbf, sbf = state["x"], state["rbf"], state["sbf"]
-        x_ji = act(ib.lin_ji(x))
-        x_kj = act(ib.lin_kj(x)) * ib.lin_rbf2(ib.lin_rbf1(rbf))
+        # lin_ji and lin_kj read the same rows: one matrix product for both
+        both = act(F.linear(x, torch.cat([ib.lin_ji.weight, ib.lin_kj.weight]), torch.cat([ib.lin_ji.bias,
+                                                                                           ib.lin_kj.bias])))
+        x_ji, x_kj = both.split(x.size(-1), dim=-1)
+        x_kj = x_kj * ib.lin_rbf2(ib.lin_rbf1(rbf))
         x_kj = comm.edges_gather(act(ib.lin_down(x_kj)))  # down-projected messages of the edges triplets read
         m = x_kj.index_select(0, graph.idx_kj) * ib.lin_sbf2(ib.lin_sbf1(sbf))
         m = act(ib.lin_up(scatter_sum(m, graph.idx_ji, x.size(0))))
