@@ -147,6 +147,8 @@ def main():
                "ratio_ours_over_pyg": round(med["ours"] / med["pyg"], 3),
                "pyg_median_cpu_s": round(med_cpu["pyg"], 4), "ours_median_cpu_s": round(med_cpu["ours"], 4),
                "cpu_ratio_ours_over_pyg": round(med_cpu["ours"] / med_cpu["pyg"], 3),
+               "pyg_min_s": round(min(times["pyg"]), 4), "ours_min_s": round(min(times["ours"]), 4),
+               "min_ratio_ours_over_pyg": round(min(times["ours"]) / min(times["pyg"]), 3),
                "pyg_structures_per_s": round(args.structures / med["pyg"], 2),
                "ours_structures_per_s": round(args.structures / med["ours"], 2),
                "max_energy_difference": diff, "loss_pyg": l1, "loss_ours": l2,
