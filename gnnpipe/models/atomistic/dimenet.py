@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn.models.dimenet import Envelope
 from torch import Tensor, nn
 from torch_geometric.nn.models.dimenet import (
@@ -132,11 +131,8 @@ class DimeNetInteraction(AtomisticUnit):
     def forward(self, state, graph, comm: Comm):
         act, ib = self.act, self.interaction
         x, rbf, sbf = state["x"], state["rbf"], state["sbf"]
-        # lin_ji and lin_kj read the same rows: one matrix product for both
-        both = act(F.linear(x, torch.cat([ib.lin_ji.weight, ib.lin_kj.weight]), torch.cat([ib.lin_ji.bias,
-                                                                                           ib.lin_kj.bias])))
-        x_ji, x_kj = both.split(x.size(-1), dim=-1)
-        x_kj = x_kj * ib.lin_rbf2(ib.lin_rbf1(rbf))
+        x_ji = act(ib.lin_ji(x))
+        x_kj = act(ib.lin_kj(x)) * ib.lin_rbf2(ib.lin_rbf1(rbf))
         x_kj = comm.edges_gather(act(ib.lin_down(x_kj)))  # down-projected messages of the edges triplets read
         m = x_kj.index_select(0, graph.idx_kj) * ib.lin_sbf2(ib.lin_sbf1(sbf))
         m = act(ib.lin_up(scatter_sum(m, graph.idx_ji, x.size(0))))
