@@ -146,3 +146,18 @@ def test_unknown_atomic_number_is_refused(batch):
     model = build_model("schnet", 0, 1, max_z=7, **SCHNET_SMALL).double()
     with pytest.raises(DataValidationError, match="max_z"):
         model(batch, make_graph(batch, SCHNET_SMALL["cutoff"]))
+
+
+@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+def test_a_graph_naming_its_owned_atoms_gives_the_same_result(batch, name):
+    """A local graph view (``atom_ids``: the owned atoms) owning every atom is the whole graph."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    model = build_model(name, 0, 1, **OPTIONS[name]).double()
+    graph = make_graph(batch, OPTIONS[name]["cutoff"])
+    view = dataclasses.replace(graph)
+    view.atom_ids = torch.arange(batch.num_nodes)
+    a, b = model(batch, graph, forces=True), model(batch, view, forces=True)
+    torch.testing.assert_close(b["energy"], a["energy"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(b["forces"], a["forces"], rtol=0, atol=1e-12)
