@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch_geometric.nn.models.dimenet import Envelope
 from torch import Tensor, nn
 from torch_geometric.nn.models.dimenet import (
     BesselBasisLayer,
     EmbeddingBlock,
+    Envelope,
     InteractionPPBlock,
     OutputPPBlock,
     SphericalBasisLayer,
@@ -33,7 +33,6 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .comm import Comm
-
 
 #: (num_spherical, num_radial) -> (sph_funcs, bessel_funcs) of PyG's SphericalBasisLayer (sympy forms are slow
 #: to derive: tens of seconds for 7 × 6; derived once per process)

@@ -136,7 +136,8 @@ class SchNet(AtomisticModel):
         self.head = SchNetHead(hidden, num_gaussians, self.direct_forces, act)
         self.pyg_prefixes = (("units.0.embedding.", "embedding."),
                              ("units.0.distance_expansion.", "distance_expansion."),
-                             *((f"units.{b}.interaction.", f"interactions.{b - 1}.") for b in range(1, num_layers + 1)),
+                             *((f"units.{b}.interaction.", f"interactions.{b - 1}.")
+                               for b in range(1, num_layers + 1)),
                              ("head.lin1.", "lin1."), ("head.lin2.", "lin2."))
 
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:

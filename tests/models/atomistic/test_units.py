@@ -51,7 +51,8 @@ def test_units_run_in_slices_equal_the_whole(batch, name, cut):
     whole = model(batch, graph)["energy"]
     state = model.initial_state(batch, graph)
     state = model.run_units(0, cut, state, graph)
-    state = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}  # a stage boundary
+    # a stage boundary: the state's tensors leave one stage and enter the next
+    state = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
     state = model.run_units(cut, model.num_units, state, graph)
     torch.testing.assert_close(model.readout(state, graph)["energy"], whole, rtol=0, atol=1e-12)
 
@@ -120,7 +121,8 @@ def test_registered_in_the_zoo_with_options():
     assert {"cutoff", "num_radial", "num_spherical", "int_emb_size", "basis_emb_size", "out_emb_channels",
             "direct_forces", "max_z"} <= set(opts)
     assert opts["cutoff"].default == 6.0 and opts["int_emb_size"].default == 64
-    assert {"num_filters", "num_gaussians", "cutoff", "direct_forces", "max_z"} <= set(models.model_options("schnet"))
+    schnet_opts = set(models.model_options("schnet"))
+    assert {"num_filters", "num_gaussians", "cutoff", "direct_forces", "max_z"} <= schnet_opts
     assert models.parse_model_args("schnet", ["direct_forces=true", "cutoff=5"]) == {"direct_forces": True,
                                                                                      "cutoff": 5.0}
 
@@ -134,7 +136,8 @@ def test_cli_lists_the_atomistic_models(capsys):
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"out_channels": 2}, "out_channels must be 1"), ({"dropout": 0.1}, "no dropout"),
-    ({"hidden": 0}, "positive int"), ({"cutoff": -1.0}, "cutoff > 0"), ({"activation": "nope"}, "unknown activation"),
+    ({"hidden": 0}, "positive int"), ({"cutoff": -1.0}, "cutoff > 0"),
+    ({"activation": "nope"}, "unknown activation"),
 ])
 def test_bad_options_are_refused(kwargs, match):
     common = {k: kwargs.pop(k) for k in list(kwargs) if k in ("out_channels",)}
