@@ -67,7 +67,9 @@ class GPGroup:
     Args:
         group: a ``torch.distributed`` process group (``None``: the default group). Needs an initialised
             process group unless it has one rank.
-        comm: the :class:`~gnnpipe.core.comm.Comm` that counts bytes (kind ``"gp"``); default a new one.
+        comm: the :class:`~gnnpipe.core.comm.Comm` that counts bytes (kind ``"gp"``) and moves the tensors;
+            default a new CPU one. For CUDA tensors pass ``Comm("cuda")`` (it stages them through host memory
+            under gloo, which refuses CUDA tensors).
 
     Attributes:
         rank: this process's rank in ``group``. size: ``G``. backend: ``"gloo"`` or ``"nccl"`` (``"local"``

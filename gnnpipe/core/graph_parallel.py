@@ -133,12 +133,13 @@ class GraphParallelComm:
         rank: this rank in the group (default: ``torch.distributed.get_rank(group)``).
         group: the graph-parallel process group (``None``: the default group).
         mode: ``"allgather"`` (every edge row to every rank) or ``"halo"`` (only the rows local triplets read).
-        comm: the :class:`~gnnpipe.core.comm.Comm` counting bytes (kind ``"gp"``); default a new one.
+        comm: the :class:`~gnnpipe.core.comm.Comm` counting bytes (kind ``"gp"``); default a new ``Comm(device)``
+            (which stages CUDA tensors through host memory under gloo).
         atoms_reduce: ``"auto"`` (a local slice when every edge belongs to its target atom's owner, as under
             ``atom-owner``; else reduce-scatter), ``"reduce-scatter"`` or ``"local"``. The slice is exact when the
             model's edge → atom sums go onto the edges' target atoms (``scatter(..., edge_index[1])``), as SchNet's
             and DimeNet++'s do; a model summing onto source atoms needs ``"reduce-scatter"``.
-        device: where the index tensors live (default CPU).
+        device: where the activations and index tensors live (default CPU).
 
     Raises:
         ConfigError: the group's size differs from the plan's, bad ``mode`` / ``atoms_reduce``.
@@ -150,13 +151,13 @@ class GraphParallelComm:
             raise ConfigError(f"graph-parallel mode must be one of {MODES}; got {mode!r}")
         if atoms_reduce not in ("auto", "reduce-scatter", "local"):
             raise ConfigError(f"atoms_reduce must be 'auto', 'reduce-scatter' or 'local'; got {atoms_reduce!r}")
-        self.gp = C.GPGroup(group, comm)
+        device = torch.device(device)
+        self.gp = C.GPGroup(group, comm if comm is not None else Comm(device))
         if rank is not None and int(rank) != self.gp.rank:
             raise ConfigError(f"rank {rank} is not this process's rank {self.gp.rank} in the graph-parallel group")
         if plan.num_ranks != self.gp.size:
             raise ConfigError(f"the plan is for {plan.num_ranks} ranks; the graph-parallel group has {self.gp.size}")
         self.plan, self.mode, self.rank = plan, mode, self.gp.rank
-        device = torch.device(device)
         r = self.rank
         self.atom_counts, self.edge_counts = plan.atom_counts, plan.edge_counts
         self.atom_ids = plan.atoms[r].to(device)

@@ -68,9 +68,12 @@ class Graph:
         num_nodes: ``N``.
         pos: optional ``Tensor[N, D]`` of vertex coordinates (atom positions in Å); read by geometric
             methods (``morton``), ignored by the others.
+        batch: optional ``LongTensor[N]``, the structure (graph of a batch) of each vertex; ``morton`` orders
+            structure by structure.
 
     Attributes:
-        edge_index, num_nodes, pos: as given (``edge_index`` on CPU, ``int64``; ``pos`` on CPU or ``None``).
+        edge_index, num_nodes, pos, batch: as given (``edge_index`` on CPU, ``int64``; ``pos``, ``batch`` on CPU or
+            ``None``).
         csr: ``scipy.sparse.csr_matrix`` (``N × N``, ``int64`` indices) of the *simple undirected*
             graph: both directions of every edge, no self-loops, no duplicates, sorted column indices.
             This is the graph METIS, KaHIP, BFS and RCM operate on.
@@ -82,10 +85,11 @@ class Graph:
             George 1971), from :func:`scipy.sparse.csgraph.reverse_cuthill_mckee`.
     """
 
-    def __init__(self, edge_index: Tensor, num_nodes: int, pos: Tensor | None = None):
+    def __init__(self, edge_index: Tensor, num_nodes: int, pos: Tensor | None = None, batch: Tensor | None = None):
         self.edge_index = edge_index
         self.num_nodes = int(num_nodes)
         self.pos = pos
+        self.batch = batch
 
     @cached_property
     def csr(self) -> sp.csr_matrix:
@@ -126,10 +130,11 @@ class Graph:
         relabel[vertices] = torch.arange(vertices.numel())
         ei = relabel[self.edge_index]
         ei = ei[:, (ei >= 0).all(0)]
-        return Graph(ei.contiguous(), vertices.numel(), None if self.pos is None else self.pos[vertices])
+        return Graph(ei.contiguous(), vertices.numel(), None if self.pos is None else self.pos[vertices],
+                     None if self.batch is None else self.batch[vertices])
 
 
-#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index``, ``num_nodes`` and ``pos`` if present), a
+#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index``, ``num_nodes``, and ``pos``, ``batch`` if present), a
 #: ``(edge_index, num_nodes)`` pair, or a :class:`Graph`.
 GraphInput = Any  # Data | tuple[Tensor, int | None] | Graph
 
@@ -138,7 +143,8 @@ def as_graph(graph: GraphInput) -> Graph:
     """Normalise a partitioner's graph argument to a :class:`Graph`.
 
     Args:
-        graph: a ``torch_geometric.data.Data`` (its ``edge_index``, ``num_nodes`` and, if present, ``pos``), a pair
+        graph: a ``torch_geometric.data.Data`` (its ``edge_index``, ``num_nodes`` and, if present, ``pos`` and
+            ``batch``), a pair
             ``(edge_index, num_nodes)`` with ``edge_index`` a ``LongTensor[2, E]``, or a :class:`Graph`.
 
     Raises:
@@ -154,9 +160,9 @@ def as_graph(graph: GraphInput) -> Graph:
                 f"got a {type(graph).__name__} of length {len(graph)}"
             )
         edge_index, num_nodes = graph
-        pos = None
+        pos = batch = None
     else:
-        pos = getattr(graph, "pos", None)
+        pos, batch = getattr(graph, "pos", None), getattr(graph, "batch", None)
         edge_index = getattr(graph, "edge_index", None)
         num_nodes = getattr(graph, "num_nodes", None)
         if edge_index is None:
@@ -187,7 +193,11 @@ def as_graph(graph: GraphInput) -> Graph:
         pos = torch.as_tensor(pos).detach().to("cpu")
         if pos.dim() != 2 or pos.size(0) != num_nodes:
             raise DataValidationError(f"pos must have shape [N={num_nodes}, D]; got {tuple(pos.shape)}")
-    return Graph(edge_index, num_nodes, pos)
+    if batch is not None:
+        batch = torch.as_tensor(batch).detach().to("cpu", torch.long).flatten()
+        if batch.numel() != num_nodes:
+            raise DataValidationError(f"batch must have one entry per vertex ({num_nodes}); got {batch.numel()}")
+    return Graph(edge_index, num_nodes, pos, batch)
 
 
 def validate_parts(parts: Tensor, num_nodes: int, num_parts: int | None = None, *, allow_empty: bool = False) -> int:

@@ -70,6 +70,7 @@ class TripletGraph:
         idx_kj, idx_ji: ``LongTensor[T]``: the in-edge ``k→j`` and the updated edge ``j→i`` of each triplet.
         num_nodes: ``N``.
         pos: ``Tensor[N, 3]`` or ``None``.
+        batch: ``LongTensor[N]`` (the structure of each atom) or ``None``.
     """
 
     edge_index: Tensor
@@ -77,6 +78,7 @@ class TripletGraph:
     idx_ji: Tensor
     num_nodes: int
     pos: Tensor | None = None
+    batch: Tensor | None = None
 
     @property
     def num_edges(self) -> int:
@@ -133,7 +135,12 @@ def as_triplet_graph(graph: Any) -> TripletGraph:
         pos = torch.as_tensor(pos).detach().to("cpu")
         if pos.shape[:1] != (n,):
             raise DataValidationError(f"pos must have shape [N={n}, 3]; got {tuple(pos.shape)}")
-    return TripletGraph(ei, kj, ji, n, pos)
+    batch = getattr(graph, "batch", None)
+    if batch is not None:
+        batch = _index(batch, "batch").flatten()
+        if batch.numel() != n:
+            raise DataValidationError(f"batch must have one entry per atom ({n}); got {batch.numel()}")
+    return TripletGraph(ei, kj, ji, n, pos, batch)
 
 
 def _imbalance(values: list[float]) -> float:
@@ -386,7 +393,9 @@ class AtomOwnerPartitioner(EdgePartitioner):
         vertex_options: constructor options of that partitioner (e.g. ``{"balance": "edges"}``).
         alpha, beta: see :class:`EdgePartitioner`.
 
-    With ``N < G`` atoms, the atoms are cut into ``N`` parts and ranks ``N..G−1`` own nothing.
+    With ``N < G`` atoms, the atoms are cut into ``N`` parts and ranks ``N..G−1`` own nothing. The vertex partitioner sees ``graph.batch``
+    (``morton`` orders a batch structure by structure, so that a part does not mix structures that overlap in
+    space).
 
     Raises:
         UnknownComponentError: unknown ``vertex``. ConfigError: bad ``vertex_options``.
@@ -407,7 +416,7 @@ class AtomOwnerPartitioner(EdgePartitioner):
         if n == 0:
             return torch.zeros(graph.num_edges, dtype=torch.long), torch.zeros(0, dtype=torch.long)
         parts = min(num_ranks, n)
-        atom_owner = self._vertex.partition(Graph(graph.edge_index, n, graph.pos), parts, seed=seed)
+        atom_owner = self._vertex.partition(Graph(graph.edge_index, n, graph.pos, graph.batch), parts, seed=seed)
         edge_owner = atom_owner[graph.edge_index[1]]
         return edge_owner, atom_owner
 

@@ -500,8 +500,10 @@ class MortonPartitioner(GraphPartitioner):
 
     A geometric partitioner for atomistic graphs, whose edges join atoms within a cutoff: a range of the
     Z-order is a compact region of space, so few edges cross parts (the ordering fairchem's graph-parallel
-    code partitions atoms with). Ties (equal codes) keep the vertex-id order. The graph's edges are used only
-    for ``balance="edges"``.
+    code partitions atoms with). Ties (equal codes) keep the vertex-id order. A batch of structures
+    (``graph.batch``) is ordered structure by structure (codes within each structure's own bounding box), so a
+    part never interleaves structures that overlap in space. The graph's edges are used only for
+    ``balance="edges"``.
 
     Args:
         over: over-partitioning factor (see :class:`GraphPartitioner`).
@@ -527,7 +529,15 @@ class MortonPartitioner(GraphPartitioner):
         if graph.pos is None:
             raise ConfigError("the morton partitioner needs vertex positions: pass a Data with pos "
                               "(atoms: data.pos [N, 3]) or a Graph(edge_index, N, pos=...)")
-        order = np.argsort(morton_codes(graph.pos, self.bits), kind="stable")
+        if graph.batch is None:
+            order = np.argsort(morton_codes(graph.pos, self.bits), kind="stable")
+        else:
+            batch = graph.batch.numpy()
+            codes = np.zeros(graph.num_nodes, dtype=np.int64)
+            for b in np.unique(batch):
+                members = batch == b
+                codes[members] = morton_codes(graph.pos[torch.from_numpy(members)], self.bits)
+            order = np.lexsort((codes, batch))  # by structure, then code (stable: then vertex id)
         w = np.ones(order.size) if self.balance == "vertices" else graph.in_degree[order]
         return _ranges_to_parts(order, balanced_cuts(w, num_parts))
 

@@ -162,3 +162,14 @@ def test_morton_needs_positions():
         P.get("morton")().partition((torch.tensor([[0, 1], [1, 0]]), 2), 2)
     with pytest.raises(ConfigError, match="bits"):
         P.get("morton")(bits=40)
+
+
+def test_morton_orders_a_batch_structure_by_structure():
+    """Two structures in the same box: morton cuts between them (no halo at G = 2), as METIS does."""
+    g = random_batch(sizes=(30, 30), seed=0, box=6.0, cutoff=3.0)
+    for vertex in ("morton", "metis"):
+        plan = P.plan_graph_parallel(g, 2, "atom-owner", vertex=vertex)
+        assert plan.metrics().halo_rows == [0, 0]
+        assert torch.equal(plan.atom_owner, g.batch)
+    parts = P.get("morton")().partition(P.Graph(g.edge_index, g.num_nodes, g.pos), 2)  # no batch: mixed
+    assert not torch.equal(parts, g.batch)
