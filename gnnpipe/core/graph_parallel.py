@@ -44,28 +44,33 @@ MODES = ("allgather", "halo")
 
 @attrs.frozen
 class LocalGraph:
-    """One rank's view of an atomistic graph (the ``AtomGraph`` contract of ATOMISTIC.md restricted to the rank).
+    """One rank's view of an atomistic graph: ``gnnpipe.data.atoms.AtomGraph``'s attributes and methods, restricted
+    to the rank's edges and triplets.
 
     Atom ids stay global (``[0, N)``): edges read atoms through the all-gathered atom rows.
 
     Attributes:
         edge_index: ``LongTensor[2, E_r]``: the owned edges (source ``j``, target ``i``), in global order.
-        cell_offsets: ``LongTensor[E_r, 3]`` or ``None``: the image of ``j`` of each owned edge.
+        cell_offsets: ``LongTensor[E_r, 3]``: the image of ``j`` of each owned edge (zeros when the graph has none).
+        batch: ``LongTensor[N]`` (replicated): the structure of each atom.
+        num_nodes: ``N`` (all atoms).
         idx_kj: ``LongTensor[T_r]``: each owned triplet's in-edge as a row of the buffer ``edges_gather`` returns.
         idx_ji: ``LongTensor[T_r]``: each owned triplet's updated edge as a row of the local edges.
-        num_nodes: ``N`` (all atoms). batch: ``LongTensor[N]`` or ``None`` (replicated).
         atom_ids, edge_ids, triplet_ids: the owned atoms, edges and triplets (global ids, ascending).
+        cutoff, max_neighbors: as the full graph's.
     """
 
     edge_index: Tensor
-    cell_offsets: Optional[Tensor]
+    cell_offsets: Tensor
+    batch: Tensor
+    num_nodes: int
     idx_kj: Tensor
     idx_ji: Tensor
-    num_nodes: int
-    batch: Optional[Tensor]
     atom_ids: Tensor
     edge_ids: Tensor
     triplet_ids: Tensor
+    cutoff: float = 0.0
+    max_neighbors: Optional[int] = None
 
     @property
     def num_edges(self) -> int:
@@ -82,14 +87,28 @@ class LocalGraph:
 
     def edge_vectors(self, pos: Tensor, cell: Optional[Tensor] = None) -> Tensor:
         """``[E_r, 3]``: ``pos[j] + cell_offsets[e] @ cell[batch[j]] − pos[i]`` (Å) for the owned edges, in torch
-        (gradients reach ``pos`` and ``cell``). ``cell``: ``[B, 3, 3]``; ignored when there are no offsets."""
+        (gradients reach ``pos`` and ``cell``), as ``AtomGraph.edge_vectors`` computes it.
+
+        Raises:
+            ValueError: ``cell`` is ``None`` but some owned edge crosses a periodic boundary.
+        """
         j, i = self.edge_index[0], self.edge_index[1]
-        vec = pos.index_select(0, j) - pos.index_select(0, i)
-        if cell is not None and self.cell_offsets is not None and self.num_edges:
-            b = self.batch.index_select(0, j) if self.batch is not None else torch.zeros_like(j)
-            shift = torch.bmm(self.cell_offsets.to(pos.dtype).unsqueeze(1), cell.index_select(0, b)).squeeze(1)
-            vec = vec + shift
-        return vec
+        vec = pos[j] - pos[i]
+        if cell is None:
+            if self.num_edges and bool(self.cell_offsets.any()):
+                raise ValueError("edges cross periodic boundaries: pass the batch's cell [B, 3, 3] to edge_vectors")
+            return vec
+        shift = torch.einsum("ek,ekl->el", self.cell_offsets.to(pos.dtype), cell.to(pos.dtype)[self.batch[j]])
+        return vec + shift
+
+    def distances(self, pos: Tensor, cell: Optional[Tensor] = None) -> Tensor:
+        """``[E_r]`` Å: the norms of :meth:`edge_vectors`."""
+        return self.edge_vectors(pos, cell).norm(dim=-1)
+
+    def to(self, device: torch.device | str) -> LocalGraph:
+        """A copy with every tensor on ``device``."""
+        return attrs.evolve(self, **{f.name: getattr(self, f.name).to(device) for f in attrs.fields(LocalGraph)
+                                     if isinstance(getattr(self, f.name), Tensor)})
 
 
 def local_graph(graph: Any, plan: GraphParallelPlan, rank: int, mode: str = "allgather") -> LocalGraph:
@@ -97,7 +116,7 @@ def local_graph(graph: Any, plan: GraphParallelPlan, rank: int, mode: str = "all
 
     Args:
         graph: the replicated ``AtomGraph`` (``edge_index``, ``idx_kj``, ``idx_ji``, ``num_nodes``; optional
-            ``cell_offsets`` and ``batch``) the plan was built from.
+            ``cell_offsets`` and ``batch``, zeros when absent; ``cutoff``, ``max_neighbors``) the plan was built from.
         plan: its :class:`~gnnpipe.partitioners.GraphParallelPlan`.
         rank: the rank in the graph-parallel group.
         mode: ``"allgather"`` or ``"halo"``.
@@ -118,11 +137,15 @@ def local_graph(graph: Any, plan: GraphParallelPlan, rank: int, mode: str = "all
     dev = ei.device
     edges = plan.edges[rank].to(dev)
     offsets = getattr(graph, "cell_offsets", None)
+    offsets = torch.zeros(ei.size(1), 3, dtype=torch.long, device=dev) if offsets is None else offsets
+    batch = getattr(graph, "batch", None)
+    batch = torch.zeros(plan.num_nodes, dtype=torch.long, device=dev) if batch is None else batch
     kj = plan.local_idx_kj_allgather[rank] if mode == "allgather" else plan.local_idx_kj_halo[rank]
-    return LocalGraph(edge_index=ei.index_select(1, edges), cell_offsets=None if offsets is None else offsets[edges],
-                      idx_kj=kj.to(dev), idx_ji=plan.local_idx_ji[rank].to(dev), num_nodes=plan.num_nodes,
-                      batch=getattr(graph, "batch", None), atom_ids=plan.atoms[rank].to(dev), edge_ids=edges,
-                      triplet_ids=plan.triplets[rank].to(dev))
+    return LocalGraph(edge_index=ei.index_select(1, edges), cell_offsets=offsets.index_select(0, edges), batch=batch,
+                      num_nodes=plan.num_nodes, idx_kj=kj.to(dev), idx_ji=plan.local_idx_ji[rank].to(dev),
+                      atom_ids=plan.atoms[rank].to(dev), edge_ids=edges, triplet_ids=plan.triplets[rank].to(dev),
+                      cutoff=float(getattr(graph, "cutoff", 0.0) or 0.0),
+                      max_neighbors=getattr(graph, "max_neighbors", None))
 
 
 class GraphParallelComm:

@@ -11,7 +11,7 @@ Two methods, behind one abstract class and registry (the same shape as the verte
 
     from gnnpipe import partitioners
     plan = partitioners.plan_graph_parallel(graph, 4, "edge-chunk")                 # the paper's
-    plan = partitioners.plan_graph_parallel(graph, 4, "atom-owner", vertex="morton")  # fairchem's
+    plan = partitioners.plan_graph_parallel(graph, 4, "atom-owner", pos=batch.pos)   # fairchem's (morton)
     plan.edges[r], plan.triplets[r], plan.atoms[r], plan.halo[r]; plan.metrics()
 
 * ``edge-chunk``: the edges in their order (sorted by target) cut into contiguous ranges balanced by the
@@ -27,7 +27,8 @@ A rank may own nothing (fewer edges than ranks); it still takes part in every co
 
 The graph input (``gnnpipe.data.atoms.AtomGraph`` or anything with these attributes): ``edge_index``
 ``LongTensor[2, E]`` (row 0 source ``j``, row 1 target ``i``), ``idx_kj`` and ``idx_ji`` ``LongTensor[T]`` (edge
-ids of the triplets' in-edge ``k→j`` and updated edge ``j→i``), ``num_nodes``, and for ``morton`` ``pos [N, 3]``.
+ids of the triplets' in-edge ``k→j`` and updated edge ``j→i``), ``num_nodes``, optionally ``batch``, and for
+``morton`` the positions (``pos=`` of :meth:`EdgePartitioner.plan`, or ``graph.pos``).
 """
 
 from __future__ import annotations
@@ -311,13 +312,15 @@ class EdgePartitioner(abc.ABC):
             may own nothing.
         """
 
-    def plan(self, graph: Any, num_ranks: int, *, seed: int = 0) -> GraphParallelPlan:
+    def plan(self, graph: Any, num_ranks: int, *, seed: int = 0, pos: Tensor | None = None) -> GraphParallelPlan:
         """Partition ``graph``'s edges, triplets and atoms over ``num_ranks`` ranks.
 
         Args:
             graph: an ``AtomGraph`` or anything :func:`as_triplet_graph` accepts.
             num_ranks: ``G >= 1`` (may exceed the number of edges or atoms: those ranks own nothing).
             seed: passed to seeded methods; the same ``(graph, G, seed, options)`` always gives the same plan.
+            pos: ``[N, 3]`` atom positions (Å) for geometric methods (``atom-owner`` with ``morton``), e.g. the
+                batch's ``pos`` (an ``AtomGraph`` does not hold them); default ``graph.pos`` if it has one.
 
         Raises:
             ConfigError: ``G < 1``. DataValidationError: malformed graph, or an owner outside ``[0, G)``.
@@ -325,6 +328,11 @@ class EdgePartitioner(abc.ABC):
         if not _is_count(num_ranks):
             raise ConfigError(f"the number of graph-parallel ranks must be an integer >= 1; got {num_ranks!r}")
         g = as_triplet_graph(graph)
+        if pos is not None:
+            pos = torch.as_tensor(pos).detach().to("cpu")
+            if pos.shape[:1] != (g.num_nodes,):
+                raise DataValidationError(f"pos must have shape [N={g.num_nodes}, 3]; got {tuple(pos.shape)}")
+            g = attrs.evolve(g, pos=pos)
         num_ranks = int(num_ranks)
         edge_owner, atom_owner = self.assign(g, num_ranks, int(seed))
         for name, own, size in (("edge", edge_owner, g.num_edges), ("atom", atom_owner, g.num_nodes)):
@@ -422,11 +430,12 @@ class AtomOwnerPartitioner(EdgePartitioner):
 
 
 def plan_graph_parallel(graph: Any, num_ranks: int, method: str = "edge-chunk", *, seed: int = 0,
-                        **options: Any) -> GraphParallelPlan:
+                        pos: Tensor | None = None, **options: Any) -> GraphParallelPlan:
     """Partition a graph's edges, triplets and atoms for graph parallelism in one call.
 
     ``plan_graph_parallel(graph, 4, "atom-owner", vertex="metis")`` is
-    ``get_edge_partitioner("atom-owner")(vertex="metis").plan(graph, 4, seed=0)``.
+    ``get_edge_partitioner("atom-owner")(vertex="metis").plan(graph, 4, seed=0)``; ``pos`` (the batch's
+    positions, for ``morton``) as in :meth:`EdgePartitioner.plan`.
 
     Raises:
         UnknownComponentError: unknown ``method`` (the message lists the available ones).
@@ -437,4 +446,4 @@ def plan_graph_parallel(graph: Any, num_ranks: int, method: str = "edge-chunk", 
         part = cls(**options)
     except TypeError as exc:
         raise ConfigError(f"bad options for edge partitioner {method!r}: {exc}") from None
-    return part.plan(graph, num_ranks, seed=seed)
+    return part.plan(graph, num_ranks, seed=seed, pos=pos)

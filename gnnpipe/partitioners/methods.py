@@ -527,8 +527,8 @@ class MortonPartitioner(GraphPartitioner):
 
     def assign(self, graph: Graph, num_parts: int, seed: int) -> Tensor:
         if graph.pos is None:
-            raise ConfigError("the morton partitioner needs vertex positions: pass a Data with pos "
-                              "(atoms: data.pos [N, 3]) or a Graph(edge_index, N, pos=...)")
+            raise ConfigError("the morton partitioner needs vertex positions: pass a Data with pos, a "
+                              "Graph(edge_index, N, pos=...), or plan_graph_parallel(..., pos=batch.pos) for atoms")
         if graph.batch is None:
             order = np.argsort(morton_codes(graph.pos, self.bits), kind="stable")
         else:

@@ -173,3 +173,17 @@ def test_morton_orders_a_batch_structure_by_structure():
         assert torch.equal(plan.atom_owner, g.batch)
     parts = P.get("morton")().partition(P.Graph(g.edge_index, g.num_nodes, g.pos), 2)  # no batch: mixed
     assert not torch.equal(parts, g.batch)
+
+
+def test_positions_can_come_from_the_batch(graph):
+    """An AtomGraph holds no positions: plan(..., pos=batch.pos) gives them to morton."""
+    from types import SimpleNamespace
+
+    bare = SimpleNamespace(edge_index=graph.edge_index, idx_kj=graph.idx_kj, idx_ji=graph.idx_ji,
+                           num_nodes=graph.num_nodes, batch=graph.batch)
+    with pytest.raises(ConfigError, match="pos=batch.pos"):
+        P.plan_graph_parallel(bare, 3, "atom-owner")
+    a = P.plan_graph_parallel(bare, 3, "atom-owner", pos=graph.pos)
+    assert torch.equal(a.atom_owner, P.plan_graph_parallel(graph, 3, "atom-owner").atom_owner)
+    with pytest.raises(DataValidationError, match="pos must have shape"):
+        P.plan_graph_parallel(bare, 3, "atom-owner", pos=graph.pos[:3])
