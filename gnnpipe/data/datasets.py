@@ -285,8 +285,9 @@ def _run_pyg(spec: DatasetSpec, root: Path, raw: Path | None, looked: list[Path]
         where = f"raw folder {raw}" if raw is not None else "looked at " + ", ".join(map(str, looked))
         raise ConfigError(
             f"loading {spec.name} with PyG under root {root} failed ({where}): {type(e).__name__}: {e}. "
-            "Check that the raw files are complete (see /work/shared/data/README.md for the expected files), "
-            "or pass a writable root with network access so PyG can download them"
+            f"Check that {raw if raw is not None else 'the raw folder under ' + str(root)} holds every file of "
+            f"{spec.name} that its PyG loader downloads (the release of {spec.source}), or pass a writable root with "
+            "network access so PyG can download them"
         ) from e
     return ds[0]
 

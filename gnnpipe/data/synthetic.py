@@ -47,7 +47,7 @@ def synthetic_graph(
 ) -> Data:
     """Draw a power-law, homophilous node-classification graph (deterministic for ``seed``).
 
-    Recipe (``/work/shared/data/README.md``, "Synthetic stand-in for large graphs"):
+    Recipe (a degree-corrected SBM drawn the Chung-Lu way, see the module docstring):
 
     1. label ``y_v`` uniform over ``num_classes``;
     2. Chung-Lu weight ``w_v = U^(-1/(gamma-1))`` (inverse CDF of a Pareto with tail exponent
