@@ -4,8 +4,8 @@ Public API::
 
     load_dataset(name=None, root=None, *, split=0, seed=0, cache_dir=None, dtype=torch.float32,
                  **synthetic_kwargs) -> Data
-    synthetic_graph(num_nodes=2000, avg_degree=10.0, num_classes=5, num_features=32, homophily=0.65,
-                    gamma=2.2, noise=1.5, train_per_class=20, val_per_class=30, seed=0) -> Data
+    synthetic_graph(num_nodes=2000, avg_degree=10.0, num_classes=5, num_features=32, homophily=0.85,
+                    gamma=2.2, noise=1.0, train_per_class=20, val_per_class=30, seed=0) -> Data
     validate(data, *, num_classes=None, require_train_mask=True, dtype=torch.float32) -> list[str]
     check_finite_in_dtype(value, name, dtype=torch.float32) -> None
     preprocess(data, *, undirected=True, remove_self_loops=True, dedupe=True) -> Data
