@@ -389,3 +389,7 @@ def predict(model, data, *, preprocess: bool = True):
         ``[N, C]`` float logits.
     """
     return model.predict(data, preprocess=preprocess)
+
+__all__ = [
+    "TrainConfig", "TrainResult", "train", "plan", "predict", "load_data", "describe_run"
+]

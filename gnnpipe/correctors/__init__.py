@@ -22,3 +22,9 @@ from . import builtin  # noqa: F401  (registers the built-ins)
 from .builtin import EMASmoothing, NoCorrector, PeriodicRefresh, T1RandomOrder, T2UnbiasedGradient, T3PeriodicSnapshot  # noqa: F401
 
 DEFAULT = ["t1", "t2", "t3"]
+
+__all__ = [
+    "CORRECTORS", "DEFAULT", "register", "get", "available", "parse_spec", "build_correctors",
+    "Corrector", "StageContext", "T1RandomOrder", "T2UnbiasedGradient", "T3PeriodicSnapshot",
+    "EMASmoothing", "PeriodicRefresh", "NoCorrector"
+]

@@ -23,3 +23,10 @@ from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus  # noqa: F401
 from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit  # noqa: F401
 from .build import build_model  # noqa: F401
 from .io import load, save  # noqa: F401
+
+__all__ = [
+    "MODELS", "register", "get", "available", "build_model", "model_options", "ModelOption",
+    "check_model_args", "describe_options", "format_model_args", "parse_model_args", "GNNModel",
+    "LayerUnit", "Aggregator", "ACTIVATIONS", "activation", "MessagePassingUnit", "GCN", "GCNII",
+    "GraphSAGE", "ResGCNPlus", "GAT", "GATResidual", "GATv2", "GIN", "save", "load"
+]

@@ -69,3 +69,15 @@ from .methods import (  # noqa: F401
     vertex_weights,
 )
 from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401
+
+__all__ = [
+    "PARTITIONERS", "register", "get", "available", "partition_graph", "GraphPartitioner", "Graph",
+    "as_graph", "PartitionWarning", "balanced_cuts", "repair_empty_parts", "validate_parts",
+    "MetisPartitioner", "KaHIPPartitioner", "RandomPartitioner", "ContiguousPartitioner",
+    "BFSPartitioner", "RCMPartitioner", "vertex_weights", "ChunkPlan", "relabel_data", "way_bounds",
+    "PartitionMetrics", "partition_metrics", "predict_gp_bytes", "predict_pipeline_bytes", "LayerPartitioner",
+    "EqualLayerPartitioner", "ProfiledLayerPartitioner", "StageSplit", "UnitPhases",
+    "register_layer_partitioner", "get_layer_partitioner", "available_layer_partitioners",
+    "layer_partitioners", "split_layers", "minmax_split", "schedule_split", "action_costs",
+    "stage_chunk_costs"
+]
