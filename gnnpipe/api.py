@@ -363,7 +363,7 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
         prof = memory_profile(config, plan.data)
         model = make_model(config, plan.num_features, plan.num_classes)
         plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
-    except Exception as exc:  # noqa: BLE001 - a prediction must never stop a run
+    except Exception as exc:
         warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
         return
     if local and options.memory_check and config.device_type == "cpu":
@@ -391,5 +391,11 @@ def predict(model, data, *, preprocess: bool = True):
     return model.predict(data, preprocess=preprocess)
 
 __all__ = [
-    "TrainConfig", "TrainResult", "train", "plan", "predict", "load_data", "describe_run"
+    "TrainConfig",
+    "TrainResult",
+    "describe_run",
+    "load_data",
+    "plan",
+    "predict",
+    "train"
 ]

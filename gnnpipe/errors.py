@@ -33,3 +33,12 @@ class ScheduleError(GnnpipeError, ValueError):
 
 class DistributedError(GnnpipeError, RuntimeError):
     """A rank of a distributed run failed; the message names the rank and its error."""
+
+__all__ = [
+    "ConfigError",
+    "DataValidationError",
+    "DistributedError",
+    "GnnpipeError",
+    "ScheduleError",
+    "UnknownComponentError",
+]

@@ -28,7 +28,7 @@ Layer partitioners (separate registry)::
 
 from __future__ import annotations
 
-from .base import (  # noqa: F401
+from .base import (
     PARTITIONERS,
     Graph,
     GraphPartitioner,
@@ -42,8 +42,8 @@ from .base import (  # noqa: F401
     repair_empty_parts,
     validate_parts,
 )
-from .chunks import ChunkPlan, relabel_data, way_bounds  # noqa: F401
-from .layers import (  # noqa: F401
+from .chunks import ChunkPlan, relabel_data, way_bounds
+from .layers import (
     EqualLayerPartitioner,
     LayerPartitioner,
     ProfiledLayerPartitioner,
@@ -59,7 +59,7 @@ from .layers import (  # noqa: F401
     split_layers,
     stage_chunk_costs,
 )
-from .methods import (  # noqa: F401
+from .methods import (
     BFSPartitioner,
     ContiguousPartitioner,
     KaHIPPartitioner,
@@ -68,16 +68,47 @@ from .methods import (  # noqa: F401
     RCMPartitioner,
     vertex_weights,
 )
-from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401
+from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes
 
 __all__ = [
-    "PARTITIONERS", "register", "get", "available", "partition_graph", "GraphPartitioner", "Graph",
-    "as_graph", "PartitionWarning", "balanced_cuts", "repair_empty_parts", "validate_parts",
-    "MetisPartitioner", "KaHIPPartitioner", "RandomPartitioner", "ContiguousPartitioner",
-    "BFSPartitioner", "RCMPartitioner", "vertex_weights", "ChunkPlan", "relabel_data", "way_bounds",
-    "PartitionMetrics", "partition_metrics", "predict_gp_bytes", "predict_pipeline_bytes", "LayerPartitioner",
-    "EqualLayerPartitioner", "ProfiledLayerPartitioner", "StageSplit", "UnitPhases",
-    "register_layer_partitioner", "get_layer_partitioner", "available_layer_partitioners",
-    "layer_partitioners", "split_layers", "minmax_split", "schedule_split", "action_costs",
-    "stage_chunk_costs"
+    "PARTITIONERS",
+    "BFSPartitioner",
+    "ChunkPlan",
+    "ContiguousPartitioner",
+    "EqualLayerPartitioner",
+    "Graph",
+    "GraphPartitioner",
+    "KaHIPPartitioner",
+    "LayerPartitioner",
+    "MetisPartitioner",
+    "PartitionMetrics",
+    "PartitionWarning",
+    "ProfiledLayerPartitioner",
+    "RCMPartitioner",
+    "RandomPartitioner",
+    "StageSplit",
+    "UnitPhases",
+    "action_costs",
+    "as_graph",
+    "available",
+    "available_layer_partitioners",
+    "balanced_cuts",
+    "get",
+    "get_layer_partitioner",
+    "layer_partitioners",
+    "minmax_split",
+    "partition_graph",
+    "partition_metrics",
+    "predict_gp_bytes",
+    "predict_pipeline_bytes",
+    "register",
+    "register_layer_partitioner",
+    "relabel_data",
+    "repair_empty_parts",
+    "schedule_split",
+    "split_layers",
+    "stage_chunk_costs",
+    "validate_parts",
+    "vertex_weights",
+    "way_bounds"
 ]
