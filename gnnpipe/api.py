@@ -65,7 +65,7 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
             model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
         contention: let the profile measure how ranks computing at once on this machine's cores slow each other
             (:func:`gnnpipe.costmodel.profile.measure_contention`; about doubles the units' part of the profile).
-            ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md §14i).
+            ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md, "Cost model").
 
     Returns:
         ``(predictions sorted best first — those that fit first, hardware, profile)``.
