@@ -65,7 +65,7 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
             model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
         contention: let the profile measure how ranks computing at once on this machine's cores slow each other
             (:func:`gnnpipe.costmodel.profile.measure_contention`; about doubles the units' part of the profile).
-            ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md §14i).
+            ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md, "Cost model").
 
     Returns:
         ``(predictions sorted best first — those that fit first, hardware, profile)``.
@@ -363,7 +363,7 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
         prof = memory_profile(config, plan.data)
         model = make_model(config, plan.num_features, plan.num_classes)
         plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
-    except Exception as exc:  # noqa: BLE001 - a prediction must never stop a run
+    except Exception as exc:
         warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
         return
     if local and options.memory_check and config.device_type == "cpu":
@@ -389,3 +389,13 @@ def predict(model, data, *, preprocess: bool = True):
         ``[N, C]`` float logits.
     """
     return model.predict(data, preprocess=preprocess)
+
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "describe_run",
+    "load_data",
+    "plan",
+    "predict",
+    "train"
+]

@@ -38,3 +38,12 @@ class TrainingDivergedError(GnnpipeError, RuntimeError):
 
 class DistributedError(GnnpipeError, RuntimeError):
     """A rank of a distributed run failed; the message names the rank and its error."""
+
+__all__ = [
+    "ConfigError",
+    "DataValidationError",
+    "DistributedError",
+    "GnnpipeError",
+    "ScheduleError",
+    "UnknownComponentError",
+]

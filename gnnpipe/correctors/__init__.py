@@ -16,9 +16,34 @@ gradient, ``t3`` periodic history snapshot, ``ema`` smoothing of stale rows (Pip
 
 from __future__ import annotations
 
-from .base import Corrector, StageContext  # noqa: F401
-from .registry import CORRECTORS, available, build_correctors, get, parse_spec, register  # noqa: F401
+from .base import Corrector, StageContext
+from .registry import CORRECTORS, available, build_correctors, get, parse_spec, register
 from . import builtin  # noqa: F401  (registers the built-ins)
-from .builtin import EMASmoothing, NoCorrector, PeriodicRefresh, T1RandomOrder, T2UnbiasedGradient, T3PeriodicSnapshot  # noqa: F401
+from .builtin import (
+    EMASmoothing,
+    NoCorrector,
+    PeriodicRefresh,
+    T1RandomOrder,
+    T2UnbiasedGradient,
+    T3PeriodicSnapshot,
+)
 
 DEFAULT = ["t1", "t2", "t3"]
+
+__all__ = [
+    "CORRECTORS",
+    "DEFAULT",
+    "Corrector",
+    "EMASmoothing",
+    "NoCorrector",
+    "PeriodicRefresh",
+    "StageContext",
+    "T1RandomOrder",
+    "T2UnbiasedGradient",
+    "T3PeriodicSnapshot",
+    "available",
+    "build_correctors",
+    "get",
+    "parse_spec",
+    "register"
+]

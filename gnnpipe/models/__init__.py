@@ -8,9 +8,15 @@ registered model by name; :func:`model_options` lists a model's own options (GCN
 
 from __future__ import annotations
 
+<<<<<<< HEAD
 from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, ZooModel, activation, unit_seed  # noqa: F401
 from .registry import MODELS, available, get, register  # noqa: F401
 from .options import (  # noqa: F401
+=======
+from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, activation
+from .registry import MODELS, available, get, register
+from .options import (
+>>>>>>> docs
     ModelOption,
     check_model_args,
     describe_options,
@@ -19,9 +25,46 @@ from .options import (  # noqa: F401
     parse_model_args,
 )
 from . import zoo  # noqa: F401  (registers the built-ins)
+<<<<<<< HEAD
 from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus  # noqa: F401
 from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit  # noqa: F401
 from .build import build_model  # noqa: F401
 from .io import load, save  # noqa: F401
 from . import atomistic  # noqa: F401,E402  (registers schnet and dimenet++)
 from .atomistic import AtomisticModel  # noqa: F401,E402
+=======
+from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus
+from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit
+from .build import build_model
+from .io import load, save
+
+__all__ = [
+    "ACTIVATIONS",
+    "GAT",
+    "GCN",
+    "GCNII",
+    "GIN",
+    "MODELS",
+    "Aggregator",
+    "GATResidual",
+    "GATv2",
+    "GNNModel",
+    "GraphSAGE",
+    "LayerUnit",
+    "MessagePassingUnit",
+    "ModelOption",
+    "ResGCNPlus",
+    "activation",
+    "available",
+    "build_model",
+    "check_model_args",
+    "describe_options",
+    "format_model_args",
+    "get",
+    "load",
+    "model_options",
+    "parse_model_args",
+    "register",
+    "save"
+]
+>>>>>>> docs

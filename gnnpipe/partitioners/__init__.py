@@ -35,7 +35,7 @@ Layer partitioners (separate registry)::
 
 from __future__ import annotations
 
-from .base import (  # noqa: F401
+from .base import (
     PARTITIONERS,
     Graph,
     GraphPartitioner,
@@ -49,7 +49,7 @@ from .base import (  # noqa: F401
     repair_empty_parts,
     validate_parts,
 )
-from .edges import (  # noqa: F401
+from .edges import (
     EDGE_PARTITIONERS,
     AtomOwnerPartitioner,
     EdgeChunkPartitioner,
@@ -63,8 +63,8 @@ from .edges import (  # noqa: F401
     plan_graph_parallel,
     register_edge_partitioner,
 )
-from .chunks import ChunkPlan, relabel_data, way_bounds  # noqa: F401
-from .layers import (  # noqa: F401
+from .chunks import ChunkPlan, relabel_data, way_bounds
+from .layers import (
     EqualLayerPartitioner,
     LayerPartitioner,
     ProfiledLayerPartitioner,
@@ -80,7 +80,7 @@ from .layers import (  # noqa: F401
     split_layers,
     stage_chunk_costs,
 )
-from .methods import (  # noqa: F401
+from .methods import (
     BFSPartitioner,
     ContiguousPartitioner,
     KaHIPPartitioner,
@@ -91,4 +91,61 @@ from .methods import (  # noqa: F401
     morton_codes,
     vertex_weights,
 )
-from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401
+from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes
+
+__all__ = [
+    "PARTITIONERS",
+    "BFSPartitioner",
+    "ChunkPlan",
+    "ContiguousPartitioner",
+    "EqualLayerPartitioner",
+    "Graph",
+    "GraphPartitioner",
+    "KaHIPPartitioner",
+    "LayerPartitioner",
+    "MetisPartitioner",
+    "PartitionMetrics",
+    "PartitionWarning",
+    "ProfiledLayerPartitioner",
+    "RCMPartitioner",
+    "RandomPartitioner",
+    "StageSplit",
+    "UnitPhases",
+    "action_costs",
+    "as_graph",
+    "available",
+    "available_layer_partitioners",
+    "balanced_cuts",
+    "get",
+    "get_layer_partitioner",
+    "layer_partitioners",
+    "minmax_split",
+    "partition_graph",
+    "partition_metrics",
+    "predict_gp_bytes",
+    "predict_pipeline_bytes",
+    "register",
+    "register_layer_partitioner",
+    "relabel_data",
+    "repair_empty_parts",
+    "schedule_split",
+    "split_layers",
+    "stage_chunk_costs",
+    "validate_parts",
+    "vertex_weights",
+    "way_bounds",
+    "EDGE_PARTITIONERS",
+    "AtomOwnerPartitioner",
+    "EdgeChunkPartitioner",
+    "EdgePartitioner",
+    "GraphParallelMetrics",
+    "GraphParallelPlan",
+    "TripletGraph",
+    "as_triplet_graph",
+    "available_edge_partitioners",
+    "get_edge_partitioner",
+    "plan_graph_parallel",
+    "register_edge_partitioner",
+    "MortonPartitioner",
+    "morton_codes",
+]

@@ -1,0 +1,14 @@
+"""Sphinx configuration of gnnpipe's API reference (built by tests/docs/test_api_reference.py with -W)."""
+
+project = "gnnpipe"
+author = "gnnpipe contributors"
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+root_doc = "index"
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+suppress_warnings = []
