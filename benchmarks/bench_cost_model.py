@@ -89,7 +89,7 @@ def cpu_share(seconds: float = 0.3) -> float:
 def single_floor() -> int:
     """Peak resident bytes of a fresh interpreter that imported gnnpipe's CLI (no data)."""
     code = ("import torch, torch_geometric.data, gnnpipe.api, gnnpipe.cli.main\n"
-            "from gnnpipe.core.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
+            "from gnnpipe.core.runtime.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
 
 
@@ -131,7 +131,7 @@ def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None
 
 def _config(flags: list[str]):
     from gnnpipe.cli.train import add_train_arguments, config_from_args
-    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.core.training.trainer import resolve_config
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

@@ -15,8 +15,8 @@ from typing import Any, Optional
 import attrs
 
 from . import tasks
-from .core.config import TrainConfig
-from .core.results import TrainResult
+from .core.settings.config import TrainConfig
+from .core.run.results import TrainResult
 from .tasks.nodes import describe_run, load_data  # noqa: F401  (the node-classification task's; public here)
 
 
@@ -129,18 +129,18 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
           layout: Optional[str] = None, ranks: Optional[int] = None, hardware: Any = None,
           plan_options: Optional[dict] = None,
           **overrides: Any) -> Optional[TrainResult]:
-    """Train as configured and return a :class:`~gnnpipe.core.results.TrainResult`.
+    """Train as configured and return a :class:`~gnnpipe.core.run.results.TrainResult`.
 
     ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
-    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.assemble`).
+    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.runtime.assemble`).
 
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
         progress: show a progress bar on a terminal, and (unless ``log_every`` is given) epoch lines elsewhere.
-        options: a :class:`~gnnpipe.core.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
+        options: a :class:`~gnnpipe.core.settings.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
             ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be keywords.
         layout: ``None``/``"manual"`` (use ``ways``/``stages``/``chunks`` as configured) or ``"auto"``: profile,
             predict every layout of ``ranks`` ranks (:func:`plan`), print the ranking and train the best that fits
@@ -149,8 +149,8 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         plan_options: for ``layout="auto"``, more keywords of :func:`plan` (``chunks_per_stage``,
             ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``, ``contention``).
 
-    Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
-    also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options
+    Every mode checks the same things first: component names (:func:`~gnnpipe.core.settings.config.check_names`;
+    also those the mode does not use), then the data (:func:`~gnnpipe.core.training.trainer.prepare_data`). Options
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
@@ -166,7 +166,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         KeyboardInterrupt: SIGINT/SIGTERM. Both (and failures during training) carry ``.result``: the
             :class:`TrainResult` of the completed epochs with ``status`` ``"interrupted"`` / ``"failed"``.
     """
-    from .core import launch
+    from .core.run import launch
 
     options = _run_options(options, progress, overrides)
     config = _as_config(config, overrides)
@@ -193,9 +193,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 
 
 def _run_options(options, progress: bool, overrides: dict):
-    """The run's :class:`~gnnpipe.core.options.RunOptions`: ``options`` with the option keywords popped from
+    """The run's :class:`~gnnpipe.core.settings.options.RunOptions`: ``options`` with the option keywords popped from
     ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
-    from .core.options import RunOptions
+    from .core.settings.options import RunOptions
 
     opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
     if options is None:
@@ -225,9 +225,9 @@ def _collect(result: Optional[TrainResult], auto: Optional[dict], given: bool) -
 
 def _check_resume(config: TrainConfig, options) -> None:
     """Warn when ``options.resume`` names a checkpoint of another layout
-    (:func:`~gnnpipe.core.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
-    not continue (:func:`~gnnpipe.core.checkpoint.check_checkpoint_dir`)."""
-    from .core.checkpoint import check_checkpoint_dir, check_resume, read_meta
+    (:func:`~gnnpipe.core.run.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
+    not continue (:func:`~gnnpipe.core.run.checkpoint.check_checkpoint_dir`)."""
+    from .core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
 
     meta = read_meta(options.resume) if options.resume else None
     check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)

@@ -33,6 +33,16 @@ LAYERS = {
 }
 
 
+#: inside ``core`` (the runtime every kind of work shares), its subpackages in the same way: what a run is told and
+#: the ops at the bottom, the executors on them, the run's lifecycle around the epoch loop, the composition on top.
+CORE_LAYERS = {
+    "settings": 0, "ops": 0,
+    "runtime": 1,
+    "run": 2,
+    "training": 3,
+}
+
+
 def _modules() -> dict[str, Path]:
     out = {}
     for path in ROOT.rglob("*.py"):
@@ -88,6 +98,20 @@ def _layer(module: str) -> tuple[str, int]:
     return top, LAYERS[top]
 
 
+def _core_layer(module: str) -> tuple[str, int]:
+    """``(subpackage, level)`` of a module of ``gnnpipe.core`` (the package itself: ``("", -1)``)."""
+    parts = module.split(".")
+    if parts[:2] != ["gnnpipe", "core"]:
+        raise ValueError(f"{module} is not in gnnpipe.core")
+    if len(parts) == 2:
+        return "", -1
+    sub = parts[2]
+    if sub not in CORE_LAYERS:
+        raise AssertionError(f"{module}: gnnpipe.core.{sub} is not a subpackage with a layer; put the module in one "
+                             f"of {', '.join(CORE_LAYERS)} or add it to CORE_LAYERS in {__file__}")
+    return sub, CORE_LAYERS[sub]
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
@@ -123,9 +147,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_reader_sees_known_edges():
     """The reader is not vacuous: it finds imports we know exist, relative and absolute, in functions too."""
     g = _graph()
-    assert "gnnpipe.core.history" in g["gnnpipe.core.aggregation"]
+    assert "gnnpipe.core.ops.history" in g["gnnpipe.core.ops.aggregation"]
     assert "gnnpipe.schedulers.ir" in g["gnnpipe.schedulers.validate"]
-    assert "gnnpipe.core.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
+    assert "gnnpipe.core.training.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
     assert "gnnpipe.tasks" in g["gnnpipe.api"]
     assert len(g) > 60
 
@@ -155,12 +179,38 @@ def test_no_import_against_the_layering():
     assert bad == [], "imports against the layering:\n" + "\n".join(sorted(bad))
 
 
+def test_core_subpackages_import_only_downward():
+    """Inside ``core``: a module imports its own subpackage or a strictly lower one (``runtime`` never imports
+    ``run``), and ``core`` holds only subpackages."""
+    g = _graph()
+    bad = []
+    for module, targets in g.items():
+        if not module.startswith("gnnpipe.core"):
+            continue
+        sub, level = _core_layer(module)  # a module directly in core (not in a subpackage) fails here
+        for t in targets:
+            if not t.startswith("gnnpipe.core"):
+                continue
+            tsub, tlevel = _core_layer(t)
+            if tsub != sub and tlevel >= level:
+                bad.append(f"{module} (core.{sub}, level {level}) imports {t} (core.{tsub}, level {tlevel})")
+    assert bad == [], "imports against the core's layering:\n" + "\n".join(sorted(bad))
+
+
+def test_an_upward_import_inside_core_would_be_caught():
+    assert _core_layer("gnnpipe.core.training.runner")[1] > _core_layer("gnnpipe.core.run.launch")[1] \
+        > _core_layer("gnnpipe.core.runtime.stage")[1] > _core_layer("gnnpipe.core.ops.graph")[1]
+    assert _core_layer("gnnpipe.core.ops.comm")[1] == _core_layer("gnnpipe.core.settings.config")[1]
+    with pytest.raises(AssertionError, match="not a subpackage with a layer"):
+        _core_layer("gnnpipe.core.newsub.mod")
+
+
 def test_a_circle_and_an_upward_import_would_be_caught():
     """The checks themselves: a two-module circle is found, and the layer map ranks cli above core."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
+    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.runtime.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
     # the cost model profiles with core and is used by api/cli; core never imports it
-    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.runner")[1]
+    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.training.runner")[1]
     # a kind of work plans with the cost model and runs on core; api drives it
     assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.tasks.nodes")[1] > _layer("gnnpipe.costmodel.predict")[1]
     with pytest.raises(AssertionError, match="no layer"):

@@ -6,7 +6,7 @@ kinds cost the same; GCNII's 32 layers are one kind) the forward and the backwar
 are fitted, by non-negative least squares, as ``t = a + b·rows + c·halo + e·nnz`` — ``rows`` the chunk's
 vertices, ``halo`` the distinct vertices of other chunks its aggregation reads, ``nnz`` its in-edges —
 on chunks of several sizes measured as the pipeline runs them (the history-backed chunk op and the fused
-chunk step of :func:`gnnpipe.core.profile.profile_unit_costs`, in a gpipe stage's order, one METIS chunking of
+chunk step of :func:`gnnpipe.core.runtime.profile.profile_unit_costs`, in a gpipe stage's order, one METIS chunking of
 ``16`` chunks merged into ``4`` and ``2``) and on the whole graph in the order the single process trains it
 (``halo = 0``). The cost per row is not constant (a chunk that stays in the caches is cheaper per row than a
 part that streams from memory), so each chunking's measured / fitted ratio is kept as a size factor at its mean
@@ -298,8 +298,8 @@ class Profile:
         Raises:
             ConfigError: naming the first difference and the fix (profile again: drop ``--profile-in``).
         """
-        from ..core.runner import num_classes_of
-        from ..core.trainer import make_model
+        from ..core.training.runner import num_classes_of
+        from ..core.training.trainer import make_model
 
         F, Cls = int(data.x.size(1)), num_classes_of(data)
         model = make_model(config, F, Cls, units=range(0))  # shapes only: no unit is materialised
@@ -329,7 +329,7 @@ def _representatives(config, F: int, Cls: int):
     model's (they do for the zoo's models), else the full model."""
     import attrs as _attrs
 
-    from ..core.trainer import make_model
+    from ..core.training.trainer import make_model
 
     full = make_model(config, F, Cls)
     keys = [unit_key(u) for u in full.units]
@@ -362,8 +362,8 @@ def _model_fields(full, data, F: int, Cls: int) -> dict:
 def saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     """Bytes saved for backward by each unit of ``model`` on rows ``[lo, hi)`` with the chunk op
     (distinct storages, parameters excluded; a storage counts for the first unit that saved it)."""
-    from ..core.aggregation import history_op
-    from ..core.graph import GraphOps
+    from ..core.ops.aggregation import history_op
+    from ..core.ops.graph import GraphOps
 
     ops = GraphOps(data.edge_index, data.num_nodes, data.x.dtype)
     adj: dict = {}  # the ops' shared cache of chunk rows, as in a stage
@@ -432,7 +432,7 @@ def _subgraph(data, n: int):
 def _units_cpu(model, data, ptr: list[int], repeats: int, fused: bool = True):
     """Measured thread CPU seconds of every unit of ``model`` on the chunks ``ptr`` of ``data`` (the chunk op):
     :class:`~gnnpipe.partitioners.UnitPhases` (forward and backward per unit and chunk)."""
-    from ..core.profile import profile_unit_costs
+    from ..core.runtime.profile import profile_unit_costs
 
     return profile_unit_costs(model, data, repeats=repeats, chunk_ptr=torch.tensor(ptr), phases=True,
                               clock=time.thread_time, fused=fused, reduce=REDUCE)
@@ -457,7 +457,7 @@ def _epoch_cpu(executor, repeats: int) -> float:
 
 def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: float) -> tuple[float, Any]:
     """Thread CPU seconds per chunk action of the real pipeline runtime beyond its units: one pipeline executor
-    (:func:`~gnnpipe.core.pipeline.make_pipeline_stage`) holding every unit of ``model``, run as a single stage
+    (:func:`~gnnpipe.core.runtime.pipeline.make_pipeline_stage`) holding every unit of ``model``, run as a single stage
     (no communication) over the chunks ``ptr`` of the subgraph ``sub`` with the configured correctors and gpipe,
     against the same units measured on the same chunks (:func:`_units_cpu`) and the optimizer step. Measured
     on a subgraph of a few thousand vertices: the units' own cost, which the difference removes, stays small
@@ -466,9 +466,9 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
     import attrs as _attrs
 
     from .. import correctors as corr
-    from ..core.comm import Comm
-    from ..core.pipeline import make_pipeline_stage
-    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
+    from ..core.ops.comm import Comm
+    from ..core.runtime.pipeline import make_pipeline_stage
+    from ..core.training.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
     from ..schedulers import get as get_scheduler
 
     C = len(ptr) - 1
@@ -503,7 +503,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
                  agg_dims: list, back_units: set) -> tuple[float, float, list]:
     """Graph parallelism's bookkeeping beyond its units (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`):
     for each subgraph ``[0, n)`` of the relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way split at
-    ``n/2`` run as the runtime runs them (:func:`~gnnpipe.core.parallel.make_graph_parallel_way`, the halo op, the
+    ``n/2`` run as the runtime runs them (:func:`~gnnpipe.core.runtime.parallel.make_graph_parallel_way`, the halo op, the
     weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's median epoch CPU time minus the plain
     units measured on the same rows (:func:`_units_cpu` with ``fused=False``) and the step is fitted, by
     non-negative least squares, as ``a · (op directions) + b · Σ (rows + halo) · d`` over the way's aggregation
@@ -512,7 +512,7 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
 
     import attrs as _attrs
 
-    from ..core.parallel import make_graph_parallel_way
+    from ..core.runtime.parallel import make_graph_parallel_way
 
     cfg = _attrs.evolve(config, ways=2, stages=1, chunks=None, correctors=[], scheduler="gpipe", stash_weights=False)
     rows_A, rows_y, points = [], [], []
@@ -544,8 +544,8 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
 
 def _peer_rows(edge_index, ptr: list[int], way_ptr: list[int]) -> dict:
     """``{(chunk, backward): rows}`` a hybrid way exchanges for ``chunk`` per op: the rows it sends to the peers
-    plus the rows it receives from the peers' chunks of the same slot (:func:`~gnnpipe.core.parallel.send_lists`)."""
-    from ..core.parallel import send_lists
+    plus the rows it receives from the peers' chunks of the same slot (:func:`~gnnpipe.core.runtime.parallel.send_lists`)."""
+    from ..core.runtime.parallel import send_lists
 
     W = len(way_ptr) - 1
     rows = [ptr[w] for w in way_ptr]
@@ -566,7 +566,7 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
     """A hybrid's bookkeeping per aggregation op and direction of a chunk action beyond the pipeline's per-action
     cost (:attr:`Profile.hybrid_op_s`, :attr:`Profile.hybrid_op_s_per_elem`): for each subgraph ``[0, n)`` of the
     relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way, one-stage hybrid over 8 chunks run as the
-    runtime runs them (:func:`~gnnpipe.core.parallel.make_hybrid_member`: the peer op, which gathers the rows it
+    runtime runs them (:func:`~gnnpipe.core.runtime.parallel.make_hybrid_member`: the peer op, which gathers the rows it
     sends and writes the peers' rows into history, and the correctors' hooks for the peers' chunks) with
     :class:`_LocalComm`; each way's median epoch CPU time minus its plain units on its chunks (:func:`_units_cpu`
     with ``fused=False``), the step and ``action_s`` per action is fitted, by non-negative least squares, as
@@ -576,8 +576,8 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
     import attrs as _attrs
 
     from .. import correctors as corr
-    from ..core.parallel import make_hybrid_member
-    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
+    from ..core.runtime.parallel import make_hybrid_member
+    from ..core.training.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
     from ..schedulers import get as get_scheduler
 
     rows_A, rows_y, points = [], [], []
@@ -638,10 +638,10 @@ def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, s
     import attrs as _attrs
 
     from .. import correctors as corr
-    from ..core.comm import Comm
-    from ..core.pipeline import make_pipeline_stage
-    from ..core.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
-    from ..core.trainer import make_model
+    from ..core.ops.comm import Comm
+    from ..core.runtime.pipeline import make_pipeline_stage
+    from ..core.training.runner import _order_policy  # no public equivalent: the chunk order the ranks would use
+    from ..core.training.trainer import make_model
     from ..schedulers import get as get_scheduler
 
     torch.set_num_threads(config.threads)
@@ -665,7 +665,7 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
     step, per action; the mean over the ranks (at least 0). Messages are not subtracted here (the caller does,
     with the measured CPU per message). ``outs``: the ranks' results when they already ran (in the link probe's
     ranks, :func:`profile_link`); otherwise 2 ranks are started. Returns ``(seconds per action, per-rank points)``."""
-    from ..core.launch import spawn
+    from ..core.run.launch import spawn
 
     if outs is None:
         outs = spawn(_pipeline_rank, 2, (config, small_cfg, F, Cls, sub, list(ptr), int(repeats)),
@@ -683,7 +683,7 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
 
 def _time_step(model, config) -> float:
     """Seconds per parameter of one Adam step (the mean of 3 after a warm-up), thread CPU time."""
-    from ..core.stage import make_optimizer_for
+    from ..core.runtime.stage import make_optimizer_for
 
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
@@ -752,9 +752,11 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
 
-    from ..core import parallel, pipeline, runner  # noqa: F401  (what a training rank imports)
+    from ..core.runtime import parallel, pipeline  # noqa: F401  (what a training rank imports)
 
-    from ..core.metrics import peak_memory_bytes
+    from ..core.training import runner
+
+    from ..core.runtime.metrics import peak_memory_bytes
 
     out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
                  "stream": []}
@@ -864,7 +866,7 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
 
     ``processes − 1`` co-runners (default: this machine's cores, so that every core computes) are forked — they
     share the graph and the model with this process, nothing is copied — and run the passes of
-    :func:`gnnpipe.core.profile.profile_unit_costs` (a gpipe stage's order, the history-backed chunk op with
+    :func:`gnnpipe.core.runtime.profile.profile_unit_costs` (a gpipe stage's order, the history-backed chunk op with
     full-graph history buffers) on the chunks of ``ptr`` whenever they are told to. This process then times,
     ``repeats`` times, one pass alone and one pass with the co-runners running, back to back (thread CPU of every
     unit on every chunk), so that the machine's drift, which on a shared VM is larger
@@ -882,8 +884,8 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     import multiprocessing as mp
     import sys
 
-    from ..core.graph import GraphOps
-    from ..core.profile import _chunk_aggregators, _chunk_major_pass
+    from ..core.ops.graph import GraphOps
+    from ..core.runtime.profile import _chunk_aggregators, _chunk_major_pass
 
     procs_n = int(processes or cores_here())
     if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
@@ -1035,7 +1037,7 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     Raises:
         DistributedError: a rank failed.
     """
-    from ..core.launch import spawn
+    from ..core.run.launch import spawn
 
     cores = cores_here()
     world = max(2, int(ranks))
@@ -1088,7 +1090,7 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
 
     Args:
-        config: a resolved :class:`~gnnpipe.core.config.TrainConfig` (model, layers, hidden, dtype, threads).
+        config: a resolved :class:`~gnnpipe.core.settings.config.TrainConfig` (model, layers, hidden, dtype, threads).
         data: the prepared graph (``gnnpipe.api.load_data``).
         repeats: timed passes per measurement (the median is kept, :data:`REDUCE`).
         chunk_counts: chunkings to time (the first is a METIS chunk plan; the others merge its chunks and must
@@ -1116,9 +1118,9 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     """
     from scipy.optimize import nnls
 
-    from ..core.runner import num_classes_of
+    from ..core.training.runner import num_classes_of
     from ..partitioners import ChunkPlan
-    from ..core.profile import profile_unit_costs
+    from ..core.runtime.profile import profile_unit_costs
 
     t_start = time.perf_counter()
     F, Cls = int(data.x.size(1)), num_classes_of(data)
@@ -1233,7 +1235,7 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                     f_s = sum(fused_ph.forward[i]) + sum(fused_ph.backward[i])
                     p_s = sum(plain_ph.forward[i]) + sum(plain_ph.backward[i])
                     kinds[key].unfused = float(p_s / f_s) if f_s > 0 else 1.0
-        from ..core.trainer import make_model
+        from ..core.training.trainer import make_model
 
         small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
         back = {u for u, _, _ in model.backward_aggregation_dims()}
@@ -1302,7 +1304,7 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     the model. The time fields are zero: use :func:`profile` for time predictions.
 
     Args:
-        config: a resolved :class:`~gnnpipe.core.config.TrainConfig`. data: the prepared graph.
+        config: a resolved :class:`~gnnpipe.core.settings.config.TrainConfig`. data: the prepared graph.
         sample_nodes: vertices of the measured subgraph (at most ``N``).
 
     Returns:
@@ -1311,7 +1313,7 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     from torch_geometric.data import Data
     from torch_geometric.utils import subgraph
 
-    from ..core.runner import num_classes_of
+    from ..core.training.runner import num_classes_of
 
     N = int(data.num_nodes)
     F, Cls = int(data.x.size(1)), num_classes_of(data)

@@ -55,9 +55,9 @@ class Task(ABC):
     @abstractmethod
     def check(self, config: Any, plan: Any, options: Any) -> None:
         """Refuse what cannot run (before any process starts); predictions it makes (memory) go into ``plan``.
-        ``options``: the run's :class:`~gnnpipe.core.options.RunOptions` (``memory_check``)."""
+        ``options``: the run's :class:`~gnnpipe.core.settings.options.RunOptions` (``memory_check``)."""
 
     @abstractmethod
     def launch(self, config: Any, plan: Any, progress: bool, options: Any) -> Any:
         """Run in this process or start the ranks (shared launcher), and collect the
-        :class:`~gnnpipe.core.results.TrainResult` (``None`` on torchrun ranks other than 0)."""
+        :class:`~gnnpipe.core.run.results.TrainResult` (``None`` on torchrun ranks other than 0)."""

@@ -2,7 +2,7 @@
 :class:`~gnnpipe.tasks.base.Task`.
 
 What it owns: the graph datasets (:func:`load_data`), the model zoo's node classifiers, the cross-entropy loss
-and accuracy of the trainers, and the plan of a layout (:func:`~gnnpipe.core.runner.build_plan`: chunks, stages,
+and accuracy of the trainers, and the plan of a layout (:func:`~gnnpipe.core.training.runner.build_plan`: chunks, stages,
 ways). What it borrows from the shared runtime: the single-process trainer, the rank worker, the launcher
 (local processes or ``torchrun``), results and checkpoints. It claims every configuration no other task claims.
 """
@@ -15,16 +15,16 @@ from typing import Any
 
 import attrs
 
-from ..core.config import TrainConfig, check_names, ignored_options
-from ..core.results import TrainResult
-from ..core.trainer import SingleProcessTrainer, prepare_data, resolve_config
+from ..core.settings.config import TrainConfig, check_names, ignored_options
+from ..core.run.results import TrainResult
+from ..core.training.trainer import SingleProcessTrainer, prepare_data, resolve_config
 from .base import Task
 from .registry import register
 
 
 def load_data(config: TrainConfig):
     """Load and prepare (validate + preprocess, optionally row-normalise features) the configured dataset
-    (DESIGN §4 steps 1–2; :func:`~gnnpipe.core.trainer.prepare_data`).
+    (DESIGN §4 steps 1–2; :func:`~gnnpipe.core.training.trainer.prepare_data`).
 
     Raises:
         ConfigError: unknown dataset, missing files. DataValidationError: a malformed graph (checked on the
@@ -44,7 +44,7 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     was passed as ``data`` (not loaded from ``config.dataset`` or generated)."""
     name = "the given graph" if given else (config.dataset or "synthetic")
     n, e = int(data.num_nodes), int(data.edge_index.size(1))
-    from ..core.runner import num_classes_of
+    from ..core.training.runner import num_classes_of
 
     s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
          f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epoch{'s' if config.epochs != 1 else ''}; ")
@@ -54,7 +54,7 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     elif S == 1:
         s += f"graph parallel over {W} ways"
     else:
-        from ..core.runner import default_chunks
+        from ..core.training.runner import default_chunks
 
         s += (f"{'hybrid ' + str(W) + ' ways x ' if W > 1 else 'pipeline '}{S} stages, "
               f"{default_chunks(config)} chunks, scheduler {config.scheduler}"
@@ -70,7 +70,7 @@ class NodePlan:
     Attributes:
         data: the prepared graph when the run is one process (``ways == stages == 1``, at most one chunk);
             ``None`` otherwise.
-        run: the ranks' :class:`~gnnpipe.core.runner.RunPlan` (chunks, stage bounds, ``info``); ``None`` for one
+        run: the ranks' :class:`~gnnpipe.core.training.runner.RunPlan` (chunks, stage bounds, ``info``); ``None`` for one
             process. :meth:`NodeClassification.launch` takes it out (``run`` is ``None`` afterwards), so that the
             graph it holds is freed once written for the ranks.
         predicted: the memory model's prediction for one process (:meth:`NodeClassification.check`; ``None``
@@ -99,8 +99,8 @@ class NodeClassification(Task):
         return True
 
     def resolve(self, config: TrainConfig) -> TrainConfig:
-        """Check every component name (:func:`~gnnpipe.core.config.check_names`; also those the mode does not
-        use), then fill the model's defaults (:func:`~gnnpipe.core.trainer.resolve_config`)."""
+        """Check every component name (:func:`~gnnpipe.core.settings.config.check_names`; also those the mode does not
+        use), then fill the model's defaults (:func:`~gnnpipe.core.training.trainer.resolve_config`)."""
         check_names(config)
         return resolve_config(config)
 
@@ -113,10 +113,10 @@ class NodeClassification(Task):
 
     def plan(self, config: TrainConfig, data) -> NodePlan:
         """One process for ``ways == stages == 1`` and at most one chunk; else the ranks' plan
-        (:func:`~gnnpipe.core.runner.build_plan`: partition into chunks, split the layers into stages)."""
+        (:func:`~gnnpipe.core.training.runner.build_plan`: partition into chunks, split the layers into stages)."""
         if config.world_size == 1 and (config.chunks or 1) == 1:
             return NodePlan(data=data)
-        from ..core.runner import build_plan
+        from ..core.training.runner import build_plan
 
         return NodePlan(run=build_plan(config, data))
 
@@ -141,22 +141,22 @@ class NodeClassification(Task):
 
                 plan.predicted = check_single_process_memory(config, plan.data)  # ConfigError before any allocation
             return
-        from ..core import launch
-        from ..core.runner import check_schedule
+        from ..core.run import launch
+        from ..core.training.runner import check_schedule
 
         check_schedule(config, plan.run)
         _predict_memory(config, plan.run, options, local=not launch.under_torchrun())
 
     def launch(self, config: TrainConfig, plan: NodePlan, progress: bool, options) -> TrainResult | None:
-        """Train in this process, or start ``ways × stages`` local ranks (:func:`gnnpipe.core.launch.spawn`), or
-        — started by ``torchrun`` — join its ranks; return rank 0's :class:`~gnnpipe.core.results.TrainResult`
+        """Train in this process, or start ``ways × stages`` local ranks (:func:`gnnpipe.core.run.launch.spawn`), or
+        — started by ``torchrun`` — join its ranks; return rank 0's :class:`~gnnpipe.core.run.results.TrainResult`
         with the assembled single-process model (``None`` on the other ``torchrun`` ranks)."""
         if plan.single_process:
             result = SingleProcessTrainer(plan.data, config, prepared=True).fit(progress=progress, options=options)
             if plan.predicted is not None:  # profiled (a large job): the prediction beside the measured peak
                 result.extra["predicted_mem_bytes"] = [int(plan.predicted.peak)]
             return result
-        from ..core import launch
+        from ..core.run import launch
 
         run, plan.run = plan.run, None  # the caller's plan no longer holds the graph
         if launch.under_torchrun():
@@ -170,8 +170,8 @@ def _join_torchrun(config: TrainConfig, plan, progress: bool, options) -> TrainR
 
     import torch.distributed as dist
 
-    from ..core import launch
-    from ..core.runner import file_backed, format_plan, share_profiled_split, worker
+    from ..core.run import launch
+    from ..core.training.runner import file_backed, format_plan, share_profiled_split, worker
 
     rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
     share_profiled_split(config, plan)
@@ -192,9 +192,9 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
     records travel with an interrupted or failed run's exception as ``.result``)."""
     import tempfile
 
-    from ..core import launch
-    from ..core.runner import file_backed, format_plan, worker
-    from ..core.session import RecordCollector, partial_result
+    from ..core.run import launch
+    from ..core.training.runner import file_backed, format_plan, worker
+    from ..core.run.session import RecordCollector, partial_result
     from ..errors import DistributedError
 
     print(format_plan(plan.info), file=sys.stderr)
@@ -223,7 +223,7 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
     ``options.memory_check``, refuse the run when they cannot fit together
     (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`). A model the memory model cannot profile gets a
     warning, not a failed run."""
-    from ..core.trainer import make_model
+    from ..core.training.trainer import make_model
     from ..costmodel.predict import check_ranks_memory, predict_memory
     from ..costmodel.profile import memory_profile
 
@@ -240,10 +240,10 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
 
 def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:
     """``result`` with ``.model``: the single-process model assembled from the ranks' ``state``, its ``meta``
-    the run's (:func:`~gnnpipe.core.checkpoint.run_meta`: ``gnnpipe predict`` finds the data with it)."""
-    from ..core.assemble import assemble_model
-    from ..core.checkpoint import run_meta
-    from ..core.trainer import make_model
+    the run's (:func:`~gnnpipe.core.run.checkpoint.run_meta`: ``gnnpipe predict`` finds the data with it)."""
+    from ..core.runtime.assemble import assemble_model
+    from ..core.run.checkpoint import run_meta
+    from ..core.training.trainer import make_model
 
     result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
     result.model.meta = run_meta(config, len(result.epochs))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core.runner import build_plan
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.training.runner import build_plan
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware, Link
 from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time, shared_cores_bound

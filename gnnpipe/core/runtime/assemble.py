@@ -13,8 +13,8 @@ from typing import Optional
 import torch.distributed as dist
 from torch import Tensor
 
-from ..models import GNNModel
-from .config import TrainConfig
+from ...models import GNNModel
+from ..settings.config import TrainConfig
 
 
 def owned_state(model: GNNModel, units) -> dict[str, Tensor]:

@@ -2,7 +2,7 @@
 
 A :class:`RunSession` is built per rank around its executor (the single-process trainer, a pipeline
 stage, a graph-parallel way or a hybrid member: anything with ``model`` and ``units``) and hands
-:func:`~gnnpipe.core.trainer.epoch_loop` its ``on_best`` and ``after_epoch`` hooks.
+:func:`~gnnpipe.core.training.trainer.epoch_loop` its ``on_best`` and ``after_epoch`` hooks.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Optional
 
 from torch import Tensor
 
-from .assemble import executor_state
-from .config import TrainConfig
+from ..runtime.assemble import executor_state
+from ..settings.config import TrainConfig
 from .epochlog import EpochLogger
-from .options import RunOptions
+from ..settings.options import RunOptions
 
 
 class RunSession:
@@ -53,7 +53,7 @@ class RunSession:
         self.hooks.append(self._stop_if_requested)
 
     def _stop_if_requested(self, epoch: int, rec: dict, st) -> None:
-        """After each epoch: if a signal asked to stop (:mod:`gnnpipe.core.stopping`; on any rank — all agree
+        """After each epoch: if a signal asked to stop (:mod:`gnnpipe.core.run.stopping`; on any rank — all agree
         with one all-reduce), write the final checkpoint and raise ``KeyboardInterrupt``."""
         import torch
 
@@ -64,7 +64,7 @@ class RunSession:
         if self.world > 1:
             import torch.distributed as dist
 
-            from .comm import collective_device
+            from ..ops.comm import collective_device
 
             t = torch.tensor([1.0 if flag else 0.0], device=collective_device(getattr(self.executor, "device", "cpu")))
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # control traffic, not counted in the epoch's bytes
@@ -76,8 +76,8 @@ class RunSession:
         raise KeyboardInterrupt(stopping.reason())
 
     def start_state(self):
-        """The :class:`~gnnpipe.core.results.LoopState` to start from: epoch 0, or the checkpoint of
-        ``options.resume`` loaded into the executor (:func:`~gnnpipe.core.checkpoint.load_checkpoint`)."""
+        """The :class:`~gnnpipe.core.run.results.LoopState` to start from: epoch 0, or the checkpoint of
+        ``options.resume`` loaded into the executor (:func:`~gnnpipe.core.run.checkpoint.load_checkpoint`)."""
         from .results import LoopState, TrainResult
 
         if self.options.resume:
@@ -171,9 +171,9 @@ class RecordCollector:
 
 
 def partial_result(config: TrainConfig, records: list[dict], status: str, error: Optional[str] = None):
-    """A :class:`~gnnpipe.core.results.TrainResult` of the completed epochs ``records`` of a run that did not
+    """A :class:`~gnnpipe.core.run.results.TrainResult` of the completed epochs ``records`` of a run that did not
     finish (``status`` ``"interrupted"`` or ``"failed"``), with the best-validation summary of those epochs
-    (the rule of :func:`~gnnpipe.core.trainer.epoch_loop`)."""
+    (the rule of :func:`~gnnpipe.core.training.trainer.epoch_loop`)."""
     from .results import TrainResult
 
     r = TrainResult(config=config.to_dict(), epochs=list(records), status=status, error=error)

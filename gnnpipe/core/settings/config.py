@@ -9,7 +9,7 @@ import math
 import attrs
 import torch
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: the dtype names a config may use (``TrainConfig.dtype``) and their torch dtypes
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -47,7 +47,7 @@ def _rate(name):
 def _correctors(value):
     """A corrector spec (``"t1,t2,t3"`` as on the command line, or a list) as a list: the one parser,
     :func:`gnnpipe.correctors.parse_spec`."""
-    from ..correctors import parse_spec
+    from ...correctors import parse_spec
 
     return parse_spec(value)
 
@@ -81,7 +81,7 @@ def _check_model_args(inst, attr, value):
         raise ConfigError(f"model_args must be a dict {{option: value}}, e.g. {{'lamda': 0.6}}, got {value!r}")
     if not value:
         return
-    from .. import models
+    from ... import models
 
     if isinstance(inst.model, str) and inst.model in models.MODELS:  # an unknown model fails on its own
         models.check_model_args(inst.model, value)
@@ -115,7 +115,7 @@ class TrainConfig:
     process = 1×1.
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
-    ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.trainer.resolve_config` fills in the defaults
+    ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.training.trainer.resolve_config` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
     Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
@@ -245,7 +245,7 @@ def check_names(config: TrainConfig) -> None:
             message lists the available names). ConfigError: a malformed corrector option, model options
             the model does not have, an unknown backend.
     """
-    from .. import correctors, models, partitioners, schedulers
+    from ... import correctors, models, partitioners, schedulers
 
     models.get(config.model)
     if config.model_args:

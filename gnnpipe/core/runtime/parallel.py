@@ -8,21 +8,21 @@ into ``q`` (rows of ``Â`` are destinations, so ``q``'s aggregation reads ``j``)
 *halo* rows to its own and multiplies by its CSR slice ``Â[lo_q:hi_q, :]`` with columns remapped to
 ``[own; halo]``. In the backward the gradient of the halo rows (``Â_localᵀ @ g``) goes back to the owners
 and is added to their rows' gradient. Both directions are one batched point-to-point exchange
-(:meth:`~gnnpipe.core.comm.Comm.exchange`, kind ``graph``) over index lists computed once, inside a
-custom autograd function (:class:`~gnnpipe.core.aggregation.HaloAggregate`, behind the op object
-:class:`~gnnpipe.core.aggregation.HaloOp`), so autograd drives it and the models run unchanged through the
-aggregation callback. A way is a one-stage :class:`~gnnpipe.core.stage.Stage` over its rows, run by the same
+(:meth:`~gnnpipe.core.ops.comm.Comm.exchange`, kind ``graph``) over index lists computed once, inside a
+custom autograd function (:class:`~gnnpipe.core.ops.aggregation.HaloAggregate`, behind the op object
+:class:`~gnnpipe.core.ops.aggregation.HaloOp`), so autograd drives it and the models run unchanged through the
+aggregation callback. A way is a one-stage :class:`~gnnpipe.core.runtime.stage.Stage` over its rows, run by the same
 schedule interpreter as the pipeline (one chunk, ``F``, ``B``, ``STEP``). Weight gradients are summed with one all-reduce of the flattened
 gradient per epoch (kind ``weight``), then every way takes the same Adam step. GP is exact: no history,
 no staleness; it keeps no chunk structure (chunks beyond one per way are ignored).
 
 **Hybrid** (``W`` ways × ``S`` stages, :func:`make_hybrid_member`). Rank layout: ``rank = way · S + stage``
-(the layout string :func:`~gnnpipe.core.runner.build_plan` stores). A member is the pipeline's stage with
-another aggregation op (:class:`~gnnpipe.core.aggregation.PeerHistoryOp`: the chunk op plus the peer
+(the layout string :func:`~gnnpipe.core.training.runner.build_plan` stores). A member is the pipeline's stage with
+another aggregation op (:class:`~gnnpipe.core.ops.aggregation.PeerHistoryOp`: the chunk op plus the peer
 exchange) and a gradient all-reduce before each step; it overrides nothing of the stage or the interpreter. Process groups: one per pipeline
 (ranks of one way) and one per peer group (ranks of one stage). The ``C`` chunks form ``W`` contiguous
 blocks of ``C / W`` chunks (``C`` must be divisible by ``W``); way ``w`` pipelines its block exactly as
-:func:`~gnnpipe.core.pipeline.make_pipeline_stage` does (same scheduler, same order policy, so in every slot
+:func:`~gnnpipe.core.runtime.pipeline.make_pipeline_stage` does (same scheduler, same order policy, so in every slot
 all peers of a stage process their ``t``-th chunk of the epoch order). At every aggregation op the peers
 of a stage exchange, for the chunk each processes in that slot:
 
@@ -49,9 +49,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import schedulers
-from ..models import GNNModel
-from .aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, PeerChunkAggregate: re-exported)
+from ... import schedulers
+from ...models import GNNModel
+from ..ops.aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, PeerChunkAggregate: re-exported)
     TAG_EVAL,
     TAG_HALO,
     TAG_PEER,
@@ -64,12 +64,12 @@ from .aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, PeerChun
     PeerPushOp,
     op_numbers,
 )
-from .comm import Comm
-from .config import TrainConfig
+from ..ops.comm import Comm
+from ..settings.config import TrainConfig
 from .execute import Executor
-from .graph import GraphOps
+from ..ops.graph import GraphOps
 from .graphfile import release_edge_pages
-from .history import PushHistory
+from ..ops.history import PushHistory
 from .pipeline import chunk_rows, history_ops
 from .stage import Stage
 
@@ -158,7 +158,7 @@ def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int
 
     Args:
         config: resolved configuration. model: the full model (same seed on every rank).
-        plan: the :class:`~gnnpipe.core.runner.RunPlan` (way ``w`` owns the rows of its chunk block).
+        plan: the :class:`~gnnpipe.core.training.runner.RunPlan` (way ``w`` owns the rows of its chunk block).
         way: ``w`` (= rank). comm: byte-counting facade. group: process group of the ``W`` ways
             (``None`` = the world). ranks: global rank of each way (default ``0 … W−1``).
 

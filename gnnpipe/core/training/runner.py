@@ -10,12 +10,12 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
-from .comm import Comm, collective_device
-from .config import TrainConfig, ignored_options
-from .graphfile import release_edge_pages
-from .metrics import peak_memory_bytes, return_free_memory
-from .results import TrainResult
+from ...errors import ConfigError
+from ..ops.comm import Comm, collective_device
+from ..settings.config import TrainConfig, ignored_options
+from ..runtime.graphfile import release_edge_pages
+from ..runtime.metrics import peak_memory_bytes, return_free_memory
+from ..run.results import TrainResult
 from .trainer import epoch_loop, make_model
 
 
@@ -48,7 +48,7 @@ def num_classes_of(data) -> int:
 def default_chunks(config: TrainConfig) -> int:
     """``C`` default: 4 chunks per pipeline rank and way (GNNPipe paper §5: C = 4·S), 1 per way when S = 1.
     Graph parallelism (``W > 1``, ``S = 1``) always has one part per way: a ``--chunks`` there is ignored (with a
-    warning, :func:`gnnpipe.core.config.ignored_options`), and the partition is the ways' alone."""
+    warning, :func:`gnnpipe.core.settings.config.ignored_options`), and the partition is the ways' alone."""
     if config.stages == 1 and config.ways > 1:
         return config.ways
     if config.chunks is not None:
@@ -74,7 +74,7 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
         ConfigError / UnknownComponentError: unknown component names, ``S`` > units, ``C`` > ``N``,
             ``C`` < ``W``.
     """
-    from .. import correctors, partitioners, schedulers
+    from ... import correctors, partitioners, schedulers
 
     schedulers.get(config.scheduler)
     config.torch_history_dtype  # an unknown --history-dtype fails here
@@ -106,20 +106,20 @@ def plan_backend(config: TrainConfig) -> tuple[str, str]:
     """``(backend, reason)`` of a run: the requested backend checked against the layout and the device, or the
     default that fits them — nccl only with one GPU per local rank, else gloo (on the CPU, or with
     ``--device cuda`` several ranks sharing a GPU through pinned CPU buffers; issue #12); see
-    :func:`gnnpipe.core.launch.choose_backend`.
+    :func:`gnnpipe.core.run.launch.choose_backend`.
 
     Raises:
         ConfigError: unknown backend or device, nccl without one GPU per local rank or with ``--device cpu``,
             ``--device cuda`` without a GPU.
     """
-    from .launch import choose_backend, local_world_size
+    from ..run.launch import choose_backend, local_world_size
 
     return choose_backend(config.backend, local_world_size(config.world_size), device=config.device_type)
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
     """Chunk/partition the graph and split the layers into stages (DESIGN §4 steps 3–5)."""
-    from ..partitioners import ChunkPlan, split_layers, partition_metrics
+    from ...partitioners import ChunkPlan, split_layers, partition_metrics
 
     F, Cls = int(data.x.size(1)), num_classes_of(data)
     model = make_model(config, F, Cls)
@@ -139,7 +139,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         # aggregation also reads its halo from cold history, which a whole-graph profile misses), then
         # refine the split for this schedule's simulated makespan with separate forward/backward costs
         # (one way only: a hybrid way runs C/W of the chunks, a schedule the profile does not cover)
-        from .profile import profiled_split
+        from ..runtime.profile import profiled_split
 
         split = profiled_split(model, config.stages, data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
                                scheduler=_scheduler(config) if config.ways == 1 else None)
@@ -177,12 +177,12 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
 
 
 def file_backed(plan: RunPlan, folder: str) -> RunPlan:
-    """A copy of ``plan`` whose graph is a :class:`~gnnpipe.core.graphfile.GraphFile` written into ``folder``
+    """A copy of ``plan`` whose graph is a :class:`~gnnpipe.core.runtime.graphfile.GraphFile` written into ``folder``
     (``graph.pt``): shipping the plan to a rank then pickles a path, not the graph, and each rank memory-maps the
     file and reads only the slices its role needs (issue #12)."""
     import os
 
-    from .graphfile import GraphFile
+    from ..runtime.graphfile import GraphFile
 
     gf = GraphFile.write(plan.data, os.path.join(folder, "graph.pt"))
     return attrs.evolve(plan, data=gf)
@@ -253,7 +253,7 @@ def format_plan(info: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- worker
 def _order_policy(config: TrainConfig, correctors):
-    from ..schedulers import FixedOrder
+    from ...schedulers import FixedOrder
 
     for k in correctors:
         pol = k.order_policy(config.seed)
@@ -279,7 +279,7 @@ def rank_device(config: Optional[TrainConfig] = None) -> torch.device:
 def _scheduler(config: TrainConfig):
     """The configured scheduler, from the one factory :func:`gnnpipe.schedulers.make_scheduler` (the
     ``stash_weights`` option passed only when asked, so schedulers without that option work)."""
-    from .. import schedulers
+    from ... import schedulers
 
     options = {"stash_weights": True} if config.stash_weights else {}
     return schedulers.make_scheduler(config.scheduler, **options)
@@ -294,8 +294,8 @@ def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
     Raises:
         ScheduleError: the schedule is invalid (message: the problems and the ASCII picture).
     """
-    from .. import correctors as corr
-    from .execute import build_validated
+    from ... import correctors as corr
+    from ..runtime.execute import build_validated
 
     if config.stages == 1 and config.ways > 1:
         return
@@ -310,16 +310,16 @@ def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
 
 
 def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
-    """Build this rank's executor (:class:`~gnnpipe.core.execute.Executor`): a pipeline stage (``W = 1``), a
+    """Build this rank's executor (:class:`~gnnpipe.core.runtime.execute.Executor`): a pipeline stage (``W = 1``), a
     graph-parallel way (``S = 1``) or a hybrid member. Creates the process groups of a hybrid (every rank
     creates every group, in the same order).
 
     Raises:
         ConfigError: the world size or the plan does not match the configuration.
     """
-    from .. import correctors as corr
-    from .parallel import hybrid_rank, make_graph_parallel_way, make_hybrid_member
-    from .pipeline import make_pipeline_stage
+    from ... import correctors as corr
+    from ..runtime.parallel import hybrid_rank, make_graph_parallel_way, make_hybrid_member
+    from ..runtime.pipeline import make_pipeline_stage
 
     if world != config.world_size:
         raise ConfigError(f"world size {world} does not match ways x stages = {config.world_size}")
@@ -383,14 +383,14 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     """The function every rank runs: build its executor, train with the shared epoch loop, return results.
 
     Rank 0 returns ``{"result": TrainResult, "model_state": {name: Tensor}}`` (the single-process model's
-    state assembled from all stages, see :mod:`gnnpipe.core.assemble`); other ranks ``None``.
-    ``options``: :class:`~gnnpipe.core.options.RunOptions`. ``records``: a connection rank 0 sends each
+    state assembled from all stages, see :mod:`gnnpipe.core.runtime.assemble`); other ranks ``None``.
+    ``options``: :class:`~gnnpipe.core.settings.options.RunOptions`. ``records``: a connection rank 0 sends each
     epoch record to as it is appended (the launcher keeps them for an interrupted run's result).
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
-    from .assemble import gather_state
-    from .session import RunSession
+    from ..runtime.assemble import gather_state
+    from ..run.session import RunSession
 
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)
@@ -424,7 +424,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     if collect.get("no_eval"):
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
-    from . import stopping
+    from ..run import stopping
 
     try:
         state = session.start_state()

@@ -1,10 +1,10 @@
 """The GNNPipe executor: pipelined layer-level model parallelism (GNNPipe paper §3–4; DESIGN §5).
 
 Rank layout (one way): the rank of stage ``s`` is ``ranks[s]``. Each rank holds its stage's units
-(:class:`~gnnpipe.core.stage.Stage`), the CSR row slices of ``Â`` and ``Âᵀ`` of every chunk, and one
-:class:`~gnnpipe.core.history.History` per aggregation op it owns, read and written by the history-backed
-chunk op (:class:`~gnnpipe.core.aggregation.HistoryOp`). The schedule interpreter
-(:class:`~gnnpipe.core.execute.Executor`) runs the rank's row of the validated schedule every epoch:
+(:class:`~gnnpipe.core.runtime.stage.Stage`), the CSR row slices of ``Â`` and ``Âᵀ`` of every chunk, and one
+:class:`~gnnpipe.core.ops.history.History` per aggregation op it owns, read and written by the history-backed
+chunk op (:class:`~gnnpipe.core.ops.aggregation.HistoryOp`). The schedule interpreter
+(:class:`~gnnpipe.core.runtime.execute.Executor`) runs the rank's row of the validated schedule every epoch:
 
 * ``F`` of chunk c: take ``x[R_c]`` (stage 0) or receive the boundary rows (``|R_c| × d``, with the
   shared tensor concatenated on the right, e.g. GCNII's ``h0``) from stage s−1; run the stage's units
@@ -26,14 +26,14 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..correctors import Corrector
-from ..models import GNNModel
-from .aggregation import history_op
-from .comm import Comm
-from .config import TrainConfig
+from ...correctors import Corrector
+from ...models import GNNModel
+from ..ops.aggregation import history_op
+from ..ops.comm import Comm
+from ..settings.config import TrainConfig
 from .execute import TAG_STRIDE, Executor
-from .graph import GraphOps
-from .history import History
+from ..ops.graph import GraphOps
+from ..ops.history import History
 from .metrics import peak_memory_bytes  # re-exported: its old place
 from .stage import Stage, make_optimizer_for
 
@@ -49,7 +49,7 @@ def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows
     """``{(unit, op index): op}`` of a pipeline stage: one :class:`History` per aggregation of its units and
     the row slices of ``Â``/``Âᵀ`` (message-passing units: the in-edges in bipartite form) of each of ``chunks``,
     built now from the edge list (only those rows; issue #12). ``make(hist, kind, ops, adj, i, j)`` builds
-    another op over the same history (the hybrid's); default :func:`~gnnpipe.core.aggregation.history_op`
+    another op over the same history (the hybrid's); default :func:`~gnnpipe.core.ops.aggregation.history_op`
     (the halo-gradient op for message-passing units, else :class:`HistoryOp`). ``hist_dtype``: the buffers'
     storage dtype (default ``dtype``; ``--history-dtype``)."""
     ops = GraphOps(data.edge_index, data.num_nodes, dtype, device, edge_weight=getattr(data, "edge_weight", None))

@@ -1,6 +1,6 @@
 """Run options: how a run is watched, saved and resumed — settings that never change its numbers.
 
-Apart from :class:`~gnnpipe.core.config.TrainConfig` (everything the trained numbers depend on, stored in
+Apart from :class:`~gnnpipe.core.settings.config.TrainConfig` (everything the trained numbers depend on, stored in
 the result and compared on ``--resume``), these are free to differ between a run and its continuation.
 """
 
@@ -10,7 +10,7 @@ from typing import Optional
 
 import attrs
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 def _keep(inst, attr, value):

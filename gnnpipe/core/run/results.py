@@ -15,7 +15,7 @@ class TrainResult:
     """What a run returns (the Python API) and writes as JSON (``gnnpipe train --out FILE``).
 
     Attributes:
-        config: the full resolved configuration (a dict of :class:`~gnnpipe.core.config.TrainConfig`).
+        config: the full resolved configuration (a dict of :class:`~gnnpipe.core.settings.config.TrainConfig`).
         epochs: one record per epoch: ``epoch``, ``loss``, ``time_s`` (seconds of training, evaluation
             excluded) and, in evaluated epochs, ``train_acc``, ``val_acc``, ``test_acc``, ``val_loss``;
             distributed runs add ``bytes_layer``, ``bytes_graph``, ``bytes_weight`` (bytes sent in the

@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from ..registry import Registry
+from ...registry import Registry
 
 
 class AggregationKind(ABC):

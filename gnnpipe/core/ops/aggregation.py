@@ -8,7 +8,7 @@ A stage never knows how an aggregation reaches rows it does not hold; it calls o
 
 Three implementations, one per way of executing:
 
-* :class:`HistoryOp` — the pipeline's history-backed chunk op: :class:`~gnnpipe.core.history.ChunkAggregate`
+* :class:`HistoryOp` — the pipeline's history-backed chunk op: :class:`~gnnpipe.core.ops.history.ChunkAggregate`
   (forward ``H_in[R_c] ← x_c`` then ``Â[R_c, :] @ H_in``; the pull backward ``Âᵀ[R_c, :] @ G_out``);
   inference is ``Â @ H`` on the whole graph;
 * :class:`PeerHistoryOp` — the hybrid's op: the same chunk op plus the exchange of the slot's chunk rows
@@ -28,8 +28,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
-from ..models import GNNModel
+from ...errors import ConfigError
+from ...models import GNNModel
 from .comm import Comm
 from .graph import CompactRows, GraphOps, csr_transpose, spmm
 from .history import ChunkAggregate, ChunkPushPull, History, PushHistory
@@ -58,7 +58,7 @@ def unit_aggregators(units, call: Callable[..., Tensor],
     layer of a :class:`~gnnpipe.models.MessagePassingUnit`, else ``None``).
 
     With ``push_pull``, the callback also offers ``agg.push_pull(kind)`` (:mod:`gnnpipe.models.base`): op ``j``
-    as ``push_pull(i, j, kind)`` — a :class:`~gnnpipe.core.history.ChunkPushPull` for a unit that fuses its
+    as ``push_pull(i, j, kind)`` — a :class:`~gnnpipe.core.ops.history.ChunkPushPull` for a unit that fuses its
     chunk step, counted like a call of ``agg`` — or ``None`` (not counted: the unit then calls ``agg``).
 
     Raises (from the callback):
@@ -116,7 +116,7 @@ class AggregationOp(ABC):
         """
 
     def push_pull(self, c: int, rows: tuple[int, int], write: bool) -> Optional[ChunkPushPull]:
-        """The op on chunk ``c`` as a :class:`~gnnpipe.core.history.ChunkPushPull` (its forward and backward halves
+        """The op on chunk ``c`` as a :class:`~gnnpipe.core.ops.history.ChunkPushPull` (its forward and backward halves
         without autograd) for a unit that fuses its chunk step, or ``None`` (default: not fusable)."""
         return None
 
@@ -188,7 +188,7 @@ class PushGather(torch.autograd.Function):
     """The halo-gradient op's gather (docs/HALO_GRADIENT.md): forward writes ``H_in[R_c] ← h`` and returns
     ``x_src = [h ; H_in[halo(c)]]`` (``[n + |halo|, d]``: fresh own rows, history for the halo, up-cast to
     ``h``'s dtype when ``H_in`` is stored narrower, ``--history-dtype``); backward pushes the halo rows'
-    gradient into ``G_in`` (:meth:`~gnnpipe.core.history.PushHistory.push`) and returns the own rows' gradient
+    gradient into ``G_in`` (:meth:`~gnnpipe.core.ops.history.PushHistory.push`) and returns the own rows' gradient
     plus ``G_in[R_c]`` (what the other chunks pushed into this chunk)."""
 
     @staticmethod
@@ -218,7 +218,7 @@ class PushHistoryOp(AggregationOp):
     holds (a pipeline stage runs every chunk; the whole ``Â`` is never built, issue #12).
 
     Args:
-        history: a :class:`~gnnpipe.core.history.PushHistory`. kind: the kind whose ``Â`` gives the edges
+        history: a :class:`~gnnpipe.core.ops.history.PushHistory`. kind: the kind whose ``Â`` gives the edges
             (``sum`` for the plain graph). ops: the graph's :class:`GraphOps`.
         chunk_edges: ``{("push", kind, c): (halo, edge_index, edge_weight)}`` shared by the stage's ops.
     """
@@ -275,10 +275,10 @@ class PushHistoryOp(AggregationOp):
 def history_op(unit, kind: str, num_nodes: int, dtype: torch.dtype, device, name: str, ops: GraphOps,
                adj: dict, hist_dtype: Optional[torch.dtype] = None) -> AggregationOp:
     """The pipeline's op for one aggregation of ``unit``: :class:`PushHistoryOp` over a new
-    :class:`~gnnpipe.core.history.PushHistory` when the unit declares ``message_passing``, else
+    :class:`~gnnpipe.core.ops.history.PushHistory` when the unit declares ``message_passing``, else
     :class:`HistoryOp` over a new :class:`History` (``adj`` is the stage's shared cache of chunk rows).
     ``hist_dtype``: the storage dtype of the history (``--history-dtype``; default ``dtype``); a push op's
-    gradient sums stay in ``dtype`` (:class:`~gnnpipe.core.history.PushHistory`)."""
+    gradient sums stay in ``dtype`` (:class:`~gnnpipe.core.ops.history.PushHistory`)."""
     if getattr(unit, "message_passing", False):
         return PushHistoryOp(PushHistory(num_nodes, hist_dtype or dtype, name, device, grad_dtype=dtype),
                              kind, ops, adj)
@@ -292,7 +292,7 @@ class HaloExchange:
     Args:
         ops: the graph's :class:`GraphOps` (relabelled ids).
         way: this way ``w``. num_ways: ``W``. lo, hi: own rows ``[lo, hi)``.
-        fwd: forward send lists keyed by ``(way, q)`` (:func:`gnnpipe.core.parallel.send_lists`).
+        fwd: forward send lists keyed by ``(way, q)`` (:func:`gnnpipe.core.runtime.parallel.send_lists`).
         peer_ranks: global rank of each way's peer in the exchange (index = way).
         comm: the byte-counting facade.
 
@@ -447,11 +447,11 @@ class HaloGather(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------- hybrid
 class PeerExchange:
     """The hybrid's exchange of one slot's chunk rows among the ``W`` peers of a stage (module docstring of
-    :mod:`gnnpipe.core.parallel`).
+    :mod:`gnnpipe.core.runtime.parallel`).
 
     Args:
         way: this way ``w``. num_ways: ``W``. way_base: first global chunk id of each way.
-        fwd_lists, bwd_lists: :func:`~gnnpipe.core.parallel.send_lists` by ``(chunk, way)``, forward / backward.
+        fwd_lists, bwd_lists: :func:`~gnnpipe.core.runtime.parallel.send_lists` by ``(chunk, way)``, forward / backward.
         peer_ranks: global rank of each way's peer. comm: the byte-counting facade.
     """
 
@@ -575,7 +575,7 @@ class PeerPushOp(AggregationOp):
     layer on the way's local edges (``capture`` writes own and halo rows into ``H_in``).
 
     Args:
-        history: a :class:`~gnnpipe.core.history.PushHistory`. kind, ops, chunk_edges: as :class:`PushHistoryOp`.
+        history: a :class:`~gnnpipe.core.ops.history.PushHistory`. kind, ops, chunk_edges: as :class:`PushHistoryOp`.
         peers: the stage's :class:`PeerExchange`. number: the model-wide op number (tags). halo: a callable
             returning the way's :class:`HaloExchange`. way_of: ``LongTensor[N]``, the way owning each vertex.
     """

@@ -1,7 +1,7 @@
 """Normalised adjacency matrices as CSR tensors, and the full-graph aggregation op.
 
 DESIGN §2: an *aggregation op* is the sparse product ``Â[rows, :] @ H`` with ``Â`` of a registered
-aggregation kind (:mod:`gnnpipe.core.kinds`, which also takes edge weights); the built-ins:
+aggregation kind (:mod:`gnnpipe.core.ops.kinds`, which also takes edge weights); the built-ins:
 
 * ``gcn``  — ``D̃^{-1/2} Ã D̃^{-1/2}`` with ``Ã`` = ``A`` with exactly one self-loop of weight 1 per
   vertex and ``D̃`` the in-degree of ``Ã`` (Kipf & Welling, ICLR 2017, eq. 2). Existing self-loops are
@@ -27,7 +27,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from . import kinds
 
 warnings.filterwarnings("ignore", message=r"Sparse CSR tensor support is in beta")
@@ -97,7 +97,7 @@ def build_adjacency(edge_index: Tensor, num_nodes: int, kind: str, dtype: torch.
         edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (duplicates are summed;
             for ``gcn`` existing self-loops are replaced by one loop of weight 1 per vertex).
         num_nodes: ``N``.
-        kind: a registered aggregation kind (:mod:`gnnpipe.core.kinds`: ``"gcn"``, ``"mean"``, ``"sum"``, …).
+        kind: a registered aggregation kind (:mod:`gnnpipe.core.ops.kinds`: ``"gcn"``, ``"mean"``, ``"sum"``, …).
         dtype: floating dtype of the values.
         edge_weight: optional ``[E]`` edge weights (default: every edge weighs 1).
 
@@ -259,7 +259,7 @@ class CompactRows:
     def redirected_col(self, redirect: Tensor, known: frozenset) -> Tensor:
         """The columns renumbered through a redirect table (``redirect[col]``: a column known zero becomes ``N``, the
         buffer's zero row). ``known`` names the table's state (the blocks of rows read in place,
-        :attr:`gnnpipe.core.history.History.grads_in_place` or ``inputs_in_place``): the columns are renumbered once
+        :attr:`gnnpipe.core.ops.history.History.grads_in_place` or ``inputs_in_place``): the columns are renumbered once
         per state and reused by every op of the stage in that state — their histories are written chunk by chunk
         alike, so a chunk's backward through a stage's ``k`` ops renumbers once instead of ``k`` times (issue #18).
         At most :data:`REDIRECTED_CACHED` blocks of rows keep theirs at a time (4 bytes per non-zero each)."""
@@ -282,11 +282,11 @@ class CompactRows:
         ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
         With ``redirect`` (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row of ``h`` known to be zero;
-        what :meth:`~gnnpipe.core.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last one
+        what :meth:`~gnnpipe.core.ops.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last one
         zero: known zero rows are read from there (one hot row) instead of where they lie, the columns renumbered
         in one gather. The result is the same, bit for bit.
 
-        With ``known`` too (the state the redirect table is in: :attr:`gnnpipe.core.history.History.grads_in_place`),
+        With ``known`` too (the state the redirect table is in: :attr:`gnnpipe.core.ops.history.History.grads_in_place`),
         the renumbered columns are those of an earlier call in the same state (:meth:`redirected_col`)."""
         if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
@@ -455,7 +455,7 @@ class GraphOps:
 
 
 def _install() -> None:
-    from ..models.base import set_graph_ops_factory
+    from ...models.base import set_graph_ops_factory
 
     set_graph_ops_factory(GraphOps)  # model(x, edge_index) builds these ops (gnnpipe.models.base)
 

@@ -10,11 +10,11 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..models import GNNModel, build_model
-from .config import DTYPES, TrainConfig, check_names
-from .graph import GraphOps
-from .metrics import accuracies, masked_loss, peak_memory_bytes
-from .results import LoopState, TrainResult
+from ...models import GNNModel, build_model
+from ..settings.config import DTYPES, TrainConfig, check_names
+from ..ops.graph import GraphOps
+from ..runtime.metrics import accuracies, masked_loss, peak_memory_bytes
+from ..run.results import LoopState, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
            "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
@@ -76,7 +76,7 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     not in ``config.model_args`` from their defaults (so that a result records every value used)."""
     import attrs
 
-    from ..models import get, model_options
+    from ...models import get, model_options
 
     resolved = config.resolved(get(config.model).default_hparams)
     opts = {k: o.default for k, o in model_options(config.model).items()}
@@ -92,7 +92,7 @@ def prepare_data(data, config: TrainConfig):
     Raises:
         DataValidationError: a malformed graph (the message names the fix).
     """
-    from ..data import prepare
+    from ...data import prepare
 
     return prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops,
                    dedupe=config.dedupe, normalize_features=config.normalize_features)
@@ -143,7 +143,7 @@ def epoch_loop(
             :class:`TrainResult` of the epochs completed so far with ``status`` ``"interrupted"``
             (``KeyboardInterrupt``) or ``"failed"``.
     """
-    from ..progress import progress_bar
+    from ...progress import progress_bar
 
     st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
     result = st.result
@@ -271,18 +271,18 @@ class SingleProcessTrainer:
         return accuracies(self.model(self.x, self.ops.aggregate), self.data)
 
     def fit(self, progress: bool = True, options=None) -> TrainResult:
-        """Train; ``options`` (:class:`~gnnpipe.core.options.RunOptions`) selects the weights kept in
+        """Train; ``options`` (:class:`~gnnpipe.core.settings.options.RunOptions`) selects the weights kept in
         ``result.model``, logging and checkpoints."""
-        from .assemble import preprocessing_of
-        from .checkpoint import run_meta
-        from .session import RunSession
+        from ..runtime.assemble import preprocessing_of
+        from ..run.checkpoint import run_meta
+        from ..run.session import RunSession
 
         torch.manual_seed(self.config.seed + 1)
         plan = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
                 "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
                 "num_units": self.model.num_units, "stage_bounds": [0, self.model.num_units],
                 "chunk_sizes": [int(self.data.num_nodes)], "way_ptr": [0, 1]}
-        from . import stopping
+        from ..run import stopping
 
         session = RunSession(self.config, options, self, lead=True, plan_info=plan)
         try:

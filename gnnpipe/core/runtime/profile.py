@@ -2,7 +2,7 @@
 
 The layer partitioners (:mod:`gnnpipe.partitioners.layers`) receive these costs and split; the profiler lives
 in the runtime because it runs the units with the runtime's aggregation ops (the pipeline's history-backed
-chunk op, :class:`~gnnpipe.core.aggregation.HistoryOp`), as torchgpipe keeps ``profile_times`` apart from
+chunk op, :class:`~gnnpipe.core.ops.aggregation.HistoryOp`), as torchgpipe keeps ``profile_times`` apart from
 ``balance_cost``.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError, DataValidationError
-from ..partitioners import StageSplit, UnitPhases, get_layer_partitioner
-from .aggregation import history_op, unit_aggregators
-from .graph import GraphOps
+from ...errors import ConfigError, DataValidationError
+from ...partitioners import StageSplit, UnitPhases, get_layer_partitioner
+from ..ops.aggregation import history_op, unit_aggregators
+from ..ops.graph import GraphOps
 
 
 def _row_slice_sample(data: Any, k: int) -> Any:
@@ -48,7 +48,7 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
     * With ``chunk_ptr`` (``LongTensor[C+1]``, chunks = contiguous id ranges, as after
       :class:`~gnnpipe.partitioners.ChunkPlan` relabelling), each unit runs **as the pipeline runs it**:
       chunk by chunk, with the history-backed chunk aggregation op
-      (:class:`gnnpipe.core.history.ChunkAggregate` on :class:`~gnnpipe.core.graph.CompactRows`, one
+      (:class:`gnnpipe.core.ops.history.ChunkAggregate` on :class:`~gnnpipe.core.ops.graph.CompactRows`, one
       scratch history per op), and its cost is the sum over chunks. This captures what a whole-graph
       profile misses: a chunk's aggregation also reads its halo from cold history buffers, so
       aggregation units cost relatively more in a pipeline than dense units. A unit that fuses its chunk
@@ -65,7 +65,7 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
         model: a ``GNNModel`` (``.units``: callables ``unit(h, shared, agg) → (h, shared)``).
         data_sample: a PyG ``Data`` with ``x`` (``[n, F]``) and ``edge_index`` (``LongTensor[2, e]``
             within ``[0, n)``).
-        graph_ops: optional ``gnnpipe.core.graph.GraphOps`` of the sample (built if ``None``).
+        graph_ops: optional ``gnnpipe.core.ops.graph.GraphOps`` of the sample (built if ``None``).
         repeats: timed passes (``>= 1``).
         chunk_ptr: optional chunk boundaries (see above); ``chunk_ptr[-1]`` must equal ``n``.
         phases: return a :class:`UnitPhases` (forward and backward seconds per unit and chunk) instead.
@@ -211,7 +211,7 @@ def profiled_split(model: Any, num_stages: int, *, data: Any, repeats: int = 3, 
     Raises:
         ConfigError: ``S`` out of range or bad profiler arguments.
     """
-    from ..partitioners.layers import _check_stages
+    from ...partitioners.layers import _check_stages
 
     _check_stages(model.num_units, num_stages)
     sampled = sample_nodes is not None and sample_nodes < int(data.num_nodes)

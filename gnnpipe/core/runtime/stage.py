@@ -4,8 +4,8 @@ A :class:`Stage` runs units ``[lo_unit, hi_unit)`` of the model on one chunk for
 (:meth:`Stage.forward_chunk`) or backward (:meth:`Stage.backward_chunk`) and takes optimizer steps
 (:meth:`Stage.step`). It sends and receives nothing and knows no schedule: the boundary tensors come in
 and go out as arguments and return values, the epoch is an argument, and the interpreter
-(:mod:`gnnpipe.core.execute`) decides what runs when. How an aggregation reaches rows the stage does
-not compute is its ops' business (:mod:`gnnpipe.core.aggregation`), so the same class is the stage of a
+(:mod:`gnnpipe.core.runtime.execute`) decides what runs when. How an aggregation reaches rows the stage does
+not compute is its ops' business (:mod:`gnnpipe.core.ops.aggregation`), so the same class is the stage of a
 pipeline, of a hybrid way and of a graph-parallel way.
 
 The boundary tensor of chunk ``c`` is ``[|R_c|, d]`` with the model's shared tensor (GCNII's ``h0``)
@@ -20,10 +20,10 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
-from ..models import GNNModel
-from .aggregation import AggregationOp, unit_aggregators
-from .config import TrainConfig
+from ...errors import ConfigError
+from ...models import GNNModel
+from ..ops.aggregation import AggregationOp, unit_aggregators
+from ..settings.config import TrainConfig
 from .metrics import masked_loss
 
 
@@ -41,7 +41,7 @@ def _set_rng_state(device: torch.device, state) -> None:
 
 def make_optimizer_for(model: GNNModel, config: TrainConfig, units: range) -> torch.optim.Optimizer:
     """Adam over the given units' parameters (dense / conv weight decay as in
-    :func:`gnnpipe.core.trainer.make_optimizer`)."""
+    :func:`gnnpipe.core.training.trainer.make_optimizer`)."""
     groups = model.param_groups(config.weight_decay, config.weight_decay_conv, units=units)
     if not groups:  # a stage without parameters still needs a steppable optimizer
         groups = [{"params": [torch.nn.Parameter(torch.zeros(0))]}]
@@ -53,10 +53,10 @@ class Stage:
 
     Args:
         config: the resolved configuration (``dtype``, ``recompute``, optimizer settings).
-        model: the model (:func:`~gnnpipe.core.trainer.make_model`; only the stage's units need to be
+        model: the model (:func:`~gnnpipe.core.training.trainer.make_model`; only the stage's units need to be
             materialised, the others may stay on the ``meta`` device).
         data: the relabelled graph (read, not kept): ``x`` ``[N, F]``, ``y`` ``[N]``, ``train_mask`` ``[N]``,
-            ``num_nodes``; e.g. a memory-mapped :class:`~gnnpipe.core.graphfile.GraphFile`.
+            ``num_nodes``; e.g. a memory-mapped :class:`~gnnpipe.core.runtime.graphfile.GraphFile`.
         bounds: unit boundaries of the stages (``S+1`` ints). stage: ``s``.
         rows: ``c → (lo, hi)``, the global rows of chunk ``c``.
         ops: ``{(unit, op index): AggregationOp}`` for every aggregation of the stage's units.

@@ -1,6 +1,6 @@
 """The schedule interpreter: one loop over a validated schedule's actions, for every executor.
 
-:class:`Executor` runs one rank's row of a schedule on its :class:`~gnnpipe.core.stage.Stage`:
+:class:`Executor` runs one rank's row of a schedule on its :class:`~gnnpipe.core.runtime.stage.Stage`:
 
 * ``F`` of chunk c: receive the boundary tensor from stage s−1 (none on stage 0), ``stage.forward_chunk``,
   send its result to s+1 (none on the last stage);
@@ -35,9 +35,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .. import schedulers
-from ..correctors import Corrector, StageContext
-from .comm import Comm, PostedRecv
+from ... import schedulers
+from ...correctors import Corrector, StageContext
+from ..ops.comm import Comm, PostedRecv
 from .metrics import accuracies, gather_accuracies
 from .stage import Stage
 
@@ -69,7 +69,7 @@ def build_validated(scheduler, num_stages: int, orders: Sequence[Sequence[int]],
     if validated is None or key not in validated:
         schedulers.validate(schedule)
         if getattr(schedule, "num_stages", num_stages) != num_stages:
-            from ..errors import ScheduleError
+            from ...errors import ScheduleError
 
             raise ScheduleError(f"scheduler {type(scheduler).__name__} built a schedule of {schedule.num_stages} "
                                 f"stages for a pipeline of {num_stages}")

@@ -2,7 +2,7 @@
 
 One parser for one concept: the command line and the experiment runner both read a run's settings
 through :func:`add_train_arguments` / :func:`config_from_args`, so the two can never disagree. It lives
-below ``experiments`` and ``cli`` (both use it) and above nothing but :mod:`gnnpipe.core.config`.
+below ``experiments`` and ``cli`` (both use it) and above nothing but :mod:`gnnpipe.core.settings.config`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _model_options_help() -> str:
-    from .. import models
+    from ... import models
 
     return "; ".join(f"{name}: {models.describe_options(name)}" for name in models.available())
 
@@ -95,7 +95,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     fields = {a.name for a in TrainConfig.__attrs_attrs__}
     kw = {k: v for k, v in vars(args).items() if k in fields}
     if kw.get("model_args") is not None and not isinstance(kw["model_args"], dict):
-        from .. import models
+        from ... import models
 
         kw["model_args"] = models.parse_model_args(kw.get("model", _DEFAULT.model), kw["model_args"])
     return TrainConfig(**kw)  # the config parses the --correctors string (correctors.parse_spec)

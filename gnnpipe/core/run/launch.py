@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from multiprocessing import connection as mp_connection
 
-from ..errors import ConfigError, DistributedError
+from ...errors import ConfigError, DistributedError
 
 #: seconds ranks may take to start and meet on the store (independent of the communication timeout)
 RENDEZVOUS_S = 300.0
@@ -62,7 +62,7 @@ def choose_backend(requested: Optional[str], local_ranks: int, device: Optional[
     NCCL needs one GPU per rank (two ranks on one GPU fail with "Duplicate GPU detected"), so the default is
     ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo``: on the CPU, or,
     for ranks that compute on CUDA (``device="cuda"``, issue #12), with their CUDA tensors staged through pinned
-    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.comm.Comm`).
+    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.ops.comm.Comm`).
 
     Args:
         requested: ``None`` (choose), ``"gloo"`` or ``"nccl"``.
@@ -77,7 +77,7 @@ def choose_backend(requested: Optional[str], local_ranks: int, device: Optional[
         ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank or with
             ``device="cpu"``.
     """
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl_ok = gpus >= local_ranks and dist.is_available() and dist.is_nccl_available()
@@ -220,7 +220,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
         threads: ``torch.set_num_threads`` in each rank.
         max_runtime_s: optional hard limit on the whole run (seconds).
-        graceful: the ranks stop cleanly on a signal (:mod:`gnnpipe.core.stopping`): the first SIGINT/SIGTERM
+        graceful: the ranks stop cleanly on a signal (:mod:`gnnpipe.core.run.stopping`): the first SIGINT/SIGTERM
             is forwarded to them as SIGINT and the launcher waits (up to ``timeout_s`` + 60 s) for them to end;
             a second one stops them at once. Without it, SIGTERM/SIGINT stop the ranks at once.
 
@@ -443,7 +443,7 @@ def _check_no_main_objects(payload: Any, main_path: str) -> None:
             names.add(strings[-1])
         elif op.name == "GLOBAL" and str(arg).startswith("__main__ "):
             names.add(str(arg).split(" ", 1)[1])
-    from ..registry import registered_from
+    from ...registry import registered_from
 
     found = sorted(names) + registered_from("__main__")  # registered by name: ranks look them up
     if found:

@@ -48,9 +48,9 @@ import torch.distributed.checkpoint as dcp
 from torch import Tensor
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
-from ..errors import ConfigError
-from .assemble import compute_of, preprocessing_of
-from .config import TrainConfig
+from ...errors import ConfigError
+from ..runtime.assemble import compute_of, preprocessing_of
+from ..settings.config import TrainConfig
 
 FORMAT_VERSION = 1
 #: configuration fields that choose the layout: a change restarts history (with a warning)
@@ -205,7 +205,7 @@ def model_from_checkpoint(path, which: str = "best"):
     """
     import attrs
 
-    from ..models import build_model
+    from ...models import build_model
 
     p = find_checkpoint(path)
     meta = read_meta(p)
@@ -226,7 +226,7 @@ def data_paths(config: TrainConfig) -> dict:
     the data of a model (checkpoint meta and model file meta ``"data_paths"``) wherever it runs:
     ``{"root": absolute --root}`` (when given) and ``{"dataset": absolute path}`` when ``--dataset`` names a file
     that exists here (a file found under ``--root`` needs only the root)."""
-    from ..data.datasets import DATASET_FILE_SUFFIXES
+    from ...data.datasets import DATASET_FILE_SUFFIXES
 
     out = {}
     if config.root is not None:
@@ -338,7 +338,7 @@ class Checkpointer:
         directory: the checkpoint folder. every: every k epochs (``0``: only at the end; :meth:`finish`).
         executor: this rank's executor. config, plan_info: the run's (stored in ``meta``).
         rank, world: this rank and the world size (``world = 1``: no process group).
-        session: the :class:`~gnnpipe.core.session.RunSession` (its best weights are saved too).
+        session: the :class:`~gnnpipe.core.run.session.RunSession` (its best weights are saved too).
     """
 
     def __init__(self, directory: str | Path, every: int, executor, config: TrainConfig, plan_info: dict,

@@ -1,7 +1,7 @@
 """Per-epoch records as they happen: log lines off a terminal, a CSV file, TensorBoard.
 
 The progress bar (tqdm) is for terminals; in a log file or a pipe a long run needs plain lines.
-:class:`EpochLogger` is an ``after_epoch`` hook of :func:`~gnnpipe.core.trainer.epoch_loop`; only rank 0
+:class:`EpochLogger` is an ``after_epoch`` hook of :func:`~gnnpipe.core.training.trainer.epoch_loop`; only rank 0
 of a distributed run has one.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional, TextIO
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: the columns of ``--log-csv`` (per-rank lists such as ``comm_s`` are summarised by their maximum)
 CSV_FIELDS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s",

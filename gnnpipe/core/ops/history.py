@@ -161,7 +161,7 @@ class History:
     def inputs_in_place(self) -> frozenset:
         """The state of :meth:`push_source`'s redirect table: the ``(start, end)`` blocks of ``H_in`` written since
         :meth:`zero_inputs` (read in place; every other row is known zero). Two histories with the same blocks have
-        the same table (a pure function of the blocks; :meth:`gnnpipe.core.graph.CompactRows.redirected_col` keys on
+        the same table (a pure function of the blocks; :meth:`gnnpipe.core.ops.graph.CompactRows.redirected_col` keys on
         it). Meaningful while the table is given."""
         return self._h_key
 
@@ -311,7 +311,7 @@ class History:
         return False
 
     def state_tensors(self) -> dict[str, Tensor]:
-        """The buffers a checkpoint saves (:mod:`gnnpipe.core.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
+        """The buffers a checkpoint saves (:mod:`gnnpipe.core.run.checkpoint`): ``{"H_in", "G_out"}``, or ``{}``
         before the first use."""
         if self.H_in is None:
             return {}
@@ -349,7 +349,7 @@ class ChunkPushPull:
 
     Args:
         hist: the op's :class:`History`. a_c, at_c: rows ``R_c`` of ``Â`` and ``Âᵀ`` (CSR or
-        :class:`~gnnpipe.core.graph.CompactRows`). start, end: ``R_c = [start, end)``.
+        :class:`~gnnpipe.core.ops.graph.CompactRows`). start, end: ``R_c = [start, end)``.
         write: write history (``False`` when a chunk is recomputed in its backward).
     """
 
@@ -393,7 +393,7 @@ class ChunkPushPull:
 
 
 class PushHistory(History):
-    """The buffers of a halo-gradient (push) op (:class:`gnnpipe.core.aggregation.PushHistoryOp`).
+    """The buffers of a halo-gradient (push) op (:class:`gnnpipe.core.ops.aggregation.PushHistoryOp`).
 
     * ``H_in`` (``[N, d]``): the op's input rows, as :class:`History`;
     * ``G_in`` (``[N, d]``): gradients *pushed* into rows by the other chunks' backward: ``G_in[v]`` is
