@@ -144,7 +144,7 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
     (its allocator's state), which would put every later job's single-process prediction high."""
     import attrs
 
-    from gnnpipe.costmodel.profile import Link, Profile
+    from gnnpipe.costmodel import Link, Profile
 
     spec = {"flags": flags, "link": {k: attrs.asdict(v) if isinstance(v, Link) else v for k, v in link.items()},
             "ranks": ranks}
@@ -160,7 +160,7 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
 def _profile_child(spec_json: str, out: str) -> None:
     from gnnpipe import api
     from gnnpipe.costmodel import profile
-    from gnnpipe.costmodel.profile import Link
+    from gnnpipe.costmodel import Link
 
     spec = json.loads(spec_json)
     link = {k: Link(**v) if isinstance(v, dict) else v for k, v in spec["link"].items()}

@@ -62,7 +62,7 @@ def _reset_peak() -> int:
 
 
 def _tiny(data):
-    from gnnpipe.costmodel.profile import _subgraph
+    from gnnpipe.costmodel.profile.units import _subgraph
 
     return _subgraph(data, min(N_TINY, int(data.num_nodes)))
 

@@ -33,14 +33,26 @@ LAYERS = {
 }
 
 
-#: inside ``core`` (the runtime every kind of work shares), its subpackages in the same way: what a run is told and
-#: the ops at the bottom, the executors on them, the run's lifecycle around the epoch loop, the composition on top.
-CORE_LAYERS = {
-    "settings": 0, "ops": 0,
-    "runtime": 1,
-    "run": 2,
-    "training": 3,
+#: inside a package, its parts (the next name below it: a subpackage or a module) in the same way. ``core`` (the
+#: runtime every kind of work shares): what a run is told and the ops at the bottom, the executors on them, the run's
+#: lifecycle around the epoch loop, the composition on top. The cost model's profiler: the record and the contention
+#: probe at the bottom, unit timing, then what is built on it, the link probe (it runs a pipeline), the whole profile.
+INNER_LAYERS = {
+    "gnnpipe.core": {
+        "settings": 0, "ops": 0,
+        "runtime": 1,
+        "run": 2,
+        "training": 3,
+    },
+    "gnnpipe.costmodel.profile": {
+        "record": 0, "contention": 0,
+        "units": 1,
+        "memory": 2, "overhead": 2,
+        "link": 3,
+        "measure": 4,
+    },
 }
+CORE_LAYERS = INNER_LAYERS["gnnpipe.core"]
 
 
 def _modules() -> dict[str, Path]:
@@ -98,18 +110,22 @@ def _layer(module: str) -> tuple[str, int]:
     return top, LAYERS[top]
 
 
-def _core_layer(module: str) -> tuple[str, int]:
-    """``(subpackage, level)`` of a module of ``gnnpipe.core`` (the package itself: ``("", -1)``)."""
-    parts = module.split(".")
-    if parts[:2] != ["gnnpipe", "core"]:
-        raise ValueError(f"{module} is not in gnnpipe.core")
-    if len(parts) == 2:
+def _inner_layer(package: str, module: str) -> tuple[str, int]:
+    """``(part, level)`` of a module inside ``package`` (the package itself, its facade: ``("", -1)``)."""
+    if module != package and not module.startswith(package + "."):
+        raise ValueError(f"{module} is not in {package}")
+    if module == package:
         return "", -1
-    sub = parts[2]
-    if sub not in CORE_LAYERS:
-        raise AssertionError(f"{module}: gnnpipe.core.{sub} is not a subpackage with a layer; put the module in one "
-                             f"of {', '.join(CORE_LAYERS)} or add it to CORE_LAYERS in {__file__}")
-    return sub, CORE_LAYERS[sub]
+    part = module[len(package) + 1:].split(".")[0]
+    layers = INNER_LAYERS[package]
+    if part not in layers:
+        raise AssertionError(f"{module}: {package}.{part} has no layer; put the module in one of "
+                             f"{', '.join(layers)} or add it to INNER_LAYERS in {__file__}")
+    return part, layers[part]
+
+
+def _core_layer(module: str) -> tuple[str, int]:
+    return _inner_layer("gnnpipe.core", module)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -179,30 +195,37 @@ def test_no_import_against_the_layering():
     assert bad == [], "imports against the layering:\n" + "\n".join(sorted(bad))
 
 
-def test_core_subpackages_import_only_downward():
-    """Inside ``core``: a module imports its own subpackage or a strictly lower one (``runtime`` never imports
-    ``run``), and ``core`` holds only subpackages."""
+@pytest.mark.parametrize("package", sorted(INNER_LAYERS))
+def test_inside_a_layered_package_imports_point_down(package):
+    """Inside ``core`` (and the profiler): a module imports its own part or a strictly lower one (``runtime`` never
+    imports ``run``); every module of the package sits in a part with a layer (``core`` holds only subpackages)."""
     g = _graph()
+    inside = [m for m in g if m == package or m.startswith(package + ".")]
+    assert len(inside) > len(INNER_LAYERS[package]), f"{package}: its modules are not found"
     bad = []
-    for module, targets in g.items():
-        if not module.startswith("gnnpipe.core"):
-            continue
-        sub, level = _core_layer(module)  # a module directly in core (not in a subpackage) fails here
-        for t in targets:
-            if not t.startswith("gnnpipe.core"):
+    for module in inside:
+        part, level = _inner_layer(package, module)  # a module in no part with a layer fails here
+        if module == package:
+            continue  # the package's facade re-exports its parts
+        for t in g[module]:
+            if t != package and not t.startswith(package + "."):
                 continue
-            tsub, tlevel = _core_layer(t)
-            if tsub != sub and tlevel >= level:
-                bad.append(f"{module} (core.{sub}, level {level}) imports {t} (core.{tsub}, level {tlevel})")
-    assert bad == [], "imports against the core's layering:\n" + "\n".join(sorted(bad))
+            tpart, tlevel = _inner_layer(package, t)
+            if tpart != part and tlevel >= level:
+                bad.append(f"{module} ({part}, level {level}) imports {t} ({tpart or 'the package'}, level {tlevel})")
+    assert bad == [], f"imports against the layering inside {package}:\n" + "\n".join(sorted(bad))
 
 
 def test_an_upward_import_inside_core_would_be_caught():
     assert _core_layer("gnnpipe.core.training.runner")[1] > _core_layer("gnnpipe.core.run.launch")[1] \
         > _core_layer("gnnpipe.core.runtime.stage")[1] > _core_layer("gnnpipe.core.ops.graph")[1]
     assert _core_layer("gnnpipe.core.ops.comm")[1] == _core_layer("gnnpipe.core.settings.config")[1]
-    with pytest.raises(AssertionError, match="not a subpackage with a layer"):
+    with pytest.raises(AssertionError, match="has no layer"):
         _core_layer("gnnpipe.core.newsub.mod")
+    with pytest.raises(AssertionError, match="has no layer"):
+        _core_layer("gnnpipe.core.loose_module")
+    assert _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.measure")[1] \
+        > _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.record")[1]
 
 
 def test_a_circle_and_an_upward_import_would_be_caught():
