@@ -12,9 +12,9 @@ op (ms, median of 5 rounds, 1 thread), on the graph relabelled by the pipeline's
   through all ``--buffers`` buffers;
 * ``chunk-major, compact``: the same as a gather (``index_select`` of the referenced rows) and a product
   with compacted columns — what the pipeline used before the fused product (issue #18);
-* ``chunk-major, fused``: :class:`gnnpipe.core.graph.CompactRows` ``.mm``, one fused gather-and-multiply
-  (:func:`gnnpipe.core.graph.csr_mm`: ``embedding_bag`` on CPU) — what the pipeline uses;
-* ``whole, fused``: the whole-graph product through :func:`gnnpipe.core.graph.spmm` (the same fused kernel;
+* ``chunk-major, fused``: :class:`gnnpipe.core.ops.graph.CompactRows` ``.mm``, one fused gather-and-multiply
+  (:func:`gnnpipe.core.ops.graph.csr_mm`: ``embedding_bag`` on CPU) — what the pipeline uses;
+* ``whole, fused``: the whole-graph product through :func:`gnnpipe.core.ops.graph.spmm` (the same fused kernel;
   what the single-process trainer uses).
 
 Both on the chunk plan's two within-chunk vertex orders (``ChunkPlan.build(order=…)``): ``original``
@@ -47,9 +47,9 @@ def main():
     import torch
 
     from gnnpipe.api import load_data
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.graph import CompactRows, build_adjacency, csr_row_slice, spmm
-    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.ops.graph import CompactRows, build_adjacency, csr_row_slice, spmm
+    from gnnpipe.core.training.trainer import resolve_config
     from gnnpipe.partitioners import ChunkPlan, partition_metrics
 
     torch.set_num_threads(1)

@@ -34,8 +34,8 @@ def main() -> None:
     import torch
 
     from gnnpipe import api
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import make_model, resolve_config
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import make_model, resolve_config
     from gnnpipe.costmodel.profile import measure_contention
     from gnnpipe.partitioners import ChunkPlan
 

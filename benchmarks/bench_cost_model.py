@@ -89,7 +89,7 @@ def cpu_share(seconds: float = 0.3) -> float:
 def single_floor() -> int:
     """Peak resident bytes of a fresh interpreter that imported gnnpipe's CLI (no data)."""
     code = ("import torch, torch_geometric.data, gnnpipe.api, gnnpipe.cli.main\n"
-            "from gnnpipe.core.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
+            "from gnnpipe.core.runtime.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
 
 
@@ -131,7 +131,7 @@ def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None
 
 def _config(flags: list[str]):
     from gnnpipe.cli.train import add_train_arguments, config_from_args
-    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.core.training.trainer import resolve_config
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
@@ -144,7 +144,7 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
     (its allocator's state), which would put every later job's single-process prediction high."""
     import attrs
 
-    from gnnpipe.costmodel.profile import Link, Profile
+    from gnnpipe.costmodel import Link, Profile
 
     spec = {"flags": flags, "link": {k: attrs.asdict(v) if isinstance(v, Link) else v for k, v in link.items()},
             "ranks": ranks}
@@ -160,7 +160,7 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
 def _profile_child(spec_json: str, out: str) -> None:
     from gnnpipe import api
     from gnnpipe.costmodel import profile
-    from gnnpipe.costmodel.profile import Link
+    from gnnpipe.costmodel import Link
 
     spec = json.loads(spec_json)
     link = {k: Link(**v) if isinstance(v, dict) else v for k, v in spec["link"].items()}

@@ -43,8 +43,8 @@ class PyGGAT(nn.Module):
 
 
 def make_steps(data, layers):
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import SingleProcessTrainer
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import SingleProcessTrainer
 
     cfg = TrainConfig(model="gat", layers=layers, hidden=HIDDEN, dropout=DROPOUT, activation="elu", bias=True,
                       lr=0.005, epochs=1)

@@ -54,8 +54,8 @@ class PyGGCNII(nn.Module):
 
 
 def make_steps(data, device: str = "cpu"):
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import SingleProcessTrainer
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import SingleProcessTrainer
 
     ours = SingleProcessTrainer(data, TrainConfig(model="gcnii", layers=L, hidden=H, dropout=DROPOUT, epochs=1,
                                                   device=device), prepared=True)

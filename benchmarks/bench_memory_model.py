@@ -45,14 +45,14 @@ def _peak() -> int:
     """``VmHWM`` (the peak resident size; right after :func:`_reset_peak`, the resident size)."""
     import torch
 
-    from gnnpipe.core.metrics import peak_memory_bytes
+    from gnnpipe.core.runtime.metrics import peak_memory_bytes
 
     return peak_memory_bytes(torch.device("cpu"))
 
 
 def _reset_peak() -> int:
     """Free heap memory back to the system, forget the peak so far; the resident size now."""
-    from gnnpipe.core.metrics import return_free_memory
+    from gnnpipe.core.runtime.metrics import return_free_memory
 
     gc.collect()
     return_free_memory()
@@ -62,7 +62,7 @@ def _reset_peak() -> int:
 
 
 def _tiny(data):
-    from gnnpipe.costmodel.profile import _subgraph
+    from gnnpipe.costmodel.profile.units import _subgraph
 
     return _subgraph(data, min(N_TINY, int(data.num_nodes)))
 
@@ -72,7 +72,7 @@ def _single_child(flags_json: str) -> None:
     import torch
 
     from gnnpipe import api
-    from gnnpipe.core.trainer import SingleProcessTrainer
+    from gnnpipe.core.training.trainer import SingleProcessTrainer
 
     torch.set_num_threads(1)
     cfg = cm._config(json.loads(flags_json))
@@ -91,7 +91,7 @@ def _ranks(rank, world, cfg, tiny_plan, plan):
     """In each rank: the layout on the tiny graph (the floor), then on the job's graph, measured."""
     import torch.distributed as dist
 
-    from gnnpipe.core.runner import worker
+    from gnnpipe.core.training.runner import worker
 
     worker(rank, world, cfg, tiny_plan, False, {"no_eval": False})
     dist.barrier()
@@ -117,9 +117,9 @@ def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]
 
 def measure_distributed(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
     from gnnpipe import api
-    from gnnpipe.core import launch
-    from gnnpipe.core.runner import build_plan, file_backed
-    from gnnpipe.core.trainer import make_model
+    from gnnpipe.core.run import launch
+    from gnnpipe.core.training.runner import build_plan, file_backed
+    from gnnpipe.core.training.trainer import make_model
     from gnnpipe.costmodel.predict import predict_memory
     from gnnpipe.costmodel.profile import memory_profile
 

@@ -47,13 +47,13 @@ def main():
     import torch
 
     from gnnpipe import api, schedulers
-    from gnnpipe.core.config import TrainConfig
+    from gnnpipe.core.settings.config import TrainConfig
 
     base = TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
                        epochs=a.epochs, eval_every=a.epochs, patience=0, threads=1)
     import attrs
-    from gnnpipe.core.runner import build_plan
-    from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+    from gnnpipe.core.training.runner import build_plan
+    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 
     torch.set_num_threads(1)
     pipe_cfg = resolve_config(attrs.evolve(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler,
@@ -164,8 +164,8 @@ def _single_copy(a) -> None:
     import torch
 
     from gnnpipe import api
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 
     torch.set_num_threads(1)
     cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,

@@ -51,7 +51,7 @@ PAPER = {
 
 def _config(flags):
     from gnnpipe.cli.train import add_train_arguments, config_from_args
-    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.core.training.trainer import resolve_config
 
     p = argparse.ArgumentParser()
     add_train_arguments(p)

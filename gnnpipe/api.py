@@ -14,26 +14,10 @@ from typing import Any, Optional
 
 import attrs
 
-from .core.config import TrainConfig, check_names, ignored_options
-from .core.results import TrainResult
-from .core.trainer import SingleProcessTrainer, prepare_data, resolve_config
-
-
-def load_data(config: TrainConfig):
-    """Load and prepare (validate + preprocess, optionally row-normalise features) the configured dataset
-    (DESIGN §4 steps 1–2; :func:`~gnnpipe.core.trainer.prepare_data`).
-
-    Raises:
-        ConfigError: unknown dataset, missing files. DataValidationError: a malformed graph (checked on the
-            values as stored, before any conversion).
-    """
-    from .data import load_dataset
-
-    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed, dtype=config.torch_dtype,
-                       **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
-                           "num_classes": config.num_classes, "num_features": config.num_features}
-                          if config.dataset in (None, "synthetic") else {}))
-    return prepare_data(raw, config)
+from . import tasks
+from .core.settings.config import TrainConfig
+from .core.run.results import TrainResult
+from .tasks.nodes import describe_run, load_data  # noqa: F401  (the node-classification task's; public here)
 
 
 def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
@@ -75,10 +59,9 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
         a ``profile_out`` that cannot be written (checked before profiling); no feasible layout.
     """
     config = _as_config(config, overrides)
-    check_names(config)
-    config = resolve_config(config)
-    given = data is not None
-    data = load_data(config) if data is None else prepare_data(data, config)
+    task = tasks.for_config(config)
+    config = task.resolve(config)
+    data = task.load(config, data)
     return _plan_prepared(config, data, ranks, hardware, chunks_per_stage, over_partitions, schedulers,
                           profile_in, profile_out, progress, contention)
 
@@ -142,46 +125,22 @@ _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir
                   "memory_check"}
 
 
-def describe_run(config: TrainConfig, data, given: bool = False) -> str:
-    """The line a run starts with: what is trained (dataset and its size, model, layout); ``given``: the graph
-    was passed as ``data`` (not loaded from ``config.dataset`` or generated)."""
-    name = "the given graph" if given else (config.dataset or "synthetic")
-    n, e = int(data.num_nodes), int(data.edge_index.size(1))
-    from .core.runner import num_classes_of
-
-    s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
-         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epoch{'s' if config.epochs != 1 else ''}; ")
-    W, S = config.ways, config.stages
-    if W == 1 and S == 1:
-        s += "single process"
-    elif S == 1:
-        s += f"graph parallel over {W} ways"
-    else:
-        from .core.runner import default_chunks
-
-        s += (f"{'hybrid ' + str(W) + ' ways x ' if W > 1 else 'pipeline '}{S} stages, "
-              f"{default_chunks(config)} chunks, scheduler {config.scheduler}"
-              f"{' (stashed weights)' if config.stash_weights else ''}, "
-              f"correctors {','.join(map(str, config.correctors)) or 'none'}")
-    return s
-
-
 def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,
           layout: Optional[str] = None, ranks: Optional[int] = None, hardware: Any = None,
           plan_options: Optional[dict] = None,
           **overrides: Any) -> Optional[TrainResult]:
-    """Train as configured and return a :class:`~gnnpipe.core.results.TrainResult`.
+    """Train as configured and return a :class:`~gnnpipe.core.run.results.TrainResult`.
 
     ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
-    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.assemble`).
+    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.runtime.assemble`).
 
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
         progress: show a progress bar on a terminal, and (unless ``log_every`` is given) epoch lines elsewhere.
-        options: a :class:`~gnnpipe.core.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
+        options: a :class:`~gnnpipe.core.settings.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
             ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be keywords.
         layout: ``None``/``"manual"`` (use ``ways``/``stages``/``chunks`` as configured) or ``"auto"``: profile,
             predict every layout of ``ranks`` ranks (:func:`plan`), print the ranking and train the best that fits
@@ -190,8 +149,8 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         plan_options: for ``layout="auto"``, more keywords of :func:`plan` (``chunks_per_stage``,
             ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``, ``contention``).
 
-    Every mode checks the same things first: component names (:func:`~gnnpipe.core.config.check_names`;
-    also those the mode does not use), then the data (:func:`~gnnpipe.core.trainer.prepare_data`). Options
+    Every mode checks the same things first: component names (:func:`~gnnpipe.core.settings.config.check_names`;
+    also those the mode does not use), then the data (:func:`~gnnpipe.core.training.trainer.prepare_data`). Options
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
@@ -207,50 +166,68 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         KeyboardInterrupt: SIGINT/SIGTERM. Both (and failures during training) carry ``.result``: the
             :class:`TrainResult` of the completed epochs with ``status`` ``"interrupted"`` / ``"failed"``.
     """
-    from .core import launch
-    from .core.options import RunOptions
+    from .core.run import launch
 
-    opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
-    if options is None:
-        if not progress and "log_every" not in opt_kw:
-            opt_kw["log_every"] = 0
-        options = RunOptions(**opt_kw)
-    elif opt_kw:
-        options = attrs.evolve(options, **opt_kw)
+    options = _run_options(options, progress, overrides)
     config = _as_config(config, overrides)
-    check_names(config)
-    config = resolve_config(config)
-    if layout not in (None, "manual", "auto"):
-        from .errors import ConfigError
-
-        raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
+    task = tasks.for_config(config)                   # which kind of work: its data, models, loss, plan
+    config = task.resolve(config)                     # names checked (all of them), defaults filled in
+    _check_layout(layout)
     if layout != "auto":
         launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
         _check_resume(config, options)  # refuse a changed configuration before loading data or starting ranks
     given = data is not None
-    data = load_data(config) if data is None else prepare_data(data, config)
+    data = task.load(config, data)                    # read or take, validate, preprocess
     auto = None
-    if layout == "auto":
+    if layout == "auto":                              # the cost model picks ways × stages
         config, auto = _auto_layout(config, data, ranks, hardware, progress, plan_options or {})
         launch.check_torchrun_world(config.world_size, f"the layout --layout auto picked ({config.ways} × "
                                     f"{config.stages})")
         _check_resume(config, options)
     if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
-        print(describe_run(config, data, given), file=sys.stderr)
-    result = _train_prepared(config, data, progress, options)
+        print(task.describe(config, data, given), file=sys.stderr)
+    plan = task.plan(config, data)                    # one process, or the ranks and what each holds
+    task.check(config, plan, options)                 # ignored options, schedule, memory: before any rank starts
+    result = task.launch(config, plan, progress, options)  # run here or start the ranks; rank 0's result
+    return _collect(result, auto, given)
+
+
+def _run_options(options, progress: bool, overrides: dict):
+    """The run's :class:`~gnnpipe.core.settings.options.RunOptions`: ``options`` with the option keywords popped from
+    ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
+    from .core.settings.options import RunOptions
+
+    opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
+    if options is None:
+        if not progress and "log_every" not in opt_kw:
+            opt_kw["log_every"] = 0
+        return RunOptions(**opt_kw)
+    return attrs.evolve(options, **opt_kw) if opt_kw else options
+
+
+def _check_layout(layout) -> None:
+    if layout not in (None, "manual", "auto"):
+        from .errors import ConfigError
+
+        raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
+
+
+def _collect(result: Optional[TrainResult], auto: Optional[dict], given: bool) -> Optional[TrainResult]:
+    """``result`` with ``extra["layout_auto"]`` (the ranking and the choice of ``layout="auto"``); a model trained
+    on a given graph marked so (its config's dataset fields describe no graph: ``gnnpipe predict`` must be
+    given one, not guess one). ``None`` (a ``torchrun`` rank other than 0) stays ``None``."""
     if result is not None and auto is not None:
         result.extra["layout_auto"] = auto
     if result is not None and given and getattr(result, "model", None) is not None:
-        # its config's dataset fields describe no graph: `gnnpipe predict` must be given one, not guess one
         result.model.meta = dict(getattr(result.model, "meta", None) or {}, data_paths={}, data_given=True)
     return result
 
 
 def _check_resume(config: TrainConfig, options) -> None:
     """Warn when ``options.resume`` names a checkpoint of another layout
-    (:func:`~gnnpipe.core.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
-    not continue (:func:`~gnnpipe.core.checkpoint.check_checkpoint_dir`)."""
-    from .core.checkpoint import check_checkpoint_dir, check_resume, read_meta
+    (:func:`~gnnpipe.core.run.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
+    not continue (:func:`~gnnpipe.core.run.checkpoint.check_checkpoint_dir`)."""
+    from .core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
 
     meta = read_meta(options.resume) if options.resume else None
     check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
@@ -280,105 +257,6 @@ def _auto_layout(config, data, ranks, hardware, progress, options):
           f"{', ' + s.scheduler if s.stages > 1 else ''} (predicted {1000 * best.epoch_s:,.1f} ms/epoch)",
           file=sys.stderr)
     return layout_config(config, s), {"chosen": best.to_record(), "ranking": [p.to_record() for p in preds]}
-
-
-def _train_prepared(config, data, progress, options):
-    from .core import launch
-    from .core.runner import build_plan, check_schedule, file_backed, format_plan, share_profiled_split, worker
-
-    if config.world_size == 1 and (config.chunks or 1) == 1:
-        import torch
-
-        ignored = ignored_options(config)
-        if ignored:
-            warnings.warn("ignored: " + "; ".join(ignored), stacklevel=3)
-        torch.set_num_threads(config.threads)
-        if options.memory_check:
-            from .costmodel.predict import check_single_process_memory
-
-            predicted = check_single_process_memory(config, data)  # ConfigError before any allocation
-        else:
-            predicted = None
-        result = SingleProcessTrainer(data, config, prepared=True).fit(progress=progress, options=options)
-        if predicted is not None:  # profiled (a large job): the prediction beside the measured peak
-            result.extra["predicted_mem_bytes"] = [int(predicted.peak)]
-        return result
-    plan = build_plan(config, data)
-    check_schedule(config, plan)  # an invalid (custom) schedule fails here, before any rank starts
-    _predict_memory(config, plan, options, local=not launch.under_torchrun())
-    if launch.under_torchrun():
-        rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
-        import torch.distributed as dist
-
-        share_profiled_split(config, plan)
-        if rank == 0:
-            print(format_plan(plan.info), file=sys.stderr)
-
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="gnnpipe-rank-") as folder:
-            # each rank partitioned the graph itself (deterministic); it keeps only the slices its role reads
-            own = file_backed(plan, folder)
-            del data, plan
-            out = worker(rank, world, config, own, progress, None, options)
-        dist.barrier()
-        dist.destroy_process_group()  # a live gloo group at interpreter exit aborts the process
-        return _with_model(out["result"], out["model_state"], config, own) if out else None
-    print(format_plan(plan.info), file=sys.stderr)
-    import tempfile
-
-    from .core.session import RecordCollector, partial_result
-    from .errors import DistributedError
-
-    records = RecordCollector().start()
-    with tempfile.TemporaryDirectory(prefix="gnnpipe-run-") as folder:
-        # the graph is written once; every rank memory-maps it and reads only the slices its role needs
-        shipped = file_backed(plan, folder)
-        del data, plan
-        try:
-            outs = launch.spawn(worker, config.world_size, (config, shipped, progress, None, options, records.send_end),
-                                backend=shipped.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
-                                graceful=True)
-        except (KeyboardInterrupt, DistributedError) as exc:
-            failed = isinstance(exc, DistributedError)
-            exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
-                                        str(exc) if failed else None)
-            raise
-    records.stop()
-    return _with_model(outs[0]["result"], outs[0]["model_state"], config, shipped)
-
-
-def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
-    """Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
-    (``predicted_mem_bytes``: printed with the plan, stored in the result's ``plan`` and beside
-    ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory) and
-    ``options.memory_check``, refuse the run when they cannot fit together
-    (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`). A model the memory model cannot profile gets a
-    warning, not a failed run."""
-    from .core.trainer import make_model
-    from .costmodel.predict import check_ranks_memory, predict_memory
-    from .costmodel.profile import memory_profile
-
-    try:
-        prof = memory_profile(config, plan.data)
-        model = make_model(config, plan.num_features, plan.num_classes)
-        plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
-    except Exception as exc:
-        warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
-        return
-    if local and options.memory_check and config.device_type == "cpu":
-        check_ranks_memory(plan.info["predicted_mem_bytes"])
-
-
-def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:
-    from .core.assemble import assemble_model
-    from .core.trainer import make_model
-
-    from .core.checkpoint import run_meta
-
-    result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
-    result.model.meta = run_meta(config, len(result.epochs))  # saved with it: `gnnpipe predict` finds the data
-    return result
 
 
 def predict(model, data, *, preprocess: bool = True):

@@ -1,8 +1,9 @@
 """The package's import graph: no import circles between modules, no import against the layering.
 
 Read from the source with ``ast`` (nothing is imported): every ``import`` / ``from … import`` in a module,
-function-level ones included, except those under ``if TYPE_CHECKING:`` (never run). ``from pkg import name``
-counts as an import of ``pkg.name`` when that is a module, else of ``pkg``.
+function-level ones included. ``from pkg import name`` counts as an import of ``pkg.name`` when that is a
+module, else of ``pkg``. Imports under ``if TYPE_CHECKING:`` (never run) count for the circles (two modules
+that name each other's types are still knotted together) but not for the layering.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "gnnpipe"
 
 #: the layering (STYLE "Habits", DESIGN §3): a module may import its own package or a strictly lower layer.
-#: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < api < cli; shared utilities
+#: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < tasks < api < cli; shared utilities
 #: (errors, registry, the package root) at the bottom, ``__main__`` on top.
 LAYERS = {
     "gnnpipe.errors": 0,
@@ -24,11 +25,34 @@ LAYERS = {
     "models": 3, "partitioners": 3,
     "correctors": 4,
     "core": 5,
-    "experiments": 6, "costmodel": 6, "tasks": 6,
-    "api": 7,
-    "cli": 8,
-    "__main__": 9,
+    "experiments": 6, "costmodel": 6,
+    "tasks": 7,
+    "api": 8,
+    "cli": 9,
+    "__main__": 10,
 }
+
+
+#: inside a package, its parts (the next name below it: a subpackage or a module) in the same way. ``core`` (the
+#: runtime every kind of work shares): what a run is told and the ops at the bottom, the executors on them, the run's
+#: lifecycle around the epoch loop, the composition on top. The cost model's profiler: the record and the contention
+#: probe at the bottom, unit timing, then what is built on it, the link probe (it runs a pipeline), the whole profile.
+INNER_LAYERS = {
+    "gnnpipe.core": {
+        "settings": 0, "ops": 0,
+        "runtime": 1,
+        "run": 2,
+        "training": 3,
+    },
+    "gnnpipe.costmodel.profile": {
+        "record": 0, "contention": 0,
+        "units": 1,
+        "memory": 2, "overhead": 2,
+        "link": 3,
+        "measure": 4,
+    },
+}
+CORE_LAYERS = INNER_LAYERS["gnnpipe.core"]
 
 
 def _modules() -> dict[str, Path]:
@@ -41,11 +65,12 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(name: str, path: Path, modules: dict[str, Path], typing: bool = False) -> set[str]:
+    """The package modules ``name`` imports; ``typing``: also those under ``if TYPE_CHECKING:``."""
     tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
@@ -71,9 +96,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(typing: bool = False) -> dict[str, set[str]]:
     modules = _modules()
-    return {m: _imports(m, p, modules) for m, p in modules.items()}
+    return {m: _imports(m, p, modules, typing) for m, p in modules.items()}
 
 
 def _layer(module: str) -> tuple[str, int]:
@@ -83,6 +108,24 @@ def _layer(module: str) -> tuple[str, int]:
     if top not in LAYERS:
         raise AssertionError(f"{module}: its package {top!r} has no layer; add it to LAYERS in {__file__}")
     return top, LAYERS[top]
+
+
+def _inner_layer(package: str, module: str) -> tuple[str, int]:
+    """``(part, level)`` of a module inside ``package`` (the package itself, its facade: ``("", -1)``)."""
+    if module != package and not module.startswith(package + "."):
+        raise ValueError(f"{module} is not in {package}")
+    if module == package:
+        return "", -1
+    part = module[len(package) + 1:].split(".")[0]
+    layers = INNER_LAYERS[package]
+    if part not in layers:
+        raise AssertionError(f"{module}: {package}.{part} has no layer; put the module in one of "
+                             f"{', '.join(layers)} or add it to INNER_LAYERS in {__file__}")
+    return part, layers[part]
+
+
+def _core_layer(module: str) -> tuple[str, int]:
+    return _inner_layer("gnnpipe.core", module)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -120,14 +163,24 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_reader_sees_known_edges():
     """The reader is not vacuous: it finds imports we know exist, relative and absolute, in functions too."""
     g = _graph()
-    assert "gnnpipe.core.history" in g["gnnpipe.core.aggregation"]
+    assert "gnnpipe.core.ops.history" in g["gnnpipe.core.ops.aggregation"]
     assert "gnnpipe.schedulers.ir" in g["gnnpipe.schedulers.validate"]
-    assert "gnnpipe.core.runner" in g["gnnpipe.api"]  # imported inside train()
+    assert "gnnpipe.core.training.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
+    assert "gnnpipe.tasks" in g["gnnpipe.api"]
     assert len(g) > 60
 
 
+def test_type_checking_imports_count_for_circles_only(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` is an edge of the circle graph, not of the layering graph."""
+    modules = _modules()
+    src = tmp_path / "mod.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gnnpipe.schedulers.ir import Schedule\n")
+    assert _imports("gnnpipe.schedulers.mod", src, modules) == set()
+    assert _imports("gnnpipe.schedulers.mod", src, modules, typing=True) == {"gnnpipe.schedulers.ir"}
+
+
 def test_no_import_circles():
-    cycles = _cycles(_graph())
+    cycles = _cycles(_graph(typing=True))
     assert cycles == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
@@ -142,11 +195,46 @@ def test_no_import_against_the_layering():
     assert bad == [], "imports against the layering:\n" + "\n".join(sorted(bad))
 
 
+@pytest.mark.parametrize("package", sorted(INNER_LAYERS))
+def test_inside_a_layered_package_imports_point_down(package):
+    """Inside ``core`` (and the profiler): a module imports its own part or a strictly lower one (``runtime`` never
+    imports ``run``); every module of the package sits in a part with a layer (``core`` holds only subpackages)."""
+    g = _graph()
+    inside = [m for m in g if m == package or m.startswith(package + ".")]
+    assert len(inside) > len(INNER_LAYERS[package]), f"{package}: its modules are not found"
+    bad = []
+    for module in inside:
+        part, level = _inner_layer(package, module)  # a module in no part with a layer fails here
+        if module == package:
+            continue  # the package's facade re-exports its parts
+        for t in g[module]:
+            if t != package and not t.startswith(package + "."):
+                continue
+            tpart, tlevel = _inner_layer(package, t)
+            if tpart != part and tlevel >= level:
+                bad.append(f"{module} ({part}, level {level}) imports {t} ({tpart or 'the package'}, level {tlevel})")
+    assert bad == [], f"imports against the layering inside {package}:\n" + "\n".join(sorted(bad))
+
+
+def test_an_upward_import_inside_core_would_be_caught():
+    assert _core_layer("gnnpipe.core.training.runner")[1] > _core_layer("gnnpipe.core.run.launch")[1] \
+        > _core_layer("gnnpipe.core.runtime.stage")[1] > _core_layer("gnnpipe.core.ops.graph")[1]
+    assert _core_layer("gnnpipe.core.ops.comm")[1] == _core_layer("gnnpipe.core.settings.config")[1]
+    with pytest.raises(AssertionError, match="has no layer"):
+        _core_layer("gnnpipe.core.newsub.mod")
+    with pytest.raises(AssertionError, match="has no layer"):
+        _core_layer("gnnpipe.core.loose_module")
+    assert _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.measure")[1] \
+        > _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.record")[1]
+
+
 def test_a_circle_and_an_upward_import_would_be_caught():
     """The checks themselves: a two-module circle is found, and the layer map ranks cli above core."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
+    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.runtime.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
     # the cost model profiles with core and is used by api/cli; core never imports it
-    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.runner")[1]
+    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.training.runner")[1]
+    # a kind of work plans with the cost model and runs on core; api drives it
+    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.tasks.nodes")[1] > _layer("gnnpipe.costmodel.predict")[1]
     with pytest.raises(AssertionError, match="no layer"):
         _layer("gnnpipe.newpkg.mod")

@@ -79,7 +79,7 @@ def layouts(ranks: int, hybrid: tuple[int, int] | None, modes) -> dict[str, tupl
 
 
 def summarize(mode: str, layout: tuple[int, int], result) -> dict:
-    """One table row of a :class:`~gnnpipe.core.results.TrainResult`."""
+    """One table row of a :class:`~gnnpipe.core.run.results.TrainResult`."""
     ep = result.epochs
     row = {"mode": mode, "layout": f"{layout[0]}x{layout[1]}", "ranks": layout[0] * layout[1],
            "epochs": len(ep), "epoch_time_s": result.mean_epoch_time_s}
@@ -192,7 +192,7 @@ def compare(config, ranks: int, hybrid: tuple[int, int] | None = None, modes=MOD
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.results import json_safe
+    from ..core.run.results import json_safe
 
     config = config_from_args(args)
     warn_layout_flags(config, "gnnpipe compare runs GP, GNNPipe and the hybrid of --ranks ranks; --hybrid WxS sets "

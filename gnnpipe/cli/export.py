@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.checkpoint import model_from_checkpoint
+    from ..core.run.checkpoint import model_from_checkpoint
     from ..models import save
 
     model = model_from_checkpoint(args.checkpoint, args.keep)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except GnnpipeError as exc:
         print(f"gnnpipe: error: {exc}", file=sys.stderr)
         if os.environ.get("TORCHELASTIC_ERROR_FILE"):  # under torchrun: its failure summary shows this message
-            from ..core.launch import record_torchrun_error
+            from ..core.run.launch import record_torchrun_error
 
             record_torchrun_error(f"gnnpipe: error: {exc}")
         return 2

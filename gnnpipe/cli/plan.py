@@ -47,8 +47,8 @@ def plan_from_args(config, args, progress: bool = True):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.results import json_safe
-    from ..core.trainer import resolve_config
+    from ..core.run.results import json_safe
+    from ..core.training.trainer import resolve_config
     from ..costmodel.predict import format_ranking
 
     config = resolve_config(config_from_args(args))

@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 def load_model(src: str, keep: str = "best"):
     """A model from a checkpoint folder or a model file (with ``meta["config"]`` when known)."""
-    from ..core.checkpoint import model_from_checkpoint
+    from ..core.run.checkpoint import model_from_checkpoint
     from ..models import load
 
     return model_from_checkpoint(src, keep) if Path(src).expanduser().is_dir() else load(src)
@@ -54,7 +54,7 @@ def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = 
                        dataset_given: bool = False) -> dict:
     """``cfg`` (the training run's data fields) with its ``root`` and a ``dataset`` file path replaced by places
     that exist here: the absolute path the run recorded (``meta["data_paths"]``,
-    :func:`gnnpipe.core.checkpoint.data_paths`), else a relative path resolved against ``base`` (the folder
+    :func:`gnnpipe.core.run.checkpoint.data_paths`), else a relative path resolved against ``base`` (the folder
     holding the model file or the checkpoint folder), then against the current directory. Values the user gave
     (``root_given``, ``dataset_given``: ``--root``, ``--dataset``) are left as given (relative to the current
     directory).
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..api import load_data
-    from ..core.config import TrainConfig
+    from ..core.settings.config import TrainConfig
 
     src = Path(args.model).expanduser()
     model = load_model(args.model, args.keep or "best")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..core.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
+from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
 
 
 def check_writable(path: str) -> None:
@@ -93,7 +93,7 @@ def register(sub) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of :class:`~gnnpipe.core.options.RunOptions` (logging, kept weights, checkpoints)."""
+    """Flags of :class:`~gnnpipe.core.settings.options.RunOptions` (logging, kept weights, checkpoints)."""
     g = p.add_argument_group("saving and logging")
     g.add_argument("--keep", choices=["best", "last"], default="best",
                    help="weights of the trained model: of the best-validation epoch, or of the last epoch")
@@ -115,7 +115,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from ..core.options import RunOptions
+    from ..core.settings.options import RunOptions
 
     return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     import threading
 
     from ..api import train
-    from ..core.launch import _interrupt
+    from ..core.run.launch import _interrupt
 
     config = config_from_args(args)
     options = options_from_args(args)

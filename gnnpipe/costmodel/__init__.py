@@ -5,7 +5,8 @@ profile and to simulate); below ``api`` and ``cli``. ``core`` never imports it.
 
 * :mod:`.hardware` — the TOML machine description (``--hardware FILE``) and the shipped examples;
 * :mod:`.profile`  — per-unit chunk-cost fits against rows and halo rows, saved-activation bytes per row,
-  the optimizer step, and the link (point-to-point and all-reduce ping-pong over the actual backend);
+  the optimizer step, and the link (point-to-point and all-reduce ping-pong over the actual backend); one module
+  per measurement (``record``, ``units``, ``overhead``, ``contention``, ``link``, ``memory``, ``measure``);
 * :mod:`.memory`   — per-rank memory by kind (issue #12 item 2), fed by :mod:`.footprint` (each rank role's bytes
   per row, measured by running its real stage on a sample of the graph under a live-byte counter);
 * :mod:`.predict`  — bytes per epoch (DESIGN §6, exact), epoch time (discrete-event simulation of the actual

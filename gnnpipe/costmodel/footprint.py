@@ -5,7 +5,7 @@ history, what its chunks in flight keep for their backward, and the largest shor
 two depend on the model's units, on the executor's code path and on the dtype in ways no formula written by hand
 follows for long (a fused chunk step saves other tensors than the plain one; a stage keeps copies of its
 received inputs; a backward pass holds gradients of the shared tensor across units …). So they are *measured*:
-:func:`role_footprint` builds the rank's real :class:`~gnnpipe.core.stage.Stage` (pipeline, hybrid member or
+:func:`role_footprint` builds the rank's real :class:`~gnnpipe.core.runtime.stage.Stage` (pipeline, hybrid member or
 graph-parallel way, over the real aggregation ops) or the single process's full-graph path on the subgraph
 induced by the first ``sample_nodes`` vertices, runs one chunk forward and backward and one exact inference
 under :class:`LiveBytes`, and reports bytes per row:
@@ -140,20 +140,20 @@ def _flush(config) -> bool:
 
 
 def _stage_of(config, role: str, sub, bounds, stage: int, num_features: int, num_classes: int):
-    """The role's :class:`~gnnpipe.core.stage.Stage` on the sample (one chunk: all of its rows)."""
-    from ..core.aggregation import HaloExchange, HaloOp, PeerExchange, PeerHistoryOp, PeerPushOp, op_numbers
-    from ..core.comm import Comm
-    from ..core.history import PushHistory
-    from ..core.pipeline import history_ops
-    from ..core.stage import Stage
-    from ..core.trainer import make_model
+    """The role's :class:`~gnnpipe.core.runtime.stage.Stage` on the sample (one chunk: all of its rows)."""
+    from ..core.ops.aggregation import HaloExchange, HaloOp, PeerExchange, PeerHistoryOp, PeerPushOp, op_numbers
+    from ..core.ops.comm import Comm
+    from ..core.ops.history import PushHistory
+    from ..core.runtime.pipeline import history_ops
+    from ..core.runtime.stage import Stage
+    from ..core.training.trainer import make_model
 
     n = int(sub.num_nodes)
     dtype, cpu = config.torch_dtype, torch.device("cpu")
     rows = lambda c: (0, n)  # noqa: E731
     if role == "gp":
         model = make_model(config, num_features, num_classes)
-        from ..core.graph import GraphOps
+        from ..core.ops.graph import GraphOps
 
         gops = GraphOps(sub.edge_index, n, dtype, cpu)
         halo = HaloExchange(gops, 0, 1, 0, n, {}, [0], Comm())
@@ -203,9 +203,9 @@ def role_footprint(config, data, role: str, bounds=None, stage: int = 0, *, num_
     Returns:
         bytes per row; the fallback (:func:`fallback_footprint`) when live bytes cannot be read here.
     """
-    from ..core.metrics import masked_loss
-    from ..core.runner import num_classes_of
-    from ..core.trainer import make_model
+    from ..core.runtime.metrics import masked_loss
+    from ..core.training.runner import num_classes_of
+    from ..core.training.trainer import make_model
 
     if live_bytes() is None:
         return fallback_footprint(config, data, role, bounds, stage, num_classes=num_classes, sample_nodes=sample_nodes)
@@ -254,7 +254,7 @@ def role_footprint(config, data, role: str, bounds=None, stage: int = 0, *, num_
 
 
 def _single_footprint(config, sub, F, Cls, make_model, masked_loss) -> RoleFootprint:
-    from ..core.graph import GraphOps
+    from ..core.ops.graph import GraphOps
 
     n = int(sub.num_nodes)
     model = make_model(config, F, Cls)
@@ -288,10 +288,10 @@ def _single_footprint(config, sub, F, Cls, make_model, masked_loss) -> RoleFootp
 
 def adjacency_build_per_nnz(config, data, kind: str, *, sample_nodes: int = 4096) -> float:
     """Peak live bytes per non-zero of ``Â`` while the single process builds ``Â`` and ``Âᵀ`` of ``kind``
-    (:meth:`GraphOps.adj <gnnpipe.core.graph.GraphOps.adj>`: the normalised coordinates, COO, coalescing,
+    (:meth:`GraphOps.adj <gnnpipe.core.ops.graph.GraphOps.adj>`: the normalised coordinates, COO, coalescing,
     conversion to CSR, the transpose; the result included), measured on the sample (``64 + 2·b`` without
     live-byte counts)."""
-    from ..core.graph import GraphOps
+    from ..core.ops.graph import GraphOps
 
     b = torch.finfo(config.torch_dtype).bits // 8
     sub = sample_graph(data, sample_nodes, config.torch_dtype)
@@ -309,8 +309,8 @@ def fallback_footprint(config, data, role: str, bounds=None, stage: int = 0, *, 
                        sample_nodes: int = 4096) -> RoleFootprint:
     """Without live-byte counts: autograd's saved tensors per row (:func:`gnnpipe.costmodel.profile.saved_bytes`),
     copies of the received inputs, and :data:`BACKWARD_WIDTHS` / :data:`EVAL_WIDTHS` unit widths of working set."""
-    from ..core.runner import num_classes_of
-    from ..core.trainer import make_model
+    from ..core.training.runner import num_classes_of
+    from ..core.training.trainer import make_model
     from .profile import saved_bytes
 
     dtype = config.torch_dtype

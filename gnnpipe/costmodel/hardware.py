@@ -79,7 +79,7 @@ class Link:
 
     def allreduce_time(self, nbytes: float, group: int) -> float:
         """Ring all-reduce of ``nbytes`` over ``group`` ranks: ``2(G−1)`` steps of ``nbytes / G`` each
-        (Patarasuk & Yuan 2009; the byte count of :class:`gnnpipe.core.comm.Comm`)."""
+        (Patarasuk & Yuan 2009; the byte count of :class:`gnnpipe.core.ops.comm.Comm`)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
         return 2 * (group - 1) * (self.latency_s + nbytes / group / self.bandwidth_Bps)

@@ -5,13 +5,13 @@
 
 * ``graph``       — what the rank holds of the graph. The single process: the loaded graph (``x``, the edge
   list, labels, masks). A distributed rank reads the graph file the launcher wrote through a memory map
-  (:class:`~gnnpipe.core.graphfile.GraphFile`), and the pages it reads are resident: the first stage of a way the
+  (:class:`~gnnpipe.core.runtime.graphfile.GraphFile`), and the pages it reads are resident: the first stage of a way the
   ``x`` rows of the way (``rows·F·b``, a view, no copy), the last stage its labels and training mask (copies,
   ``9`` bytes a row) and what its evaluation reads of labels and masks (``11`` bytes a row: the whole graph for a
   pipeline, whose last stage computes the metrics, the way's rows otherwise). The edge list (``2E·8``) is
-  resident only while the rank builds its rows of ``Â`` (:func:`~gnnpipe.core.graphfile.release_edge_pages`);
+  resident only while the rank builds its rows of ``Â`` (:func:`~gnnpipe.core.runtime.graphfile.release_edge_pages`);
 * ``adjacency``   — the single process: ``Â`` and ``Âᵀ`` per aggregation kind as CSR (``(N+1)·8 + nnz·(8+b)``
-  each; one tensor for both when ``Â`` is symmetric, :meth:`GraphOps.adj <gnnpipe.core.graph.GraphOps.adj>`).
+  each; one tensor for both when ``Â`` is symmetric, :meth:`GraphOps.adj <gnnpipe.core.ops.graph.GraphOps.adj>`).
   A pipeline or hybrid rank: per chunk it runs the compacted rows of ``Â`` and ``Âᵀ`` with 32-bit indices
   (``(rows_c+1)·4 + nnz_c·(4+b)`` each; once when they are equal). A graph-parallel way: its rows with local
   columns and their transpose (64-bit: ``(rows+1)·8 + nnz_w·(8+b)`` and ``(rows+halo+1)·8 + nnz_w·(8+b)``),
@@ -31,7 +31,7 @@
   the part for graph parallelism and the single process). With ``--recompute`` ``held`` is the copies of the
   received inputs only;
 * ``boundary``    — stage-boundary buffers beside the chunk being computed: the receive posted one action ahead
-  (one chunk's rows) and the sends still outstanding (:data:`gnnpipe.core.comm.MAX_PENDING_SENDS` chunks), of
+  (one chunk's rows) and the sends still outstanding (:data:`gnnpipe.core.ops.comm.MAX_PENDING_SENDS` chunks), of
   the boundary widths (``d + d_shared``);
 * ``transient``   — the largest short-lived working set: a chunk's measured forward or backward peak per row
   beyond its ``held`` bytes, times the largest chunk (graph parallelism: plus its halo rows, received and
@@ -68,7 +68,7 @@ KINDS = ("graph", "adjacency", "parameters", "history", "activations", "boundary
 #: glibc's malloc keeps freed memory of the short-lived working set (its mmap threshold rises after the first
 #: large free, and later allocations come from a heap that fragments): resident peak ≈ steady + (live peak −
 #: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest) before ranks that recompute
-#: (``--recompute``) returned the heap's free memory at phase boundaries (``core.metrics.return_free_memory``);
+#: (``--recompute``) returned the heap's free memory at phase boundaries (``core.runtime.metrics.return_free_memory``);
 #: on the 169k graph of docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live peak, a GP way's
 #: 25–50 % above it (its peak is inside one training step). 0.6 is kept for the resident prediction and the fits
 #: check (an upper side); the live prediction is reported beside it.
@@ -123,7 +123,7 @@ class MemoryBreakdown:
 
 
 def normalise_peak(kind: str, E: int, N: int, b: int) -> int:
-    """Peak bytes of :func:`gnnpipe.core.graph.normalised_edges` for one kind on ``E`` edges (the coordinates and
+    """Peak bytes of :func:`gnnpipe.core.ops.graph.normalised_edges` for one kind on ``E`` edges (the coordinates and
     values of ``Â``, the kind's temporaries): ``gcn`` copies the coordinates with the self-loops added
     (``E' = E + N`` entries, ``16 + b`` bytes each) and computes ``w·d_j^{-1/2}·d_i^{-1/2}`` through three
     ``E'``-sized temporaries, beside the unit weights and the loop masks (``(2 + b)·E``); ``mean`` computes
@@ -137,7 +137,7 @@ def normalise_peak(kind: str, E: int, N: int, b: int) -> int:
 
 
 def normalised_bytes(kind: str, E: int, N: int, b: int) -> int:
-    """Bytes :func:`~gnnpipe.core.graph.normalised_edges` returns (kept while a rank builds its rows): ``gcn`` new
+    """Bytes :func:`~gnnpipe.core.ops.graph.normalised_edges` returns (kept while a rank builds its rows): ``gcn`` new
     coordinates and values (``(16 + b)·(E + N)``), the others values only (coordinates are the edge list's)."""
     if kind in ("mean", "sum"):
         return b * E
@@ -145,13 +145,13 @@ def normalised_bytes(kind: str, E: int, N: int, b: int) -> int:
 
 
 def compact_rows_bytes(rows: int, nnz: int, b: int, shared: bool) -> int:
-    """One chunk's :class:`~gnnpipe.core.graph.CompactRows` of ``Â`` and ``Âᵀ`` (32-bit indices); once if shared."""
+    """One chunk's :class:`~gnnpipe.core.ops.graph.CompactRows` of ``Â`` and ``Âᵀ`` (32-bit indices); once if shared."""
     one = (rows + 1) * 4 + nnz * (4 + b)
     return one if shared else 2 * one
 
 
 def chunk_build_bytes(rows: int, nnz: int, N: int, E: int, b: int) -> int:
-    """Working set of :func:`~gnnpipe.core.graph.csr_blocks` for one chunk: the selection mask over the edge list
+    """Working set of :func:`~gnnpipe.core.ops.graph.csr_blocks` for one chunk: the selection mask over the edge list
     (``E + N`` bools), the chunk's keys, permutation and inverse (64-bit), its values, the ``N + 1`` row pointers
     and the bin counts, the block's copies."""
     return (E + N) + nnz * (7 * 8 + 3 * b) + 2 * (N + 1) * 8 + N
@@ -159,13 +159,13 @@ def chunk_build_bytes(rows: int, nnz: int, N: int, E: int, b: int) -> int:
 
 def local_csr_bytes(rows: int, halo: int, nnz: int, b: int) -> int:
     """A graph-parallel way's rows of ``Â`` with local columns and their transpose (64-bit CSR, :class:`HaloExchange
-    <gnnpipe.core.aggregation.HaloExchange>`)."""
+    <gnnpipe.core.ops.aggregation.HaloExchange>`)."""
     return (rows + 1) * 8 + nnz * (8 + b) + (rows + halo + 1) * 8 + nnz * (8 + b)
 
 
 def single_memory(*, N: int, F: int, E: int, b: int, bx: int, kinds_nnz: dict, symmetric: dict, params: int,
                   footprint: RoleFootprint, build_per_nnz: float) -> MemoryBreakdown:
-    """The single-process trainer (:class:`~gnnpipe.core.trainer.SingleProcessTrainer`): the loaded graph, ``Â`` and
+    """The single-process trainer (:class:`~gnnpipe.core.training.trainer.SingleProcessTrainer`): the loaded graph, ``Â`` and
     ``Âᵀ`` of every kind, the model with its optimizer, one full-graph forward and backward, exact evaluation.
 
     Args:
@@ -212,7 +212,7 @@ def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: i
         inflight: chunks forwarded and not yet back-propagated at the rank's peak (schedule).
         first, last: the rank's stage is the first / last of its way.
         recv_width, send_width: the largest boundary tensor the rank receives / sends, bytes per row (0: none).
-        pending_sends: sends a rank keeps outstanding (:data:`gnnpipe.core.comm.MAX_PENDING_SENDS`).
+        pending_sends: sends a rank keeps outstanding (:data:`gnnpipe.core.ops.comm.MAX_PENDING_SENDS`).
         graph_parallel: a graph-parallel way (its part with halo, local CSR, halo exchanges per op).
         hybrid: a hybrid member (builds its way's halo and local rows at its first evaluation).
         way_part: ``(rows, halo, nnz)`` of the rank's way (GP, hybrid). max_dim: widest unit output.

@@ -213,7 +213,7 @@ def _geometry(plan, config) -> _Geometry:
                   chunk_ptr=ptr, way_ptr=wptr, chunk_feats=chunk_features(ei, ptr),
                   way_feats=chunk_features(ei, way_rows))
     if W > 1:
-        from ..core.parallel import send_lists
+        from ..core.runtime.parallel import send_lists
         from ..partitioners import partition_metrics
 
         way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(way_rows)))
@@ -262,12 +262,12 @@ def predict_bytes(config, plan, model) -> dict:
     """Bytes per epoch by kind, summed over ranks (module docstring; DESIGN §6), exact for ``plan``.
 
     Args:
-        config: the layout's configuration. plan: its :class:`~gnnpipe.core.runner.RunPlan`. model: the model.
+        config: the layout's configuration. plan: its :class:`~gnnpipe.core.training.runner.RunPlan`. model: the model.
 
     Returns:
         ``{"layer": int, "graph": int, "weight": int}``.
     """
-    from ..core.trainer import DTYPES
+    from ..core.training.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
@@ -371,7 +371,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     op (:attr:`Profile.gp_op_s`), its main thread's CPU per message sent or received (:meth:`Profile.msg_cpu`) and
     the optimizer step. The epoch is the simulated schedule (module docstring); on a CPU node with more ranks than
     cores, at least :func:`shared_cores_bound` of its ranks."""
-    from ..core.trainer import DTYPES
+    from ..core.training.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
     W, S = config.ways, config.stages
@@ -611,8 +611,8 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
 
     The bytes per row of each role come from :func:`~gnnpipe.costmodel.footprint.role_footprint` on the plan's
     graph, measured once per role and kept in ``profile.footprints``."""
-    from ..core.comm import MAX_PENDING_SENDS
-    from ..core.trainer import DTYPES
+    from ..core.ops.comm import MAX_PENDING_SENDS
+    from ..core.training.trainer import DTYPES
     from ..schedulers import build_schedule, simulate
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
@@ -762,7 +762,7 @@ def _history_copies(config) -> int:
 def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: Hardware, floor_bytes: int = 0,
                    plan=None) -> LayoutPrediction:
     """Build the layout's plan (the same chunking the run will use) and predict it."""
-    from ..core.trainer import make_model
+    from ..core.training.trainer import make_model
 
     cfg = layout_config(config, spec)
     if plan is None:
@@ -777,8 +777,8 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
 
 
 def build_layout_plan(config, data, spec: LayoutSpec):
-    """The :class:`~gnnpipe.core.runner.RunPlan` the run of ``spec`` will build (same chunking and split)."""
-    from ..core.runner import build_plan
+    """The :class:`~gnnpipe.core.training.runner.RunPlan` the run of ``spec`` will build (same chunking and split)."""
+    from ..core.training.runner import build_plan
 
     cfg = layout_config(config, spec)
     if spec.ways == 1 and spec.stages == 1:
@@ -791,7 +791,7 @@ def build_layout_plan(config, data, spec: LayoutSpec):
 
 
 def _single_plan(config, data):
-    from ..core.runner import RunPlan, num_classes_of
+    from ..core.training.runner import RunPlan, num_classes_of
 
     return RunPlan(data=data, chunk_ptr=torch.tensor([0, int(data.num_nodes)]), way_ptr=torch.tensor([0, 1]),
                    bounds=[0, config.layers + 2], num_features=int(data.x.size(1)), num_classes=num_classes_of(data),
@@ -919,7 +919,7 @@ def single_process_memory(config, data) -> MemoryBreakdown:
     """The memory model's prediction for training ``config`` on ``data`` in this one process (bytes above the
     runtime floor; the graph is counted although it is already loaded). Uses :func:`~gnnpipe.costmodel.profile.
     memory_profile` (a few seconds on any graph)."""
-    from ..core.trainer import make_model
+    from ..core.training.trainer import make_model
     from .profile import memory_profile
 
     prof = memory_profile(config, data)
@@ -937,7 +937,7 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
     prediction). A run refused here would otherwise end in the kernel's out-of-memory killer.
 
     Args:
-        config: a resolved :class:`~gnnpipe.core.config.TrainConfig` (``gnnpipe.core.trainer.resolve_config``).
+        config: a resolved :class:`~gnnpipe.core.settings.config.TrainConfig` (``gnnpipe.core.training.trainer.resolve_config``).
         data: the prepared graph. available: bytes available (default: :func:`available_memory_bytes`).
 
     Returns:
@@ -949,7 +949,7 @@ def check_single_process_memory(config, data, *, available: Optional[int] = None
             kinds, and the ways out (a pipeline: ``--stages``/``--chunks``/``--recompute``/``--history-dtype``;
             or ``--no-memory-check`` to try anyway).
     """
-    from ..core.trainer import DTYPES
+    from ..core.training.trainer import DTYPES
 
     on_gpu = available is None and config.device_type == "cuda"
     if on_gpu:  # the job's tensors live in GPU memory; the graph is not there yet

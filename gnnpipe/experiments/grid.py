@@ -27,7 +27,7 @@ A study file is TOML::
     forward = 1.0                        # (a list here is varied too); see gnnpipe.experiments.simulate
     backward = 2.0
 
-Keys of ``[fixed]``, ``[grid]`` and ``[[variants]]`` are the :class:`~gnnpipe.core.config.TrainConfig`
+Keys of ``[fixed]``, ``[grid]`` and ``[[variants]]`` are the :class:`~gnnpipe.core.settings.config.TrainConfig`
 field names that ``gnnpipe train`` has a flag for (``dataset``, ``root``, ``model``, ``layers``, ``hidden``,
 ``ways``, ``stages``, ``chunks``, ``scheduler``, ``correctors``, ``partitioner``, ``layer_split``,
 ``recompute``, ``epochs``, ``seed``, …; a dash may replace an underscore). Booleans are TOML booleans
@@ -97,7 +97,7 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    from ..core.arguments import add_train_arguments
+    from ..core.settings.arguments import add_train_arguments
 
     p = _RaisingParser(prog="gnnpipe train", add_help=False, exit_on_error=False)
     add_train_arguments(p)
@@ -114,7 +114,7 @@ def train_flag_specs() -> dict[str, FlagSpec]:
     if _SPECS is None:
         import attrs
 
-        from ..core.config import TrainConfig
+        from ..core.settings.config import TrainConfig
 
         fields = {a.name for a in attrs.fields(TrainConfig)}
         specs = {}
@@ -136,7 +136,7 @@ def train_flag_specs() -> dict[str, FlagSpec]:
 def _config_fields() -> list[str]:
     import attrs
 
-    from ..core.config import TrainConfig
+    from ..core.settings.config import TrainConfig
 
     return [a.name for a in attrs.fields(TrainConfig)]
 
@@ -254,7 +254,7 @@ def check_flags(argv: list[str], where: str) -> None:
     Raises:
         ConfigError / UnknownComponentError: the message names the run (``where``) and the problem.
     """
-    from ..core.arguments import config_from_args
+    from ..core.settings.arguments import config_from_args
 
     try:
         args = _train_parser().parse_args(argv)
@@ -270,7 +270,7 @@ def check_flags(argv: list[str], where: str) -> None:
 
 
 def _check_names(config) -> None:
-    from ..core.config import check_names
+    from ..core.settings.config import check_names
 
     check_names(config)
 

@@ -7,7 +7,7 @@ Each line is one JSON object:
 * ``overrides`` — the settings that differ from the study's ``[fixed]``; ``settings`` — all of them
   (as written, seed included); ``argv`` — the ``gnnpipe train`` arguments that ran;
 * ``status`` — ``"ok"`` or ``"failed"``; ``error`` — why it failed (``null`` when ok);
-* ``result`` — the ``gnnpipe train --out`` JSON (see :class:`gnnpipe.core.results.TrainResult`), ``null``
+* ``result`` — the ``gnnpipe train --out`` JSON (see :class:`gnnpipe.core.run.results.TrainResult`), ``null``
   when failed;
 * ``wall_s`` — seconds the run took, process start included; ``finished_at`` — UTC ISO time;
   ``log`` — path of the run's captured output;
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
-from ..core.results import json_safe
+from ..core.run.results import json_safe
 from ..errors import ConfigError
 
 

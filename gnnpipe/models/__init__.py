@@ -8,15 +8,9 @@ registered model by name; :func:`model_options` lists a model's own options (GCN
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, ZooModel, activation, unit_seed  # noqa: F401
-from .registry import MODELS, available, get, register  # noqa: F401
-from .options import (  # noqa: F401
-=======
-from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, activation
+from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, ZooModel, activation, unit_seed
 from .registry import MODELS, available, get, register
 from .options import (
->>>>>>> docs
     ModelOption,
     check_model_args,
     describe_options,
@@ -25,21 +19,18 @@ from .options import (
     parse_model_args,
 )
 from . import zoo  # noqa: F401  (registers the built-ins)
-<<<<<<< HEAD
-from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus  # noqa: F401
-from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit  # noqa: F401
-from .build import build_model  # noqa: F401
-from .io import load, save  # noqa: F401
-from . import atomistic  # noqa: F401,E402  (registers schnet and dimenet++)
-from .atomistic import AtomisticModel  # noqa: F401,E402
-=======
 from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus
 from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit
 from .build import build_model
 from .io import load, save
+from . import atomistic  # noqa: F401  (registers schnet and dimenet++)
+from .atomistic import AtomisticModel
 
 __all__ = [
     "ACTIVATIONS",
+    "AtomisticModel",
+    "ZooModel",
+    "unit_seed",
     "GAT",
     "GCN",
     "GCNII",
@@ -67,4 +58,3 @@ __all__ = [
     "register",
     "save"
 ]
->>>>>>> docs

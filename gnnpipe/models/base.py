@@ -11,7 +11,7 @@ given, so the same unit runs
 
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
-``"sum"`` or any registered kind (see :mod:`gnnpipe.core.kinds`; the graph's ``edge_weight`` is used when present).
+``"sum"`` or any registered kind (see :mod:`gnnpipe.core.ops.kinds`; the graph's ``edge_weight`` is used when present).
 A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
 ``agg(h, kind, layer)`` instead and gets ``layer(x_src, x_dst, edge_index, edge_weight)`` computed on the rows'
 in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themselves then their halo rows
@@ -20,7 +20,7 @@ in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themsel
 On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
 object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
 and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
-autograd (:class:`gnnpipe.core.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
+autograd (:class:`gnnpipe.core.ops.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
 ``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
 its plain ``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units
 of its class (:attr:`LayerUnit.run_fused`, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
@@ -81,7 +81,7 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
 
 #: builds the exact full-graph aggregation ops of a graph for ``model(x, edge_index)``:
 #: ``factory(edge_index, num_nodes, dtype, device)`` → an object with ``aggregate(h, kind)``. The runtime
-#: installs its own (:class:`gnnpipe.core.graph.GraphOps`) when it is imported: the adjacency lives in core,
+#: installs its own (:class:`gnnpipe.core.ops.graph.GraphOps`) when it is imported: the adjacency lives in core,
 #: which the model zoo must not import (models < core, STYLE "Habits").
 _GRAPH_OPS_FACTORY: Optional[Callable] = None
 
@@ -241,7 +241,7 @@ class GNNModel(ZooModel):
         * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG; optional
           ``edge_weight`` ``[E]``): the call is
           ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
-          graph (``Â`` of each kind, :mod:`gnnpipe.core.graph`) are built on first use and cached for
+          graph (``Â`` of each kind, :mod:`gnnpipe.core.ops.graph`) are built on first use and cached for
           later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
         * one aggregation callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
 

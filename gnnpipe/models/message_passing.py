@@ -6,7 +6,7 @@ A :class:`MessagePassingUnit` wraps any ``torch_geometric.nn.MessagePassing`` th
 its layer to the aggregation callback, ``agg(h, kind, self.layer)``, and the runtime runs the layer on the
 in-edges of the rows it processes, with the sources ``[own rows ; halo rows]`` — on the whole graph, on a
 pipeline chunk with the halo read from history and its gradient *pushed* back
-(:class:`gnnpipe.core.aggregation.PushHistoryOp`, docs/HALO_GRADIENT.md), or on a graph-parallel part
+(:class:`gnnpipe.core.ops.aggregation.PushHistoryOp`, docs/HALO_GRADIENT.md), or on a graph-parallel part
 with the halo exchanged. ``kind`` names the aggregation kind whose non-zeros are the edges (``sum``: the
 graph's edges, weights 1 or ``data.edge_weight``; ``gcn``: with self-loops and symmetric weights).
 

@@ -30,7 +30,7 @@ Layer partitioners (separate registry)::
 
     split = partitioners.split_layers(model, 4, "equal")      # StageSplit(bounds=[0, …, U], …)
     split = partitioners.get_layer_partitioner("profiled")().split(unit_costs, 4)   # costs measured by
-                                                   # gnnpipe.core.profile.profile_unit_costs (or profiled_split)
+                                                   # gnnpipe.core.runtime.profile.profile_unit_costs (or profiled_split)
 """
 
 from __future__ import annotations

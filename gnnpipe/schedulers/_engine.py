@@ -18,13 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ScheduleError
-from typing import TYPE_CHECKING
-
-from .actions import Action, ActionKind
+from .actions import Action, ActionKind, Grid
 from .render import to_ascii
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .ir import Schedule
 
 
 @dataclass(frozen=True)
@@ -86,7 +81,7 @@ def run(
     comm_time: Callable[[int, int, Action], float] | None = None,
     overlap: bool = True,
     barrier: bool = False,
-    schedule_for_errors: Schedule | None = None,
+    schedule_for_errors: Grid | None = None,
 ) -> EngineResult:
     """Run the per-stage orders ``staged[s] = [(slot, action), ...]``.
 

@@ -1,7 +1,8 @@
 """The actions of a schedule: :class:`ActionKind`, :class:`Action` and their text codec.
 
 The bottom of :mod:`gnnpipe.schedulers`: it imports nothing else of the package (the IR, the renderer and
-the event engine all build on it). See :mod:`gnnpipe.schedulers.ir` for what each kind means at runtime.
+the event engine all build on it). :class:`Grid` is what the renderer and the event engine read of a
+schedule, so that they need not import the IR that uses them. See :mod:`gnnpipe.schedulers.ir` for what each kind means at runtime.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import enum
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import ConfigError, ScheduleError
 
@@ -164,3 +166,18 @@ def check_chunk_order(num_stages: int, chunk_order: Sequence[int]) -> list[int]:
             f"the chunk order must be a permutation of 0..{len(order) - 1}, got {order!r}"
         )
     return order
+
+
+class Grid(Protocol):
+    """What the renderer and the event engine read of a schedule (:class:`~gnnpipe.schedulers.ir.Schedule`
+    has it): ``num_stages`` rows ``stages[s][t]`` (an :class:`Action` or ``None`` for an idle slot), the
+    longest ``num_slots`` long."""
+
+    @property
+    def num_stages(self) -> int: ...
+
+    @property
+    def num_slots(self) -> int: ...
+
+    @property
+    def stages(self) -> Sequence[Sequence[Action | None]]: ...

@@ -1,17 +1,16 @@
 """The ASCII picture of a schedule (:func:`to_ascii`: the unit-cost grid, ``Schedule.stages`` as is).
 
 Pictures of a *timed* run (chrome trace, PNG timeline) are in :mod:`gnnpipe.schedulers.timeline`.
-This module sits low in the package (it only needs the actions), so that the IR, the validator and the
-event engine can all draw a schedule in their messages without an import circle.
+This module sits low in the package (it reads a schedule as an :class:`~gnnpipe.schedulers.actions.Grid`
+and imports only the actions), so that the IR, the validator and the event engine can all draw a schedule in
+their messages without an import circle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .ir import Schedule
+from .actions import Grid
 
 #: marks understood by :func:`to_ascii`: offending cell, related cell
 MARK_BAD = "!"
@@ -28,7 +27,7 @@ def _cell(a, mark: str | None, idle: str) -> str:
 
 
 def to_ascii(
-    schedule: Schedule,
+    schedule: Grid,
     *,
     marks: Mapping[tuple[int, int], str] | None = None,
     by_stage: bool = False,

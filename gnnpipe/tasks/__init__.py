@@ -1,31 +1,16 @@
 """Kinds of work (:class:`Task`) behind one runtime: ``register(name)``, ``get(name)``, ``available()``,
-:func:`for_config`."""
+:func:`for_config`.
+
+A kind of work is one module here with one registered :class:`Task` subclass (its data, loss, metrics,
+models and what the planner needs of it); the runtime in :mod:`gnnpipe.core` is shared. Built in:
+``"node-classification"`` (:mod:`gnnpipe.tasks.nodes`), which takes every configuration no other task claims.
+"""
 
 from __future__ import annotations
 
-from ..registry import Registry
+from . import nodes  # noqa: F401  (registers node-classification)
 from .base import Task
+from .nodes import NodeClassification
+from .registry import TASKS, available, for_config, get, register
 
-TASKS: Registry = Registry("task", base=Task)
-register = TASKS.register
-get = TASKS.get
-available = TASKS.available
-
-
-def for_config(config) -> Task:
-    """The registered task that claims ``config`` (the first that does; node classification last).
-
-    Raises:
-        ConfigError: no task claims it.
-    """
-    from ..errors import ConfigError
-
-    names = sorted(available(), key=lambda n: n == "node-classification")
-    for name in names:
-        if get(name).claims(config):
-            return get(name)()
-    raise ConfigError(f"no kind of work takes this configuration (dataset {getattr(config, 'dataset', None)!r}, "
-                      f"model {getattr(config, 'model', None)!r}); known: {', '.join(names)}")
-
-
-__all__ = ["TASKS", "Task", "available", "for_config", "get", "register"]
+__all__ = ["TASKS", "NodeClassification", "Task", "available", "for_config", "get", "register"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from gnnpipe.core import launch
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.runner import build_plan, worker
-from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+from gnnpipe.core.run import launch
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.runner import build_plan, worker
+from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 from gnnpipe.data import prepare, synthetic_graph
 
 

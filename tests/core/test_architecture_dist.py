@@ -16,8 +16,9 @@ from torch import nn
 
 from gnnpipe import api, models
 from gnnpipe import schedulers as gs
-from gnnpipe.core import kinds, launch
-from gnnpipe.core.runner import build_plan, make_stage, worker
+from gnnpipe.core.ops import kinds
+from gnnpipe.core.run import launch
+from gnnpipe.core.training.runner import build_plan, make_stage, worker
 from gnnpipe.errors import ScheduleError
 from gnnpipe.models.base import GNNModel, LayerUnit
 from gnnpipe.models.zoo import Head
@@ -184,7 +185,7 @@ def _weighted_graph():
 def test_registered_kind_uses_edge_weights_in_single_process():
     """The registered kind is built from data.edge_weight: different weights give a different loss, and
     the adjacency equals the kind's formula on a dense reference."""
-    from gnnpipe.core.graph import build_adjacency
+    from gnnpipe.core.ops.graph import build_adjacency
 
     data = _weighted_graph()
     a = build_adjacency(data.edge_index, data.num_nodes, "test-symw", torch.float64, data.edge_weight).to_dense()
@@ -213,7 +214,7 @@ def test_registered_kind_with_edge_weights_is_exact_in_every_executor(ways, stag
 
 
 def test_unknown_kind_names_the_registered_ones():
-    from gnnpipe.core.graph import build_adjacency
+    from gnnpipe.core.ops.graph import build_adjacency
     from gnnpipe.errors import UnknownComponentError
 
     with pytest.raises(UnknownComponentError, match="gcn"):
@@ -227,7 +228,7 @@ def test_the_executors_share_one_interface():
     import pkgutil
 
     import gnnpipe.core
-    from gnnpipe.core import execute, parallel, pipeline, stage
+    from gnnpipe.core.runtime import execute, parallel, pipeline, stage
 
     assert not hasattr(parallel, "HybridMember") and not hasattr(pipeline, "PipelineStage")
     subclasses = []

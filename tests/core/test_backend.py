@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnnpipe.core import launch
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.runner import format_plan, plan_backend
+from gnnpipe.core.run import launch
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.runner import format_plan, plan_backend
 from gnnpipe.errors import ConfigError
 
 
@@ -66,7 +66,7 @@ def test_unknown_backend():
 
 
 def test_plan_prints_backend(monkeypatch):
-    from gnnpipe.core.runner import build_plan
+    from gnnpipe.core.training.runner import build_plan
 
     from .distutil import base_config, small_graph
 

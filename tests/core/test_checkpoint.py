@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gnnpipe import api
-from gnnpipe.core.checkpoint import STALL_ENV, find_checkpoint, read_meta, read_weights
+from gnnpipe.core.run.checkpoint import STALL_ENV, find_checkpoint, read_meta, read_weights
 from gnnpipe.errors import ConfigError
 
 from .distutil import small_graph
@@ -182,9 +182,9 @@ def test_ctrl_c_leaves_the_json_and_a_checkpoint_and_resume_finishes(tmp_path):
 
 
 def test_history_loads_only_into_the_same_layout(tmp_path):
-    from gnnpipe.core.checkpoint import load_checkpoint
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+    from gnnpipe.core.run.checkpoint import load_checkpoint
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 
     data = small_graph()
     _run(data, 2, checkpoint_dir=str(tmp_path))
@@ -217,7 +217,7 @@ def test_a_lean_rank_checkpoints_only_what_it_holds(tmp_path):
     """Issue #12 with #13: each pipeline rank writes the weights and optimizer state of its own units and its own
     history (in --history-dtype: H_in bfloat16); together the ranks' weights are the whole single-process model,
     which result.model holds."""
-    from gnnpipe.core.checkpoint import _metadata
+    from gnnpipe.core.run.checkpoint import _metadata
 
     data = small_graph()
     res = _run(data, 2, stages=2, history_dtype="bfloat16", checkpoint_dir=str(tmp_path))
@@ -242,7 +242,7 @@ def test_a_checkpoint_dir_holding_another_runs_later_checkpoints_is_refused_and_
     """A new run (or a resume from an older checkpoint) into a --checkpoint-dir with later checkpoints would have its
     own checkpoints pruned as the older ones and a later --resume DIR pick the other run's: refused before training,
     naming the folder, the checkpoints and the fix; nothing in the folder changes."""
-    from gnnpipe.core.checkpoint import check_checkpoint_dir, list_checkpoints
+    from gnnpipe.core.run.checkpoint import check_checkpoint_dir, list_checkpoints
 
     data = small_graph()
     ck = tmp_path / "ck"
@@ -292,7 +292,7 @@ def test_a_damaged_checkpoint_names_itself_and_the_older_one(tmp_path, damage):
 def test_checkpoints_record_the_absolute_data_paths(tmp_path, monkeypatch):
     """gnnpipe predict finds a model's data from any folder: the checkpoint (and the model exported from it)
     records the run's --root and --dataset file as absolute paths."""
-    from gnnpipe.core.checkpoint import model_from_checkpoint
+    from gnnpipe.core.run.checkpoint import model_from_checkpoint
 
     (tmp_path / "data").mkdir()
     torch.save(small_graph(), tmp_path / "data" / "g.pt")
@@ -308,7 +308,7 @@ def test_checkpoints_record_the_absolute_data_paths(tmp_path, monkeypatch):
 
 def test_the_held_weights_are_named_in_the_model_meta(tmp_path):
     """keep="best" on a run that kept no best weights loads the last ones; meta["weights"] says so."""
-    from gnnpipe.core.checkpoint import model_from_checkpoint
+    from gnnpipe.core.run.checkpoint import model_from_checkpoint
 
     _run(small_graph(), 2, checkpoint_dir=str(tmp_path / "last"))  # BASE: keep="last"
     assert model_from_checkpoint(tmp_path / "last", "best").meta["weights"] == "last"

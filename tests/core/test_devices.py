@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnnpipe.core import launch
-from gnnpipe.core.comm import Comm
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.runner import plan_backend, rank_device
+from gnnpipe.core.run import launch
+from gnnpipe.core.ops.comm import Comm
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.runner import plan_backend, rank_device
 from gnnpipe.errors import ConfigError
 
 

@@ -20,11 +20,11 @@ import torch
 
 from gnnpipe import api
 from gnnpipe.cli.main import main
-from gnnpipe.core.checkpoint import list_checkpoints
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.options import RunOptions
-from gnnpipe.core.results import TrainResult
-from gnnpipe.core.trainer import SingleProcessTrainer, epoch_loop
+from gnnpipe.core.run.checkpoint import list_checkpoints
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.settings.options import RunOptions
+from gnnpipe.core.run.results import TrainResult
+from gnnpipe.core.training.trainer import SingleProcessTrainer, epoch_loop
 from gnnpipe.data import synthetic_graph
 from gnnpipe.errors import DataValidationError, DistributedError, TrainingDivergedError
 

@@ -18,10 +18,10 @@ from torch_geometric.data import Data
 
 from gnnpipe import api
 from gnnpipe.cli.main import build_parser, main
-from gnnpipe.core import config as config_module
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.runner import check_config
-from gnnpipe.core.trainer import SingleProcessTrainer, resolve_config
+from gnnpipe.core.settings import config as config_module
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.runner import check_config
+from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 from gnnpipe.data import DataWarning, prepare, synthetic_graph
 from gnnpipe.errors import ConfigError, DataValidationError, UnknownComponentError
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core.epochlog import EpochLogger, default_log_every
+from gnnpipe.core.run.epochlog import EpochLogger, default_log_every
 from gnnpipe.errors import ConfigError
 
 

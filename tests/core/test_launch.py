@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core import launch
+from gnnpipe.core.run import launch
 from gnnpipe.correctors import Corrector
 from gnnpipe.errors import ConfigError, DistributedError
 

@@ -11,12 +11,12 @@ import pickle
 import pytest
 import torch
 
-from gnnpipe.core.graph import GraphOps, build_adjacency, csr_row_slice, csr_transpose
-from gnnpipe.core.graphfile import GraphFile
-from gnnpipe.core.history import ChunkAggregate, History
-from gnnpipe.core.graph import CompactRows
-from gnnpipe.core.runner import build_plan, file_backed, format_plan, make_stage
-from gnnpipe.core.trainer import make_model, materialised_units
+from gnnpipe.core.ops.graph import GraphOps, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.core.runtime.graphfile import GraphFile
+from gnnpipe.core.ops.history import ChunkAggregate, History
+from gnnpipe.core.ops.graph import CompactRows
+from gnnpipe.core.training.runner import build_plan, file_backed, format_plan, make_stage
+from gnnpipe.core.training.trainer import make_model, materialised_units
 
 from .distutil import base_config, small_graph
 
@@ -145,8 +145,8 @@ def test_narrow_history_stores_narrow_and_computes_wide(hist_dtype):
 
 def test_history_dtype_flag_and_errors():
     from gnnpipe.cli.main import build_parser
-    from gnnpipe.core.arguments import config_from_args
-    from gnnpipe.core.config import TrainConfig
+    from gnnpipe.core.settings.arguments import config_from_args
+    from gnnpipe.core.settings.config import TrainConfig
     from gnnpipe.errors import ConfigError
 
     args = build_parser().parse_args(["train", "--history-dtype", "bfloat16", "--num-features", "7",
@@ -164,7 +164,7 @@ def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model)
     """A pipeline rank of a message-passing model (#16's halo-gradient op) builds the in-edges of its chunks
     from the edge list (never the whole Â), stores H_in in --history-dtype and keeps G_in in the compute dtype;
     its exact inference runs the layer on edges put together from the chunks, equal to the whole graph's."""
-    from gnnpipe.core.aggregation import PushHistoryOp
+    from gnnpipe.core.ops.aggregation import PushHistoryOp
 
     data = small_graph(n=120)
     cfg = base_config(model=model, stages=2, chunks=4, layers=3, history_dtype="bfloat16")
@@ -191,8 +191,8 @@ def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model)
 def test_push_history_narrow_storage_keeps_gradient_sums_wide():
     """PushHistory with a bfloat16 H_in: the gather up-casts halo rows to the compute dtype; pushes and G_in stay
     float32, so replacing a push (G_in += new − old) leaves G_in exactly the latest push (no drift)."""
-    from gnnpipe.core.aggregation import PushGather
-    from gnnpipe.core.history import PushHistory
+    from gnnpipe.core.ops.aggregation import PushGather
+    from gnnpipe.core.ops.history import PushHistory
 
     torch.manual_seed(0)
     hist = PushHistory(10, torch.bfloat16, "p", grad_dtype=torch.float32)

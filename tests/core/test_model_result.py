@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnpipe import api, models
-from gnnpipe.core.graph import GraphOps
+from gnnpipe.core.ops.graph import GraphOps
 
 from .distutil import small_graph
 
@@ -112,7 +112,7 @@ def test_export_and_predict_commands(tmp_path, capsys):
 def test_cora_pipeline_model_exported_and_reloaded(tmp_path, shared_data):
     """Acceptance: on Cora the pipeline's result.model predicts its reported test accuracy, and the exported
     and reloaded model predicts the same scores."""
-    from gnnpipe.core.config import TrainConfig
+    from gnnpipe.core.settings.config import TrainConfig
 
     cfg = dict(dataset="Cora", root=str(shared_data / "planetoid"), model="gcnii", layers=4, hidden=16,
                epochs=15, patience=0, dtype="float64")

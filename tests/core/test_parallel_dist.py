@@ -4,11 +4,11 @@ training, and of their measured bytes against DESIGN §6."""
 import pytest
 import torch
 
-from gnnpipe.core import launch
-from gnnpipe.core.graph import build_adjacency
-from gnnpipe.core.parallel import send_lists
-from gnnpipe.core.runner import build_plan
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.run import launch
+from gnnpipe.core.ops.graph import build_adjacency
+from gnnpipe.core.runtime.parallel import send_lists
+from gnnpipe.core.training.runner import build_plan
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.errors import ConfigError
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
 
@@ -220,7 +220,7 @@ def test_compare_layouts_and_table():
 def _hybrid_async_epochs(rank, world, config, plan):
     """Worker: three async-stale epochs of a hybrid member; per epoch, its weight version and whether every
     parameter gradient is zero right after the epoch's step."""
-    from gnnpipe.core.runner import make_stage
+    from gnnpipe.core.training.runner import make_stage
 
     stage = make_stage(config, plan, rank, world)
     out = []

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from gnnpipe.core.graph import build_adjacency
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.ops.graph import build_adjacency
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.partitioners import partition_metrics  # noqa: F401  (import check)
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
@@ -77,7 +77,7 @@ def test_layer_bytes_equal_design_formula(stages, chunks, model):
 def _log_receives(rank, world, config, plan):
     """Worker for the pre-posting test: one training epoch of this rank's stage, logging when each action
     starts and when each receive is posted and waited for."""
-    from gnnpipe.core.runner import make_stage
+    from gnnpipe.core.training.runner import make_stage
 
     stage = make_stage(config, plan, rank, world)
     log = []
@@ -96,8 +96,8 @@ def test_receives_are_posted_one_action_ahead(scheduler):
     """Each boundary receive is posted before the preceding action of the stage starts, so its transfer
     overlaps that action's compute (Comm.irecv); only the epoch's first action posts its own. Checked on
     every stage of a 3-stage pipeline (the middle one receives both ways)."""
-    from gnnpipe.core import launch
-    from gnnpipe.core.runner import build_plan
+    from gnnpipe.core.run import launch
+    from gnnpipe.core.training.runner import build_plan
 
     data = small_graph()
     cfg = base_config(model="gcnii", stages=3, chunks=4, scheduler=scheduler, epochs=1)

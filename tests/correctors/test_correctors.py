@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gnnpipe.core.history import History
+from gnnpipe.core.ops.history import History
 from gnnpipe.correctors import (
     Corrector, StageContext, available, build_correctors, get, register,
 )

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gnnpipe import api
-from gnnpipe.core.runner import build_plan
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.training.runner import build_plan
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware
 from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time

@@ -43,8 +43,8 @@ pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="r
 
 SINGLE = r"""
 import ctypes, json, sys, torch, gnnpipe.api
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.trainer import resolve_config, SingleProcessTrainer
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.trainer import resolve_config, SingleProcessTrainer
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -78,7 +78,7 @@ def _measure_jobs(rank, world, jobs):
     """In each rank: every layout on the tiny graph (the floor), then each on the mid-sized graph, measured."""
     import torch.distributed as dist
 
-    from gnnpipe.core.runner import worker
+    from gnnpipe.core.training.runner import worker
 
     for cfg, tiny, _ in jobs:
         worker(rank, world, cfg, tiny, False, {"no_eval": False})
@@ -98,8 +98,8 @@ def _measure_jobs(rank, world, jobs):
 
 
 def _config(overrides: dict, n: int):
-    from gnnpipe.core.config import TrainConfig
-    from gnnpipe.core.trainer import resolve_config
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.core.training.trainer import resolve_config
 
     return resolve_config(TrainConfig(**{**BASE, **overrides, "num_nodes": n}))
 
@@ -120,9 +120,9 @@ def measure_single() -> tuple[int, object]:
 def measure_distributed(world: int) -> list[tuple[str, list[int], list]]:
     """``[(layout, measured bytes per rank, predicted MemoryBreakdown per rank)]`` of the layouts of ``world`` ranks."""
     from gnnpipe import api
-    from gnnpipe.core import launch
-    from gnnpipe.core.runner import build_plan, file_backed
-    from gnnpipe.core.trainer import make_model
+    from gnnpipe.core.run import launch
+    from gnnpipe.core.training.runner import build_plan, file_backed
+    from gnnpipe.core.training.trainer import make_model
     from gnnpipe.costmodel.predict import predict_memory
     from gnnpipe.costmodel.profile import memory_profile
 

@@ -4,8 +4,8 @@ the kernel's out-of-memory killer; ``--no-memory-check`` / ``memory_check=False`
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.trainer import resolve_config
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.trainer import resolve_config
 from gnnpipe.costmodel.predict import check_single_process_memory, single_process_memory
 from gnnpipe.errors import ConfigError
 

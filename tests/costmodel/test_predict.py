@@ -8,9 +8,9 @@ import pytest
 
 from gnnpipe import api
 from gnnpipe.cli.main import main
-from gnnpipe.core import launch
-from gnnpipe.core.runner import build_plan, worker
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.run import launch
+from gnnpipe.core.training.runner import build_plan, worker
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, enumerate_layouts, predict_bytes, profile
 from gnnpipe.costmodel.predict import LayoutSpec, layout_config, plan_layouts, predict_memory
 from gnnpipe.data import prepare, synthetic_graph
@@ -134,8 +134,8 @@ def test_history_and_parameter_memory_are_exact(small_profile):
     plan = build_plan(c, data)
     model = make_model(c, plan.num_features, plan.num_classes)
     mem = predict_memory(c, plan, model, prof)
-    from gnnpipe.core.comm import Comm
-    from gnnpipe.core.pipeline import make_pipeline_stage
+    from gnnpipe.core.ops.comm import Comm
+    from gnnpipe.core.runtime.pipeline import make_pipeline_stage
     from gnnpipe.schedulers import FixedOrder, make_scheduler
 
     N = data.num_nodes

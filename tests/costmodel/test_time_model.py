@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core.runner import build_plan
-from gnnpipe.core.trainer import make_model
+from gnnpipe.core.training.runner import build_plan
+from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware, Link
 from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time, shared_cores_bound
-from gnnpipe.costmodel.profile import LINK_FIELDS, UnitKind, _fit_link, link_fields, size_factor, switch_costs
+from gnnpipe.costmodel.profile import LINK_FIELDS, UnitKind, link_fields, size_factor, switch_costs
+from gnnpipe.costmodel.profile.link import _fit_link
 from gnnpipe.errors import ConfigError
 
 from ..core.distutil import base_config

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from gnnpipe.core.graph import CompactRows, build_adjacency, csr_row_slice, csr_transpose
-from gnnpipe.core.history import ChunkAggregate, ChunkPushPull, History
+from gnnpipe.core.ops.graph import CompactRows, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.core.ops.history import ChunkAggregate, ChunkPushPull, History
 from gnnpipe.models.zoo import GCNIILayer
 
 N, D = 14, 5
@@ -86,8 +86,8 @@ def test_fused_step_only_for_the_fusable_form():
 def test_only_the_plain_history_op_offers_push_pull():
     """The hybrid's op exchanges rows with peers and graph parallelism's exchanges a halo; a fused unit must not
     bypass either: their push_pull is None."""
-    from gnnpipe.core.aggregation import HaloOp, HistoryOp, PeerHistoryOp, unit_aggregators
-    from gnnpipe.core.graph import GraphOps
+    from gnnpipe.core.ops.aggregation import HaloOp, HistoryOp, PeerHistoryOp, unit_aggregators
+    from gnnpipe.core.ops.graph import GraphOps
 
     a, at = _graph()
     ei = a.to_sparse_coo().indices().flip(0)
@@ -150,7 +150,7 @@ def test_fused_run_passes_gradcheck():
 def _run_units(fused: bool, p: float, middle_plain: bool = False):
     """Two epochs of three GCNII units over three chunks through GNNModel.run_units (forwards in order, backwards
     reversed, T2-style zeroing between epochs), with the pipeline's callbacks (fused: agg.push_pull offered)."""
-    from gnnpipe.core.aggregation import unit_aggregators
+    from gnnpipe.core.ops.aggregation import unit_aggregators
     from gnnpipe.models.base import GNNModel
 
     a, at = _graph()
@@ -207,7 +207,7 @@ def test_fused_run_equals_the_units_one_by_one(p, middle_plain):
 def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
     """Three fusable units are one autograd node; a unit whose op is not fusable splits the run and runs its plain
     path with the callback made for it (its op counted once)."""
-    from gnnpipe.core.aggregation import unit_aggregators
+    from gnnpipe.core.ops.aggregation import unit_aggregators
     from gnnpipe.models.base import GNNModel
 
     a, at = _graph()

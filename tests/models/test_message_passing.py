@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv, GINConv
 
-from gnnpipe.core.aggregation import unit_aggregators
-from gnnpipe.core.graph import GraphOps
+from gnnpipe.core.ops.aggregation import unit_aggregators
+from gnnpipe.core.ops.graph import GraphOps
 from gnnpipe.errors import ConfigError
 from gnnpipe.models import MessagePassingUnit, available, build_model
 from gnnpipe.models.zoo import GCNLayer

@@ -11,8 +11,8 @@ import tomllib
 
 from gnnpipe import api, models
 from gnnpipe.cli.main import main
-from gnnpipe.core.config import TrainConfig
-from gnnpipe.core.trainer import make_model, resolve_config
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.core.training.trainer import make_model, resolve_config
 from gnnpipe.errors import ConfigError
 from gnnpipe.experiments.grid import parse_study
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch_geometric.nn import GCN2Conv, GCNConv, SAGEConv
 
-from gnnpipe.core.graph import GraphOps
+from gnnpipe.core.ops.graph import GraphOps
 from gnnpipe.errors import ConfigError, UnknownComponentError
 from gnnpipe.models import GNNModel, LayerUnit, available, build_model, get, register
 

@@ -1,0 +1,121 @@
+"""Per-epoch records as they happen: log lines off a terminal, a CSV file, TensorBoard.
+
+The progress bar (tqdm) is for terminals; in a log file or a pipe a long run needs plain lines.
+:class:`EpochLogger` is an ``after_epoch`` hook of :func:`~gnnpipe.core.training.trainer.epoch_loop`; only rank 0
+of a distributed run has one.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Optional, TextIO
+
+from ...errors import ConfigError
+
+#: the columns of ``--log-csv`` (per-rank lists such as ``comm_s`` are summarised by their maximum)
+CSV_FIELDS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s",
+              "bytes_layer", "bytes_graph", "bytes_weight", "comm_s", "idle_s"]
+
+
+def default_log_every(epochs: int) -> int:
+    """Every 10 % of the epochs (at least every epoch)."""
+    return max(1, epochs // 10)
+
+
+def _fmt_pct(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}%"
+
+
+def format_record(rec: dict, epochs: int) -> str:
+    """One log line: epoch, loss, accuracies (evaluated epochs), epoch time and bytes (distributed runs)."""
+    s = f"epoch {rec['epoch'] + 1:>{len(str(epochs))}}/{epochs}  loss {rec['loss']:.4f}"
+    if "val_acc" in rec:
+        s += (f"  train {_fmt_pct(rec['train_acc'])}  val {_fmt_pct(rec['val_acc'])}"
+              f"  test {_fmt_pct(rec['test_acc'])}")
+    s += f"  time {rec['time_s'] * 1000:.1f} ms"
+    b = sum(rec.get(k, 0) for k in ("bytes_layer", "bytes_graph", "bytes_weight"))
+    if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight")):
+        s += f"  sent {b / 2**20:.2f} MiB"
+    return s
+
+
+def _scalar(v):
+    if isinstance(v, (list, tuple)):
+        return max(v) if v else ""
+    return v
+
+
+class EpochLogger:
+    """``after_epoch`` hook writing the records of one run.
+
+    Args:
+        epochs: the run's ``config.epochs`` (for the ``k/N`` and the default cadence).
+        log_every: a line every k epochs (``None``: :func:`default_log_every`; ``0``: no lines); lines go
+            to ``stream`` only when it is not a terminal (on a terminal the progress bar shows it),
+            plus the last epoch.
+        csv_path: append records to this CSV file (header written when the file is new).
+        tensorboard: write scalars (loss, accuracies, epoch time, bytes) into this folder.
+        stream: where lines go (default ``sys.stdout``).
+
+    Raises:
+        ConfigError: ``tensorboard`` given but the ``tensorboard`` package is missing.
+    """
+
+    def __init__(self, epochs: int, log_every: Optional[int] = None, csv_path: Optional[str] = None,
+                 tensorboard: Optional[str] = None, stream: Optional[TextIO] = None):
+        self.epochs = epochs
+        self.stream = stream if stream is not None else sys.stdout
+        every = default_log_every(epochs) if log_every is None else int(log_every)
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = 0 if tty else every
+        self._csv_file = None
+        self._csv = None
+        if csv_path:
+            path = Path(csv_path).expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            new = not path.exists() or path.stat().st_size == 0
+            self._csv_file = open(path, "a", newline="")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            if new:
+                self._csv.writeheader()
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("--tensorboard needs the tensorboard package: pip install 'gnnpipe[tensorboard]' "
+                                  "(or pip install tensorboard)") from None
+            self._tb = SummaryWriter(log_dir=str(Path(tensorboard).expanduser()))
+
+    def __call__(self, epoch: int, rec: dict, state=None) -> None:
+        if self.every and ((epoch + 1) % self.every == 0 or epoch + 1 == self.epochs):
+            try:
+                print(format_record(rec, self.epochs), file=self.stream, flush=True)
+            except BrokenPipeError:  # e.g. `gnnpipe train ... | head -1`: the reader left; the run goes on, silent
+                self.every = 0
+                if self.stream is sys.stdout:  # later writes (and the exit's flush) go nowhere instead of failing
+                    try:
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    except (OSError, ValueError, AttributeError):
+                        pass
+        if self._csv is not None:
+            self._csv.writerow({k: _scalar(rec[k]) for k in CSV_FIELDS if k in rec})
+            self._csv_file.flush()
+        if self._tb is not None:
+            for k in ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s",
+                      "bytes_layer", "bytes_graph", "bytes_weight"):
+                v = rec.get(k)
+                if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                    self._tb.add_scalar(k, v, epoch)
+
+    def close(self) -> None:
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

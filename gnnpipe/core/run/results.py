@@ -1,0 +1,131 @@
+"""The result of a training run: per-epoch records and the summary the CLI prints and ``--out`` writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+
+@attrs.define
+class TrainResult:
+    """What a run returns (the Python API) and writes as JSON (``gnnpipe train --out FILE``).
+
+    Attributes:
+        config: the full resolved configuration (a dict of :class:`~gnnpipe.core.settings.config.TrainConfig`).
+        epochs: one record per epoch: ``epoch``, ``loss``, ``time_s`` (seconds of training, evaluation
+            excluded) and, in evaluated epochs, ``train_acc``, ``val_acc``, ``test_acc``, ``val_loss``;
+            distributed runs add ``bytes_layer``, ``bytes_graph``, ``bytes_weight`` (bytes sent in the
+            epoch summed over ranks) and the time split ``compute_s``, ``comm_s``, ``idle_s`` (max over ranks).
+        best_val_acc: best validation accuracy (fraction in [0, 1]).
+        test_acc_at_best_val: test accuracy in the evaluation of best validation accuracy.
+        best_epoch: epoch of that evaluation, counted from 0 (the summary and the epoch lines count from 1).
+        mean_epoch_time_s: mean of ``time_s`` over epochs.
+        extra: executor-specific fields (plan, ``peak_mem_bytes`` per rank, per-rank time splits, …).
+        status: ``"completed"``, ``"interrupted"`` (SIGINT/SIGTERM: the epochs completed so far) or
+            ``"failed"`` (a rank failed; ``error`` says how).
+        model: the trained single-process :class:`~gnnpipe.models.GNNModel` (weights of the best-validation
+            epoch by default, see ``RunOptions.keep``); not part of :meth:`to_dict`. ``None`` for
+            interrupted and failed runs.
+    """
+
+    config: dict
+    epochs: list[dict] = attrs.field(factory=list)
+    best_val_acc: float = float("nan")
+    test_acc_at_best_val: float = float("nan")
+    best_epoch: int = -1
+    mean_epoch_time_s: float = float("nan")
+    extra: dict = attrs.field(factory=dict)
+    status: str = "completed"
+    error: Optional[str] = None
+    model: Any = attrs.field(default=None, eq=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "config": self.config,
+            "best_val_acc": self.best_val_acc,
+            "test_acc_at_best_val": self.test_acc_at_best_val,
+            "best_epoch": self.best_epoch,
+            "mean_epoch_time_s": self.mean_epoch_time_s,
+            "epochs": self.epochs,
+            "status": self.status,
+        }
+        if self.error is not None:
+            d["error"] = self.error
+        d.update(self.extra)
+        return d
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON (NaN written as ``null``)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(json_safe(self.to_dict()), indent=1))
+
+    def summary(self) -> str:
+        """A short human-readable summary."""
+        lines = [
+            f"best val acc          {_pct(self.best_val_acc)}"
+            + (f" (epoch {self.best_epoch + 1}, counted from 1 as the epoch lines)" if self.best_epoch >= 0 else ""),
+            f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
+            f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs",
+        ]
+        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync")):
+            last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may
+            if last:                                                    # have changed it)
+                lines.append(f"bytes/epoch {label:<11} {last:,}")
+        if "early_stop" in self.extra:
+            es = self.extra["early_stop"]
+            lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation accuracy or loss "
+                         f"for {es['patience']} epochs (--patience)")
+        if "peak_mem_bytes" in self.extra:
+            mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])
+            lines.append(f"peak memory per rank  {mem} MiB")
+        return "\n".join(lines)
+
+
+@attrs.define
+class LoopState:
+    """Where :func:`epoch_loop` stands: everything it needs to continue (part of a checkpoint).
+
+    Attributes:
+        result: the records so far. next_epoch: the first epoch still to run.
+        best: ``(val_acc, val_loss)`` of the best evaluation. best_loss: lowest validation loss.
+        since: epochs since either improved (early stopping counter).
+    """
+
+    result: TrainResult
+    next_epoch: int = 0
+    best: tuple = (-1.0, float("inf"))
+    best_loss: float = float("inf")
+    since: int = 0
+
+    def to_dict(self) -> dict:
+        r = self.result
+        return {"next_epoch": self.next_epoch, "best": list(self.best), "best_loss": self.best_loss,
+                "since": self.since, "epochs": r.epochs, "best_val_acc": r.best_val_acc,
+                "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch}
+
+    @classmethod
+    def from_dict(cls, d: dict, config) -> "LoopState":
+        r = TrainResult(config=config.to_dict(), epochs=[dict(e) for e in d["epochs"]],
+                        best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
+                        best_epoch=d["best_epoch"])
+        return cls(result=r, next_epoch=d["next_epoch"], best=tuple(d["best"]), best_loss=d["best_loss"],
+                   since=d["since"])
+
+
+def _pct(v: Optional[float]) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f} %"
+
+
+def json_safe(o):
+    """``o`` with NaN/inf floats replaced by ``None`` and dict keys made strings (strict JSON)."""
+    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+        return None
+    if isinstance(o, dict):
+        return {str(k): json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    return o

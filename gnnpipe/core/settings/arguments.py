@@ -1,0 +1,103 @@
+"""The flags of a training run (``gnnpipe train``, ``gnnpipe compare``, study files of ``gnnpipe ablate``).
+
+One parser for one concept: the command line and the experiment runner both read a run's settings
+through :func:`add_train_arguments` / :func:`config_from_args`, so the two can never disagree. It lives
+below ``experiments`` and ``cli`` (both use it) and above nothing but :mod:`gnnpipe.core.settings.config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import TrainConfig
+
+_DEFAULT = TrainConfig()
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``gnnpipe train`` (shared with ``gnnpipe compare``)."""
+    d = _DEFAULT
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default=None, help="dataset name (Cora, Computers, squirrel, …) or a .pt/.npz file "
+                   "(default: the embedded synthetic graph)")
+    g.add_argument("--root", default=None, help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
+    g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
+    g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
+    g.add_argument("--avg-degree", type=float, default=d.avg_degree, help="synthetic graph: mean degree")
+    g.add_argument("--num-features", type=int, default=d.num_features, help="synthetic graph: feature width")
+    g.add_argument("--num-classes", type=int, default=d.num_classes, help="synthetic graph: classes")
+    g.add_argument("--normalize-features", action="store_true",
+                   help="row-normalise features to sum 1 (PyG NormalizeFeatures; the GCN/GCNII papers' Planetoid preprocessing)")
+    g.add_argument("--no-undirected", dest="undirected", action="store_false",
+                   help="keep edge directions (default: make the graph undirected)")
+    g.add_argument("--keep-self-loops", dest="remove_self_loops", action="store_false",
+                   help="keep self-loops (default: remove them)")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default=d.model, help="model name (gnnpipe.models.available())")
+    m.add_argument("--layers", type=int, default=d.layers, help="number of GNN layers L")
+    m.add_argument("--hidden", type=int, default=d.hidden, help="hidden width")
+    m.add_argument("--dropout", type=float, default=None, help="dropout probability (default: the model's)")
+    m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=d.bias, help="bias in the GNN layers")
+    m.add_argument("--activation", default=d.activation, help="activation function")
+    m.add_argument("--model-arg", dest="model_args", action="append", default=None, metavar="NAME=VALUE",
+                   help="one of the model's own options (repeatable; `gnnpipe models` lists them): "
+                   + _model_options_help())
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the model's)")
+    o.add_argument("--weight-decay", type=float, default=None, help="weight decay of dense layers (default: the model's)")
+    o.add_argument("--weight-decay-conv", type=float, default=None,
+                   help="weight decay of GNN layers (default: the model's)")
+    o.add_argument("--epochs", type=int, default=d.epochs, help="maximum number of epochs")
+    o.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (0 = off)")
+    o.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs")
+    o.add_argument("--seed", type=int, default=d.seed, help="random seed")
+    o.add_argument("--nan-ok", action="store_true",
+                   help="keep training after an epoch whose loss is NaN or infinite (default: stop the run there)")
+    o.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="floating dtype")
+    o.add_argument("--history-dtype", default=None, choices=["float32", "bfloat16", "float16", "float64"],
+                   help="storage dtype of the pipeline's history buffers (rows up-cast to --dtype when read; "
+                        "default: --dtype)")
+    par = p.add_argument_group("parallelism")
+    par.add_argument("--ways", type=int, default=d.ways, help="graph-parallel ways W")
+    par.add_argument("--stages", type=int, default=d.stages, help="pipeline stages S")
+    par.add_argument("--chunks", type=int, default=None, help="total number of chunks C (default: 4·S per way; 1 per way when S = 1)")
+    par.add_argument("--scheduler", default=d.scheduler, help="chunk scheduler (gpipe, 1f1b, async-stale, …)")
+    par.add_argument("--stash-weights", action="store_true",
+                     help="non-flush schedulers: back-propagate each chunk at the weights its forward used")
+    par.add_argument("--correctors", default=",".join(d.correctors),
+                     help="comma-separated staleness correctors (t1,t2,t3,ema,…; 'none' for none)")
+    par.add_argument("--partitioner", default=d.partitioner, help="vertex partitioner for chunks / parts")
+    par.add_argument("--over-partition", type=int, default=d.over_partition,
+                     help="METIS over-partitioning factor k for chunks (the paper: 4)")
+    par.add_argument("--layer-split", default=d.layer_split, help="layer-to-stage split: equal | profiled")
+    par.add_argument("--recompute", action="store_true", help="recompute stage activations in the backward")
+    par.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank")
+    par.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                     help="where every rank computes (default: cuda when available); ranks sharing a GPU talk over "
+                          "gloo through pinned CPU buffers")
+    par.add_argument("--backend", default=None,
+                     help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
+                          "on the CPU, or with --device cuda through pinned CPU buffers)")
+    par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
+                     help="seconds after which a failed or stuck rank ends the run")
+
+
+def _model_options_help() -> str:
+    from ... import models
+
+    return "; ".join(f"{name}: {models.describe_options(name)}" for name in models.available())
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed ``gnnpipe train`` flags (``--model-arg`` values typed by the model).
+
+    Raises:
+        ConfigError / UnknownComponentError: a bad value, an unknown model or model option.
+    """
+    fields = {a.name for a in TrainConfig.__attrs_attrs__}
+    kw = {k: v for k, v in vars(args).items() if k in fields}
+    if kw.get("model_args") is not None and not isinstance(kw["model_args"], dict):
+        from ... import models
+
+        kw["model_args"] = models.parse_model_args(kw.get("model", _DEFAULT.model), kw["model_args"])
+    return TrainConfig(**kw)  # the config parses the --correctors string (correctors.parse_spec)

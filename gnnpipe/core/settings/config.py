@@ -1,0 +1,306 @@
+"""Run configuration: one flat, JSON-serialisable record of everything a training run depends on."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import math
+
+import attrs
+import torch
+
+from ...errors import ConfigError
+
+#: the dtype names a config may use (``TrainConfig.dtype``) and their torch dtypes
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: storage dtypes of the history buffers (``TrainConfig.history_dtype``; compute stays in ``dtype``)
+HISTORY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                  "float64": torch.float64}
+
+
+def _int_pos(name):
+    def check(inst, attr, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+
+    return check
+
+
+def _num_classes(inst, attr, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"num_classes must be an integer, got {value!r}")
+    if value < 2:
+        raise ConfigError(f"num_classes must be >= 2 (a classifier needs at least two classes), got {value}; "
+                          f"use --num-classes 2 or more")
+
+
+def _rate(name):
+    def check(inst, attr, value):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+
+    return check
+
+
+def _correctors(value):
+    """A corrector spec (``"t1,t2,t3"`` as on the command line, or a list) as a list: the one parser,
+    :func:`gnnpipe.correctors.parse_spec`."""
+    from ...correctors import parse_spec
+
+    return parse_spec(value)
+
+
+#: the floating dtypes a run may use (``TrainConfig.dtype``)
+DTYPE_NAMES = tuple(DTYPES)
+
+#: the torch.distributed backends a run may use (``TrainConfig.backend``; ``None`` picks one)
+BACKENDS = ("gloo", "nccl")
+
+
+def _dtype(inst, attr, value):
+    if value not in DTYPE_NAMES:
+        raise ConfigError(f"dtype {value!r} is not supported; use one of {', '.join(DTYPE_NAMES)}")
+
+
+def _backend(inst, attr, value):
+    if value is not None and value not in BACKENDS:
+        raise ConfigError(f"unknown backend {value!r}; available: {', '.join(BACKENDS)} "
+                          f"(gloo: CPU; nccl: one GPU per rank; default: nccl with CUDA, else gloo)")
+
+
+def _model_args(value):
+    if value is None:
+        return {}
+    return dict(value) if isinstance(value, dict) else value
+
+
+def _check_model_args(inst, attr, value):
+    if not isinstance(value, dict):
+        raise ConfigError(f"model_args must be a dict {{option: value}}, e.g. {{'lamda': 0.6}}, got {value!r}")
+    if not value:
+        return
+    from ... import models
+
+    if isinstance(inst.model, str) and inst.model in models.MODELS:  # an unknown model fails on its own
+        models.check_model_args(inst.model, value)
+
+
+def _nonneg(name):
+    def check(inst, attr, value):
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+
+    return check
+
+
+def _pos(name):
+    def check(inst, attr, value):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")  # seconds for timeout_s
+
+    return check
+
+
+@attrs.define(kw_only=True)
+class TrainConfig:
+    """Every setting of a training run (what ``gnnpipe train`` flags set; stored in the ``--out`` JSON).
+
+    ``None`` for ``lr``, ``dropout``, ``weight_decay`` and ``weight_decay_conv`` means "the model's
+    recommended default" (``GNNModel.default_hparams``; e.g. GCNII's Cora settings).
+
+    Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
+    (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
+    process = 1×1.
+
+    ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
+    ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.training.trainer.resolve_config` fills in the defaults
+    of those not given, so a result's config records every value the model was built with.
+
+    ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
+    :class:`~gnnpipe.errors.TrainingDivergedError`).
+
+    Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
+    :data:`DTYPE_NAMES`), an unknown ``backend`` (lists :data:`BACKENDS`), or ``model_args`` that the
+    model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
+    :func:`check_names` when a run starts, so that components registered later still count.
+    """
+
+    # data
+    dataset: Optional[str] = None
+    root: Optional[str] = None
+    split: int = 0
+    num_nodes: int = 2000
+    avg_degree: float = 10.0
+    num_classes: int = attrs.field(default=5, validator=_num_classes)
+    num_features: int = 32
+    undirected: bool = True
+    remove_self_loops: bool = True
+    dedupe: bool = True
+    normalize_features: bool = False
+    # model
+    model: str = "gcnii"
+    layers: int = attrs.field(default=8, validator=_int_pos("layers"))
+    hidden: int = attrs.field(default=64, validator=_int_pos("hidden"))
+    dropout: Optional[float] = None
+    bias: bool = False
+    activation: str = "relu"
+    model_args: dict = attrs.field(factory=dict, converter=_model_args, validator=_check_model_args)
+    # optimisation
+    lr: Optional[float] = attrs.field(default=None, validator=_rate("lr"))
+    weight_decay: Optional[float] = attrs.field(default=None, validator=_rate("weight_decay"))
+    weight_decay_conv: Optional[float] = attrs.field(default=None, validator=_rate("weight_decay_conv"))
+    epochs: int = attrs.field(default=200, validator=_pos("epochs"))
+    patience: int = attrs.field(default=100, validator=_nonneg("patience"))
+    eval_every: int = attrs.field(default=1, validator=_pos("eval_every"))
+    seed: int = 0
+    nan_ok: bool = False
+    # parallelism
+    ways: int = attrs.field(default=1, validator=_pos("ways"))
+    stages: int = attrs.field(default=1, validator=_pos("stages"))
+    chunks: Optional[int] = attrs.field(default=None, validator=_pos("chunks"))
+    scheduler: str = "gpipe"
+    stash_weights: bool = False
+    correctors: list = attrs.field(factory=lambda: ["t1", "t2", "t3"], converter=_correctors)
+    partitioner: str = "metis"
+    over_partition: int = attrs.field(default=4, validator=_pos("over_partition"))
+    layer_split: str = "equal"
+    recompute: bool = False
+    threads: int = attrs.field(default=1, validator=_pos("threads"))
+    backend: Optional[str] = attrs.field(default=None, validator=_backend)
+    timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
+    dtype: str = attrs.field(default="float32", validator=_dtype)
+    history_dtype: Optional[str] = None
+    device: Optional[str] = None
+
+    def resolved(self, model_defaults: dict) -> "TrainConfig":
+        """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
+        upd = {k: model_defaults[k] for k in ("lr", "dropout", "weight_decay", "weight_decay_conv")
+               if getattr(self, k) is None and k in model_defaults}
+        if self.weight_decay_conv is None and "weight_decay_conv" not in model_defaults:
+            upd["weight_decay_conv"] = upd.get("weight_decay", self.weight_decay)
+        return attrs.evolve(self, **upd)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The floating dtype of every embedding, weight, ``Â`` and history buffer of the run.
+
+        Raises:
+            ConfigError: a dtype name other than those of :data:`DTYPES`.
+        """
+        try:
+            return DTYPES[self.dtype]
+        except KeyError:
+            raise ConfigError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}") from None
+
+    @property
+    def torch_history_dtype(self) -> torch.dtype:
+        """The storage dtype of the history buffers ``H_in``/``G_out`` (and of the correctors' snapshots, which
+        copy them): ``history_dtype`` (``float32``, ``bfloat16``, ``float16``), default the compute ``dtype``.
+        Rows are down-cast when written and up-cast to ``dtype`` when read (issue #12); compute stays in ``dtype``.
+
+        Raises:
+            ConfigError: an unknown name.
+        """
+        if self.history_dtype is None:
+            return self.torch_dtype
+        try:
+            return HISTORY_DTYPES[self.history_dtype]
+        except KeyError:
+            raise ConfigError(f"unknown history dtype {self.history_dtype!r}; use one of "
+                              f"{', '.join(HISTORY_DTYPES)}") from None
+
+    @property
+    def device_type(self) -> str:
+        """``"cuda"`` or ``"cpu"``: ``device`` when given, else ``"cuda"`` when CUDA is available.
+
+        Raises:
+            ConfigError: an unknown device, or ``cuda`` without a CUDA GPU.
+        """
+        if self.device is None:
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda needs a CUDA GPU, and none is available; use --device cpu")
+        return self.device
+
+    @property
+    def world_size(self) -> int:
+        return self.ways * self.stages
+
+    def to_dict(self) -> dict:
+        """All fields; the synthetic-graph sizes only when the synthetic graph is used."""
+        d = attrs.asdict(self)
+        if self.dataset not in (None, "synthetic"):
+            for k in ("num_nodes", "avg_degree", "num_classes", "num_features"):
+                d.pop(k)
+        d["correctors"] = [c if isinstance(c, str) else repr(c) for c in self.correctors]
+        return d
+
+
+def check_names(config: TrainConfig) -> None:
+    """Check every component name of ``config`` against its registry, in every mode (also where the mode
+    does not use the component: a typo is an error wherever it is made).
+
+    Raises:
+        UnknownComponentError: an unknown model, scheduler, partitioner, layer split or corrector (the
+            message lists the available names). ConfigError: a malformed corrector option, model options
+            the model does not have, an unknown backend.
+    """
+    from ... import correctors, models, partitioners, schedulers
+
+    models.get(config.model)
+    if config.model_args:
+        models.check_model_args(config.model, config.model_args)
+    schedulers.get(config.scheduler)
+    partitioners.get(config.partitioner)
+    partitioners.get_layer_partitioner(config.layer_split)
+    correctors.build_correctors(config.correctors)
+    _backend(config, None, config.backend)
+
+
+def ignored_options(config: TrainConfig) -> list[str]:
+    """The options that ``config``'s mode does not use *and* that were set to something other than
+    their default (options left at their defaults are not reported: a user who never typed
+    ``--correctors`` is not told that graph parallelism ignores them).
+
+    Modes: single process (``ways == stages == 1`` and at most one chunk) ignores every pipeline and
+    distribution option; graph parallelism (``stages == 1``, ``ways > 1``) ignores the pipeline options
+    and chunk counts other than one per way; pipeline and hybrid use them all.
+
+    Returns:
+        Phrases naming the ignored flags and why (e.g. ``"--correctors (graph parallelism is exact: …)"``);
+        the callers warn ``"ignored: " + "; ".join(...)``.
+    """
+    d = TrainConfig()
+    out: list[str] = []
+
+    def changed(*names):
+        return [n for n in names if getattr(config, n) != getattr(d, n)]
+
+    flag = {"scheduler": "--scheduler", "stash_weights": "--stash-weights", "correctors": "--correctors",
+            "partitioner": "--partitioner", "over_partition": "--over-partition", "layer_split": "--layer-split",
+            "recompute": "--recompute", "backend": "--backend", "chunks": "--chunks",
+            "history_dtype": "--history-dtype"}
+    if config.stages == 1 and config.ways == 1 and (config.chunks or 1) == 1:
+        names = changed("scheduler", "stash_weights", "partitioner", "over_partition", "layer_split",
+                        "recompute", "backend")
+        if config.correctors and changed("correctors"):
+            names.insert(2, "correctors")
+        if config.history_dtype is not None:
+            names.append("history_dtype")
+        if names:
+            out.append(", ".join(flag[n] for n in names) + " (a single-process run has no pipeline, chunks or ranks)")
+    elif config.stages == 1 and config.ways > 1:
+        if config.chunks not in (None, config.ways):
+            out.append(f"--chunks {config.chunks} (graph parallelism has one part per way)")
+        if config.correctors and changed("correctors"):
+            out.append("--correctors (graph parallelism is exact: there is no history to correct)")
+        names = changed("scheduler", "stash_weights", "over_partition", "layer_split", "recompute")
+        if config.history_dtype is not None:
+            names.append("history_dtype")
+        if names:
+            out.append(", ".join(flag[n] for n in names) + " (graph parallelism has no pipeline)")
+    return out

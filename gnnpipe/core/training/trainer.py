@@ -1,0 +1,321 @@
+"""The exact single-process full-graph trainer (the reference every executor is compared against)
+and the epoch loop (early stopping, evaluation cadence, records) that all executors share."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from ...models import GNNModel, build_model
+from ...models.base import unit_seed
+from ..settings.config import DTYPES, TrainConfig, check_names
+from ..ops.graph import GraphOps
+from ..runtime.metrics import accuracies, masked_loss, peak_memory_bytes
+from ..run.results import LoopState, TrainResult
+
+__all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
+           "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
+
+
+def _reinitialisable(model: GNNModel) -> bool:
+    """Whether every parameter of the model belongs to a submodule with ``reset_parameters`` (so it can be built
+    on the meta device and initialised unit by unit), and the model has no buffers (which ``to_empty`` would
+    leave uninitialised)."""
+    if any(True for _ in model.buffers()):
+        return False
+    covered = {id(p) for m in model.modules() if callable(getattr(m, "reset_parameters", None))
+               for p in m.parameters(recurse=False)}
+    return all(id(p) in covered for p in model.parameters())
+
+
+def make_model(config: TrainConfig, num_features: int, num_classes: int, units: Optional[range] = None) -> GNNModel:
+    """Build the configured model; only the parameters of ``units`` (default: all) are allocated.
+
+    Weights: each unit ``i`` is initialised by its submodules' ``reset_parameters`` right after
+    ``torch.manual_seed(unit_seed(config.seed, i))``, so every process that builds unit ``i`` gets the same
+    weights whatever other units it builds (a pipeline stage builds only its own; issue #12). The other units
+    stay on the ``meta`` device (shapes without storage). A model whose parameters are not all reachable by
+    a ``reset_parameters`` (or that has buffers) cannot be initialised unit by unit: it is built whole on the
+    CPU after ``torch.manual_seed(config.seed)``, in every process.
+
+    Args:
+        units: the unit indices to materialise (``None``: all).
+    """
+    kw = dict(num_layers=config.layers, hidden=config.hidden, dropout=config.dropout, bias=config.bias,
+              activation=config.activation, **config.model_args)
+    with torch.device("meta"):
+        model = build_model(config.model, num_features, num_classes, **kw)
+    if not _reinitialisable(model):
+        torch.manual_seed(config.seed)
+        return build_model(config.model, num_features, num_classes, **kw).to(DTYPES[config.dtype])
+    for i in range(model.num_units) if units is None else units:
+        unit = model.units[i].to_empty(device="cpu")
+        torch.manual_seed(unit_seed(config.seed, i))
+        for m in unit.modules():
+            if callable(getattr(m, "reset_parameters", None)):
+                m.reset_parameters()
+    return model.to(DTYPES[config.dtype])
+
+
+def materialised_units(model: GNNModel) -> list[int]:
+    """The units whose parameters are allocated (not on the ``meta`` device)."""
+    return [i for i, u in enumerate(model.units) if all(p.device.type != "meta" for p in u.parameters())]
+
+
+def resolve_config(config: TrainConfig) -> TrainConfig:
+    """Fill hyper-parameters left ``None`` from the model's ``default_hparams``, and the model options
+    not in ``config.model_args`` from their defaults (so that a result records every value used)."""
+    import attrs
+
+    from ...models import get, model_options
+
+    resolved = config.resolved(get(config.model).default_hparams)
+    opts = {k: o.default for k, o in model_options(config.model).items()}
+    if set(opts) - set(resolved.model_args):
+        resolved = attrs.evolve(resolved, model_args={**opts, **resolved.model_args})
+    return resolved
+
+
+def prepare_data(data, config: TrainConfig):
+    """Validate and preprocess ``data`` as ``config`` says (DESIGN §4 steps 1–2): :func:`gnnpipe.data.prepare`
+    with ``undirected``, ``remove_self_loops``, ``dedupe`` and ``normalize_features``; values are validated in
+    the run's dtype (``config.dtype``), to which ``x`` is cast.
+
+    Raises:
+        DataValidationError: a malformed graph (the message names the fix).
+    """
+    from ...data import prepare
+
+    return prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops,
+                   dedupe=config.dedupe, normalize_features=config.normalize_features, dtype=config.torch_dtype)
+
+
+def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam with separate weight decay for GNN layers (``weight_decay_conv``) and dense layers (``weight_decay``)."""
+    return torch.optim.Adam(model.param_groups(config.weight_decay, config.weight_decay_conv), lr=config.lr)
+
+
+def diverged_message(epoch: int, loss: float, config: TrainConfig) -> str:
+    """The message of a run stopped by a non-finite training loss at ``epoch`` (0-based)."""
+    lr = f"--lr {config.lr:g}" if config.lr is not None else "--lr"
+    return (f"the training loss is {loss} at epoch {epoch + 1}; the run stopped there (the epochs before it are kept, "
+            f"and the last checkpoint written before it, if any). Likely causes: input values too large for "
+            f"{config.dtype} (scale the features or edge weights, or --dtype float64); a learning rate too high "
+            f"(lower {lr}); a model option that makes the model unstable (--model-arg, more --layers than it "
+            f"tolerates without residuals or normalisation). --nan-ok keeps training past a non-finite loss")
+
+
+def _finish(result: TrainResult) -> TrainResult:
+    times = [e["time_s"] for e in result.epochs]
+    result.mean_epoch_time_s = sum(times) / len(times) if times else float("nan")
+    return result
+
+
+def epoch_loop(
+    config: TrainConfig,
+    train_step: Callable[[int], dict],
+    evaluate: Callable[[], dict],
+    *,
+    progress: bool = True,
+    desc: str = "train",
+    state: Optional[LoopState] = None,
+    on_best: Optional[Callable[[int], None]] = None,
+    after_epoch: Sequence[Callable[[int, dict, LoopState], None]] = (),
+    warn: bool = True,
+) -> TrainResult:
+    """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
+
+    Model selection: the reported test accuracy is the one of the evaluation with the best validation
+    accuracy (ties broken by lower validation loss). Early stopping: training stops when ``patience``
+    epochs (``0`` = never) pass in which neither the best validation accuracy nor the lowest validation
+    loss improved (the criterion of the GCNII reference code is the loss; deep models keep lowering it
+    long after accuracy plateaus).
+
+    Args:
+        train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
+        evaluate: ``() → dict`` as :func:`accuracies`.
+        state: continue from this state (a resumed run) instead of epoch 0.
+        on_best: called with the epoch whenever an evaluation becomes the best one (to keep its weights).
+        after_epoch: called after each epoch's record is appended (logging, checkpoints), in order.
+        warn: warn when a resumed ``state`` has no epoch left to run (``False`` on every rank of a distributed
+            run but rank 0, so the warning is printed once).
+
+    Divergence: an epoch whose training loss is NaN or infinite stops the run before it is evaluated or recorded
+    (no ``after_epoch`` hook sees it, so no checkpoint holds its weights), unless ``config.nan_ok``. In a
+    distributed run the loss is the one every rank gathered, so all ranks stop at the same epoch.
+
+    Raises:
+        TrainingDivergedError: a non-finite training loss (message: :func:`diverged_message`).
+        KeyboardInterrupt / Exception: as raised inside; the exception carries ``.result``, the
+            :class:`TrainResult` of the epochs completed so far with ``status`` ``"interrupted"``
+            (``KeyboardInterrupt``) or ``"failed"``.
+    """
+    from ...progress import progress_bar
+
+    st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
+    result = st.result
+    if st.next_epoch >= config.epochs and state is not None and warn:
+        warnings.warn(f"nothing to train: the resumed run has already completed {st.next_epoch} epoch(s) and "
+                      f"--epochs is {config.epochs}; raise --epochs to continue it", stacklevel=2)
+    bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc, leave=False,  # on a terminal only
+                       initial=st.next_epoch, total=config.epochs)
+    try:
+        for epoch in bar:
+            if "val_acc" in (result.epochs[-1] if result.epochs else {}) and config.patience \
+                    and st.since > config.patience:
+                break  # a resumed run that had already stopped early
+            t0 = time.perf_counter()
+            rec = {"epoch": epoch}
+            rec.update(train_step(epoch))
+            if not config.nan_ok and not math.isfinite(rec["loss"]):
+                from ...errors import TrainingDivergedError
+
+                raise TrainingDivergedError(diverged_message(epoch, rec["loss"], config))
+            rec.setdefault("time_s", time.perf_counter() - t0)
+            if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+                ev = evaluate()
+                rec.update(ev)
+                key = (ev["val_acc"], -ev["val_loss"])
+                if key > (st.best[0], -st.best[1]):
+                    st.best = (ev["val_acc"], ev["val_loss"])
+                    result.best_val_acc = ev["val_acc"]
+                    result.test_acc_at_best_val = ev["test_acc"]
+                    result.best_epoch = epoch
+                    st.since = 0
+                    if on_best is not None:
+                        on_best(epoch)
+                if ev["val_loss"] < st.best_loss:
+                    st.best_loss = ev["val_loss"]
+                    st.since = 0
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{st.best[0]:.3f}")
+            result.epochs.append(rec)
+            st.since += 1
+            st.next_epoch = epoch + 1
+            for fn in after_epoch:
+                fn(epoch, rec, st)
+            if "val_acc" in rec and config.patience and st.since > config.patience:
+                result.extra["early_stop"] = {"epoch": epoch, "patience": config.patience,
+                                              "best_epoch": result.best_epoch}
+                break
+    except BaseException as exc:
+        result.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        if result.status == "failed":
+            result.error = f"{type(exc).__name__}: {exc}"
+        try:
+            exc.result = _finish(result)  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        raise
+    finally:
+        bar.close()
+    return _finish(result)
+
+
+def _data_on(data, device: torch.device):
+    """A shallow copy of ``data`` with labels and masks on ``device`` (what the loss and metrics read)."""
+    import copy
+
+    out = copy.copy(data)
+    for k in ("y", "train_mask", "val_mask", "test_mask"):
+        setattr(out, k, getattr(data, k).to(device))
+    return out
+
+
+class SingleProcessTrainer:
+    """Exact full-graph training in one process (DESIGN §5's reference).
+
+    The data goes through the same input stage as every other entry point (:func:`prepare_data`:
+    validation, then the config's preprocessing: ``undirected``, ``remove_self_loops``, ``dedupe``,
+    ``normalize_features``), unless ``prepared=True`` says it already has.
+
+    Args:
+        data: a ``Data`` with ``x`` ``[N, F]``, ``y`` ``[N]`` class ids, ``edge_index`` ``[2, E]``,
+            ``train_mask`` (``val_mask`` / ``test_mask`` optional: missing ones are empty, with a warning).
+        config: the run configuration (``resolve_config`` is applied; its component names are checked
+            like every run's, though a single process uses no scheduler, partitioner or corrector).
+        model: optional pre-built model (otherwise built from the config with the seed).
+        prepared: ``data`` is the output of :func:`prepare_data` with this config (as ``api.train``
+            passes it): skip the input stage.
+
+    Raises:
+        DataValidationError: malformed data. ConfigError / UnknownComponentError: a bad configuration.
+    """
+
+    def __init__(self, data, config: TrainConfig, model: Optional[GNNModel] = None, *, prepared: bool = False):
+        check_names(config)
+        self.config = resolve_config(config)
+        dtype = DTYPES[self.config.dtype]
+        self.device = torch.device(self.config.device_type)
+        if not prepared:
+            data = prepare_data(data, self.config)
+        num_classes = int(data.y[data.train_mask | data.val_mask | data.test_mask].max()) + 1
+        self.data = data if self.device.type == "cpu" else _data_on(data, self.device)
+        self.x = self.data.x.to(self.device, dtype)
+        self.ops = GraphOps(data.edge_index, data.num_nodes, dtype, self.device,
+                            edge_weight=getattr(data, "edge_weight", None))
+        self.model = model if model is not None else make_model(self.config, self.x.size(1), num_classes)
+        self.model.to(self.device)
+        self.optimizer = make_optimizer(self.model, self.config)
+        self.num_train = int(data.train_mask.sum())
+        self.num_classes = self.model.units[-1].out_dim
+        self.units = range(self.model.num_units)  # the units this executor trains (all)
+
+    def loss_and_backward(self) -> float:
+        """One full-graph forward + backward (gradients accumulate into ``.grad``); returns the loss."""
+        self.model.train()
+        logits = self.model(self.x, self.ops.aggregate)
+        loss = masked_loss(logits, self.data.y, self.data.train_mask, self.num_train)
+        loss.backward()
+        return float(loss.detach())
+
+    def train_step(self, epoch: int) -> dict:
+        c0 = time.thread_time()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_and_backward()
+        self.optimizer.step()
+        cpu = time.thread_time() - c0
+        return {"loss": loss, "cpu_s": [cpu]}  # CPU time of this thread (s)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        self.model.eval()
+        return accuracies(self.model(self.x, self.ops.aggregate), self.data)
+
+    def fit(self, progress: bool = True, options=None) -> TrainResult:
+        """Train; ``options`` (:class:`~gnnpipe.core.settings.options.RunOptions`) selects the weights kept in
+        ``result.model``, logging and checkpoints."""
+        from ..runtime.assemble import preprocessing_of
+        from ..run.checkpoint import run_meta
+        from ..run.session import RunSession
+
+        torch.manual_seed(self.config.seed + 1)
+        plan = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
+                "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
+                "num_units": self.model.num_units, "stage_bounds": [0, self.model.num_units],
+                "chunk_sizes": [int(self.data.num_nodes)], "way_ptr": [0, 1]}
+        from ..run import stopping
+
+        session = RunSession(self.config, options, self, lead=True, plan_info=plan)
+        try:
+            with stopping.installed():
+                result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress,
+                                    state=session.start_state(), on_best=session.on_best, after_epoch=session.hooks)
+            session.finish()
+        finally:
+            session.close()
+        result.extra["plan"] = plan
+        stats = session.checkpoint_stats()
+        if stats is not None:
+            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
+        result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.x.device)]
+        model = copy.deepcopy(self.model)  # a pre-built model may not be one the config describes
+        model.load_state_dict(session.final_state())
+        model.preprocessing = preprocessing_of(self.config)
+        model.meta = run_meta(self.config, len(result.epochs))  # saved with it: `gnnpipe predict` finds the data
+        result.model = model.eval()
+        return result

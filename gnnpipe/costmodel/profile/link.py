@@ -1,0 +1,258 @@
+"""The link between ranks, and what a wait costs when ranks share the cores.
+
+A ping-pong between two ranks over the actual backend (gloo on CPU): one-way time of point-to-point
+messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of many round trips), each fitted as
+``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. With more ranks
+than cores, an exchange probe measures the core time a rank's blocking wait costs when ranks share the cores
+(:func:`switch_costs`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..hardware import Link
+from .contention import cores_here
+from .overhead import _pipeline_rank
+
+
+def _busy(seconds: float) -> None:
+    """Spin for ``seconds`` of this thread's CPU time (time the thread is descheduled does not count)."""
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < seconds:
+        pass
+
+
+#: message sizes (bytes) of the one-way stream of :func:`_probe` (the main thread's CPU per message)
+STREAM_SIZES = (65536, 1 << 20, 4 << 20)
+
+
+#: messages per round of the one-way stream of :func:`_probe`
+STREAM_MESSAGES = 12
+
+
+#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message
+SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536}
+
+
+def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
+    """``k`` round trips of ``t`` between ranks 0 and 1 (after a barrier of ``pair`` and one untimed round trip
+    that warms the pair up): the one-way wall and main-thread CPU seconds of each (half a round trip)."""
+    import torch.distributed as dist
+
+    walls, cpus = [], []
+    dist.barrier(group=pair)
+    for i in range(k + 1):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        if rank == 0:
+            dist.send(t, 1)
+            dist.recv(t, 1)
+        else:
+            dist.recv(t, 0)
+            dist.send(t, 0)
+        if i:
+            walls.append((time.perf_counter() - w0) / 2)
+            cpus.append((time.thread_time() - c0) / 2)
+    return walls, cpus
+
+
+def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
+           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None) -> dict:
+    """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
+    ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
+    3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
+    rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
+    of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
+    rank (``all``). With ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
+    1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). Returns the medians of the ping-pong and each
+    round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result)."""
+
+    import torch.distributed as dist
+    import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
+
+    from ...core.runtime import parallel, pipeline  # noqa: F401  (what a training rank imports)
+    from ...core.runtime.metrics import peak_memory_bytes
+    from ...core.training import runner  # noqa: F401  (what a training rank imports)
+
+    out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
+                 "stream": []}
+    pair = dist.new_group([0, 1]) if world > 2 else None  # every rank takes part in making the group
+    if rank < 2:
+        for n in sizes:
+            t = torch.zeros(max(1, n // 4), dtype=torch.float32)
+            k = max(3, 3 * reps if n <= (1 << 16) else reps if n <= (1 << 20) else reps // 4)
+            walls, cpus = _ping_pong(rank, t, k, pair)
+            out["p2p"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+            walls, cpus = [], []
+            dist.barrier(group=pair)
+            for i in range(k + 1):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                dist.all_reduce(t, group=pair)
+                if i:
+                    walls.append(time.perf_counter() - w0)
+                    cpus.append(time.thread_time() - c0)
+            out["allreduce"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+    if rank < 2:  # a one-way stream, as a pipeline sends: the main thread's CPU per send and per receive
+        for n in stream_sizes:
+            t = torch.zeros(max(1, n // 4), dtype=torch.float32)
+            bufs = [torch.empty_like(t) for _ in range(STREAM_MESSAGES)]
+            per = []
+            for r in range(3):
+                dist.barrier(group=pair)
+                cpu = 0.0
+                if rank == 0:
+                    works = []
+                    for k in range(STREAM_MESSAGES):
+                        _busy(0.001)
+                        c0 = time.thread_time()
+                        works.append(dist.isend(t, 1, tag=k))
+                        cpu += time.thread_time() - c0
+                    c0 = time.thread_time()
+                    for work in works:
+                        work.wait()
+                    cpu += time.thread_time() - c0
+                else:
+                    works = [dist.irecv(bufs[k], 0, tag=k) for k in range(STREAM_MESSAGES)]
+                    for work in works:
+                        c0 = time.thread_time()
+                        work.wait()
+                        cpu += time.thread_time() - c0
+                per.append(cpu / STREAM_MESSAGES)
+            out["stream"].append((t.numel() * 4, statistics.median(per)))
+    if rank < 2 and sizes:  # the smallest message once more: a transient (a rank still starting) is not the latency
+        t = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32)
+        walls, _ = _ping_pong(rank, t, 3 * reps, pair)
+        b0, w_0, c_0 = out["p2p"][0]
+        out["p2p"][0] = (b0, min(w_0, statistics.median(walls)), c_0)
+    dist.barrier()
+    if rounds > 0:
+        send = torch.zeros(max(1, nbytes // 4))
+        bufs = [torch.empty_like(send) for _ in range(world)]
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        for pattern in ("ring", "all"):
+            peers = [q for q in range(world) if q != rank] if pattern == "all" else [nxt]
+            sources = [q for q in range(world) if q != rank] if pattern == "all" else [prv]
+            for r in range(rounds + 1):
+                dist.barrier()
+                w0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(iters):
+                    _busy(work_s)
+                    ops = ([dist.P2POp(dist.isend, send, q) for q in peers]
+                           + [dist.P2POp(dist.irecv, bufs[q], q) for q in sources])
+                    for work in dist.batch_isend_irecv(ops):
+                        work.wait()
+                if r:
+                    out[pattern].append((time.perf_counter() - w0, time.thread_time() - c0))
+    dist.barrier()
+    if pipe is not None and rank < 2:
+        out["pipeline"] = _pipeline_rank(rank, 2, *pipe)
+    dist.barrier()
+    return out
+
+
+def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
+    """``t = latency + bytes / bandwidth`` of column ``col``: the latency is the time of the smallest message,
+    the bandwidth the least-squares slope of the others' excess over it (robust to one erratic size, which a
+    free fit of both turns into a latency of milliseconds); both clipped to be physical."""
+    pts = sorted((float(p[0]), float(p[col])) for p in points)
+    lat = max(0.0, pts[0][1])
+    b = np.array([q[0] for q in pts[1:]])
+    t = np.array([q[1] - lat for q in pts[1:]])
+    inv_bw = float((b @ t) / (b @ b)) if b.size and float(b @ b) > 0 else 0.0
+    if inv_bw <= 0:
+        inv_bw = max(pts[-1][1], 1e-12) / max(pts[-1][0], 1.0)
+    return Link(latency_s=lat, bandwidth_Bps=1.0 / inv_bw)
+
+
+def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequence[Sequence[float]]], cores: int,
+                 work_s: float, iters: int) -> tuple[float, float]:
+    """``(switch_s, switch_peer_s)`` from the exchange rounds of :func:`_probe` (per rank, per round, ``(wall,
+    main-thread CPU)``; ``ring``: one peer per exchange, ``every``: all ``R − 1``).
+
+    A round on ``R`` ranks over ``cores`` cores (``R > cores``) gives the core time it did not spend on the ranks'
+    main threads, ``cores · wall − Σ main-thread CPU``, lost to the exchanges: the transport's threads, the
+    switches between ranks, and cores left idle while the ranks that could run wait for a message. Per wait of a
+    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the median over rounds is kept. ``switch_peer_s`` is
+    the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped at 0.
+    """
+
+    R = len(ring)
+
+    def per_wait(rounds_by_rank) -> float:
+        n = min(len(r) for r in rounds_by_rank)
+        vals = []
+        for k in range(n):
+            wall = max(r[k][0] for r in rounds_by_rank)
+            cpu = sum(r[k][1] for r in rounds_by_rank)
+            vals.append((cores * wall - cpu) / (R * iters))
+        return max(0.0, statistics.median(vals)) if vals else 0.0
+
+    d_ring = per_wait(ring)
+    d_all = per_wait(every) if R > 2 else d_ring
+    return d_ring, (max(0.0, (d_all - d_ring) / (R - 2)) if R > 2 else 0.0)
+
+
+def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 10,
+                 timeout_s: float = 60.0, ranks: int = 2, pipeline: Optional[tuple] = None) -> tuple[Link, Link, dict]:
+    """Measure the link between two local ranks over ``backend``: ``(p2p, allreduce, raw points)``.
+
+    ``p2p``: one-way time of a message (half a round trip; the median of ``reps`` round trips per size);
+    ``allreduce``: the per-hop link of a ring all-reduce (for two ranks an all-reduce takes
+    ``2·(latency + bytes/2/bandwidth)``, so the fitted ``t = a + bytes/bw`` gives ``Link(a/2, bw)``).
+    ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…], "allreduce": […], "floor": peak resident bytes of a rank
+    before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
+    "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
+    "switch": (switch_s, switch_peer_s) or None}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    receive: a rank does both alike).
+
+    With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
+    ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
+    a rank's blocking wait costs when ranks share cores.
+
+    Raises:
+        DistributedError: a rank failed.
+    """
+    from ...core.run.launch import spawn
+
+    cores = cores_here()
+    world = max(2, int(ranks))
+    rounds = SWITCH_PROBE["rounds"] if world > cores else 0
+    outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
+                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline), backend=backend,
+                 timeout_s=timeout_s, threads=1)
+    raw = dict(outs[0])
+    p2p = _fit_link(raw["p2p"])
+    ar2 = _fit_link(raw["allreduce"])
+    # ring all-reduce of G=2: 2(G-1)=2 steps of bytes/2 → t = 2·lat + bytes/bw: per-hop latency lat, bandwidth bw
+    allreduce = Link(latency_s=ar2.latency_s / 2, bandwidth_Bps=ar2.bandwidth_Bps)
+    # a message costs its sender's main thread (the copy into the transport, on loopback also its delivery) and
+    # its receiver's (the wait); a rank sends and receives alike, so a message op (send or receive) costs the mean
+    sends = [(b, c) for b, c in outs[0]["stream"]]
+    recvs = [(b, c) for b, c in outs[1]["stream"]]
+    both = [(b, 0.0, (cs + cr) / 2) for (b, cs), (_, cr) in zip(sends, recvs)]
+    cpu = _fit_link(both, col=2) if both else _fit_link(raw["p2p"], col=2)
+    raw["msg_cpu"] = (cpu.latency_s, 1.0 / cpu.bandwidth_Bps)
+    raw["stream"] = {"send": sends, "recv": recvs}
+    raw["cores"], raw["ranks"] = cores, world
+    raw["switch"] = (switch_costs([o["ring"] for o in outs], [o["all"] for o in outs], cores,
+                                  SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
+    raw.pop("ring", None)
+    raw.pop("all", None)
+    if pipeline is not None:
+        raw["pipeline"] = [o["pipeline"] for o in outs[:2]]
+    return p2p, allreduce, raw
+
+
+def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
+    """The :data:`LINK_FIELDS` of a :class:`Profile` from :func:`profile_link`'s result (pass it to :func:`profile`
+    as ``link_result`` to profile several jobs with one probe)."""
+    sw = raw.get("switch")
+    a, b = raw.get("msg_cpu", (0.0, 0.0))
+    return {"p2p": p2p, "allreduce": allreduce, "runtime_floor_bytes": int(raw.get("floor", 0)),
+            "msg_cpu_s": float(a), "msg_cpu_s_per_byte": float(b), "switch_s": float(sw[0]) if sw else 0.0,
+            "switch_peer_s": float(sw[1]) if sw else 0.0, "switch_ranks": int(raw.get("ranks", 0)) if sw else 0}
