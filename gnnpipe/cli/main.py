@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.formatwarning = _format_warning
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.demo = given == ["train"]  # `gnnpipe train` alone: the demo (cli/train.py, DEMO)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

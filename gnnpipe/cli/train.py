@@ -122,14 +122,26 @@ def options_from_args(args: argparse.Namespace):
                       memory_check=args.memory_check)
 
 
+#: what ``gnnpipe train`` with no flag at all trains: the main job, a GNNPipe pipeline of 2 stages, on the synthetic
+#: default graph (learnable: GCNII reaches ~75 % test accuracy on its 5 classes, majority 20 %), in under a minute
+DEMO = {"stages": 2, "epochs": 100}
+
+
 def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    import attrs
+
     from ..api import train
-    from ..core.run.launch import _interrupt
+    from ..core.run.launch import _interrupt, under_torchrun
 
     config = config_from_args(args)
+    if getattr(args, "demo", False) and not under_torchrun():
+        config = attrs.evolve(config, **DEMO)
+        print("gnnpipe: no flags given: training a 2-stage GNNPipe pipeline (--stages 2, 2 local processes, "
+              "--epochs 100) on the synthetic default graph; `gnnpipe train --help` lists the flags, "
+              "`--stages 1` trains in one process", file=sys.stderr)
     options = options_from_args(args)
     if args.out:
         check_writable(args.out)
