@@ -1,0 +1,289 @@
+"""The neighbour graph of a batch of structures: edges within a cutoff (periodic images included) and triplets.
+
+An edge ``j → i`` (PyG's flow: row 0 = source ``j``, row 1 = target ``i``) joins atom ``i`` to an image of atom
+``j`` closer than the cutoff; its ``cell_offsets`` row says which image (integer multiples of the cell vectors of
+the structure). The edge vector is recomputed from ``pos`` (and ``cell``) in torch by
+:meth:`AtomGraph.edge_vectors`, so gradients of anything computed from it reach the positions (conservative forces)
+and the cell (stress).
+
+Triplets ``k → j → i`` pair each edge ``j → i`` with every in-edge ``k → j`` of its source, except the back-track
+(``k`` is ``i`` itself in the same image: the two offsets sum to zero). The contract is PyG DimeNet's
+(``idx_kj``, ``idx_ji``; Gasteiger et al., *Directional Message Passing for Molecular Graphs*, ICLR 2020), built in
+plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with periodic image offsets.
+
+::
+
+    pairs:      ase.neighborlist.primitive_neighbor_list per structure (float64), or all-pairs distances in torch
+                for a structure without periodic boundaries
+    order:      by target i, then distance, then source j, then offset (deterministic)
+    cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors)
+    triplets:   in-edges of each atom as a CSR range; idx_ji = repeat_interleave(edges, in-degree of source)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["AtomGraph", "build_graph", "neighbor_pairs", "triplets"]
+
+
+@dataclass
+class AtomGraph:
+    """The neighbour graph of a batch of ``B`` structures with ``N`` atoms, ``E`` edges and ``T`` triplets.
+
+    Attributes:
+        edge_index: int64 ``[2, E]``; row 0 = source ``j``, row 1 = target ``i``; sorted by target, then distance,
+            then source, then offset.
+        cell_offsets: int64 ``[E, 3]``; the image of ``j`` in units of its structure's cell vectors.
+        batch: int64 ``[N]``; the structure of each atom.
+        num_nodes: ``N``.
+        idx_kj: int64 ``[T]`` or ``None`` (built without triplets); the edge ``k → j`` of each triplet.
+        idx_ji: int64 ``[T]`` or ``None``; the edge ``j → i`` of each triplet (non-decreasing).
+        cutoff: Å, the radius the edges were built with.
+        max_neighbors: the per-target cap, or ``None``.
+    """
+
+    edge_index: Tensor
+    cell_offsets: Tensor
+    batch: Tensor
+    num_nodes: int
+    idx_kj: Tensor | None = None
+    idx_ji: Tensor | None = None
+    cutoff: float = 0.0
+    max_neighbors: int | None = None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.size(1))
+
+    @property
+    def num_triplets(self) -> int:
+        return int(self._triplets()[0].numel())
+
+    @property
+    def triplets_per_edge(self) -> Tensor:
+        """int64 ``[E]``: how many triplets each edge ``j → i`` updates (the GP edge-cost weight ``t_e``)."""
+        return torch.bincount(self._triplets()[1], minlength=self.num_edges)
+
+    def _triplets(self) -> tuple[Tensor, Tensor]:
+        if self.idx_kj is None or self.idx_ji is None:
+            raise ValueError("this AtomGraph was built without triplets; call build_graph(..., with_triplets=True)")
+        return self.idx_kj, self.idx_ji
+
+    def edge_vectors(self, pos: Tensor, cell: Tensor | None = None) -> Tensor:
+        """``[E, 3]``: ``pos[j] + cell_offsets[e] @ cell[batch[j]] − pos[i]``, from target ``i`` to the image of ``j``.
+
+        Args:
+            pos: ``[N, 3]`` Å, floating point; gradients flow back to it.
+            cell: ``[B, 3, 3]`` Å (rows are the cell vectors), or ``None`` when no structure is periodic (every
+                offset must then be zero); gradients flow back to it.
+
+        Returns:
+            ``[E, 3]`` in ``pos``'s dtype.
+
+        Raises:
+            ValueError: ``cell`` is ``None`` but some edge crosses a periodic boundary.
+        """
+        j, i = self.edge_index[0], self.edge_index[1]
+        vec = pos[j] - pos[i]
+        if cell is None:
+            if self.num_edges and bool(self.cell_offsets.any()):
+                raise ValueError("edges cross periodic boundaries: pass the batch's cell [B, 3, 3] to edge_vectors")
+            return vec
+        shift = torch.einsum("ek,ekl->el", self.cell_offsets.to(pos.dtype), cell.to(pos.dtype)[self.batch[j]])
+        return vec + shift
+
+    def distances(self, pos: Tensor, cell: Tensor | None = None) -> Tensor:
+        """``[E]`` Å: the norms of :meth:`edge_vectors`."""
+        return self.edge_vectors(pos, cell).norm(dim=-1)
+
+    def to(self, device: torch.device | str) -> "AtomGraph":
+        """A copy with every tensor on ``device``."""
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return AtomGraph(move(self.edge_index), move(self.cell_offsets), move(self.batch), self.num_nodes,
+                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors)
+
+
+# --------------------------------------------------------------------------------------------- pairs
+
+
+def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float,
+                   method: str = "ase") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of one structure closer than ``cutoff`` (strictly), periodic images included, self excluded.
+
+    Args:
+        pos: float ``[n, 3]`` Å.
+        cell: float ``[3, 3]`` Å (rows = cell vectors; a non-periodic direction's row may be zero).
+        pbc: bool ``[3]``.
+        cutoff: Å, > 0.
+        method: ``"ase"`` (``ase.neighborlist.primitive_neighbor_list``, any boundary conditions) or ``"torch"``
+            (all-pairs distances, O(n²); only for structures without periodic boundaries).
+
+    Returns:
+        ``(i, j, offsets, dist)``: targets int64 ``[P]``, sources int64 ``[P]``, offsets int64 ``[P, 3]`` and
+        distances float64 ``[P]``, where ``dist = |pos[j] + offsets @ cell − pos[i]|``; unordered.
+
+    Raises:
+        ValueError: an unknown method, or ``"torch"`` on a periodic structure.
+    """
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1, 3)
+    cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
+    pbc = np.asarray(pbc, dtype=bool).reshape(3)
+    n = len(pos)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros((0, 3), dtype=np.int64), np.zeros(0)
+    if method == "ase":
+        from ase.neighborlist import primitive_neighbor_list
+
+        i, j, shifts, dist = primitive_neighbor_list("ijSd", pbc, cell, pos, float(cutoff), self_interaction=False)
+        return i.astype(np.int64), j.astype(np.int64), shifts.astype(np.int64), dist.astype(np.float64)
+    if method == "torch":
+        if pbc.any():
+            raise ValueError("method='torch' handles structures without periodic boundaries only; use method='ase'")
+        p = torch.from_numpy(pos)
+        d = torch.cdist(p, p)
+        d.fill_diagonal_(float("inf"))
+        i, j = torch.nonzero(d < cutoff, as_tuple=True)
+        return i.numpy(), j.numpy(), np.zeros((len(i), 3), dtype=np.int64), d[i, j].numpy()
+    raise ValueError(f"unknown neighbour method {method!r}; use 'ase' or 'torch'")
+
+
+def _sorted_capped(i, j, offsets, dist, max_neighbors):
+    """The pairs in the graph's order (target, distance, source, offset), each target's first ``max_neighbors``."""
+    order = np.lexsort((offsets[:, 2], offsets[:, 1], offsets[:, 0], j, dist, i))
+    i, j, offsets = i[order], j[order], offsets[order]
+    if max_neighbors is not None and len(i):
+        start = np.searchsorted(i, i, side="left")
+        keep = (np.arange(len(i)) - start) < max_neighbors
+        i, j, offsets = i[keep], j[keep], offsets[keep]
+    return i, j, offsets
+
+
+def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+    """``pos [N, 3]``, ``cell [B, 3, 3]``, ``pbc [B, 3]``, ``batch [N]`` and ``B`` of a Data or a Batch."""
+    pos = data.pos
+    n = pos.size(0)
+    batch = getattr(data, "batch", None)
+    cell = getattr(data, "cell", None)
+    pbc = getattr(data, "pbc", None)
+    ptr = getattr(data, "ptr", None)
+    if batch is None:
+        batch = torch.zeros(n, dtype=torch.long, device=pos.device)
+    if ptr is not None:
+        num = ptr.numel() - 1
+    elif cell is not None:
+        num = cell.reshape(-1, 3, 3).size(0)
+    else:
+        num = int(batch.max()) + 1 if n else 1
+    if cell is None:
+        cell = torch.zeros(num, 3, 3, dtype=pos.dtype, device=pos.device)
+    if pbc is None:
+        pbc = torch.zeros(num, 3, dtype=torch.bool, device=pos.device)
+    cell = cell.reshape(-1, 3, 3)
+    pbc = pbc.reshape(-1, 3).bool()
+    if cell.size(0) != num or pbc.size(0) != num:
+        raise ValueError(f"the batch holds {num} structures but cell has {cell.size(0)} rows of [3, 3] and pbc "
+                         f"{pbc.size(0)} rows of [3]; give each structure cell [1, 3, 3] and pbc [1, 3]")
+    return pos, cell, pbc, batch, int(num)
+
+
+def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_triplets: bool = True,
+                method: str = "auto") -> AtomGraph:
+    """The neighbour graph (and triplets) of a structure or a batch of structures.
+
+    Args:
+        data: a ``torch_geometric.data.Data`` (one structure) or ``Batch`` with ``pos [N, 3]`` Å and optionally
+            ``cell [B, 3, 3]`` Å, ``pbc [B, 3]`` bool and ``batch [N]`` (absent: one non-periodic structure).
+        cutoff: Å; pairs strictly closer are edges.
+        max_neighbors: keep the nearest ``max_neighbors`` in-edges of each target (ties: lower source index, then
+            lower offset); ``None`` keeps all. OC20 configurations use 50 at 6 Å (DimeNet++: 12 Å, 50).
+        with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
+        method: ``"ase"``: ``ase.neighborlist.primitive_neighbor_list`` for every structure; ``"torch"``: all-pairs
+            distances (non-periodic structures only); ``"auto"``: torch for non-periodic structures, ase otherwise.
+            The result is the same (up to pairs within float rounding of the cutoff).
+
+    Returns:
+        An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
+
+    Raises:
+        ValueError: a cutoff ≤ 0, max_neighbors < 1, or cell / pbc rows not matching the number of structures.
+    """
+    if not cutoff > 0:
+        raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")
+    if max_neighbors is not None and max_neighbors < 1:
+        raise ValueError(f"max_neighbors must be >= 1 or None, got {max_neighbors}")
+    pos, cell, pbc, batch, num = _structures(data)
+    device = pos.device
+    pos_np = pos.detach().to("cpu", torch.float64).numpy()
+    cell_np = cell.detach().to("cpu", torch.float64).numpy()
+    pbc_np = pbc.detach().cpu().numpy()
+    counts = torch.bincount(batch.cpu(), minlength=num).numpy()
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    srcs, dsts, offs = [], [], []
+    for b in range(num):
+        lo, hi = int(starts[b]), int(starts[b] + counts[b])
+        how = method if method != "auto" else ("ase" if pbc_np[b].any() else "torch")
+        i, j, o, d = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, how)
+        i, j, o = _sorted_capped(i, j, o, d, max_neighbors)
+        srcs.append(j + lo)
+        dsts.append(i + lo)
+        offs.append(o)
+    src = torch.from_numpy(np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64))
+    dst = torch.from_numpy(np.concatenate(dsts) if dsts else np.zeros(0, dtype=np.int64))
+    off = torch.from_numpy(np.concatenate(offs) if offs else np.zeros((0, 3), dtype=np.int64))
+    edge_index = torch.stack([src, dst]).to(device)
+    off = off.to(device)
+    graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors)
+    if with_triplets:
+        graph.idx_kj, graph.idx_ji = triplets(edge_index, off, graph.num_nodes)
+    return graph
+
+
+# --------------------------------------------------------------------------------------------- triplets
+
+
+def triplets(edge_index: Tensor, cell_offsets: Tensor | None, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Triplets ``k → j → i`` of a graph whose edges are sorted by target (PyG DimeNet's ``idx_kj``, ``idx_ji``).
+
+    For each edge ``j → i`` (index ``idx_ji``) every in-edge ``k → j`` of its source (index ``idx_kj``), except the
+    back-track: ``k = i`` with ``cell_offsets[kj] + cell_offsets[ji] = 0`` (``k``'s image is ``i`` itself). With
+    periodic images an edge may pair with itself (an atom bonded to its own image ``o``: ``i``, ``j`` at ``o``,
+    ``k`` at ``2o``) and ``k = i`` in another image is kept.
+
+    Args:
+        edge_index: int64 ``[2, E]``, row 1 (targets) non-decreasing.
+        cell_offsets: int64 ``[E, 3]`` or ``None`` (no periodic images).
+        num_nodes: ``N``.
+
+    Returns:
+        ``(idx_kj, idx_ji)``, int64 ``[T]`` each, sorted by ``idx_ji`` then ``idx_kj``.
+
+    Raises:
+        ValueError: the edges are not sorted by target.
+    """
+    src, dst = edge_index[0], edge_index[1]
+    device = edge_index.device
+    num_edges = src.numel()
+    if num_edges and bool((dst[1:] < dst[:-1]).any()):
+        raise ValueError("triplets() needs edges sorted by target (edge_index[1] non-decreasing); build the graph "
+                         "with build_graph or sort the edges with a stable argsort of edge_index[1]")
+    deg = torch.bincount(dst, minlength=num_nodes)
+    ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
+    ptr[1:] = torch.cumsum(deg, 0)
+    per_edge = deg[src]                                      # in-edges k→j of each edge's source j
+    idx_ji = torch.repeat_interleave(torch.arange(num_edges, device=device), per_edge)
+    first = torch.cumsum(per_edge, 0) - per_edge             # position of each edge's first triplet
+    rank = torch.arange(idx_ji.numel(), device=device) - first[idx_ji]
+    idx_kj = ptr[src[idx_ji]] + rank
+    back = src[idx_kj] == dst[idx_ji]
+    if cell_offsets is not None and cell_offsets.numel():
+        back &= (cell_offsets[idx_kj] + cell_offsets[idx_ji] == 0).all(dim=1)
+    keep = ~back
+    return idx_kj[keep], idx_ji[keep]
