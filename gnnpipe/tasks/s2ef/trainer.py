@@ -59,20 +59,14 @@ def graph_builder(cutoff: float, max_neighbors: int) -> Callable:
     return lambda batch: build_graph(batch, cutoff, max_neighbors)
 
 
-def forward(model, structures: list, graph_fn: Callable, direct: bool) -> tuple[Tensor, Tensor, object]:
-    """``(ê [b], F̂ [n, 3], batch)``: the model's (normalised) energies and forces of ``structures``; conservative
-    forces (``−∂ê/∂pos``, differentiable while the model trains) unless ``direct``."""
+def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
+    """``(ê [b], F̂ [n, 3], batch)``: the model's (normalised) energies and forces of ``structures`` (the model's
+    direct head, or conservative ``−∂ê/∂pos``, differentiable again while the model trains and grad is on)."""
     from torch_geometric.data import Batch
 
     batch = Batch.from_data_list(structures)
-    if not direct:
-        batch.pos.requires_grad_(True)
-    out = model(batch, graph_fn(batch))
-    energy = out["energy"].reshape(-1)
-    forces = out.get("forces")
-    if forces is None:
-        forces = -torch.autograd.grad(energy.sum(), batch.pos, create_graph=model.training)[0]
-    return energy, forces, batch
+    out = model(batch, graph_fn(batch), forces=True)
+    return out["energy"].reshape(-1), out["forces"], batch
 
 
 class S2EFTrainer:
@@ -156,8 +150,7 @@ class S2EFTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss_value = torch.zeros((), dtype=torch.float64)
             if len(mine):
-                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in mine.tolist()], self.graph_fn,
-                                              cfg.direct_forces)
+                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in mine.tolist()], self.graph_fn)
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
                 loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
@@ -200,11 +193,9 @@ class S2EFTrainer:
         cfg = self.config
         mine = share(ids, self.rank, self.world)
         num_free = int(self.free_counts[ids].sum())
-        for chunk in mine.split(cfg.batch_size):
-            with torch.enable_grad():
-                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in chunk.tolist()], self.graph_fn,
-                                              cfg.direct_forces)
+        for chunk in mine.split(cfg.batch_size) if len(mine) else ():
             with torch.no_grad():
+                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in chunk.tolist()], self.graph_fn)
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
                 loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
