@@ -36,6 +36,8 @@ def describe(name: str) -> str:
     doc = inspect.getdoc(cls) or cls.__name__
     summary = " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines()).replace("``", "")
     lines = [f"{name}: {summary}"]
+    if getattr(cls, "task", ""):
+        lines.append(f"  task: {cls.task}")
     opts = models.model_options(name)
     if opts:
         lines.append("  options (--model-arg NAME=VALUE):")

@@ -11,6 +11,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..models import GNNModel, build_model
+from ..models.base import unit_seed
 from .config import DTYPES, TrainConfig, check_names
 from .graph import GraphOps
 from .metrics import accuracies, masked_loss, peak_memory_bytes
@@ -18,12 +19,6 @@ from .results import LoopState, Selection, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
            "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
-
-
-def unit_seed(seed: int, unit: int) -> int:
-    """The seed unit ``unit``'s parameters are drawn with (:func:`make_model`): one per unit, so a rank that
-    builds only its own units draws the same weights as the single-process model."""
-    return (int(seed) * 1_000_003 + 7919 * (unit + 1)) % (2**63 - 1)
 
 
 def _reinitialisable(model: GNNModel) -> bool:

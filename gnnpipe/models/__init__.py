@@ -8,7 +8,7 @@ registered model by name; :func:`model_options` lists a model's own options (GCN
 
 from __future__ import annotations
 
-from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, activation  # noqa: F401
+from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, ZooModel, activation, unit_seed  # noqa: F401
 from .registry import MODELS, available, get, register  # noqa: F401
 from .options import (  # noqa: F401
     ModelOption,
@@ -23,3 +23,5 @@ from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus  # noqa: F401
 from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit  # noqa: F401
 from .build import build_model  # noqa: F401
 from .io import load, save  # noqa: F401
+from . import atomistic  # noqa: F401,E402  (registers schnet and dimenet++)
+from .atomistic import AtomisticModel  # noqa: F401,E402

@@ -138,7 +138,34 @@ class LayerUnit(nn.Module):
         raise NotImplementedError
 
 
-class GNNModel(nn.Module):
+def unit_seed(seed: int, unit: int) -> int:
+    """The seed unit ``unit``'s parameters are drawn with: one per unit, so a process that builds only some units
+    (a pipeline stage) draws the same weights as the single-process model."""
+    return (int(seed) * 1_000_003 + 7919 * (unit + 1)) % (2**63 - 1)
+
+
+class ZooModel(nn.Module):
+    """What every model of the zoo (:func:`gnnpipe.models.register`) is: a sequence of units (``units``) with a
+    ``task`` it solves, recommended hyper-parameters and the spec it was built from.
+
+    Attributes:
+        task: ``"node-classification"`` (:class:`GNNModel`) or ``"s2ef"`` (structure → energy and forces,
+            :class:`gnnpipe.models.atomistic.AtomisticModel`).
+        default_hparams: recommended training hyper-parameters (``lr``, ``dropout``, ``weight_decay``,
+            ``weight_decay_conv``) that the trainer uses for flags left unset.
+        spec: how to rebuild the model (set by :func:`gnnpipe.models.build_model`).
+    """
+
+    task: str = ""
+    default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
+    spec: Optional[dict] = None
+
+    @property
+    def num_units(self) -> int:
+        return len(self.units)
+
+
+class GNNModel(ZooModel):
     """A GNN as a linear sequence of :class:`LayerUnit` s.
 
     Attributes:
@@ -148,8 +175,8 @@ class GNNModel(nn.Module):
             ``weight_decay``, ``weight_decay_conv``) that the trainer uses for flags left unset.
     """
 
+    task = "node-classification"
     shared_tensor: Optional[str] = None
-    default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
     #: how to rebuild the model: ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
     #: :func:`gnnpipe.models.build_model`; what :func:`gnnpipe.models.save` stores)
     spec: Optional[dict] = None
@@ -162,10 +189,6 @@ class GNNModel(nn.Module):
         if len(units) < 2:
             raise ConfigError("a model needs at least an encoder and a head unit")
         self.units = nn.ModuleList(units)
-
-    @property
-    def num_units(self) -> int:
-        return len(self.units)
 
     def run_units(
         self,

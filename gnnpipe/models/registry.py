@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..registry import Registry
-from .base import GNNModel
+from .base import ZooModel
 
-MODELS: Registry = Registry("model", base=GNNModel)
+MODELS: Registry = Registry("model", base=ZooModel)
 register = MODELS.register
 get = MODELS.get
 available = MODELS.available

@@ -1,0 +1,272 @@
+"""Atomistic models as sequences of units over a ``state`` dict, and their force responses.
+
+A model (:class:`AtomisticModel`) maps a batch of structures and its neighbour graph to per-structure energies
+(eV) and, with a direct-force head, per-atom forces (eV/Å)::
+
+    state = model.initial_state(batch, graph, comm)      # pos, owned z, owned atoms' structure ids
+    for unit in model.units:                             # embedding, interaction blocks (+ their output blocks)
+        state = unit(state, graph, comm)                 # a pipeline stage may run any contiguous slice
+    out = model.readout(state, graph, comm)              # {"energy": [B], "forces": [N_r, 3]}
+
+``state`` maps names to tensors (per-edge messages, the running per-atom output sum, the bases); what a unit
+needs from earlier units travels in it, nothing is parked on ``self``. Every place where graph parallelism must
+communicate goes through a hook of ``comm`` (:mod:`.comm`); parameterised per-atom ops run on owned atoms only.
+
+The graph (``gnnpipe.data.atoms.AtomGraph`` or a rank's local view of it) provides ``edge_index`` ``[2, E]``
+(row 0 source ``j``, row 1 target ``i``), ``edge_vectors(pos, cell)`` ``[E, 3]`` (from ``i`` to ``j``'s image),
+``idx_kj``, ``idx_ji`` ``[T]`` (triplets ``k→j→i``), ``num_nodes`` and optionally ``atom_ids`` (owned atoms;
+absent or ``None``: all).
+
+Forces: conservative, ``F = −∂E/∂pos`` (:class:`ConservativeForces`, a response module), or direct: a per-edge
+scalar times the unit edge vector summed onto atoms (:class:`DirectForceHead`, GemNet-XL's setting, Sriram et al.
+2022).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...errors import ConfigError, DataValidationError
+from ..base import ACTIVATIONS, ZooModel, unit_seed
+from .comm import LOCAL, Comm
+
+State = dict  # name -> Tensor (``num_structures``: int)
+
+_LOG2 = math.log(2.0)
+
+
+def shifted_softplus(x: Tensor) -> Tensor:
+    """``softplus(x) − log 2`` (SchNet's activation, Schütt et al. 2017, eq. 8)."""
+    return F.softplus(x) - _LOG2
+
+
+#: activations of the atomistic models (besides :data:`gnnpipe.models.ACTIVATIONS`)
+ATOMISTIC_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "swish": F.silu, "silu": F.silu, "ssp": shifted_softplus, "shifted_softplus": shifted_softplus,
+}
+
+
+def atomistic_activation(name: str) -> Callable[[Tensor], Tensor]:
+    """The activation called ``name`` (``swish``/``silu``, ``ssp``/``shifted_softplus`` or one of
+    :data:`gnnpipe.models.ACTIVATIONS`).
+
+    Raises:
+        ConfigError: unknown name.
+    """
+    fn = ATOMISTIC_ACTIVATIONS.get(name) or ACTIVATIONS.get(name)
+    if fn is None:
+        raise ConfigError(f"unknown activation {name!r}; use one of "
+                          f"{', '.join([*ATOMISTIC_ACTIVATIONS, *ACTIVATIONS])}")
+    return fn
+
+
+def scatter_sum(src: Tensor, index: Tensor, size: int) -> Tensor:
+    """``out[index[e]] += src[e]`` into ``[size, *src.shape[1:]]`` (twice differentiable)."""
+    return src.new_zeros((size, *src.shape[1:])).index_add_(0, index, src)
+
+
+def owned(graph, x: Tensor) -> Tensor:
+    """The owned atoms' rows of a replicated per-atom tensor (``graph.atom_ids``; all rows when it is absent)."""
+    ids = getattr(graph, "atom_ids", None)
+    return x if ids is None else x.index_select(0, ids)
+
+
+class AtomisticUnit(nn.Module):
+    """One unit of an atomistic model: ``state → state`` (see the module docstring)."""
+
+    def forward(self, state: State, graph, comm: Comm) -> State:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ConservativeForces(nn.Module):
+    """Forces as the response ``F = −∂E/∂pos`` (SchNetPack's ``Forces`` module).
+
+    ``E`` is the per-structure energy (under graph parallelism already summed over the group by ``comm.sum``,
+    whose backward is the identity, so each rank differentiates only its own partial energy); the rank's
+    gradient goes through ``comm.replicated_grad`` (an all-reduce under graph parallelism) exactly once.
+    With ``create_graph`` (training) the forces are differentiable again, so a force loss trains the weights
+    (a second backward).
+    """
+
+    def forward(self, energy: Tensor, pos: Tensor, comm: Comm, create_graph: bool) -> Tensor:
+        """``[B]`` energies, ``[N, 3]`` positions (requiring grad) → ``[N, 3]`` forces."""
+        (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=create_graph)
+        return -comm.replicated_grad(grad)
+
+
+class DirectForceHead(nn.Module):
+    """Direct forces (GemNet-XL's setting): a per-edge scalar ``s_e`` (an MLP of the edge's features) times the
+    unit vector of edge ``j→i`` summed onto the target atom: ``F_i = Σ_j s_ji · (r_j − r_i)/|r_j − r_i|``,
+    then reduced onto owned atoms (``comm.atoms_reduce``). Rotation-equivariant when ``s_e`` is invariant.
+    """
+
+    def __init__(self, in_channels: int, hidden: int, act: Callable[[Tensor], Tensor]):
+        super().__init__()
+        self.lin1 = nn.Linear(in_channels, hidden)
+        self.lin2 = nn.Linear(hidden, 1)
+        self.act = act
+
+    def reset_parameters(self) -> None:
+        self.lin1.reset_parameters()
+        self.lin2.reset_parameters()
+
+    def forward(self, edge_features: Tensor, vec: Tensor, dist: Tensor, target: Tensor, num_nodes: int,
+                comm: Comm) -> Tensor:
+        """``[E, in]`` features, ``[E, 3]`` vectors, ``[E]`` lengths, ``[E]`` target atoms → ``[N_r, 3]`` forces."""
+        s = self.lin2(self.act(self.lin1(edge_features)))
+        return comm.atoms_reduce(scatter_sum(s * (vec / dist.unsqueeze(-1)), target, num_nodes))
+
+
+class AtomisticModel(ZooModel):
+    """An atomistic model (``task = "s2ef"``): ``units`` then a ``head`` (readout); see the module docstring.
+
+    Subclasses build ``units`` and ``head``, set ``direct_forces``, and implement :meth:`readout_energy`.
+    Parameters are initialised unit by unit (:meth:`reset_parameters`): unit ``i`` under
+    ``torch.manual_seed(unit_seed(seed, i))`` (the head is unit ``len(units)``), so a process that builds the
+    model draws the same weights whatever slice of units it runs.
+
+    Attributes:
+        cutoff: neighbour cutoff (Å) the graph must be built with. max_neighbors: the per-atom cap.
+        max_z: the largest atomic number the embedding accepts.
+    """
+
+    task = "s2ef"
+    default_hparams: dict = {"lr": 5e-4, "dropout": 0.0, "weight_decay": 0.0, "weight_decay_conv": 0.0}
+    direct_forces: bool = False
+    cutoff: float = 6.0
+    max_neighbors: int = 50
+    max_z: int = 94
+    #: ``(our prefix, PyG prefix)`` pairs mapping this model's state-dict keys onto the PyG model's
+    pyg_prefixes: tuple = ()
+
+    def __init__(self):
+        super().__init__()
+        self.forces_response = ConservativeForces()
+
+    # ------------------------------------------------------------------ weights
+    def reset_parameters(self, seed: Optional[int] = None) -> None:
+        """Initialise every unit and the head, unit ``i`` after ``torch.manual_seed(unit_seed(seed, i))``.
+
+        ``seed=None`` draws the base seed from torch's global generator (so ``torch.manual_seed(s)`` before
+        building gives reproducible weights). The global generator is restored afterwards.
+        """
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,), device="cpu"))
+        parts = [*self.units, self.head]
+        with torch.random.fork_rng(devices=[]):
+            for i, part in enumerate(parts):
+                torch.manual_seed(unit_seed(seed, i))
+                _reset_topmost(part)
+
+    def load_pyg_state_dict(self, state_dict: dict) -> None:
+        """Load the weights of the equivalent PyG model (``torch_geometric.nn.models``), keys renamed by
+        :attr:`pyg_prefixes`; the direct-force head keeps its weights.
+
+        Raises:
+            ConfigError: a key of ours has no PyG counterpart, or shapes differ (other sizes).
+        """
+        ours = self.state_dict()
+        mapped = {}
+        for key in ours:
+            for mine, theirs in self.pyg_prefixes:
+                if key.startswith(mine):
+                    src = theirs + key[len(mine):]
+                    if src not in state_dict:
+                        raise ConfigError(f"the PyG state dict has no {src!r} (for our {key!r})")
+                    if state_dict[src].shape != ours[key].shape:
+                        raise ConfigError(f"{key!r} has shape {list(ours[key].shape)}, PyG's {src!r} "
+                                          f"{list(state_dict[src].shape)}: build both with the same sizes")
+                    mapped[key] = state_dict[src]
+                    break
+        missing = [k for k in ours if k not in mapped and not k.startswith("head.forces")]
+        if missing:
+            raise ConfigError(f"no PyG weights for {missing[:5]}")
+        self.load_state_dict(mapped, strict=False)
+
+    # ------------------------------------------------------------------ running
+    def initial_state(self, batch, graph, comm: Comm = LOCAL, *, pos_grad: bool = False) -> State:
+        """The state the first unit reads: ``pos`` ``[N, 3]`` (requiring grad with ``pos_grad``, for conservative
+        forces; ``batch.pos`` itself when it already does), ``cell`` ``[B, 3, 3]`` (``None`` when no structure
+        is periodic: ``graph.edge_vectors`` then skips the image shifts), the owned atoms' ``z`` ``[N_r]`` and
+        structure ids ``atom_batch`` ``[N_r]``, ``num_structures`` (int).
+
+        Raises:
+            DataValidationError: an atomic number outside ``1 … max_z``.
+        """
+        z = batch.z
+        if z.numel() and (int(z.min()) < 1 or int(z.max()) > self.max_z):
+            raise DataValidationError(f"atomic numbers must lie in 1 … {self.max_z} (max_z), got "
+                                      f"{int(z.min())} … {int(z.max())}: drop those atoms or raise the model "
+                                      f"option max_z")
+        pos = batch.pos
+        if pos_grad and not pos.requires_grad:
+            pos = pos.detach().requires_grad_(True)
+        atom_batch = getattr(batch, "batch", None)
+        if atom_batch is None:
+            atom_batch = torch.zeros_like(z)
+        num_structures = int(batch.num_graphs) if hasattr(batch, "num_graphs") else 1
+        pbc = getattr(batch, "pbc", None)
+        cell = getattr(batch, "cell", None) if pbc is not None and bool(pbc.any()) else None
+        return {"pos": pos, "cell": cell, "z": owned(graph, z), "atom_batch": owned(graph, atom_batch),
+                "num_structures": num_structures}
+
+    def run_units(self, start: int, end: int, state: State, graph, comm: Comm = LOCAL) -> State:
+        """Run units ``[start, end)`` on ``state`` (a pipeline stage's slice)."""
+        for unit in self.units[start:end]:
+            state = unit(state, graph, comm)
+        return state
+
+    def readout_energy(self, state: State, graph, comm: Comm) -> Tensor:
+        """The rank's partial per-structure energies ``[B]`` (before ``comm.sum``)."""
+        raise NotImplementedError
+
+    def readout_forces(self, state: State, graph, comm: Comm) -> Tensor:
+        """Direct forces of the owned atoms ``[N_r, 3]`` (models with a direct-force head)."""
+        raise NotImplementedError
+
+    def readout(self, state: State, graph, comm: Comm = LOCAL) -> dict[str, Tensor]:
+        """``{"energy": [B]}`` and, with a direct-force head, ``"forces"`` ``[N_r, 3]`` of the owned atoms."""
+        out = {"energy": comm.sum(self.readout_energy(state, graph, comm))}
+        if self.direct_forces:
+            out["forces"] = self.readout_forces(state, graph, comm)
+        return out
+
+    def forward(self, batch, graph, comm: Optional[Comm] = None, *, forces: bool = False) -> dict[str, Tensor]:
+        """Energies ``[B]`` (eV) of a batch of structures; forces ``[N_r, 3]`` (eV/Å) from the direct head, or,
+        with ``forces=True`` and no direct head, conservative forces ``−∂E/∂pos`` (differentiable in training
+        mode: ``create_graph=True``).
+
+        Args:
+            batch: a PyG ``Batch`` (or ``Data``) with ``z`` int64 ``[N]``, ``pos`` ``[N, 3]`` Å, ``cell``
+                ``[B, 3, 3]`` Å, ``batch`` ``[N]``.
+            graph: its neighbour graph built with :attr:`cutoff` (see the module docstring).
+            comm: the graph-parallel hooks (default :class:`LocalComm`).
+        """
+        comm = LOCAL if comm is None else comm
+        conservative = forces and not self.direct_forces
+        grad_was = torch.is_grad_enabled()
+        with torch.set_grad_enabled(grad_was or conservative):
+            state = self.initial_state(batch, graph, comm, pos_grad=conservative)
+            state = self.run_units(0, len(self.units), state, graph, comm)
+            out = self.readout(state, graph, comm)
+            if conservative:
+                create = grad_was and self.training
+                out["forces"] = self.forces_response(out["energy"], state["pos"], comm, create)
+        if not grad_was:
+            out = {k: v.detach() for k, v in out.items()}
+        return out
+
+
+def _reset_topmost(module: nn.Module) -> None:
+    """Call ``reset_parameters`` of the outermost submodules that have one (each resets its own children)."""
+    for child in module.children():
+        fn = getattr(child, "reset_parameters", None)
+        if callable(fn):
+            fn()
+        else:
+            _reset_topmost(child)
