@@ -13,8 +13,8 @@ plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with period
 
 ::
 
-    pairs:      ase.neighborlist.primitive_neighbor_list per structure (float64), or all-pairs distances in torch
-                for a structure without periodic boundaries
+    pairs:      per structure, in float64: distances to every periodic image in range (torch, small structures)
+                or ase.neighborlist.primitive_neighbor_list (cell lists, large structures)
     order:      by target i, then distance, then source j, then offset (deterministic)
     cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors)
     triplets:   in-edges of each atom as a CSR range; idx_ji = repeat_interleave(edges, in-degree of source)
@@ -113,8 +113,29 @@ class AtomGraph:
 # --------------------------------------------------------------------------------------------- pairs
 
 
+#: the torch path's budget: atom pairs times periodic images it may hold at once (float64 distances)
+TORCH_PAIR_BUDGET = 4_000_000
+
+
+def _image_range(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float) -> np.ndarray:
+    """Per direction, the largest image index ``|n|`` a pair within ``cutoff`` can need (0 where not periodic).
+
+    With fractional coordinates spread over ``s_c`` along direction ``c`` and planes ``d_c = 1 / |b_c|`` apart
+    (``b`` the reciprocal vectors), a pair closer than the cutoff has ``|n_c| ≤ ceil(cutoff / d_c + s_c)``;
+    positions need not be wrapped into the cell.
+    """
+    from ase.geometry import complete_cell
+
+    full = complete_cell(cell)
+    recip = np.linalg.inv(full).T
+    frac = pos @ np.linalg.inv(full)
+    spread = frac.max(axis=0) - frac.min(axis=0) if len(pos) else np.zeros(3)
+    n = np.ceil(cutoff * np.linalg.norm(recip, axis=1) + spread).astype(np.int64)
+    return np.where(pbc, n, 0)
+
+
 def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float,
-                   method: str = "ase") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every pair of one structure closer than ``cutoff`` (strictly), periodic images included, self excluded.
 
     Args:
@@ -122,15 +143,17 @@ def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: f
         cell: float ``[3, 3]`` Å (rows = cell vectors; a non-periodic direction's row may be zero).
         pbc: bool ``[3]``.
         cutoff: Å, > 0.
-        method: ``"ase"`` (``ase.neighborlist.primitive_neighbor_list``, any boundary conditions) or ``"torch"``
-            (all-pairs distances, O(n²); only for structures without periodic boundaries).
+        method: ``"ase"`` (``ase.neighborlist.primitive_neighbor_list``, cell lists: linear in ``n``),
+            ``"torch"`` (distances from every atom to every image of every atom, in float64: O(n² · images),
+            fast for small structures), ``"auto"``: torch while ``n² · images`` ≤ :data:`TORCH_PAIR_BUDGET`,
+            else ase.
 
     Returns:
         ``(i, j, offsets, dist)``: targets int64 ``[P]``, sources int64 ``[P]``, offsets int64 ``[P, 3]`` and
         distances float64 ``[P]``, where ``dist = |pos[j] + offsets @ cell − pos[i]|``; unordered.
 
     Raises:
-        ValueError: an unknown method, or ``"torch"`` on a periodic structure.
+        ValueError: an unknown method.
     """
     pos = np.asarray(pos, dtype=np.float64).reshape(-1, 3)
     cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
@@ -139,20 +162,24 @@ def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: f
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros((0, 3), dtype=np.int64), np.zeros(0)
-    if method == "ase":
+    if method not in ("auto", "ase", "torch"):
+        raise ValueError(f"unknown neighbour method {method!r}; use 'auto', 'ase' or 'torch'")
+    reach = _image_range(pos, cell, pbc, cutoff) if pbc.any() else np.zeros(3, dtype=np.int64)
+    images = int(np.prod(2 * reach + 1))
+    if method == "ase" or (method == "auto" and n * n * images > TORCH_PAIR_BUDGET):
         from ase.neighborlist import primitive_neighbor_list
 
         i, j, shifts, dist = primitive_neighbor_list("ijSd", pbc, cell, pos, float(cutoff), self_interaction=False)
         return i.astype(np.int64), j.astype(np.int64), shifts.astype(np.int64), dist.astype(np.float64)
-    if method == "torch":
-        if pbc.any():
-            raise ValueError("method='torch' handles structures without periodic boundaries only; use method='ase'")
-        p = torch.from_numpy(pos)
-        d = torch.cdist(p, p)
-        d.fill_diagonal_(float("inf"))
-        i, j = torch.nonzero(d < cutoff, as_tuple=True)
-        return i.numpy(), j.numpy(), np.zeros((len(i), 3), dtype=np.int64), d[i, j].numpy()
-    raise ValueError(f"unknown neighbour method {method!r}; use 'ase' or 'torch'")
+    axes = [torch.arange(-r, r + 1, dtype=torch.float64) for r in reach.tolist()]
+    shifts = torch.cartesian_prod(*axes).reshape(-1, 3)                    # [S, 3], the zero shift in the middle
+    p = torch.from_numpy(pos)
+    images_pos = (p.unsqueeze(0) + (shifts @ torch.from_numpy(cell)).unsqueeze(1)).reshape(-1, 3)  # [S·n, 3]
+    d = (images_pos.unsqueeze(0) - p.unsqueeze(1)).square().sum(-1).sqrt()   # [n, S·n]
+    zero = images // 2
+    d[:, zero * n:(zero + 1) * n].fill_diagonal_(float("inf"))
+    i, col = torch.nonzero(d < cutoff, as_tuple=True)
+    return (i.numpy(), (col % n).numpy(), shifts[col // n].to(torch.long).numpy(), d[i, col].numpy())
 
 
 def _sorted_capped(i, j, offsets, dist, max_neighbors):
@@ -205,15 +232,14 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         max_neighbors: keep the nearest ``max_neighbors`` in-edges of each target (ties: lower source index, then
             lower offset); ``None`` keeps all. OC20 configurations use 50 at 6 Å (DimeNet++: 12 Å, 50).
         with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
-        method: ``"ase"``: ``ase.neighborlist.primitive_neighbor_list`` for every structure; ``"torch"``: all-pairs
-            distances (non-periodic structures only); ``"auto"``: torch for non-periodic structures, ase otherwise.
-            The result is the same (up to pairs within float rounding of the cutoff).
+        method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``);
+            the result is the same (up to pairs within float rounding of the cutoff).
 
     Returns:
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
 
     Raises:
-        ValueError: a cutoff ≤ 0, max_neighbors < 1, or cell / pbc rows not matching the number of structures.
+        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, or cell / pbc rows not matching the number of structures.
     """
     if not cutoff > 0:
         raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")
@@ -229,8 +255,9 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
     srcs, dsts, offs = [], [], []
     for b in range(num):
         lo, hi = int(starts[b]), int(starts[b] + counts[b])
-        how = method if method != "auto" else ("ase" if pbc_np[b].any() else "torch")
-        i, j, o, d = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, how)
+        i, j, o, _ = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, method)
+        # one formula for the distances that order the edges, whichever method found them (equal ties stay equal)
+        d = np.linalg.norm(pos_np[lo:hi][j] - pos_np[lo:hi][i] + o @ cell_np[b], axis=1)
         i, j, o = _sorted_capped(i, j, o, d, max_neighbors)
         srcs.append(j + lo)
         dsts.append(i + lo)

@@ -32,7 +32,9 @@ def _structures() -> list[Atoms]:
     mol = molecule("CH3CH2OH")
     skew = bulk("Al", "fcc", a=4.05) * (2, 1, 1)
     skew.positions += rng.normal(0, 0.05, skew.positions.shape)
-    return [slab, tiny, chain, mol, skew]
+    unwrapped = skew.copy()                                  # atoms far outside the cell they repeat
+    unwrapped.positions[1] += 2 * unwrapped.cell[0] - 3 * unwrapped.cell[2]
+    return [slab, tiny, chain, mol, skew, unwrapped]
 
 
 def _edge_set(graph: AtomGraph, pos, cell, lo=0, hi=None):
@@ -44,11 +46,12 @@ def _edge_set(graph: AtomGraph, pos, cell, lo=0, hi=None):
     return out
 
 
-@pytest.mark.parametrize("k", range(5))
-def test_edges_equal_ase_neighbor_list_pairs_shifts_and_distances(k):
+@pytest.mark.parametrize("method", ["ase", "torch"])
+@pytest.mark.parametrize("k", range(6))
+def test_edges_equal_ase_neighbor_list_pairs_shifts_and_distances(k, method):
     atoms = _structures()[k]
     cutoff = 3.1
-    graph = build_graph(_data(atoms), cutoff, with_triplets=False)
+    graph = build_graph(_data(atoms), cutoff, with_triplets=False, method=method)
     i, j, shifts, dist, vec = neighbor_list("ijSdD", atoms, cutoff)
     ours = _edge_set(graph, torch.tensor(atoms.positions), torch.tensor(atoms.cell.array).reshape(1, 3, 3))
     theirs = {(a, b, tuple(s)): v for a, b, s, v in zip(i.tolist(), j.tolist(), shifts.tolist(), vec)}
@@ -78,17 +81,15 @@ def test_order_is_target_then_distance_and_cap_keeps_the_nearest():
         torch.testing.assert_close(dc, df[:7])
 
 
-def test_deterministic_and_torch_path_equals_ase_path_on_molecules():
-    mol = _data(molecule("C6H6"))
-    mol.pbc = torch.zeros(1, 3, dtype=torch.bool)
-    a = build_graph(mol, 2.6, method="ase")
-    b = build_graph(mol, 2.6, method="torch")
-    c = build_graph(mol, 2.6)
-    for g in (b, c):
+@pytest.mark.parametrize("k", range(6))
+def test_deterministic_and_the_torch_path_equals_the_ase_path(k):
+    data = _data(_structures()[k])
+    a = build_graph(data, 4.5, 9, method="ase")
+    for g in (build_graph(data, 4.5, 9, method="torch"), build_graph(data, 4.5, 9)):
         assert torch.equal(a.edge_index, g.edge_index) and torch.equal(a.cell_offsets, g.cell_offsets)
         assert torch.equal(a.idx_kj, g.idx_kj) and torch.equal(a.idx_ji, g.idx_ji)
-    with pytest.raises(ValueError, match="periodic"):
-        build_graph(_data(_structures()[1]), 3.0, method="torch")
+    with pytest.raises(ValueError, match="method"):
+        build_graph(data, 3.0, method="cells")
 
 
 def test_batch_offsets_atom_indices_per_structure():
@@ -126,7 +127,7 @@ def _brute_triplets(graph: AtomGraph, pos, cell):
     return sorted(out)
 
 
-@pytest.mark.parametrize("k", range(5))
+@pytest.mark.parametrize("k", range(6))
 def test_triplets_equal_brute_force_with_periodic_images(k):
     data = _data(_structures()[k])
     cutoff = 3.1 if k != 1 else 4.0    # the one-atom cell: 12 + 6 of its own images
