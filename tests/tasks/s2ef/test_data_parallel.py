@@ -39,6 +39,7 @@ def _train(rank: int, world: int, batch_size: int):
             "eval": tr.evaluate(), "losses": losses}
 
 
+@pytest.mark.slow  # ~15 s per case alone (spawned gloo ranks), a minute under load
 @pytest.mark.parametrize("world", [2, 3])
 def test_d_ranks_equal_one_process_on_the_d_times_batch(world):
     b = 2  # 13 training structures: global batches of 4 (last 1: a rank gets none) or 6 (last 1)
