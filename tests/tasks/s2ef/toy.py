@@ -67,3 +67,21 @@ def emt_clusters(n: int, seed: int = 0, dtype=torch.float64) -> list[Data]:
                         energy=torch.tensor([e], dtype=dtype), forces=torch.as_tensor(f, dtype=dtype), fixed=fixed,
                         tags=torch.zeros(k, dtype=torch.long), natoms=torch.tensor([k])))
     return out
+
+
+def write_extxyz(path, n: int, seed: int = 0) -> str:
+    """``n`` EMT-labelled clusters (:func:`emt_clusters`) as an extended XYZ file (fixed atoms as ``FixAtoms``)."""
+    import ase.io
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from ase.constraints import FixAtoms
+
+    frames = []
+    for d in emt_clusters(n, seed):
+        a = Atoms(numbers=d.z.numpy(), positions=d.pos.numpy())
+        if bool(d.fixed.any()):
+            a.set_constraint(FixAtoms(indices=d.fixed.nonzero().flatten().tolist()))
+        a.calc = SinglePointCalculator(a, energy=float(d.energy), forces=d.forces.numpy())
+        frames.append(a)
+    ase.io.write(str(path), frames, format="extxyz")
+    return str(path)
