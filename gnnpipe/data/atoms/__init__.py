@@ -1,13 +1,47 @@
-"""Atomistic structures for S2EF training: structures as PyG data, readers, validation, splits, a generated
-dataset labelled by ASE's EMT calculator, and the neighbour graph with triplets (ATOMISTIC §1).
+"""Atomistic structures for S2EF training: structures as PyG data, readers, validation, splits, generated
+data sets labelled by ASE's EMT calculator, and the neighbour graph with triplets (ATOMISTIC §1).
 
 Public API::
 
+    from_atoms(atoms_list, *, energy_key="energy", forces_key="forces", dtype=float32, require_labels=False)
+        -> list[Data]
+    read_structures(path, *, energy_key="energy", forces_key="forces", index=":", dtype=float32,
+                    require_labels=False) -> list[Data]            # .xyz/.extxyz, .traj, ASE .db
+    to_atoms(data) -> ase.Atoms
+    validate_structures(structures, dtype=float32, *, max_z=None, cutoff=None, min_distance=0.1,
+                        require_labels=False) -> None               # raises DataValidationError
+    split_structures(n, fractions=(0.8, 0.1, 0.1), seed=0, *, given=None) -> (train, val, test)
+    generate_oc20_like(frames, seed=0, ...) -> list[ase.Atoms]; generate_md17_like(frames, seed=0, ...)
+    generated_file(kind="oc20", frames=200, seed=0, *, out=None, **kwargs) -> Path   # cached extxyz
+    generated_structures(kind="oc20", frames=200, seed=0, *, dtype=None, **kwargs) -> list[Data]
     build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto") -> AtomGraph
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
 """
 
+from .generate import (EMT_METALS, MD17_MOLECULES, OC20_ADSORBATES, OC20_SITES, generate_md17_like,
+                       generate_oc20_like, generated_file, generated_structures)
 from .graph import AtomGraph, build_graph, neighbor_pairs, triplets
+from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
+from .validate import validate_structures
 
-__all__ = ["AtomGraph", "build_graph", "neighbor_pairs", "triplets"]
+__all__ = [
+    "AtomGraph",
+    "EMT_METALS",
+    "MD17_MOLECULES",
+    "OC20_ADSORBATES",
+    "OC20_SITES",
+    "STRUCTURE_SUFFIXES",
+    "build_graph",
+    "from_atoms",
+    "generate_md17_like",
+    "generate_oc20_like",
+    "generated_file",
+    "generated_structures",
+    "neighbor_pairs",
+    "read_structures",
+    "split_structures",
+    "to_atoms",
+    "triplets",
+    "validate_structures",
+]

@@ -1,0 +1,275 @@
+"""Data sets that need no network: structures built with ASE and labelled with its EMT calculator.
+
+* **OC20-like** (:func:`generate_oc20_like`): fcc(111) slabs of the EMT metals (Al, Ni, Cu, Pd, Ag, Pt, Au) with
+  an adsorbate (O, H, N, C, CO, OH) on a standard site (ontop, bridge, fcc, hcp) placed by
+  ``ase.build.add_adsorbate``; bottom layers fixed (``FixAtoms`` → ``fixed``), periodic in-plane
+  (``pbc = [T, T, F]``), vacuum above and below, OC20 tags (0 sub-surface, 1 surface, 2 adsorbate). Frames are
+  rattled copies and the steps of short BFGS relaxations (Chanussot et al., *Open Catalyst 2020*, ACS Catal. 2021:
+  the S2EF task labels frames of relaxation trajectories).
+* **MD17-like** (:func:`generate_md17_like`): small molecules of H, C, N, O from ``ase.build.molecule``, frames
+  of a Langevin trajectory at 300 K (Chmiela et al., *Machine learning of accurate energy-conserving molecular
+  force fields*, Sci. Adv. 2017, sample molecular-dynamics trajectories).
+
+Labels: EMT energies (eV) and forces (eV/Å; the raw forces, fixed atoms included) stored in a
+``SinglePointCalculator``, so ``ase.io.write`` writes them as extended-XYZ properties. EMT (Jacobsen, Stoltze,
+Nørskov, Surf. Sci. 1996) is an effective-medium potential: cheap and smooth, not DFT; these sets exercise the
+pipeline, they are not chemistry. :func:`generated_file` writes a set once under the cache folder, keyed by
+its arguments; ``gnnpipe atoms generate`` is its command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["EMT_METALS", "GENERATORS", "OC20_ADSORBATES", "OC20_SITES", "MD17_MOLECULES", "generate_md17_like",
+           "generate_oc20_like", "generated_file", "generated_structures"]
+
+#: fcc metals EMT has parameters for
+EMT_METALS = ("Al", "Ni", "Cu", "Pd", "Ag", "Pt", "Au")
+#: adsorbates of the OC20-like set
+OC20_ADSORBATES = ("O", "H", "N", "C", "CO", "OH")
+#: adsorption sites of an fcc(111) surface (``ase.build.fcc111``)
+OC20_SITES = ("ontop", "bridge", "fcc", "hcp")
+#: molecules of the MD17-like set (``ase.build.molecule`` names; only H, C, N, O)
+MD17_MOLECULES = ("CH3CH2OH", "C6H6", "CH3CHO", "HCOOH", "CH3COOH", "C2H6", "CH3OH", "CH4", "NH3", "C2H4")
+
+#: height of the adsorbate's binding atom above the surface, Å, per site
+_HEIGHT = {"ontop": 1.85, "bridge": 1.55, "fcc": 1.25, "hcp": 1.25}
+#: the version of the generators' output: part of the cache key, raised whenever the output changes
+_VERSION = 1
+
+
+def _adsorbate(name: str):
+    from ase import Atoms
+
+    if name == "CO":
+        return Atoms("CO", positions=[[0, 0, 0], [0, 0, 1.15]])
+    if name == "OH":
+        return Atoms("OH", positions=[[0, 0, 0], [0, 0, 0.97]])
+    return Atoms(name, positions=[[0, 0, 0]])
+
+
+def _label(atoms, calc) -> "object":
+    """A copy of ``atoms`` holding its EMT energy and raw forces in a SinglePointCalculator.
+
+    ``atoms`` keeps ``calc`` attached, so a relaxation that already evaluated this geometry is not recomputed.
+    """
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    if atoms.calc is not calc:
+        atoms.calc = calc
+    energy = atoms.get_potential_energy()
+    forces = atoms.get_forces(apply_constraint=False)
+    out = atoms.copy()
+    out.calc = SinglePointCalculator(out, energy=energy, forces=forces)
+    return out
+
+
+def _slab(metal: str, adsorbate: str, site: str, size: Sequence[int], vacuum: float, fixed_layers: int):
+    from ase.build import add_adsorbate, fcc111
+    from ase.constraints import FixAtoms
+
+    slab = fcc111(metal, size=tuple(size), vacuum=vacuum)
+    layer = slab.get_tags()                            # 1 = top layer ... size[2] = bottom layer
+    n_slab = len(slab)
+    height = _HEIGHT[site] - (0.3 if adsorbate == "H" else 0.0)
+    add_adsorbate(slab, _adsorbate(adsorbate), height, position=site, mol_index=0)
+    slab.center(vacuum=vacuum, axis=2)
+    tags = np.full(len(slab), 2)
+    tags[:n_slab] = np.where(layer == 1, 1, 0)
+    slab.set_tags(tags)
+    fixed = np.zeros(len(slab), dtype=bool)
+    fixed[:n_slab] = layer > size[2] - fixed_layers
+    slab.set_constraint(FixAtoms(mask=fixed))
+    slab.info.pop("adsorbate_info", None)
+    slab.info.update(metal=metal, adsorbate=adsorbate, site=site)
+    return slab
+
+
+def generate_oc20_like(frames: int, seed: int = 0, *, metals: Sequence[str] = EMT_METALS,
+                       adsorbates: Sequence[str] = OC20_ADSORBATES, sites: Sequence[str] = OC20_SITES,
+                       size: Sequence[int] = (2, 2, 3), vacuum: float = 6.0, fixed_layers: int = 1,
+                       rattle: float = 0.05, relax_steps: int = 4, relax_share: float = 0.5) -> list:
+    """OC20-like adsorbate-on-slab frames labelled by EMT.
+
+    Each system draws a metal, an adsorbate and a site; with probability ``relax_share`` it contributes the
+    first ``relax_steps + 1`` frames of a BFGS relaxation started from a rattled copy (``2 · rattle``), else one
+    rattled copy (Gaussian displacements of std ``rattle`` Å on the free atoms).
+
+    Args:
+        frames: number of structures (≥ 1).
+        seed: seeds every draw (metal, adsorbate, site, displacements): the same arguments give the same frames.
+        metals, adsorbates, sites: the choices (EMT metals; ``O H N C CO OH``; ``ontop bridge fcc hcp``).
+        size: the slab's atoms along a, b and its layers (``ase.build.fcc111``); ``(2, 2, 3)`` = 12 metal atoms.
+        vacuum: Å of vacuum on each side of the slab along z (non-periodic).
+        fixed_layers: bottom layers held fixed (``FixAtoms``; ``fixed`` in the data).
+        rattle: std of the displacements, Å.
+        relax_steps: BFGS steps per relaxation trajectory.
+        relax_share: the probability that a system contributes a relaxation trajectory rather than a rattle.
+
+    Returns:
+        ``frames`` ``ase.Atoms`` with ``pbc = [T, T, F]``, OC20 tags, ``FixAtoms`` and a ``SinglePointCalculator``
+        (energy eV, forces eV/Å); ``info`` names metal, adsorbate and site.
+
+    Raises:
+        ValueError: ``frames < 1``, an unknown metal, adsorbate or site, or ``fixed_layers`` not below the layers.
+    """
+    from ase.calculators.emt import EMT
+    from ase.optimize import BFGS
+
+    _check_choices(metals, EMT_METALS, "metal")
+    _check_choices(sites, OC20_SITES, "site")
+    for a in adsorbates:
+        if a not in OC20_ADSORBATES:
+            raise ValueError(f"unknown adsorbate {a!r}; choose from {', '.join(OC20_ADSORBATES)}")
+    if frames < 1:
+        raise ValueError(f"frames must be >= 1, got {frames}")
+    if not 0 <= fixed_layers < size[2]:
+        raise ValueError(f"fixed_layers must be in [0, {size[2]}) for {size[2]} layers, got {fixed_layers}")
+    rng = np.random.default_rng(seed)
+    calc = EMT()
+    out: list = []
+    while len(out) < frames:
+        metal = metals[rng.integers(len(metals))]
+        ads = adsorbates[rng.integers(len(adsorbates))]
+        site = sites[rng.integers(len(sites))]
+        slab = _slab(metal, ads, site, size, vacuum, fixed_layers)
+        if rng.random() < relax_share and relax_steps > 0:
+            slab.rattle(2 * rattle, seed=int(rng.integers(2**31)))
+            slab.calc = calc
+            traj: list = []
+            opt = BFGS(slab, logfile=None)
+            opt.attach(lambda: traj.append(_label(slab, calc)), interval=1)
+            opt.run(fmax=0.05, steps=relax_steps)
+            out.extend(traj[: frames - len(out)])
+        else:
+            slab.rattle(rattle, seed=int(rng.integers(2**31)))
+            out.append(_label(slab, calc))
+    return out
+
+
+def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] = MD17_MOLECULES,
+                       temperature: float = 300.0, timestep: float = 0.5, stride: int = 3) -> list:
+    """MD17-like frames of small molecules labelled by EMT.
+
+    The frames are split evenly over ``molecules``; each molecule runs a Langevin trajectory (``ase.md.Langevin``,
+    friction 0.02 / fs) from a Maxwell-Boltzmann start at ``temperature``, keeping every ``stride``-th step.
+
+    Args:
+        frames: number of structures (≥ 1).
+        seed: seeds the velocities and the thermostat's noise.
+        molecules: ``ase.build.molecule`` names made of H, C, N, O (EMT's light elements).
+        temperature: K.
+        timestep: fs.
+        stride: MD steps between kept frames.
+
+    Returns:
+        ``frames`` non-periodic ``ase.Atoms`` (zero cell) with a ``SinglePointCalculator`` (energy eV, forces
+        eV/Å); ``info["molecule"]`` names the molecule.
+
+    Raises:
+        ValueError: ``frames < 1``, ``stride < 1``, or a molecule with an element EMT lacks.
+    """
+    from ase import units
+    from ase.build import molecule
+    from ase.calculators.emt import EMT
+    from ase.md.langevin import Langevin
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+
+    if frames < 1 or stride < 1:
+        raise ValueError(f"frames and stride must be >= 1, got frames={frames}, stride={stride}")
+    mols = [molecule(name) for name in molecules]
+    for name, m in zip(molecules, mols):
+        if not set(m.get_chemical_symbols()) <= {"H", "C", "N", "O"}:
+            raise ValueError(f"molecule {name!r} has elements EMT cannot label; use molecules of H, C, N, O")
+    rng = np.random.default_rng(seed)
+    share = [frames // len(mols) + (1 if k < frames % len(mols) else 0) for k in range(len(mols))]
+    out: list = []
+    for name, m, count in zip(molecules, mols, share):
+        if count == 0:
+            continue
+        m.calc = EMT()
+        MaxwellBoltzmannDistribution(m, temperature_K=temperature, rng=rng)
+        dyn = Langevin(m, timestep * units.fs, temperature_K=temperature, friction=0.02 / units.fs,
+                       fixcm=False, rng=rng)
+        for _ in range(count):
+            dyn.run(stride)
+            frame = _label(m, m.calc)
+            frame.info["molecule"] = name
+            out.append(frame)
+    return out
+
+
+def _check_choices(given, allowed, what):
+    for g in given:
+        if g not in allowed:
+            raise ValueError(f"unknown {what} {g!r}; choose from {', '.join(allowed)}")
+
+
+#: generator of each kind of data set
+GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like}
+
+
+def _cache_root() -> Path:
+    from ..datasets import default_cache_dir
+
+    return default_cache_dir() / "atoms"
+
+
+def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out: str | os.PathLike | None = None,
+                   overwrite: bool = False, **kwargs) -> Path:
+    """Write a generated data set as extended XYZ once, and return its path.
+
+    Args:
+        kind: ``"oc20"`` (:func:`generate_oc20_like`) or ``"md17"`` (:func:`generate_md17_like`).
+        frames, seed, kwargs: the generator's arguments.
+        out: the file to write; ``None``: ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under
+            ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``), the hash keying every argument.
+        overwrite: regenerate even if the file exists (an explicit ``out`` is otherwise reused only when its
+            arguments match those recorded beside it).
+
+    Returns:
+        the path of the extended-XYZ file (energies and forces as properties, read back by
+        :func:`~gnnpipe.data.atoms.read_structures`).
+
+    Raises:
+        ValueError: an unknown kind, or the generator's own errors.
+    """
+    import ase.io
+
+    if kind not in GENERATORS:
+        raise ValueError(f"unknown generated data set {kind!r}; choose from {', '.join(GENERATORS)}")
+    args = {"kind": kind, "frames": int(frames), "seed": int(seed), "version": _VERSION,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in sorted(kwargs.items())}}
+    key = hashlib.sha1(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
+    path = Path(out).expanduser() if out is not None else _cache_root() / f"{kind}-{frames}-s{seed}-{key}.extxyz"
+    stamp = path.with_name(path.name + ".args.json")
+    if not overwrite and path.is_file() and stamp.is_file():
+        try:
+            if json.loads(stamp.read_text()) == args:
+                return path
+        except (OSError, ValueError):
+            pass
+    atoms = GENERATORS[kind](frames, seed, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    ase.io.write(str(tmp), atoms, format="extxyz")
+    os.replace(tmp, path)
+    stamp.write_text(json.dumps(args, sort_keys=True))
+    return path
+
+
+def generated_structures(kind: str = "oc20", frames: int = 200, seed: int = 0, *, dtype=None, **kwargs) -> list:
+    """The structures (``Data``) of :func:`generated_file`, read back from the cached file."""
+    import torch
+
+    from .structures import read_structures
+
+    path = generated_file(kind, frames, seed, **kwargs)
+    return read_structures(path, dtype=dtype or torch.float32, require_labels=True)

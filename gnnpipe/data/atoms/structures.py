@@ -1,0 +1,266 @@
+"""Structures as PyG data: from ``ase.Atoms``, from the files users have (extended XYZ, ASE trajectories and
+databases), and split by structure.
+
+One structure is a ``torch_geometric.data.Data`` with
+
+======== ============== ======================================================================
+``z``    int64 [n]      atomic numbers
+``pos``  float [n, 3]   positions, Å
+``cell`` float [1,3,3]  cell vectors as rows, Å (zeros when non-periodic)
+``pbc``  bool [1, 3]    periodic boundaries
+``energy`` float [1]    eV (only when labelled)
+``forces`` float [n, 3] eV/Å (only when labelled)
+``fixed`` bool [n]      constrained atoms (ASE ``FixAtoms``), left out of the force loss
+``tags`` int64 [n]      ASE tags (OC20: 0 sub-surface, 1 surface, 2 adsorbate)
+``natoms`` int64 [1]    n
+======== ============== ======================================================================
+
+``Batch.from_data_list`` concatenates them (``batch [N]``, ``cell [B, 3, 3]``, ``pbc [B, 3]``, ``energy [B]``).
+Labels are read as MACE reads them: ``atoms.info[energy_key]`` and ``atoms.arrays[forces_key]``, else the
+results of the structure's calculator (what ``ase.io`` attaches for the keys ``energy`` and ``forces``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from ...errors import DataValidationError
+
+__all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "read_structures", "split_structures", "to_atoms"]
+
+#: file suffixes :func:`read_structures` reads, and the ``ase.io`` format of each
+STRUCTURE_SUFFIXES = {".xyz": "extxyz", ".extxyz": "extxyz", ".traj": "traj", ".db": "db"}
+
+
+def _label(atoms, key: str, kind: str):
+    """``atoms.info[key]`` / ``atoms.arrays[key]``, else the calculator's stored result of that name, else None."""
+    store = atoms.info if kind == "energy" else atoms.arrays
+    if key in store:
+        return store[key]
+    calc = atoms.calc
+    results = getattr(calc, "results", None) or {}
+    if key in results:
+        return results[key]
+    if key == kind and kind == "energy" and "free_energy" in results:
+        return results["free_energy"]
+    return None
+
+
+def _fixed(atoms) -> np.ndarray:
+    from ase.constraints import FixAtoms
+
+    fixed = np.zeros(len(atoms), dtype=bool)
+    for c in atoms.constraints:
+        if isinstance(c, FixAtoms):
+            fixed[c.get_indices()] = True
+    return fixed
+
+
+def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: str = "forces",
+               dtype: torch.dtype = torch.float32, require_labels: bool = False,
+               source: str = "structure") -> list[Data]:
+    """``ase.Atoms`` → structures (one ``Data`` each, the fields of this module's table).
+
+    Args:
+        atoms_list: ``ase.Atoms`` objects (or one).
+        energy_key: where the energy is (eV): ``atoms.info[energy_key]`` or the calculator's result of that name.
+        forces_key: where the forces are (eV/Å): ``atoms.arrays[forces_key]`` or the calculator's result.
+        dtype: floating dtype of ``pos``, ``cell``, ``energy``, ``forces``. Values are cast as they are; call
+            :func:`~gnnpipe.data.atoms.validate_structures` to check them in this dtype.
+        require_labels: raise if a structure has no energy or no forces.
+        source: how errors name where the structures came from (a file name).
+
+    Returns:
+        list of ``Data``; a structure without an energy (forces) has no ``energy`` (``forces``) attribute.
+
+    Raises:
+        DataValidationError: a structure is not an ``ase.Atoms``, or has no labels when ``require_labels``.
+    """
+    from ase import Atoms
+
+    if isinstance(atoms_list, Atoms):
+        atoms_list = [atoms_list]
+    out = []
+    for k, atoms in enumerate(atoms_list):
+        if not isinstance(atoms, Atoms):
+            raise DataValidationError(f"{source} {k}: expected an ase.Atoms, got {type(atoms).__name__}; "
+                                      "pass a list of ase.Atoms (e.g. from ase.io.read(path, ':'))")
+        n = len(atoms)
+        data = Data(
+            z=torch.tensor(np.asarray(atoms.numbers), dtype=torch.long),
+            pos=torch.tensor(np.asarray(atoms.positions, dtype=np.float64)).to(dtype),
+            cell=torch.tensor(np.asarray(atoms.cell.array, dtype=np.float64)).to(dtype).reshape(1, 3, 3),
+            pbc=torch.tensor(np.asarray(atoms.pbc, dtype=bool)).reshape(1, 3),
+            fixed=torch.tensor(_fixed(atoms)),
+            tags=torch.tensor(np.asarray(atoms.get_tags()), dtype=torch.long),
+            natoms=torch.tensor([n], dtype=torch.long),
+        )
+        energy = _label(atoms, energy_key, "energy")
+        forces = _label(atoms, forces_key, "forces")
+        if require_labels and (energy is None or forces is None):
+            missing = " and ".join(w for w, v in (("energy", energy), ("forces", forces)) if v is None)
+            raise DataValidationError(
+                f"{source} {k}: no {missing} label (looked for info[{energy_key!r}] / arrays[{forces_key!r}] "
+                f"and the calculator's results); pass energy_key=/forces_key= naming the file's keys "
+                f"(e.g. 'REF_energy'), or label the structures (ase.calculators)")
+        if energy is not None:
+            data.energy = torch.tensor(np.asarray(energy, dtype=np.float64)).to(dtype).reshape(-1)
+        if forces is not None:
+            data.forces = torch.tensor(np.asarray(forces, dtype=np.float64)).to(dtype)
+        out.append(data)
+    return out
+
+
+def to_atoms(data: Data):
+    """One structure (``Data``) → ``ase.Atoms`` with its cell, pbc, tags, ``FixAtoms`` and a
+    ``SinglePointCalculator`` holding its energy and forces when present."""
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from ase.constraints import FixAtoms
+
+    cell = data.cell.reshape(3, 3).double().numpy() if getattr(data, "cell", None) is not None else None
+    pbc = data.pbc.reshape(3).numpy() if getattr(data, "pbc", None) is not None else False
+    atoms = Atoms(numbers=data.z.numpy(), positions=data.pos.detach().double().numpy(), cell=cell, pbc=pbc)
+    if getattr(data, "tags", None) is not None:
+        atoms.set_tags(data.tags.numpy())
+    if getattr(data, "fixed", None) is not None and bool(data.fixed.any()):
+        atoms.set_constraint(FixAtoms(mask=data.fixed.numpy()))
+    results = {}
+    if getattr(data, "energy", None) is not None:
+        results["energy"] = float(data.energy.reshape(-1)[0])
+    if getattr(data, "forces", None) is not None:
+        results["forces"] = data.forces.detach().double().numpy()
+    if results:
+        atoms.calc = SinglePointCalculator(atoms, **results)
+    return atoms
+
+
+def _db_atoms(path: Path, index, energy_key: str, forces_key: str) -> list:
+    """Rows of an ASE database as ``ase.Atoms``, their labels put where :func:`from_atoms` looks."""
+    import ase.db
+
+    rows = list(ase.db.connect(str(path)).select())
+    rows = _index(rows, index, path)
+    out = []
+    for row in rows:
+        atoms = row.toatoms()
+        energy = row.key_value_pairs.get(energy_key, row.get(energy_key))
+        forces = row.get(forces_key)
+        if forces is None and forces_key in row.data:
+            forces = row.data[forces_key]
+        if energy is not None:
+            atoms.info[energy_key] = float(energy)
+        if forces is not None:
+            atoms.arrays[forces_key] = np.asarray(forces, dtype=np.float64).reshape(len(atoms), -1)
+        out.append(atoms)
+    return out
+
+
+def _index(items: list, index, path) -> list:
+    if isinstance(index, int):
+        return [items[index]]
+    if isinstance(index, slice):
+        return items[index]
+    if isinstance(index, str):
+        from ase.io.formats import string2index
+
+        sel = string2index(index)
+        return [items[sel]] if isinstance(sel, int) else items[sel]
+    raise DataValidationError(f"{path}: index must be an int, a slice or a string like ':' or '0:10', got {index!r}")
+
+
+def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forces_key: str = "forces",
+                    index: str | int | slice = ":", dtype: torch.dtype = torch.float32,
+                    require_labels: bool = False) -> list[Data]:
+    """Read structures from a file (extended XYZ ``.xyz``/``.extxyz``, ASE trajectory ``.traj``, ASE database
+    ``.db``) through ``ase.io`` / ``ase.db``.
+
+    Args:
+        path: the file; the suffix picks the format (:data:`STRUCTURE_SUFFIXES`).
+        energy_key: the energy's key (eV): an ``info`` key of extended XYZ (``energy=… `` in the comment line), a
+            key-value pair or column of a database row; the default also finds what ``ase.io`` attached.
+        forces_key: the forces' key (eV/Å): a per-atom column of extended XYZ, a database row's ``forces`` or
+            ``data[forces_key]``.
+        index: which structures: ``":"`` (all), ``"0:100"``, ``-1``, a slice (ASE's convention).
+        dtype: floating dtype of the tensors.
+        require_labels: raise if a structure lacks energy or forces (training needs both).
+
+    Returns:
+        list of ``Data`` (see :func:`from_atoms`).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        DataValidationError: an unknown suffix, an unreadable file, or a structure without labels when required.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(2, "no such structure file (extended XYZ .xyz/.extxyz, .traj or ASE .db)", str(p))
+    fmt = STRUCTURE_SUFFIXES.get(p.suffix.lower())
+    if fmt is None:
+        raise DataValidationError(f"{p}: unknown structure file suffix {p.suffix!r}; use one of "
+                                  f"{', '.join(sorted(STRUCTURE_SUFFIXES))} (convert others with ase.io: "
+                                  "ase.io.write('out.extxyz', ase.io.read(path, ':')))")
+    try:
+        if fmt == "db":
+            atoms = _db_atoms(p, index, energy_key, forces_key)
+        else:
+            import ase.io
+
+            got = ase.io.read(str(p), index=index, format=fmt)
+            atoms = got if isinstance(got, list) else [got]
+    except DataValidationError:
+        raise
+    except Exception as exc:  # ase raises many kinds on a malformed file
+        raise DataValidationError(f"{p}: cannot read it as {fmt} ({type(exc).__name__}: {exc}); check that the "
+                                  f"file is {fmt} and not truncated") from exc
+    return from_atoms(atoms, energy_key=energy_key, forces_key=forces_key, dtype=dtype,
+                      require_labels=require_labels, source=f"{p.name}: structure")
+
+
+def split_structures(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, *,
+                     given: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train / validation / test indices of ``n`` structures (a split by structure, never by atom).
+
+    Args:
+        n: number of structures.
+        fractions: shares of train, val, test (summing to at most 1; what is left over is unused). Each share
+            gets ``round(f · n)`` structures, the test set at most what is left.
+        seed: seed of the permutation (``torch.Generator``), so a split is reproducible.
+        given: three index lists (train, val, test) to use instead (checked: in range, disjoint).
+
+    Returns:
+        ``(train, val, test)``: int64 index tensors; with ``fractions`` each is sorted.
+
+    Raises:
+        DataValidationError: fractions that are negative or sum above 1, an empty training set, or ``given``
+            lists that are out of range or overlap.
+    """
+    if given is not None:
+        if len(given) != 3:
+            raise DataValidationError(f"given= needs three index lists (train, val, test), got {len(given)}")
+        parts = tuple(torch.as_tensor(list(g), dtype=torch.long) for g in given)
+        allidx = torch.cat(parts)
+        if allidx.numel() and (allidx.min() < 0 or allidx.max() >= n):
+            raise DataValidationError(f"given split indices must lie in [0, {n}); got {int(allidx.min())}.."
+                                      f"{int(allidx.max())}")
+        if allidx.unique().numel() != allidx.numel():
+            raise DataValidationError("given split lists overlap (a structure in two sets, or twice in one); "
+                                      "make train, val and test disjoint")
+        return parts  # type: ignore[return-value]
+    fr = [float(f) for f in fractions]
+    if len(fr) != 3 or any(f < 0 for f in fr) or sum(fr) > 1 + 1e-9:
+        raise DataValidationError(f"fractions must be three shares >= 0 summing to at most 1, got {tuple(fractions)}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    n_train, n_val = round(fr[0] * n), round(fr[1] * n)
+    n_test = min(round(fr[2] * n), n - n_train - n_val)
+    if n_train < 1:
+        raise DataValidationError(f"{n} structures give an empty training set with fractions {tuple(fractions)}; "
+                                  "add structures or raise the training share")
+    a, b = n_train, n_train + n_val
+    return perm[:a].sort().values, perm[a:b].sort().values, perm[b:b + n_test].sort().values

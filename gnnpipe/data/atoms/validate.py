@@ -1,0 +1,160 @@
+"""Checks of structures at the boundary, in the dtype training uses.
+
+Each failure raises :class:`~gnnpipe.errors.DataValidationError` naming the structure (its index in the list),
+the attribute, and the fix. Finiteness is judged after casting to the training dtype: a float64 energy of
+1e300 is finite in float64 and infinite in float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from ...errors import DataValidationError
+from ..validation import DataWarning
+
+__all__ = ["MAX_ATOMIC_NUMBER", "validate_structures"]
+
+#: the largest atomic number (oganesson)
+MAX_ATOMIC_NUMBER = 118
+
+
+def _where(k: int, source: str) -> str:
+    return f"{source} {k}"
+
+
+def _finite(k: int, source: str, name: str, value: torch.Tensor, dtype: torch.dtype, unit: str) -> None:
+    cast = value.to(dtype)
+    bad = ~torch.isfinite(cast)
+    if not bool(bad.any()):
+        return
+    first = tuple(int(x) for x in torch.nonzero(bad)[0]) if bad.dim() else ()
+    orig = value[first] if first else value
+    was_finite = bool(torch.isfinite(orig.double()))
+    at = f"[{', '.join(map(str, first))}]" if first else ""
+    if was_finite:
+        raise DataValidationError(
+            f"{_where(k, source)}: {name}{at} = {float(orig):.6g} {unit} is finite in {value.dtype} but overflows "
+            f"to {float(cast[first] if first else cast)} in the training dtype {dtype} (largest finite "
+            f"{torch.finfo(dtype).max:.3g}); train in a wider dtype (--dtype float64), or fix the value (energies "
+            "relative to per-element reference energies are small)")
+    raise DataValidationError(
+        f"{_where(k, source)}: {name}{at} is {float(orig)} (not finite; {int(bad.sum())} such value(s)); drop the "
+        "structure or recompute its labels")
+
+
+def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:
+    rows = cell[pbc]
+    if not len(rows):
+        return False
+    norms = np.linalg.norm(rows, axis=1)
+    if np.any(norms < 1e-8):
+        return True
+    gram = np.linalg.det(rows @ rows.T)            # squared length / area / volume of the periodic vectors
+    return not gram > (1e-8 * np.prod(norms)) ** 2
+
+
+def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.float32, *,
+                        max_z: int | None = None, cutoff: float | None = None, min_distance: float = 0.1,
+                        require_labels: bool = False, source: str = "structure") -> None:
+    """Check structures before training; raise on the first problem, warn for legal oddities.
+
+    Checks, per structure ``k``: it has atoms; ``z`` is int [n] within 1..``max_z``; ``pos`` is [n, 3];
+    ``pos``, ``cell``, ``energy``, ``forces`` are finite in ``dtype``; ``forces`` is [n, 3] and ``energy`` one
+    value; a periodic direction has a cell vector and the periodic vectors are independent; no two atoms (periodic
+    images counted) are closer than ``min_distance``; with ``cutoff``, a structure in which no atom has a neighbour
+    within the cutoff gets a :class:`~gnnpipe.data.DataWarning` (it has no edges: only per-atom terms).
+
+    Args:
+        structures: list of ``Data`` (see :mod:`gnnpipe.data.atoms.structures`).
+        dtype: the training dtype the values are judged in.
+        max_z: the largest atomic number the model embeds (e.g. 100 for an ``Embedding(100, d)`` indexed by
+            ``z`` minus nothing: pass ``num_embeddings - 1``); ``None``: the periodic table.
+        cutoff: the model's cutoff in Å (enables the no-neighbour warning).
+        min_distance: Å; closer atoms are taken as duplicated.
+        require_labels: every structure needs ``energy`` and ``forces``.
+        source: how messages name where the structures came from.
+
+    Raises:
+        DataValidationError: the first failed check, naming the structure, the attribute and the fix.
+    """
+    from .graph import neighbor_pairs
+
+    top = MAX_ATOMIC_NUMBER if max_z is None else int(max_z)
+    isolated = []
+    for k, data in enumerate(structures):
+        where = _where(k, source)
+        z = getattr(data, "z", None)
+        pos = getattr(data, "pos", None)
+        if z is None or pos is None:
+            raise DataValidationError(f"{where}: needs z (atomic numbers) and pos (positions, Å); build structures "
+                                      "with gnnpipe.data.atoms.from_atoms or read_structures")
+        n = int(z.numel())
+        if n == 0:
+            raise DataValidationError(f"{where}: has no atoms; remove empty structures from the data set")
+        if z.dtype.is_floating_point or z.dim() != 1:
+            raise DataValidationError(f"{where}: z must be an integer tensor [n], got {z.dtype} {list(z.shape)}; "
+                                      "pass atomic numbers as int64")
+        if int(z.min()) < 1 or int(z.max()) > top:
+            bad = int(z[(z < 1) | (z > top)][0])
+            fix = ("the model embeds atomic numbers 1.." + str(top) + "; use a model with a larger embedding "
+                   "(max_z) or remove the structure") if max_z is not None else "atomic numbers are 1..118"
+            raise DataValidationError(f"{where}: atomic number {bad} is out of range; {fix}")
+        if tuple(pos.shape) != (n, 3):
+            raise DataValidationError(f"{where}: pos must be [{n}, 3] (one row per atom), got {list(pos.shape)}")
+        _finite(k, source, "pos", pos, dtype, "Å")
+        cell = getattr(data, "cell", None)
+        pbc = getattr(data, "pbc", None)
+        cell_np = np.zeros((3, 3)) if cell is None else cell.detach().double().reshape(-1).numpy()
+        if cell is not None:
+            if cell.numel() != 9:
+                raise DataValidationError(f"{where}: cell must be [1, 3, 3] (or [3, 3]), got {list(cell.shape)}")
+            _finite(k, source, "cell", cell.reshape(3, 3), dtype, "Å")
+            cell_np = cell_np.reshape(3, 3)
+        pbc_np = np.zeros(3, dtype=bool) if pbc is None else pbc.detach().reshape(-1).bool().numpy()
+        if pbc_np.size != 3:
+            raise DataValidationError(f"{where}: pbc must be [1, 3] booleans, got {list(pbc.shape)}")
+        if pbc_np.any() and _cell_is_singular(cell_np, pbc_np):
+            raise DataValidationError(
+                f"{where}: the cell is singular along its periodic directions (pbc={pbc_np.tolist()}, cell rows "
+                f"{np.round(cell_np, 4).tolist()}); give independent non-zero cell vectors for the periodic "
+                "directions, or set pbc False where the structure is not periodic")
+        energy = getattr(data, "energy", None)
+        forces = getattr(data, "forces", None)
+        if require_labels and (energy is None or forces is None):
+            missing = " and ".join(w for w, v in (("energy", energy), ("forces", forces)) if v is None)
+            raise DataValidationError(f"{where}: no {missing} label; training needs both (read the file with "
+                                      "energy_key=/forces_key= naming its keys)")
+        if energy is not None:
+            if energy.numel() != 1:
+                raise DataValidationError(f"{where}: energy must be one value (eV) per structure, got shape "
+                                          f"{list(energy.shape)}")
+            _finite(k, source, "energy", energy.reshape(()), dtype, "eV")
+        if forces is not None:
+            if tuple(forces.shape) != (n, 3):
+                raise DataValidationError(f"{where}: forces must be [{n}, 3] (one row per atom, eV/Å), got "
+                                          f"{list(forces.shape)}; check forces_key and that the file's forces "
+                                          "column belongs to this structure")
+            _finite(k, source, "forces", forces, dtype, "eV/Å")
+        pos_np = pos.detach().double().numpy()
+        reach = max(min_distance, cutoff or 0.0)
+        if reach > 0:
+            i, j, off, d = neighbor_pairs(pos_np, cell_np, pbc_np, reach)
+            if cutoff is not None and not bool(np.any(d < cutoff)):
+                isolated.append(k)
+            if len(d) and d.min() < min_distance:
+                e = int(np.argmin(d))
+                image = "" if not off[e].any() else f" (periodic image {off[e].tolist()})"
+                raise DataValidationError(
+                    f"{where}: atoms {int(i[e])} and {int(j[e])}{image} are {d[e]:.3g} Å apart, closer than "
+                    f"{min_distance} Å (a duplicated atom, or a cell too small for its atoms); remove the duplicate "
+                    "or fix the cell")
+    if isolated:
+        shown = ", ".join(map(str, isolated[:10])) + (" ..." if len(isolated) > 10 else "")
+        warnings.warn(f"{len(isolated)} {source}(s) ({shown}) have no pair of atoms within the cutoff {cutoff} Å: "
+                      "their graphs have no edges, so a model sees only per-atom terms; raise the cutoff if this is "
+                      "unintended", DataWarning, stacklevel=2)
