@@ -110,7 +110,8 @@ class S2EF(Task):
                 from ...data.atoms import from_atoms
 
                 items = from_atoms(items)
-            structures, name = prepare_structures(items, config.torch_dtype), "the given structures"
+            structures = prepare_structures(items, config.torch_dtype, cutoff=config.cutoff)
+            name = "the given structures"
         splits = split(config, len(structures))
         normalizer = EnergyNormalizer.fit([structures[i] for i in splits["train"].tolist()])
         return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name)

@@ -37,9 +37,9 @@ def load_structures(config) -> list:
     from ...errors import ConfigError
 
     ds = config.dataset or "oc20-like"
-    if ds.lower() in GENERATED:
-        gen = atoms.generate_oc20_like if ds.lower() == "oc20-like" else atoms.generate_md17_like
-        structures = atoms.from_atoms(gen(config.frames, seed=config.seed))
+    if ds.lower() in GENERATED:  # generated once, then read from the cache (gnnpipe.data.atoms.generated_file)
+        structures = atoms.generated_structures(ds.lower().split("-")[0], config.frames, config.seed,
+                                                dtype=config.torch_dtype)
     else:
         path = Path(ds).expanduser()
         if not path.is_file() and config.root is not None:
@@ -48,11 +48,12 @@ def load_structures(config) -> list:
             raise ConfigError(f"no structure file {ds!r}; give an existing .extxyz/.xyz/.traj/.db file, or "
                               f"--dataset oc20-like for a generated set")
         kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
-        structures = atoms.read_structures(str(path), **kw)
-    return prepare_structures(structures, config.torch_dtype)
+        structures = atoms.read_structures(str(path), dtype=config.torch_dtype, **kw)
+    return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff)
 
 
-def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool = True) -> list:
+def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool = True,
+                       cutoff: Optional[float] = None) -> list:
     """``structures`` validated (:func:`gnnpipe.data.atoms.validate_structures`) with floats in ``dtype`` and a
     ``fixed`` mask (all free when absent).
 
@@ -74,7 +75,7 @@ def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool 
             raise DataValidationError(f"structure {i} has no energy or forces label: S2EF training needs both "
                                       f"(name them with --energy-key / --forces-key)")
         out.append(d)
-    validate_structures(out, dtype)
+    validate_structures(out, dtype, cutoff=cutoff)
     return out
 
 
