@@ -44,7 +44,10 @@ class Calculator(_AseCalculator):
         from .data.atoms import from_atoms
         from .tasks.s2ef.predict import predict_structures
 
+        import torch
+
         super().calculate(atoms, properties, system_changes)
-        energy, forces = predict_structures(self.model, from_atoms([self.atoms]))
+        # positions read in float64 (ASE's), then cast to the model's dtype: no float32 rounding on the way
+        energy, forces = predict_structures(self.model, from_atoms([self.atoms], dtype=torch.float64))
         e = float(energy[0])
         self.results = {"energy": e, "free_energy": e, "forces": forces[0].numpy()}

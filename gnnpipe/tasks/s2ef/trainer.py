@@ -257,6 +257,7 @@ class S2EFTrainer:
         model = copy.deepcopy(self.model)
         model.load_state_dict(session.final_state())
         model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
+        model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
         result.model = model.eval()
         return result
 
