@@ -196,13 +196,20 @@ def read_meta(path: str | Path) -> dict:
 
 def read_weights(path: str | Path, which: str = "best") -> dict[str, Tensor]:
     """The single-process ``state_dict`` stored in a checkpoint: the best-validation weights (``"best"``,
-    falling back to the last ones when the run kept none) or the last ones (``"last"``)."""
+    falling back to the last ones when the run kept none) or the last ones (``"last"``: the weights the run
+    evaluates with — ``task_state["weights"]`` over the trained ones, when the executor's task state has them,
+    e.g. S2EF's moving average)."""
     p = find_checkpoint(path)
     md = _metadata(p)
     prefix = "best." if which == "best" and any(k.startswith("best.") for k in md) else "model."
     keys = [k for k in md if k.startswith(prefix)]
     t = _load(p, _tensor_template(md, keys))
-    return {k[len(prefix):]: v for k, v in t.items()}
+    out = {k[len(prefix):]: v for k, v in t.items()}
+    if prefix == "model." and "task_state" in md:
+        state = pickle.loads(_load(p, {"task_state": None})["task_state"])
+        if isinstance(state, dict) and state.get("weights"):
+            out.update(state["weights"])
+    return out
 
 
 def model_from_checkpoint(path, which: str = "best"):

@@ -106,7 +106,10 @@ class S2EFTrainer:
         return {"": self.model}
 
     def task_state(self) -> dict:
-        return {"ema": self.ema.state_dict(), "schedule": self.schedule.state_dict()}
+        """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
+        ``gnnpipe export --keep last`` exports (:func:`gnnpipe.core.checkpoint.read_weights`)."""
+        return {"ema": self.ema.state_dict(), "schedule": self.schedule.state_dict(),
+                "weights": self.weights()}  # by state_dict names, shared modules under each of their names
 
     def load_task_state(self, state: dict) -> None:
         self.ema.load_state_dict(state["ema"])

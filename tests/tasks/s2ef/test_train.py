@@ -59,12 +59,17 @@ def _weights(model):
 
 
 def test_resume_continues_exactly(tmp_path, xyz):
-    kw = dict(dataset=xyz, dtype="float64", ema_decay=0.9, **SMALL)
+    kw = dict(dataset=xyz, dtype="float64", ema_decay=0.9, keep="last", **SMALL)
     full = api.train(epochs=4, checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2, **kw)
     resumed = api.train(epochs=4, resume=str(tmp_path / "ck" / "ckpt-000002"), **kw)  # the cosine spans 4 epochs
     assert resumed.epochs[1] == full.epochs[1]  # the first two epochs are the checkpoint's records
     for k, v in _weights(full.model).items():
         assert torch.equal(resumed.model.state_dict()[k], v), k
+    from gnnpipe.core.checkpoint import read_weights
+
+    last = read_weights(tmp_path / "ck", "last")  # the moving average the run evaluates with (keep="last")
+    assert set(last) == set(full.model.state_dict())
+    assert all(torch.equal(last[k], v) for k, v in full.model.state_dict().items())
     strip = lambda recs: [{k: v for k, v in e.items() if k not in ("time_s", "cpu_s")} for e in recs]  # noqa: E731
     assert strip(resumed.epochs) == strip(full.epochs)
 
