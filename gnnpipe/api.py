@@ -218,6 +218,10 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     elif opt_kw:
         options = attrs.evolve(options, **opt_kw)
     config = _as_config(config, overrides)
+    from .tasks import s2ef
+
+    if s2ef.S2EF.claims(config):  # structures → energy and forces: the steps of gnnpipe.tasks.Task
+        return _train_task(s2ef.S2EF(), config, data, progress, options)
     check_names(config)
     config = resolve_config(config)
     if layout not in (None, "manual", "auto"):
@@ -244,6 +248,18 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         # its config's dataset fields describe no graph: `gnnpipe predict` must be given one, not guess one
         result.model.meta = dict(getattr(result.model, "meta", None) or {}, data_paths={}, data_given=True)
     return result
+
+
+def _train_task(task, config, data, progress, options):
+    """The steps of a :class:`~gnnpipe.tasks.Task`: resolve, load, plan, check, launch."""
+    given = data is not None
+    config = task.resolve(config)
+    data = task.load(config, data)
+    plan = task.plan(config, data)
+    task.check(config, plan)
+    if progress and os.environ.get("RANK", "0") == "0":
+        print(task.describe(config, data, given), file=sys.stderr)
+    return task.launch(config, plan, progress, options)
 
 
 def _check_resume(config: TrainConfig, options) -> None:

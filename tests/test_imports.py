@@ -25,7 +25,7 @@ LAYERS = {
     "correctors": 4,
     "core": 5,
     "experiments": 6, "costmodel": 6, "tasks": 6,
-    "api": 7,
+    "api": 7, "calculator": 7,
     "cli": 8,
     "__main__": 9,
 }
