@@ -222,6 +222,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 
     if s2ef.S2EF.claims(config):  # structures → energy and forces: the steps of gnnpipe.tasks.Task
         return _train_task(s2ef.S2EF(), config, data, progress, options)
+    if config.graph_parallel_group_size != 1:
+        from .errors import ConfigError
+
+        raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
+                          f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism)")
     check_names(config)
     config = resolve_config(config)
     if layout not in (None, "manual", "auto"):

@@ -106,6 +106,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--forces-key", default=None, help="the force label of a structure file (default: the "
                    "calculator's forces)")
     a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
+    a.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=d.graph_parallel_group_size,
+                   help="graph-parallel group size G: each replica's batch split over G ranks by its edges and "
+                        "triplets (ranks = --ways D x G)")
+    a.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default=d.graph_parallel_partitioner,
+                   help="how a graph-parallel group splits the graph: edge-chunk (contiguous edge ranges balanced "
+                        "by triplet counts) or atom-owner (each edge with its target atom's owner, Morton order)")
+    a.add_argument("--gp-mode", dest="graph_parallel_mode", choices=["allgather", "halo"],
+                   default=d.graph_parallel_mode,
+                   help="how a graph-parallel group moves the edge rows triplets read: every edge (allgather) or "
+                        "only the rows read (halo)")
 
 
 def _model_options_help() -> str:

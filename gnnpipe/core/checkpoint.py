@@ -65,7 +65,7 @@ from .config import TrainConfig
 FORMAT_VERSION = 1
 #: configuration fields that choose the layout: a change restarts history (with a warning)
 LAYOUT_FIELDS = ("ways", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
-                 "layer_split")
+                 "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
 FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute")
 #: test hook: ``"EPOCHS:RANK"`` makes that rank stall forever inside the write of that checkpoint

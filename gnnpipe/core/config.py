@@ -110,7 +110,10 @@ LR_SCHEDULES = ("cosine", "plateau", "constant")
 #: the fields of S2EF runs (left out of :meth:`TrainConfig.to_dict` of other runs)
 S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
-               "energy_key", "forces_key", "frames")
+               "energy_key", "forces_key", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
+               "graph_parallel_mode")
+#: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
+GP_MODES = ("allgather", "halo")
 
 
 def _choice(name, choices):
@@ -158,6 +161,10 @@ class TrainConfig:
     ``lr_schedule``; gradient norm clipped at ``clip_grad_norm`` (``None``/0: off); evaluation with an
     exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` name the
     labels of a structure file; ``frames``: the size of the generated data set used when no file is given.
+    Graph parallelism of atomistic models (Sriram et al., ICLR 2022): ``graph_parallel_group_size`` (``G``,
+    ``--gp-size``) ranks share each replica's batch, its edges and triplets split by
+    ``graph_parallel_partitioner`` (``edge-chunk`` or ``atom-owner``), edge rows moved by ``graph_parallel_mode``
+    (``allgather`` or ``halo``); the world is ``ways × G`` ranks.
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
     ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.trainer.resolve_config` fills in the defaults
@@ -231,6 +238,9 @@ class TrainConfig:
     energy_key: Optional[str] = None
     forces_key: Optional[str] = None
     frames: int = attrs.field(default=200, validator=_int_pos("frames"))
+    graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size"))
+    graph_parallel_partitioner: str = "edge-chunk"
+    graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
@@ -286,7 +296,7 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        return self.ways * self.stages
+        return self.ways * self.stages * self.graph_parallel_group_size
 
     def to_dict(self) -> dict:
         """All fields; the synthetic-graph sizes only when the synthetic graph is used."""

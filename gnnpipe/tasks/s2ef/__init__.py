@@ -1,5 +1,6 @@
 """The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
-process or data-parallel over ``--ways D`` ranks.
+process, data-parallel over ``--ways D`` ranks, and graph-parallel over ``--gp-size G`` ranks per replica
+(``D × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.graph_parallel`).
 
 ``gnnpipe train --dataset FILE.extxyz --model dimenet++`` (or no ``--dataset``: a generated OC20-like set) runs
 the steps of :class:`~gnnpipe.tasks.base.Task`: :meth:`S2EF.resolve` (the model must be atomistic; its
@@ -10,6 +11,7 @@ training dtype, split 80/10/10, the energy reference fitted on the training spli
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Optional
 
@@ -18,8 +20,10 @@ import attrs
 from .. import register
 from ..base import Task
 from .data import is_structure_dataset
+from .graph_parallel import check_graph_parallel, gp_plan_info
+from .graph_parallel import worker as gp_worker
 from .normalizer import EnergyNormalizer
-from .trainer import SELECTION, S2EFTrainer, plan_info, worker
+from .trainer import SELECTION, S2EFTrainer, worker
 
 __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
 
@@ -37,7 +41,7 @@ class S2EFData:
 
 @attrs.define
 class S2EFPlan:
-    """The layout: ``data`` and ``info`` (:func:`~.trainer.plan_info`)."""
+    """The layout: ``data`` and ``info`` (:func:`~.graph_parallel.gp_plan_info`)."""
 
     data: S2EFData
     info: dict
@@ -68,7 +72,7 @@ class S2EF(Task):
         Raises:
             ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
                 contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``, or a layout other than
-                ``--ways D`` data parallelism.
+                ``--ways D`` data parallelism × ``--gp-size G`` graph parallelism.
         """
         from ... import models
         from ...errors import ConfigError
@@ -82,7 +86,8 @@ class S2EF(Task):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
         if config.stages != 1 or (config.chunks or 1) != 1:
-            raise ConfigError("S2EF training is data-parallel only: --ways D replicas (no --stages / --chunks)")
+            raise ConfigError("S2EF training is data- and graph-parallel: --ways D replicas × --gp-size G ranks each "
+                              "(no --stages / --chunks)")
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
         clash = {k: v for k, v in config.model_args.items() if k in fixed and v != fixed[k]}
@@ -124,19 +129,24 @@ class S2EF(Task):
              f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
              f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
              f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours; ")
+        G = config.graph_parallel_group_size
+        gp = (f"; each replica's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
+              f"{config.graph_parallel_mode}), {config.ways * G} ranks in all") if G > 1 else ""
         if config.ways == 1:
-            return s + f"single process, batch {config.batch_size}"
-        return s + (f"data parallel over {config.ways} ranks, {config.batch_size} structures each "
-                    f"(global batch {config.batch_size * config.ways})")
+            return s + f"{'one replica' if G > 1 else 'single process'}, batch {config.batch_size}" + gp
+        return s + (f"data parallel over {config.ways} replicas, {config.batch_size} structures each "
+                    f"(global batch {config.batch_size * config.ways})") + gp
 
     def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
-        return S2EFPlan(data=data, info=plan_info(config, data.splits))
+        return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan) -> None:
-        """Refuse an empty training split, and a torchrun world that is not ``--ways``.
+        """Refuse an empty training split, a torchrun world that is not ``--ways × --gp-size``, a graph-parallel
+        group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
+        that has no graph-parallel hooks (:func:`~.graph_parallel.check_graph_parallel`).
 
         Raises:
-            ConfigError: as above.
+            ConfigError / UnknownComponentError: as above.
         """
         from ...core import launch
         from ...errors import ConfigError
@@ -144,7 +154,15 @@ class S2EF(Task):
         if len(plan.data.splits["train"]) == 0:
             raise ConfigError(f"{plan.data.name} has too few structures for a training split "
                               f"({len(plan.data.structures)}); give at least 3")
-        launch.check_torchrun_world(config.ways, f"--ways {config.ways}")
+        G = config.graph_parallel_group_size
+        world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
+        try:
+            check_graph_parallel(config, world)
+        except ConfigError as exc:
+            if world is not None:  # every torchrun rank fails with the message (torchrun's summary shows it)
+                launch.record_torchrun_error(f"gnnpipe: error: {exc}")
+            raise
+        launch.check_torchrun_world(config.ways * G, f"--ways {config.ways}" + (f" × --gp-size {G}" if G > 1 else ""))
 
     def launch(self, config: Any, plan: S2EFPlan, progress: bool, options: Any) -> Any:
         """Train: in this process (``ways == 1``), in ``D`` ranks started here (gloo; a failing rank ends them
@@ -163,27 +181,33 @@ class S2EF(Task):
             check_resume(config, meta)
         d = plan.data
         norm = d.normalizer.to_dict()
+        G = config.graph_parallel_group_size
+        run_rank = worker if G == 1 else gp_worker
         if launch.under_torchrun():
             import torch.distributed as dist
 
             rank, world = launch.init_env_process_group("gloo", config.timeout_s)
-            out = worker(rank, world, config, d.structures, d.splits, norm, progress, options)
+            out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
             dist.barrier()
             dist.destroy_process_group()
             return out["result"] if out else None
-        if config.ways == 1:
+        if config.ways * G == 1:
             torch.set_num_threads(config.threads)
             return S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(progress, options,
                                                                                  plan_info=plan.info)
         from ...core.session import RecordCollector, partial_result
         from ...errors import DistributedError
 
-        print(f"data parallel: {config.ways} ranks (gloo), {config.batch_size} structures each per step",
-              file=sys.stderr)
+        if G == 1:
+            print(f"data parallel: {config.ways} ranks (gloo), {config.batch_size} structures each per step",
+                  file=sys.stderr)
+        else:
+            print(f"graph parallel: {config.ways} replica(s) x {G} ranks = {config.ways * G} ranks (gloo), "
+                  f"{config.batch_size} structures per replica and step", file=sys.stderr)
         records = RecordCollector().start()
         try:
-            outs = launch.spawn(worker, config.ways, (config, d.structures, d.splits, norm, progress, options,
-                                                      records.send_end),
+            outs = launch.spawn(run_rank, config.ways * G, (config, d.structures, d.splits, norm, progress,
+                                                            options, records.send_end),
                                 backend="gloo", timeout_s=config.timeout_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)

@@ -77,7 +77,9 @@ class S2EFTrainer:
             shares are chosen per step). splits: ``{"train", "val", "test"}`` index tensors.
         normalizer: the energy reference and normalisation fitted on the training split.
         rank, world: this rank and the number of data-parallel ranks ``D`` (a process group is initialised
-            when ``world > 1``).
+            when ``world > 1``). Subclasses may place several ranks on one replica (graph parallelism,
+            :mod:`~gnnpipe.tasks.s2ef.graph_parallel`): ``replica`` / ``replicas`` say which batch share a rank
+            reads, ``reporting`` whether its loss and metrics count, :meth:`forward` how it computes them.
         model: a pre-built model (default :func:`make_model`). graph_fn: ``batch → graph`` (default
             :func:`graph_builder` with the config's cutoff and neighbour cap).
     """
@@ -88,6 +90,7 @@ class S2EFTrainer:
                  rank: int = 0, world: int = 1, model=None, graph_fn: Optional[Callable] = None):
         self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
         self.rank, self.world = rank, world
+        self.replica, self.replicas, self.reporting = self.replica_of(rank, world)
         self.device = torch.device("cpu")
         self.model = model if model is not None else make_model(config)
         self.units = range(len(getattr(self.model, "units", ())))
@@ -95,7 +98,7 @@ class S2EFTrainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
         n_train = len(splits["train"])
-        self.steps_per_epoch = max(math.ceil(n_train / (config.batch_size * world)), 1)
+        self.steps_per_epoch = max(math.ceil(n_train / (config.batch_size * self.replicas)), 1)
         self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.model, config.ema_decay)
@@ -131,6 +134,18 @@ class S2EFTrainer:
         e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
         return e_t, batch.forces / self.normalizer.std, ref
 
+    def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
+        """``(replica, replicas, reporting)`` of ``rank`` among ``world`` ranks: here every rank is a replica."""
+        return rank, world, True
+
+    def share(self, ids: Tensor) -> Tensor:
+        """This rank's part of a global batch (its replica's share)."""
+        return share(ids, self.replica, self.replicas)
+
+    def forward(self, structures: list) -> tuple[Tensor, Tensor, object]:
+        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`)."""
+        return forward(self.model, structures, self.graph_fn)
+
     def _all_reduce(self, t: Tensor) -> Tensor:
         if self.world > 1:
             dist.all_reduce(t)
@@ -146,24 +161,26 @@ class S2EFTrainer:
         metrics = S2EFMetrics()
         losses = []
         lr = float("nan")
-        for gb in epoch_batches(len(train), cfg.batch_size * self.world, cfg.seed, epoch):
+        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
             ids = train[gb]
             num_free = int(self.free_counts[ids].sum())
-            mine = share(ids, self.rank, self.world)
+            mine = self.share(ids)
             self.optimizer.zero_grad(set_to_none=True)
             loss_value = torch.zeros((), dtype=torch.float64)
             if len(mine):
-                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in mine.tolist()], self.graph_fn)
+                e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
                 loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
                                  energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
                 loss.backward()
-                loss_value = loss.detach().to(torch.float64)
+                if self.reporting:
+                    loss_value = loss.detach().to(torch.float64)
                 with torch.no_grad():
                     s = self.normalizer.std
-                    metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                                   f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch)
+                    if self.reporting:
+                        metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                                       f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch)
             self._sync_grads(loss_value, losses)
             clip_and_norm(self.params, cfg.clip_grad_norm)
             lr = self.schedule.apply()
@@ -194,11 +211,13 @@ class S2EFTrainer:
     # ------------------------------------------------------------------ evaluation
     def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
         cfg = self.config
-        mine = share(ids, self.rank, self.world)
+        mine = self.share(ids)
         num_free = int(self.free_counts[ids].sum())
         for chunk in mine.split(cfg.batch_size) if len(mine) else ():
             with torch.no_grad():
-                e_hat, f_hat, batch = forward(self.model, [self.structures[i] for i in chunk.tolist()], self.graph_fn)
+                e_hat, f_hat, batch = self.forward([self.structures[i] for i in chunk.tolist()])
+                if not self.reporting:
+                    continue
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
                 loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
