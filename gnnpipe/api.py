@@ -177,6 +177,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
     ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.assemble`).
 
+    Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
+    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, :mod:`gnnpipe.tasks.s2ef`): ``data`` may
+    then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``ways`` is the number of data-parallel
+    replicas.
+
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.

@@ -291,7 +291,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """All fields; the synthetic-graph sizes only when the synthetic graph is used."""
         d = attrs.asdict(self)
-        if self.dataset not in (None, "synthetic"):
+        if self.dataset not in (None, "synthetic") or self.task == "s2ef":
             for k in ("num_nodes", "avg_degree", "num_classes", "num_features"):
                 d.pop(k)
         d["correctors"] = [c if isinstance(c, str) else repr(c) for c in self.correctors]
