@@ -11,8 +11,9 @@ forces=True)`` with the default ``LocalComm``. Sizes are fairchem's OC20 default
 int_emb 64, basis_emb 8, out_emb 256, 7 spherical, 6 radial, cutoff 6 Å; SchNet: hidden 128, 128 filters,
 6 interactions, 50 Gaussians, cutoff 6 Å). The structures are random clusters (atoms at least 1 Å apart in a cube
 sized to about 0.08 atoms/Å³). Steps of the two models alternate, so load on the machine hits both alike; the
-medians, their ratio (ours / PyG: ≤ 1.0 means ours is not slower) and structures per second are printed, one
-JSON line per model. Not a test: numbers go to docs/RESULTS.md.
+median wall times, their ratio (ours / PyG: ≤ 1.0 means ours is not slower), the median process CPU times and
+their ratio (less sensitive to other processes on a loaded machine when ``--threads 1``) and structures per second
+are printed, one JSON line per model. Not a test: numbers go to docs/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -129,18 +130,25 @@ def main():
         (e1, l1), (e2, l2) = pyg_step(), our_step()
         diff = float((e1 - e2).abs().max())
         times = {"pyg": [], "ours": []}
+        cpu = {"pyg": [], "ours": []}
         for r in range(args.warmup + args.repeats):
             for side, step in (("pyg", pyg_step), ("ours", our_step)) if r % 2 == 0 else \
                     (("ours", our_step), ("pyg", pyg_step)):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 step()
                 if r >= args.warmup:
                     times[side].append(time.perf_counter() - t)
+                    cpu[side].append(time.process_time() - c)
         med = {k: statistics.median(v) for k, v in times.items()}
+        med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
         row = {"model": name, "structures": args.structures, "atoms": batch.num_nodes, "edges": graph.num_edges,
                "triplets": graph.num_triplets, "dtype": args.dtype, "threads": args.threads,
                "pyg_median_s": round(med["pyg"], 4), "ours_median_s": round(med["ours"], 4),
                "ratio_ours_over_pyg": round(med["ours"] / med["pyg"], 3),
+               "pyg_median_cpu_s": round(med_cpu["pyg"], 4), "ours_median_cpu_s": round(med_cpu["ours"], 4),
+               "cpu_ratio_ours_over_pyg": round(med_cpu["ours"] / med_cpu["pyg"], 3),
+               "pyg_min_s": round(min(times["pyg"]), 4), "ours_min_s": round(min(times["ours"]), 4),
+               "min_ratio_ours_over_pyg": round(min(times["ours"]) / min(times["pyg"]), 3),
                "pyg_structures_per_s": round(args.structures / med["pyg"], 2),
                "ours_structures_per_s": round(args.structures / med["ours"], 2),
                "max_energy_difference": diff, "loss_pyg": l1, "loss_ours": l2,

@@ -29,7 +29,7 @@ def load_data(config: TrainConfig):
     """
     from .data import load_dataset
 
-    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
+    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed, dtype=config.torch_dtype,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
                            "num_classes": config.num_classes, "num_features": config.num_features}
                           if config.dataset in (None, "synthetic") else {}))

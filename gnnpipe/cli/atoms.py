@@ -25,7 +25,7 @@ def register(sub) -> None:
     g.add_argument("--frames", type=int, default=200, help="number of structures")
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     g.add_argument("--out", help="the .extxyz file to write (default: a cached file, its path printed)")
-    g.add_argument("--overwrite", action="store_true", help="regenerate even if the file is up to date")
+    g.add_argument("--overwrite", action="store_true", help="regenerate the cached file even if it exists")
     g.set_defaults(func=run_generate)
 
 

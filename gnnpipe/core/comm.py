@@ -8,7 +8,11 @@ Bytes are counted as the payload a rank *sends* (``numel · element_size``), by 
   the count follows the ring algorithm: each rank sends ``2·(G−1)/G·P`` bytes, so the sum over the
   group is exactly ``2·(G−1)·P`` (Patarasuk & Yuan 2009). Per rank it is recorded as ``2·(G−1)·P / G``
   (a float); sums over a group are integers;
-* ``eval``   — exact-inference traffic (not part of the per-epoch training volume of DESIGN §6).
+* ``eval``   — exact-inference traffic (not part of the per-epoch training volume of DESIGN §6);
+* ``gp``     — graph-parallel collectives of atomistic models (:mod:`gnnpipe.core.collectives`: atom and edge
+  gathers, reduce-scatters, halo exchanges, partial-energy and force all-reduces, forward and backward; the
+  formula of each op is there). An all-gather of ``G`` equal blocks of ``P`` bytes is counted as the ring
+  algorithm sends it, ``(G−1)·P`` per rank; a reduce-scatter of ``G`` blocks of ``P`` bytes likewise ``(G−1)·P``.
 
 Time is split as: ``comm`` = seconds inside send/collective calls (including waiting for sends to
 complete), ``idle`` = seconds blocked in receives waiting for a peer (pipeline bubbles appear here),
@@ -26,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-KINDS = ("layer", "graph", "weight", "eval")
+KINDS = ("layer", "graph", "weight", "eval", "gp")
 
 #: sends a rank keeps outstanding on a transport that cannot report a send's completion without waiting for it
 #: (gloo: a send's ``is_completed()`` stays ``False`` until ``wait()`` is called, even long after the peer has
@@ -89,7 +93,8 @@ class Comm:
         self.idle_s = 0.0
 
     def counters(self) -> dict:
-        """``{"bytes_layer": …, "bytes_graph": …, "bytes_weight": …, "bytes_eval": …, "comm_s": …, "idle_s": …}``."""
+        """``{"bytes_layer": …, "bytes_graph": …, "bytes_weight": …, "bytes_eval": …, "bytes_gp": …, "comm_s": …,
+        "idle_s": …}``."""
         out = {f"bytes_{k}": self.bytes.get(k, 0.0) for k in KINDS}
         out["comm_s"] = self.comm_s
         out["idle_s"] = self.idle_s
@@ -213,6 +218,31 @@ class Comm:
         self.comm_s += time.perf_counter() - t0
         self.bytes[kind] += 2.0 * (g - 1) * tensor.numel() * tensor.element_size() / g
         return tensor
+
+    def all_gather(self, outputs: list[Tensor], tensor: Tensor, group=None, kind: str = "gp") -> None:
+        """``all_gather`` of equal-shaped blocks over ``group`` into ``outputs`` (one per group rank); counts
+        ``(G−1)·numel·element_size`` (ring algorithm)."""
+        g = dist.get_world_size(group)
+        t0 = time.perf_counter()
+        if self.stage and tensor.device.type != "cpu":
+            hosts = [_host_buffer(o.shape, o.dtype) for o in outputs]
+            dist.all_gather(hosts, _host_copy(tensor), group=group)
+            for o, h in zip(outputs, hosts):
+                o.copy_(h)
+        else:
+            dist.all_gather(outputs, tensor.contiguous(), group=group)
+        self.comm_s += time.perf_counter() - t0
+        self.bytes[kind] += (g - 1) * tensor.numel() * tensor.element_size()
+
+    def reduce_scatter(self, output: Tensor, tensor: Tensor, group=None, kind: str = "gp") -> None:
+        """Sum ``reduce_scatter_tensor`` over ``group`` (``tensor``: ``G`` equal blocks stacked along dim 0; this
+        rank's summed block lands in ``output``); counts ``(G−1)·output.numel·element_size`` (ring algorithm).
+        Backends without it (gloo) use :meth:`all_reduce` and a slice instead (the caller's choice)."""
+        g = dist.get_world_size(group)
+        t0 = time.perf_counter()
+        dist.reduce_scatter_tensor(output, tensor.contiguous(), group=group)
+        self.comm_s += time.perf_counter() - t0
+        self.bytes[kind] += (g - 1) * output.numel() * output.element_size()
 
     def all_to_all(self, outputs: list[Tensor], inputs: list[Tensor], group=None, kind: str = "graph",
                    self_index: Optional[int] = None) -> None:

@@ -25,6 +25,7 @@ def build_model(name: str, in_channels: int, out_channels: int, **kwargs) -> GNN
     common = {k: v for k, v in kwargs.items() if k in COMMON_ARGS}
     options = check_model_args(name, {k: v for k, v in kwargs.items() if k not in COMMON_ARGS})
     model = get(name)(in_channels, out_channels, **common, **options)
-    model.spec = {"name": name, "in_channels": int(in_channels), "out_channels": int(out_channels),
+    model.spec = {"name": name, "in_channels": None if in_channels is None else int(in_channels),
+                  "out_channels": int(out_channels),
                   "kwargs": {**common, **options}, "dtype": "float32"}
     return model

@@ -1,7 +1,7 @@
 """Vertex partitioners / chunkers, partition metrics, and layer-to-stage partitioners (DESIGN §3–§4, §6).
 
 Vertex partitioners (one abstract class, one registry; built-ins ``metis``, ``kahip`` (optional
-package), ``random``, ``contiguous``, ``bfs``, ``rcm``)::
+package), ``random``, ``contiguous``, ``bfs``, ``rcm``, ``morton`` (positions))::
 
     from gnnpipe import partitioners
     parts = partitioners.partition_graph(data, 8, "metis", seed=0)       # LongTensor[N] in [0, 8)
@@ -18,6 +18,13 @@ Metrics and DESIGN §6 predictions::
     m = partitioners.partition_metrics(data.edge_index, data.num_nodes, parts)
     partitioners.predict_gp_bytes(m.mirror_count, [64] * 32)
     partitioners.predict_pipeline_bytes(data.num_nodes, num_stages=4, d_boundary=64)
+
+Edge/triplet partitioners for graph parallelism of atomistic GNNs (separate registry; ``edge-chunk``,
+``atom-owner``)::
+
+    plan = partitioners.plan_graph_parallel(graph, 4, "edge-chunk")     # graph: AtomGraph (edges + triplets)
+    plan = partitioners.plan_graph_parallel(graph, 4, "atom-owner", vertex="morton")
+    plan.edges[r], plan.triplets[r], plan.atoms[r], plan.halo[r], plan.metrics()
 
 Layer partitioners (separate registry)::
 
@@ -42,6 +49,20 @@ from .base import (  # noqa: F401
     repair_empty_parts,
     validate_parts,
 )
+from .edges import (  # noqa: F401
+    EDGE_PARTITIONERS,
+    AtomOwnerPartitioner,
+    EdgeChunkPartitioner,
+    EdgePartitioner,
+    GraphParallelMetrics,
+    GraphParallelPlan,
+    TripletGraph,
+    as_triplet_graph,
+    available_edge_partitioners,
+    get_edge_partitioner,
+    plan_graph_parallel,
+    register_edge_partitioner,
+)
 from .chunks import ChunkPlan, relabel_data, way_bounds  # noqa: F401
 from .layers import (  # noqa: F401
     EqualLayerPartitioner,
@@ -64,8 +85,10 @@ from .methods import (  # noqa: F401
     ContiguousPartitioner,
     KaHIPPartitioner,
     MetisPartitioner,
+    MortonPartitioner,
     RandomPartitioner,
     RCMPartitioner,
+    morton_codes,
     vertex_weights,
 )
 from .metrics import PartitionMetrics, partition_metrics, predict_gp_bytes, predict_pipeline_bytes  # noqa: F401

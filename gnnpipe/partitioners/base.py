@@ -66,9 +66,14 @@ class Graph:
     Args:
         edge_index: ``LongTensor[2, E]`` of directed edges ``source → target`` (PyG convention).
         num_nodes: ``N``.
+        pos: optional ``Tensor[N, D]`` of vertex coordinates (atom positions in Å); read by geometric
+            methods (``morton``), ignored by the others.
+        batch: optional ``LongTensor[N]``, the structure (graph of a batch) of each vertex; ``morton`` orders
+            structure by structure.
 
     Attributes:
-        edge_index, num_nodes: as given (``edge_index`` on CPU, ``int64``).
+        edge_index, num_nodes, pos, batch: as given (``edge_index`` on CPU, ``int64``; ``pos``, ``batch`` on CPU or
+            ``None``).
         csr: ``scipy.sparse.csr_matrix`` (``N × N``, ``int64`` indices) of the *simple undirected*
             graph: both directions of every edge, no self-loops, no duplicates, sorted column indices.
             This is the graph METIS, KaHIP, BFS and RCM operate on.
@@ -80,9 +85,11 @@ class Graph:
             George 1971), from :func:`scipy.sparse.csgraph.reverse_cuthill_mckee`.
     """
 
-    def __init__(self, edge_index: Tensor, num_nodes: int):
+    def __init__(self, edge_index: Tensor, num_nodes: int, pos: Tensor | None = None, batch: Tensor | None = None):
         self.edge_index = edge_index
         self.num_nodes = int(num_nodes)
+        self.pos = pos
+        self.batch = batch
 
     @cached_property
     def csr(self) -> sp.csr_matrix:
@@ -123,10 +130,11 @@ class Graph:
         relabel[vertices] = torch.arange(vertices.numel())
         ei = relabel[self.edge_index]
         ei = ei[:, (ei >= 0).all(0)]
-        return Graph(ei.contiguous(), vertices.numel())
+        return Graph(ei.contiguous(), vertices.numel(), None if self.pos is None else self.pos[vertices],
+                     None if self.batch is None else self.batch[vertices])
 
 
-#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index`` and ``num_nodes``), a
+#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index``, ``num_nodes``, and ``pos``, ``batch`` if present), a
 #: ``(edge_index, num_nodes)`` pair, or a :class:`Graph`.
 GraphInput = Any  # Data | tuple[Tensor, int | None] | Graph
 
@@ -135,7 +143,8 @@ def as_graph(graph: GraphInput) -> Graph:
     """Normalise a partitioner's graph argument to a :class:`Graph`.
 
     Args:
-        graph: a ``torch_geometric.data.Data`` (its ``edge_index`` and ``num_nodes``), a pair
+        graph: a ``torch_geometric.data.Data`` (its ``edge_index``, ``num_nodes`` and, if present, ``pos`` and
+            ``batch``), a pair
             ``(edge_index, num_nodes)`` with ``edge_index`` a ``LongTensor[2, E]``, or a :class:`Graph`.
 
     Raises:
@@ -151,7 +160,9 @@ def as_graph(graph: GraphInput) -> Graph:
                 f"got a {type(graph).__name__} of length {len(graph)}"
             )
         edge_index, num_nodes = graph
+        pos = batch = None
     else:
+        pos, batch = getattr(graph, "pos", None), getattr(graph, "batch", None)
         edge_index = getattr(graph, "edge_index", None)
         num_nodes = getattr(graph, "num_nodes", None)
         if edge_index is None:
@@ -178,7 +189,15 @@ def as_graph(graph: GraphInput) -> Graph:
             f"edge_index holds vertex ids outside [0, {num_nodes}) (min {int(edge_index.min())}, "
             f"max {int(edge_index.max())}); fix num_nodes or the edge list"
         )
-    return Graph(edge_index, num_nodes)
+    if pos is not None:
+        pos = torch.as_tensor(pos).detach().to("cpu")
+        if pos.dim() != 2 or pos.size(0) != num_nodes:
+            raise DataValidationError(f"pos must have shape [N={num_nodes}, D]; got {tuple(pos.shape)}")
+    if batch is not None:
+        batch = torch.as_tensor(batch).detach().to("cpu", torch.long).flatten()
+        if batch.numel() != num_nodes:
+            raise DataValidationError(f"batch must have one entry per vertex ({num_nodes}); got {batch.numel()}")
+    return Graph(edge_index, num_nodes, pos, batch)
 
 
 def validate_parts(parts: Tensor, num_nodes: int, num_parts: int | None = None, *, allow_empty: bool = False) -> int:

@@ -14,34 +14,45 @@ Public API::
     generate_oc20_like(frames, seed=0, ...) -> list[ase.Atoms]; generate_md17_like(frames, seed=0, ...)
     generated_file(kind="oc20", frames=200, seed=0, *, out=None, **kwargs) -> Path   # cached extxyz
     generated_structures(kind="oc20", frames=200, seed=0, *, dtype=None, **kwargs) -> list[Data]
-    build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto") -> AtomGraph
+    build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto", keep_ties=False)
+        -> AtomGraph
+    concat_graphs(graphs) -> AtomGraph                              # per-structure graphs → the batch's
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
 """
 
-from .generate import (EMT_METALS, MD17_MOLECULES, OC20_ADSORBATES, OC20_SITES, generate_md17_like,
-                       generate_oc20_like, generated_file, generated_structures)
-from .graph import AtomGraph, build_graph, neighbor_pairs, triplets
+from .generate import (
+                       EMT_METALS,
+                       MD17_MOLECULES,
+                       OC20_ADSORBATES,
+                       OC20_SITES,
+                       generate_md17_like,
+                       generate_oc20_like,
+                       generated_file,
+                       generated_structures,
+)
+from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, triplets
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
 
 __all__ = [
-    "AtomGraph",
-    "EMT_METALS",
-    "MD17_MOLECULES",
-    "OC20_ADSORBATES",
-    "OC20_SITES",
-    "STRUCTURE_SUFFIXES",
-    "build_graph",
-    "from_atoms",
-    "generate_md17_like",
-    "generate_oc20_like",
-    "generated_file",
-    "generated_structures",
-    "neighbor_pairs",
-    "read_structures",
-    "split_structures",
-    "to_atoms",
-    "triplets",
-    "validate_structures",
+                       "EMT_METALS",
+                       "MD17_MOLECULES",
+                       "OC20_ADSORBATES",
+                       "OC20_SITES",
+                       "STRUCTURE_SUFFIXES",
+                       "AtomGraph",
+                       "build_graph",
+                       "concat_graphs",
+                       "from_atoms",
+                       "generate_md17_like",
+                       "generate_oc20_like",
+                       "generated_file",
+                       "generated_structures",
+                       "neighbor_pairs",
+                       "read_structures",
+                       "split_structures",
+                       "to_atoms",
+                       "triplets",
+                       "validate_structures",
 ]

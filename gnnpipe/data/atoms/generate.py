@@ -22,13 +22,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-__all__ = ["EMT_METALS", "GENERATORS", "OC20_ADSORBATES", "OC20_SITES", "MD17_MOLECULES", "generate_md17_like",
-           "generate_oc20_like", "generated_file", "generated_structures"]
+__all__ = [
+    "EMT_METALS",
+    "GENERATORS",
+    "MD17_MOLECULES",
+    "OC20_ADSORBATES",
+    "OC20_SITES",
+    "generate_md17_like",
+    "generate_oc20_like",
+    "generated_file",
+    "generated_structures",
+]
 
 #: fcc metals EMT has parameters for
 EMT_METALS = ("Al", "Ni", "Cu", "Pd", "Ag", "Pt", "Au")
@@ -55,7 +64,7 @@ def _adsorbate(name: str):
     return Atoms(name, positions=[[0, 0, 0]])
 
 
-def _label(atoms, calc) -> "object":
+def _label(atoms, calc) -> object:
     """A copy of ``atoms`` holding its EMT energy and raw forces in a SinglePointCalculator.
 
     ``atoms`` keeps ``calc`` attached, so a relaxation that already evaluated this geometry is not recomputed.
@@ -145,7 +154,7 @@ def generate_oc20_like(frames: int, seed: int = 0, *, metals: Sequence[str] = EM
             slab.calc = calc
             traj: list = []
             opt = BFGS(slab, logfile=None)
-            opt.attach(lambda: traj.append(_label(slab, calc)), interval=1)
+            opt.attach(lambda s=slab, t=traj: t.append(_label(s, calc)), interval=1)
             opt.run(fmax=0.05, steps=relax_steps)
             out.extend(traj[: frames - len(out)])
         else:
@@ -179,8 +188,12 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
     from ase import units
     from ase.build import molecule
     from ase.calculators.emt import EMT
+    from ase.md import velocitydistribution
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+
+    # ase >= 3.29 names it thermalize_momenta (MaxwellBoltzmannDistribution is deprecated there)
+    thermalize = getattr(velocitydistribution, "thermalize_momenta",
+                         velocitydistribution.MaxwellBoltzmannDistribution)
 
     if frames < 1 or stride < 1:
         raise ValueError(f"frames and stride must be >= 1, got frames={frames}, stride={stride}")
@@ -195,7 +208,7 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
         if count == 0:
             continue
         m.calc = EMT()
-        MaxwellBoltzmannDistribution(m, temperature_K=temperature, rng=rng)
+        thermalize(m, temperature_K=temperature, rng=rng)
         dyn = Langevin(m, timestep * units.fs, temperature_K=temperature, friction=0.02 / units.fs,
                        fixcm=False, rng=rng)
         for _ in range(count):
@@ -229,10 +242,11 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     Args:
         kind: ``"oc20"`` (:func:`generate_oc20_like`) or ``"md17"`` (:func:`generate_md17_like`).
         frames, seed, kwargs: the generator's arguments.
-        out: the file to write; ``None``: ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under
-            ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``), the hash keying every argument.
-        overwrite: regenerate even if the file exists (an explicit ``out`` is otherwise reused only when its
-            arguments match those recorded beside it).
+        out: the file to write (always written); ``None``: the cached file
+            ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under ``$GNNPIPE_CACHE`` (default
+            ``~/.cache/gnnpipe/datasets``), the hash keying every argument, its arguments recorded beside it in
+            ``<file>.args.json``; written once, then reused.
+        overwrite: regenerate the cached file even if it exists.
 
     Returns:
         the path of the extended-XYZ file (energies and forces as properties, read back by
@@ -241,8 +255,6 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     Raises:
         ValueError: an unknown kind, or the generator's own errors.
     """
-    import ase.io
-
     if kind not in GENERATORS:
         raise ValueError(f"unknown generated data set {kind!r}; choose from {', '.join(GENERATORS)}")
     args = {"kind": kind, "frames": int(frames), "seed": int(seed), "version": _VERSION,
@@ -250,18 +262,21 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     key = hashlib.sha1(json.dumps(args, sort_keys=True).encode()).hexdigest()[:12]
     path = Path(out).expanduser() if out is not None else _cache_root() / f"{kind}-{frames}-s{seed}-{key}.extxyz"
     stamp = path.with_name(path.name + ".args.json")
-    if not overwrite and path.is_file() and stamp.is_file():
+    if out is None and not overwrite and path.is_file() and stamp.is_file():
         try:
             if json.loads(stamp.read_text()) == args:
                 return path
         except (OSError, ValueError):
             pass
+    import ase.io
+
     atoms = GENERATORS[kind](frames, seed, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     ase.io.write(str(tmp), atoms, format="extxyz")
     os.replace(tmp, path)
-    stamp.write_text(json.dumps(args, sort_keys=True))
+    if out is None:
+        stamp.write_text(json.dumps(args, sort_keys=True))
     return path
 
 

@@ -16,7 +16,8 @@ plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with period
     pairs:      per structure, in float64: distances to every periodic image in range (torch, small structures)
                 or ase.neighborlist.primitive_neighbor_list (cell lists, large structures)
     order:      by target i, then distance, then source j, then offset (deterministic)
-    cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors)
+    cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors), or with
+                keep_ties also those tied with the last one kept
     triplets:   in-edges of each atom as a CSR range; idx_ji = repeat_interleave(edges, in-degree of source)
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "build_graph", "neighbor_pairs", "triplets"]
+__all__ = ["AtomGraph", "build_graph", "concat_graphs", "neighbor_pairs", "triplets"]
 
 
 @dataclass
@@ -45,6 +46,7 @@ class AtomGraph:
         idx_ji: int64 ``[T]`` or ``None``; the edge ``j → i`` of each triplet (non-decreasing).
         cutoff: Å, the radius the edges were built with.
         max_neighbors: the per-target cap, or ``None``.
+        num_structures: ``B``.
     """
 
     edge_index: Tensor
@@ -55,6 +57,7 @@ class AtomGraph:
     idx_ji: Tensor | None = None
     cutoff: float = 0.0
     max_neighbors: int | None = None
+    num_structures: int = 1
 
     @property
     def num_edges(self) -> int:
@@ -101,13 +104,13 @@ class AtomGraph:
         """``[E]`` Å: the norms of :meth:`edge_vectors`."""
         return self.edge_vectors(pos, cell).norm(dim=-1)
 
-    def to(self, device: torch.device | str) -> "AtomGraph":
+    def to(self, device: torch.device | str) -> AtomGraph:
         """A copy with every tensor on ``device``."""
         def move(t):
             return None if t is None else t.to(device)
 
         return AtomGraph(move(self.edge_index), move(self.cell_offsets), move(self.batch), self.num_nodes,
-                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors)
+                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors, self.num_structures)
 
 
 # --------------------------------------------------------------------------------------------- pairs
@@ -182,13 +185,23 @@ def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: f
     return (i.numpy(), (col % n).numpy(), shifts[col // n].to(torch.long).numpy(), d[i, col].numpy())
 
 
-def _sorted_capped(i, j, offsets, dist, max_neighbors):
-    """The pairs in the graph's order (target, distance, source, offset), each target's first ``max_neighbors``."""
+#: Å: with ``keep_ties``, in-edges this close to the cap's last distance count as tied with it
+TIE_TOLERANCE = 1e-2
+
+
+def _sorted_capped(i, j, offsets, dist, max_neighbors, keep_ties=False):
+    """The pairs in the graph's order (target, distance, source, offset), each target's first ``max_neighbors``
+    (with ``keep_ties``, also those within :data:`TIE_TOLERANCE` of the last one kept)."""
     order = np.lexsort((offsets[:, 2], offsets[:, 1], offsets[:, 0], j, dist, i))
-    i, j, offsets = i[order], j[order], offsets[order]
+    i, j, offsets, dist = i[order], j[order], offsets[order], dist[order]
     if max_neighbors is not None and len(i):
         start = np.searchsorted(i, i, side="left")
-        keep = (np.arange(len(i)) - start) < max_neighbors
+        rank = np.arange(len(i)) - start
+        keep = rank < max_neighbors
+        if keep_ties:
+            count = np.searchsorted(i, i, side="right") - start
+            last = dist[start + np.minimum(count, max_neighbors) - 1]    # the cap's last distance, per target
+            keep |= dist <= last + TIE_TOLERANCE
         i, j, offsets = i[keep], j[keep], offsets[keep]
     return i, j, offsets
 
@@ -203,6 +216,9 @@ def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
     ptr = getattr(data, "ptr", None)
     if batch is None:
         batch = torch.zeros(n, dtype=torch.long, device=pos.device)
+    elif n and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("batch must be non-decreasing (each structure's atoms contiguous, as "
+                         "Batch.from_data_list makes them)")
     if ptr is not None:
         num = ptr.numel() - 1
     elif cell is not None:
@@ -222,7 +238,7 @@ def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
 
 
 def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_triplets: bool = True,
-                method: str = "auto") -> AtomGraph:
+                method: str = "auto", keep_ties: bool = False) -> AtomGraph:
     """The neighbour graph (and triplets) of a structure or a batch of structures.
 
     Args:
@@ -230,7 +246,10 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
             ``cell [B, 3, 3]`` Å, ``pbc [B, 3]`` bool and ``batch [N]`` (absent: one non-periodic structure).
         cutoff: Å; pairs strictly closer are edges.
         max_neighbors: keep the nearest ``max_neighbors`` in-edges of each target (ties: lower source index, then
-            lower offset); ``None`` keeps all. OC20 configurations use 50 at 6 Å (DimeNet++: 12 Å, 50).
+            lower offset); ``None`` keeps all (fairchem's SchNet and DimeNet++ default to 50).
+        keep_ties: also keep the in-edges tied (within :data:`TIE_TOLERANCE`) with the last one the cap keeps, so
+            that symmetric neighbours are kept or dropped together (fairchem's non-strict ``max_neighbors``); a
+            target may then have more than ``max_neighbors`` in-edges.
         with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
         method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``);
             the result is the same (up to pairs within float rounding of the cutoff).
@@ -239,7 +258,8 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
 
     Raises:
-        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, or cell / pbc rows not matching the number of structures.
+        ValueError: a cutoff ≤ 0, max_neighbors < 1, an unknown method, an unsorted ``batch``, or cell / pbc
+            rows not matching the number of structures.
     """
     if not cutoff > 0:
         raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")
@@ -258,7 +278,7 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         i, j, o, _ = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, method)
         # one formula for the distances that order the edges, whichever method found them (equal ties stay equal)
         d = np.linalg.norm(pos_np[lo:hi][j] - pos_np[lo:hi][i] + o @ cell_np[b], axis=1)
-        i, j, o = _sorted_capped(i, j, o, d, max_neighbors)
+        i, j, o = _sorted_capped(i, j, o, d, max_neighbors, keep_ties)
         srcs.append(j + lo)
         dsts.append(i + lo)
         offs.append(o)
@@ -267,10 +287,51 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
     off = torch.from_numpy(np.concatenate(offs) if offs else np.zeros((0, 3), dtype=np.int64))
     edge_index = torch.stack([src, dst]).to(device)
     off = off.to(device)
-    graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors)
+    graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors,
+                      num_structures=num)
     if with_triplets:
         graph.idx_kj, graph.idx_ji = triplets(edge_index, off, graph.num_nodes)
     return graph
+
+
+def concat_graphs(graphs: list[AtomGraph]) -> AtomGraph:
+    """The graph of a batch put together from the graphs of its structures, in order (equal to
+    :func:`build_graph` on the batch, so a data loader may build each structure's graph once and reuse it).
+
+    Args:
+        graphs: one :class:`AtomGraph` per structure (or per sub-batch), all with or all without triplets, the
+            same cutoff and cap.
+
+    Returns:
+        An :class:`AtomGraph`: atom indices offset by the atoms before, edge indices of the triplets by the
+        edges before, ``batch`` by the structures before.
+
+    Raises:
+        ValueError: no graphs, or graphs built with different cutoffs, caps or triplet settings.
+    """
+    if not graphs:
+        raise ValueError("concat_graphs needs at least one graph")
+    first = graphs[0]
+    has_triplets = first.idx_kj is not None
+    for g in graphs:
+        if (g.cutoff, g.max_neighbors, g.idx_kj is not None) != (first.cutoff, first.max_neighbors, has_triplets):
+            raise ValueError("concat_graphs: graphs built with different cutoff, max_neighbors or triplet settings; "
+                             "build every structure's graph with the same arguments")
+    atoms = edges = structures = 0
+    ei, off, batch, kj, ji = [], [], [], [], []
+    for g in graphs:
+        ei.append(g.edge_index + atoms)
+        off.append(g.cell_offsets)
+        batch.append(g.batch + structures)
+        if has_triplets:
+            kj.append(g.idx_kj + edges)
+            ji.append(g.idx_ji + edges)
+        atoms += g.num_nodes
+        edges += g.num_edges
+        structures += g.num_structures
+    return AtomGraph(torch.cat(ei, 1), torch.cat(off), torch.cat(batch), atoms,
+                     torch.cat(kj) if has_triplets else None, torch.cat(ji) if has_triplets else None,
+                     first.cutoff, first.max_neighbors, structures)
 
 
 # --------------------------------------------------------------------------------------------- triplets
@@ -309,8 +370,9 @@ def triplets(edge_index: Tensor, cell_offsets: Tensor | None, num_nodes: int) ->
     first = torch.cumsum(per_edge, 0) - per_edge             # position of each edge's first triplet
     rank = torch.arange(idx_ji.numel(), device=device) - first[idx_ji]
     idx_kj = ptr[src[idx_ji]] + rank
-    back = src[idx_kj] == dst[idx_ji]
-    if cell_offsets is not None and cell_offsets.numel():
-        back &= (cell_offsets[idx_kj] + cell_offsets[idx_ji] == 0).all(dim=1)
+    back = src[idx_kj] == dst[idx_ji]                        # k is i: the back-track unless in another image
+    if cell_offsets is not None and cell_offsets.numel() and bool(cell_offsets.any()):
+        cand = torch.nonzero(back).flatten()
+        back[cand] = (cell_offsets[idx_kj[cand]] + cell_offsets[idx_ji[cand]] == 0).all(dim=1)
     keep = ~back
     return idx_kj[keep], idx_ji[keep]

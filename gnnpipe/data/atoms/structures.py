@@ -23,14 +23,15 @@ results of the structure's calculator (what ``ase.io`` attaches for the keys ``e
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 from ...errors import DataValidationError
+from .validate import _finite
 
 __all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "read_structures", "split_structures", "to_atoms"]
 
@@ -52,6 +53,21 @@ def _label(atoms, key: str, kind: str):
     return None
 
 
+_UNITS = {"pos": "Å", "cell": "Å", "energy": "eV", "forces": "eV/Å"}
+
+
+def _cast(values, dtype: torch.dtype, k: int, source: str, name: str) -> torch.Tensor:
+    """``values`` (float64) as a tensor in ``dtype``; a finite value that overflows there raises now, while the
+    original is at hand (the message names the attribute, both dtypes and the fix)."""
+    wide = torch.tensor(np.asarray(values, dtype=np.float64))
+    cast = wide.to(dtype)
+    if cast.dtype != wide.dtype and not bool(torch.isfinite(cast).all()):
+        overflow = ~torch.isfinite(cast) & torch.isfinite(wide)
+        if bool(overflow.any()):
+            _finite(k, source, name, torch.where(overflow, wide, torch.zeros_like(wide)), dtype, _UNITS[name])
+    return cast
+
+
 def _fixed(atoms) -> np.ndarray:
     from ase.constraints import FixAtoms
 
@@ -71,8 +87,8 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
         atoms_list: ``ase.Atoms`` objects (or one).
         energy_key: where the energy is (eV): ``atoms.info[energy_key]`` or the calculator's result of that name.
         forces_key: where the forces are (eV/Å): ``atoms.arrays[forces_key]`` or the calculator's result.
-        dtype: floating dtype of ``pos``, ``cell``, ``energy``, ``forces``. Values are cast as they are; call
-            :func:`~gnnpipe.data.atoms.validate_structures` to check them in this dtype.
+        dtype: floating dtype of ``pos``, ``cell``, ``energy``, ``forces`` (the training dtype). A finite value
+            that overflows in it raises here; :func:`~gnnpipe.data.atoms.validate_structures` checks the rest.
         require_labels: raise if a structure has no energy or no forces.
         source: how errors name where the structures came from (a file name).
 
@@ -80,7 +96,8 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
         list of ``Data``; a structure without an energy (forces) has no ``energy`` (``forces``) attribute.
 
     Raises:
-        DataValidationError: a structure is not an ``ase.Atoms``, or has no labels when ``require_labels``.
+        DataValidationError: a structure is not an ``ase.Atoms``, a value overflows in ``dtype``, or a structure
+            has no labels when ``require_labels``.
     """
     from ase import Atoms
 
@@ -94,8 +111,8 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
         n = len(atoms)
         data = Data(
             z=torch.tensor(np.asarray(atoms.numbers), dtype=torch.long),
-            pos=torch.tensor(np.asarray(atoms.positions, dtype=np.float64)).to(dtype),
-            cell=torch.tensor(np.asarray(atoms.cell.array, dtype=np.float64)).to(dtype).reshape(1, 3, 3),
+            pos=_cast(atoms.positions, dtype, k, source, "pos"),
+            cell=_cast(atoms.cell.array, dtype, k, source, "cell").reshape(1, 3, 3),
             pbc=torch.tensor(np.asarray(atoms.pbc, dtype=bool)).reshape(1, 3),
             fixed=torch.tensor(_fixed(atoms)),
             tags=torch.tensor(np.asarray(atoms.get_tags()), dtype=torch.long),
@@ -110,9 +127,9 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
                 f"and the calculator's results); pass energy_key=/forces_key= naming the file's keys "
                 f"(e.g. 'REF_energy'), or label the structures (ase.calculators)")
         if energy is not None:
-            data.energy = torch.tensor(np.asarray(energy, dtype=np.float64)).to(dtype).reshape(-1)
+            data.energy = _cast(energy, dtype, k, source, "energy").reshape(-1)
         if forces is not None:
-            data.forces = torch.tensor(np.asarray(forces, dtype=np.float64)).to(dtype)
+            data.forces = _cast(forces, dtype, k, source, "forces")
         out.append(data)
     return out
 
@@ -196,7 +213,8 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        DataValidationError: an unknown suffix, an unreadable file, or a structure without labels when required.
+        DataValidationError: an unknown suffix, an unreadable file, a value that overflows in ``dtype``, or a
+            structure without labels when required.
     """
     p = Path(path).expanduser()
     if not p.exists():

@@ -8,7 +8,7 @@ the attribute, and the fix. Finiteness is judged after casting to the training d
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -42,9 +42,10 @@ def _finite(k: int, source: str, name: str, value: torch.Tensor, dtype: torch.dt
             f"to {float(cast[first] if first else cast)} in the training dtype {dtype} (largest finite "
             f"{torch.finfo(dtype).max:.3g}); train in a wider dtype (--dtype float64), or fix the value (energies "
             "relative to per-element reference energies are small)")
+    fix = "recompute its labels or drop the structure" if name in ("energy", "forces") else \
+        "fix its geometry or drop the structure"
     raise DataValidationError(
-        f"{_where(k, source)}: {name}{at} is {float(orig)} (not finite; {int(bad.sum())} such value(s)); drop the "
-        "structure or recompute its labels")
+        f"{_where(k, source)}: {name}{at} is {float(orig)} (not finite; {int(bad.sum())} such value(s)); {fix}")
 
 
 def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:

@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch_geometric.nn.models.dimenet import Envelope
 from torch import Tensor, nn
 from torch_geometric.nn.models.dimenet import (
     BesselBasisLayer,
     EmbeddingBlock,
+    Envelope,
     InteractionPPBlock,
     OutputPPBlock,
     SphericalBasisLayer,
@@ -33,7 +33,6 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .comm import Comm
-
 
 #: (num_spherical, num_radial) -> (sph_funcs, bessel_funcs) of PyG's SphericalBasisLayer (sympy forms are slow
 #: to derive: tens of seconds for 7 × 6; derived once per process)
@@ -56,6 +55,21 @@ class CachedSphericalBasis(SphericalBasisLayer):
         self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
 
 
+class SphericalBasis(CachedSphericalBasis):
+    """:class:`CachedSphericalBasis` whose forward reads the triplets' edges with ``index_select`` (same values as
+    PyG's)."""
+
+    def forward(self, dist: Tensor, angle: Tensor, idx_kj: Tensor) -> Tensor:
+        """PyG's forward with ``index_select`` for the triplets' read (its backward is a dense ``index_add``):
+        ``[E]`` distances, ``[T]`` angles, ``[T]`` edge ids → ``[T, S·R]``."""
+        dist = dist / self.cutoff
+        rbf = torch.stack([f(dist) for f in self.bessel_funcs], dim=1)
+        rbf = self.envelope(dist).unsqueeze(-1) * rbf
+        cbf = torch.stack([f(angle) for f in self.sph_funcs], dim=1)
+        n, k = self.num_spherical, self.num_radial
+        return (rbf.index_select(0, idx_kj).view(-1, n, k) * cbf.view(-1, n, 1)).view(-1, n * k)
+
+
 def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: Comm, act) -> Tensor:
     """PyG's ``OutputPPBlock`` around the hooks: edge messages gated by ``rbf`` are summed onto target atoms
     (``[N, H]`` partial), reduced onto owned atoms, then the per-atom MLP → ``[N_r, out]``."""
@@ -74,7 +88,7 @@ class DimeNetEmbedding(AtomisticUnit):
         super().__init__()
         self.act = act
         self.rbf = BesselBasisLayer(num_radial, cutoff, envelope_exponent)
-        self.sbf = CachedSphericalBasis(num_spherical, num_radial, cutoff, envelope_exponent)
+        self.sbf = SphericalBasis(num_spherical, num_radial, cutoff, envelope_exponent)
         self.emb = EmbeddingBlock(num_radial, hidden, act)
         self.emb.emb = nn.Embedding(max_z + 1, hidden)
         self.emb.reset_parameters()

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn.models.schnet import GaussianSmearing, InteractionBlock, ShiftedSoftplus
 
+from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .comm import Comm
@@ -96,6 +97,8 @@ class SchNet(AtomisticModel):
             ``[h_i ⊙ h_j, gaussians(d_ji)]`` instead of ``−∂E/∂pos``.
         in_channels, out_channels, dropout, bias: the zoo's common arguments (see :class:`DimeNetPlusPlus`).
 
+    Built on the CPU even inside a ``torch.device("meta")`` context (PyG's blocks read tensor values when built).
+
     Raises:
         ConfigError: ``out_channels != 1``, ``dropout > 0``, ``bias=False``, sizes < 1, ``cutoff <= 0``.
     """
@@ -111,8 +114,6 @@ class SchNet(AtomisticModel):
                  num_filters: int = 128, num_gaussians: int = 50, cutoff: float = 6.0, max_neighbors: int = 50,
                  max_z: int = 99, direct_forces: bool = False):
         super().__init__()
-        from ...errors import ConfigError
-
         _check_common("schnet", out_channels, dropout, bias, num_layers=num_layers, hidden=hidden,
                       num_filters=num_filters, num_gaussians=num_gaussians, max_z=max_z, max_neighbors=max_neighbors)
         if hidden < 2 or num_gaussians < 2:
@@ -120,6 +121,13 @@ class SchNet(AtomisticModel):
         if not cutoff > 0:
             raise ConfigError(f"schnet needs cutoff > 0 (Å), got {cutoff}")
         act = atomistic_activation(activation or "ssp")
+        with torch.device("cpu"):  # PyG's GaussianSmearing and ShiftedSoftplus read tensor values when built:
+            self._build(hidden, num_layers, num_filters, num_gaussians, cutoff, max_neighbors, max_z,  # not on meta
+                        direct_forces, act)
+        self.reset_parameters()
+
+    def _build(self, hidden, num_layers, num_filters, num_gaussians, cutoff, max_neighbors, max_z, direct_forces,
+               act) -> None:
         self.cutoff, self.max_neighbors, self.max_z = float(cutoff), int(max_neighbors), int(max_z)
         self.direct_forces = bool(direct_forces)
         self.units = nn.ModuleList([SchNetEmbedding(hidden, num_gaussians, cutoff, max_z)]
@@ -128,9 +136,9 @@ class SchNet(AtomisticModel):
         self.head = SchNetHead(hidden, num_gaussians, self.direct_forces, act)
         self.pyg_prefixes = (("units.0.embedding.", "embedding."),
                              ("units.0.distance_expansion.", "distance_expansion."),
-                             *((f"units.{b}.interaction.", f"interactions.{b - 1}.") for b in range(1, num_layers + 1)),
+                             *((f"units.{b}.interaction.", f"interactions.{b - 1}.")
+                               for b in range(1, num_layers + 1)),
                              ("head.lin1.", "lin1."), ("head.lin2.", "lin2."))
-        self.reset_parameters()
 
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:
         head = self.head

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 from ase import Atoms
-from ase.build import bulk, fcc111, add_adsorbate, molecule
+from ase.build import add_adsorbate, bulk, fcc111, molecule
 from ase.neighborlist import neighbor_list
 from torch_geometric.data import Batch, Data
 
-from gnnpipe.data.atoms import build_graph, triplets
+from gnnpipe.data.atoms import build_graph, concat_graphs, triplets
 from gnnpipe.data.atoms.graph import AtomGraph
 
 
@@ -81,6 +81,15 @@ def test_order_is_target_then_distance_and_cap_keeps_the_nearest():
         torch.testing.assert_close(dc, df[:7])
 
 
+def test_keep_ties_keeps_symmetric_neighbours_together():
+    data = _data(bulk("Cu", "fcc", a=3.6))                 # 12 nearest neighbours at 2.55 Å, 6 next at 3.6 Å
+    strict = build_graph(data, 4.0, max_neighbors=8, with_triplets=False)
+    ties = build_graph(data, 4.0, max_neighbors=8, with_triplets=False, keep_ties=True)
+    assert strict.num_edges == 8 and ties.num_edges == 12
+    assert build_graph(data, 4.0, max_neighbors=12, with_triplets=False, keep_ties=True).num_edges == 12
+    assert build_graph(data, 4.0, max_neighbors=13, with_triplets=False, keep_ties=True).num_edges == 18
+
+
 @pytest.mark.parametrize("k", range(6))
 def test_deterministic_and_the_torch_path_equals_the_ase_path(k):
     data = _data(_structures()[k])
@@ -100,7 +109,7 @@ def test_batch_offsets_atom_indices_per_structure():
     ptr = batch.ptr.tolist()
     cells = batch.cell
     got = 0
-    for s, (lo, hi) in enumerate(zip(ptr[:-1], ptr[1:])):
+    for s, (lo, hi) in enumerate(itertools.pairwise(ptr)):
         one = build_graph(datas[s], 3.1)
         mask = (graph.edge_index[1] >= lo) & (graph.edge_index[1] < hi)
         assert torch.equal(graph.edge_index[:, mask] - lo, one.edge_index)
@@ -108,6 +117,12 @@ def test_batch_offsets_atom_indices_per_structure():
         assert torch.all(graph.batch[graph.edge_index[0, mask]] == s)
         got += one.num_triplets
     assert graph.num_triplets == got
+    joined = concat_graphs([build_graph(d, 3.1) for d in datas])
+    for name in ("edge_index", "cell_offsets", "batch", "idx_kj", "idx_ji"):
+        assert torch.equal(getattr(joined, name), getattr(graph, name)), name
+    assert joined.num_nodes == graph.num_nodes and joined.num_structures == graph.num_structures == len(datas)
+    with pytest.raises(ValueError, match="different cutoff"):
+        concat_graphs([build_graph(datas[0], 3.1), build_graph(datas[1], 3.0)])
     torch.testing.assert_close(graph.distances(batch.pos, cells),
                                torch.cat([build_graph(d, 3.1).distances(d.pos, d.cell) for d in datas]))
 
@@ -187,8 +202,11 @@ def test_bad_arguments():
         build_graph(data, 0.0)
     with pytest.raises(ValueError, match="max_neighbors"):
         build_graph(data, 3.0, max_neighbors=0)
+    unsorted = Data(pos=torch.rand(3, 3) * 5, batch=torch.tensor([1, 0, 1]))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        build_graph(unsorted, 3.0)
     with pytest.raises(ValueError, match="without triplets"):
-        build_graph(data, 3.0, with_triplets=False).num_triplets
+        _ = build_graph(data, 3.0, with_triplets=False).num_triplets
 
 
 def test_a_structure_without_edges_gives_empty_tensors():

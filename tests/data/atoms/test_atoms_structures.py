@@ -139,7 +139,7 @@ def test_split_structures_is_seeded_disjoint_and_complete():
 
 def test_split_structures_given_and_errors():
     tr, va, te = split_structures(5, given=([0, 1, 2], [3], [4]))
-    assert tr.tolist() == [0, 1, 2] and te.tolist() == [4]
+    assert tr.tolist() == [0, 1, 2] and va.tolist() == [3] and te.tolist() == [4]
     with pytest.raises(DataValidationError, match="overlap"):
         split_structures(5, given=([0, 1], [1], [4]))
     with pytest.raises(DataValidationError, match=r"\[0, 5\)"):

@@ -43,7 +43,8 @@ def test_non_finite_values_name_structure_attribute_and_fix(attr, value, pattern
         t[0] = value
     else:
         t[3, 1] = value
-    with pytest.raises(DataValidationError, match=pattern + ".*(drop the structure|recompute)"):
+    fix = ".*(fix its geometry|recompute its labels) or drop the structure"
+    with pytest.raises(DataValidationError, match=pattern + fix):
         validate_structures(data)
 
 
@@ -58,6 +59,20 @@ def test_values_are_judged_in_the_training_dtype():
     data[1].forces[0, 0] = 1e39
     with pytest.raises(DataValidationError, match=r"structure 1: forces\[0, 0\].*torch.float16"):
         validate_structures(data, torch.float16)
+
+
+def test_reading_in_a_narrow_dtype_names_the_overflow(tmp_path):
+    import ase.io
+
+    mol = molecule("H2O")
+    mol.calc = SinglePointCalculator(mol, energy=1e300, forces=np.zeros((3, 3)))
+    ase.io.write(str(tmp_path / "big.extxyz"), [molecule("H2O"), mol])
+    from gnnpipe.data.atoms import read_structures
+
+    assert read_structures(tmp_path / "big.extxyz", dtype=torch.float64)[1].energy.item() == 1e300
+    with pytest.raises(DataValidationError, match=r"big.extxyz: structure 1: energy = 1e\+300 eV is finite in "
+                                                  r"torch.float64 but overflows .* torch.float32"):
+        read_structures(tmp_path / "big.extxyz")
 
 
 def test_forces_shape_empty_structure_and_labels():

@@ -1,4 +1,5 @@
-"""Shared fixtures of the atomistic model tests: small molecules, their graph (``gnnpipe.data.atoms.build_graph``)
+"""Shared fixtures of the atomistic model tests: small molecules, their graph
+(``gnnpipe.data.atoms.build_graph``)
 and a brute-force graph of the same contract (edges j→i sorted by target, then distance, then source; triplets
 k→j→i without back-tracks, sorted by ``idx_ji``) that checks it."""
 

@@ -1,5 +1,5 @@
-"""Our ``dimenet++`` and ``schnet`` equal PyG's ``DimeNetPlusPlus`` and ``SchNet`` (float64, same weights), PyG's
-graph functions (``radius_graph``, DimeNet's ``triplets``) replaced by our graph."""
+"""Our ``dimenet++`` and ``schnet`` equal PyG's ``DimeNetPlusPlus`` and ``SchNet`` (float64, same weights),
+PyG's graph functions (``radius_graph``, DimeNet's ``triplets``) replaced by our graph."""
 
 from __future__ import annotations
 
@@ -27,12 +27,14 @@ def patch_pyg_graph(monkeypatch, graph) -> None:
     monkeypatch.setattr(pyg_dimenet, "radius_graph", radius_graph)
     monkeypatch.setattr(pyg_dimenet, "triplets", triplets)
     monkeypatch.setattr(pyg_schnet, "radius_graph", radius_graph)
-    monkeypatch.setattr(pyg_dimenet, "SphericalBasisLayer", CachedSphericalBasis)  # same functions, derived once
+    # the same sympy-derived functions and forward, derived once per process
+    monkeypatch.setattr(pyg_dimenet, "SphericalBasisLayer", CachedSphericalBasis)
 
 
 def pyg_dimenet_pp(o: dict):
     return pyg_dimenet.DimeNetPlusPlus(
-        hidden_channels=o["hidden"], out_channels=1, num_blocks=o["num_layers"], int_emb_size=o["int_emb_size"],
+        hidden_channels=o["hidden"], out_channels=1, num_blocks=o["num_layers"],
+        int_emb_size=o["int_emb_size"],
         basis_emb_size=o["basis_emb_size"], out_emb_channels=o["out_emb_channels"],
         num_spherical=o["num_spherical"], num_radial=o["num_radial"], cutoff=o["cutoff"],
         output_initializer=o.get("output_initializer", "zeros"))
@@ -40,7 +42,8 @@ def pyg_dimenet_pp(o: dict):
 
 def pyg_schnet_model(o: dict):
     return pyg_schnet.SchNet(hidden_channels=o["hidden"], num_filters=o["num_filters"],
-                             num_interactions=o["num_layers"], num_gaussians=o["num_gaussians"], cutoff=o["cutoff"])
+                             num_interactions=o["num_layers"], num_gaussians=o["num_gaussians"],
+                             cutoff=o["cutoff"])
 
 
 def _energy_and_forces(fn, pos):

@@ -10,7 +10,7 @@ import torch
 
 from gnnpipe.models import build_model
 
-from .conftest import DIMENET_SMALL, SCHNET_SMALL, make_graph, molecules
+from .conftest import DIMENET_SMALL, SCHNET_SMALL, make_graph
 
 OPTIONS = {"dimenet++": DIMENET_SMALL, "schnet": SCHNET_SMALL}
 

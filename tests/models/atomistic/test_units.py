@@ -51,7 +51,8 @@ def test_units_run_in_slices_equal_the_whole(batch, name, cut):
     whole = model(batch, graph)["energy"]
     state = model.initial_state(batch, graph)
     state = model.run_units(0, cut, state, graph)
-    state = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}  # a stage boundary
+    # a stage boundary: the state's tensors leave one stage and enter the next
+    state = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
     state = model.run_units(cut, model.num_units, state, graph)
     torch.testing.assert_close(model.readout(state, graph)["energy"], whole, rtol=0, atol=1e-12)
 
@@ -120,7 +121,8 @@ def test_registered_in_the_zoo_with_options():
     assert {"cutoff", "num_radial", "num_spherical", "int_emb_size", "basis_emb_size", "out_emb_channels",
             "direct_forces", "max_z"} <= set(opts)
     assert opts["cutoff"].default == 6.0 and opts["int_emb_size"].default == 64
-    assert {"num_filters", "num_gaussians", "cutoff", "direct_forces", "max_z"} <= set(models.model_options("schnet"))
+    schnet_opts = set(models.model_options("schnet"))
+    assert {"num_filters", "num_gaussians", "cutoff", "direct_forces", "max_z"} <= schnet_opts
     assert models.parse_model_args("schnet", ["direct_forces=true", "cutoff=5"]) == {"direct_forces": True,
                                                                                      "cutoff": 5.0}
 
@@ -134,7 +136,8 @@ def test_cli_lists_the_atomistic_models(capsys):
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"out_channels": 2}, "out_channels must be 1"), ({"dropout": 0.1}, "no dropout"),
-    ({"hidden": 0}, "positive int"), ({"cutoff": -1.0}, "cutoff > 0"), ({"activation": "nope"}, "unknown activation"),
+    ({"hidden": 0}, "positive int"), ({"cutoff": -1.0}, "cutoff > 0"),
+    ({"activation": "nope"}, "unknown activation"),
 ])
 def test_bad_options_are_refused(kwargs, match):
     common = {k: kwargs.pop(k) for k in list(kwargs) if k in ("out_channels",)}
@@ -146,3 +149,18 @@ def test_unknown_atomic_number_is_refused(batch):
     model = build_model("schnet", 0, 1, max_z=7, **SCHNET_SMALL).double()
     with pytest.raises(DataValidationError, match="max_z"):
         model(batch, make_graph(batch, SCHNET_SMALL["cutoff"]))
+
+
+@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+def test_a_graph_naming_its_owned_atoms_gives_the_same_result(batch, name):
+    """A local graph view (``atom_ids``: the owned atoms) owning every atom is the whole graph."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    model = build_model(name, 0, 1, **OPTIONS[name]).double()
+    graph = make_graph(batch, OPTIONS[name]["cutoff"])
+    view = dataclasses.replace(graph)
+    view.atom_ids = torch.arange(batch.num_nodes)
+    a, b = model(batch, graph, forces=True), model(batch, view, forces=True)
+    torch.testing.assert_close(b["energy"], a["energy"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(b["forces"], a["forces"], rtol=0, atol=1e-12)

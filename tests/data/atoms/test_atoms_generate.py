@@ -1,0 +1,101 @@
+"""The EMT-labelled generated data sets (gnnpipe.data.atoms.generate) and ``gnnpipe atoms generate``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ase.calculators.emt import EMT
+
+from gnnpipe.cli.main import main
+from gnnpipe.data.atoms import (
+    build_graph,
+    generate_md17_like,
+    generate_oc20_like,
+    generated_file,
+    generated_structures,
+    read_structures,
+    validate_structures,
+)
+
+
+def test_oc20_like_frames_are_slabs_with_adsorbates_fixed_bottom_and_emt_labels():
+    frames = generate_oc20_like(12, seed=1, relax_steps=3)
+    assert len(frames) == 12
+    for a in frames:
+        assert a.pbc.tolist() == [True, True, False] and len(a) in (13, 14)
+        tags = a.get_tags()
+        assert set(tags[:12]) == {0, 1} and set(tags[12:]) == {2}
+        fixed = a.constraints[0].get_indices()
+        assert len(fixed) == 4 and np.all(tags[fixed] == 0)    # the bottom layer (3 layers of 2x2)
+        z = a.positions[:, 2]
+        assert z[12:].min() > z[:12].max() and z.min() > 4.0 and a.cell[2, 2] - z.max() > 4.0
+        assert a.info["adsorbate"] in ("O", "H", "N", "C", "CO", "OH") and a.info["site"] in (
+            "ontop", "bridge", "fcc", "hcp")
+    probe = frames[5].copy()
+    probe.calc = EMT()
+    assert np.isclose(probe.get_potential_energy(), frames[5].get_potential_energy())
+    np.testing.assert_allclose(probe.get_forces(apply_constraint=False),
+                               frames[5].calc.results["forces"], atol=1e-10)
+    validate_structures(__import__("gnnpipe.data.atoms", fromlist=["from_atoms"]).from_atoms(frames),
+                        cutoff=6.0, require_labels=True)
+
+
+def test_oc20_like_is_seeded_and_holds_relaxation_trajectories():
+    a = generate_oc20_like(10, seed=3, relax_share=1.0, relax_steps=4)
+    b = generate_oc20_like(10, seed=3, relax_share=1.0, relax_steps=4)
+    c = generate_oc20_like(10, seed=4, relax_share=1.0, relax_steps=4)
+    assert all(np.array_equal(x.positions, y.positions) for x, y in zip(a, b))
+    assert not all(np.array_equal(x.positions, y.positions) for x, y in zip(a, c))
+    # the first five frames are one BFGS trajectory of one system: the energy goes down along it
+    e = [f.get_potential_energy() for f in a[:5]]
+    assert len({f.info["site"] + f.info["metal"] + f.info["adsorbate"] for f in a[:5]}) == 1
+    assert e[-1] < e[0]
+    with pytest.raises(ValueError, match="unknown metal 'Fe'"):
+        generate_oc20_like(2, metals=("Fe",))
+    with pytest.raises(ValueError, match="fixed_layers"):
+        generate_oc20_like(2, fixed_layers=3)
+
+
+def test_md17_like_molecules_are_labelled_and_stay_bonded():
+    frames = generate_md17_like(8, seed=0, molecules=("CH3CH2OH", "C6H6"))
+    assert [f.info["molecule"] for f in frames] == ["CH3CH2OH"] * 4 + ["C6H6"] * 4
+    for f in frames:
+        assert not f.pbc.any() and f.get_potential_energy() != 0
+        d = f.get_all_distances()[np.triu_indices(len(f), 1)]
+        assert d.min() > 0.7 and d.max() < 6.0
+    with pytest.raises(ValueError, match="EMT cannot label"):
+        generate_md17_like(2, molecules=("SiH4",))
+
+
+def test_generated_file_is_cached_by_its_arguments(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNPIPE_CACHE", str(tmp_path))
+    p = generated_file("oc20", 6, seed=0, relax_steps=2)
+    assert p.parent == tmp_path / "atoms" and p.suffix == ".extxyz"
+    mtime = p.stat().st_mtime_ns
+    assert generated_file("oc20", 6, seed=0, relax_steps=2) == p and p.stat().st_mtime_ns == mtime
+    q = generated_file("oc20", 6, seed=1, relax_steps=2)
+    r = generated_file("oc20", 6, seed=0, relax_steps=3)
+    assert len({p, q, r}) == 3
+    data = read_structures(p, require_labels=True)
+    want = generate_oc20_like(6, seed=0, relax_steps=2)
+    assert len(data) == 6
+    for d, w in zip(data, want):
+        np.testing.assert_allclose(d.forces.numpy(), w.calc.results["forces"], atol=1e-5)
+        assert d.fixed.sum() == 4 and (d.tags == 2).any()
+    got = generated_structures("oc20", 6, seed=0, relax_steps=2, dtype=torch.float64)
+    assert got[0].pos.dtype == torch.float64 and p.stat().st_mtime_ns == mtime
+    with pytest.raises(ValueError, match="unknown generated data set"):
+        generated_file("qm9", 2)
+
+
+def test_cli_atoms_generate_writes_extxyz(tmp_path, capsys):
+    out = tmp_path / "md.extxyz"
+    assert main(["atoms", "generate", "--kind", "md17", "--frames", "4", "--seed", "2", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    data = read_structures(out, require_labels=True)
+    assert len(data) == 4
+    graph = build_graph(data[0], 5.0)
+    assert graph.num_edges == int(data[0].natoms) * (int(data[0].natoms) - 1)   # a small molecule: all pairs
+    assert [f.name for f in tmp_path.iterdir()] == ["md.extxyz"]       # nothing else beside a chosen file
+    assert main(["atoms", "generate", "--frames", "0"]) == 2
