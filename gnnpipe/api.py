@@ -29,7 +29,7 @@ def load_data(config: TrainConfig):
     """
     from .data import load_dataset
 
-    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed,
+    raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed, dtype=config.torch_dtype,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
                            "num_classes": config.num_classes, "num_features": config.num_features}
                           if config.dataset in (None, "synthetic") else {}))
@@ -176,6 +176,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
     ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.assemble`).
+
+    Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
+    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, :mod:`gnnpipe.tasks.s2ef`): ``data`` may
+    then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``ways`` is the number of data-parallel
+    replicas.
 
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.

@@ -31,5 +31,10 @@ class ScheduleError(GnnpipeError, ValueError):
     """A schedule violates the pipeline's ordering rules, or a simulation deadlocks."""
 
 
+class TrainingDivergedError(GnnpipeError, RuntimeError):
+    """The training loss became NaN or infinite; the run stopped at that epoch (the message names it and the
+    likely causes)."""
+
+
 class DistributedError(GnnpipeError, RuntimeError):
     """A rank of a distributed run failed; the message names the rank and its error."""

@@ -34,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--keep", choices=["best", "last"], default=None,
                    help="checkpoint folders: which weights (default: best; a model file holds the one set "
                         "gnnpipe export --keep chose)")
-    p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save")
+    p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save (an S2EF model: the "
+                   "structures with predicted energy and forces as .extxyz/.xyz, or {'energy', 'forces'} with torch.save)")
     p.set_defaults(func=run)
 
 

@@ -52,6 +52,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--patience", type=int, default=d.patience, help="early-stopping patience in epochs (0 = off)")
     o.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs")
     o.add_argument("--seed", type=int, default=d.seed, help="random seed")
+    o.add_argument("--nan-ok", action="store_true",
+                   help="keep training after an epoch whose loss is NaN or infinite (default: stop the run there)")
     o.add_argument("--dtype", default=d.dtype, choices=["float32", "float64"], help="floating dtype")
     o.add_argument("--history-dtype", default=None, choices=["float32", "bfloat16", "float16", "float64"],
                    help="storage dtype of the pipeline's history buffers (rows up-cast to --dtype when read; "

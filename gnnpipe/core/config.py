@@ -170,6 +170,9 @@ class TrainConfig:
     ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.trainer.resolve_config` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
+    ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
+    :class:`~gnnpipe.errors.TrainingDivergedError`).
+
     Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
     :data:`DTYPE_NAMES`), an unknown ``backend`` (lists :data:`BACKENDS`), or ``model_args`` that the
     model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
@@ -204,6 +207,7 @@ class TrainConfig:
     patience: int = attrs.field(default=100, validator=_nonneg("patience"))
     eval_every: int = attrs.field(default=1, validator=_pos("eval_every"))
     seed: int = 0
+    nan_ok: bool = False
     # parallelism
     ways: int = attrs.field(default=1, validator=_pos("ways"))
     stages: int = attrs.field(default=1, validator=_pos("stages"))
@@ -301,7 +305,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """All fields; the synthetic-graph sizes only when the synthetic graph is used."""
         d = attrs.asdict(self)
-        if self.dataset not in (None, "synthetic"):
+        if self.dataset not in (None, "synthetic") or self.task == "s2ef":
             for k in ("num_nodes", "avg_degree", "num_classes", "num_features"):
                 d.pop(k)
         d["correctors"] = [c if isinstance(c, str) else repr(c) for c in self.correctors]

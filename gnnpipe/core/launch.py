@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from multiprocessing import connection as mp_connection
 
-from ..errors import ConfigError, DistributedError
+from ..errors import ConfigError, DistributedError, GnnpipeError
 
 #: seconds ranks may take to start and meet on the store (independent of the communication timeout)
 RENDEZVOUS_S = 300.0
@@ -190,7 +190,9 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
         # plain pickle (bytes): tensors travel by value, not as shared-memory handles that die with this process
         results.send((rank, "ok", pickle.dumps(out)))
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
-        results.send((rank, "error", (time.time(), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
+        # gnnpipe's own errors name the problem and the fix: their stack is no help to the user
+        where = "" if isinstance(exc, GnnpipeError) else f"\n{traceback.format_exc()}"
+        results.send((rank, "error", (time.time(), f"{type(exc).__name__}: {exc}{where}")))
         code = 1
     finally:
         if dist.is_initialized():
@@ -365,6 +367,10 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             rank, msg = -1, f"the run exceeded its limit of {max_runtime_s:.0f} s"
         others = sorted((set(errors) | set(deaths)) - {rank})
         who = f"rank {rank}" if rank >= 0 else "the run"
+        alike = sorted(r for r in others if r in errors and errors[r][1] == msg)  # the same error, not an echo
+        if alike and len(alike) == len(others):
+            who = f"ranks {[rank, *alike]}" if len(alike) + 1 < world_size else "every rank"
+            others = []
         tail = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
         raise DistributedError(f"{who} failed; all {world_size} ranks were stopped.\n{msg.rstrip()}{tail}")
     return [out[r] for r in range(world_size)]

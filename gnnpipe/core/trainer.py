@@ -4,6 +4,7 @@ and the epoch loop (early stopping, evaluation cadence, records) that all execut
 from __future__ import annotations
 
 import copy
+import math
 import time
 import warnings
 from typing import Callable, Optional, Sequence
@@ -82,7 +83,8 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
 
 def prepare_data(data, config: TrainConfig):
     """Validate and preprocess ``data`` as ``config`` says (DESIGN §4 steps 1–2): :func:`gnnpipe.data.prepare`
-    with ``undirected``, ``remove_self_loops``, ``dedupe`` and ``normalize_features``.
+    with ``undirected``, ``remove_self_loops``, ``dedupe`` and ``normalize_features``; values are validated in
+    the run's dtype (``config.dtype``), to which ``x`` is cast.
 
     Raises:
         DataValidationError: a malformed graph (the message names the fix).
@@ -90,12 +92,22 @@ def prepare_data(data, config: TrainConfig):
     from ..data import prepare
 
     return prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops,
-                   dedupe=config.dedupe, normalize_features=config.normalize_features)
+                   dedupe=config.dedupe, normalize_features=config.normalize_features, dtype=config.torch_dtype)
 
 
 def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimizer:
     """Adam with separate weight decay for GNN layers (``weight_decay_conv``) and dense layers (``weight_decay``)."""
     return torch.optim.Adam(model.param_groups(config.weight_decay, config.weight_decay_conv), lr=config.lr)
+
+
+def diverged_message(epoch: int, loss: float, config: TrainConfig) -> str:
+    """The message of a run stopped by a non-finite training loss at ``epoch`` (0-based)."""
+    lr = f"--lr {config.lr:g}" if config.lr is not None else "--lr"
+    return (f"the training loss is {loss} at epoch {epoch + 1}; the run stopped there (the epochs before it are kept, "
+            f"and the last checkpoint written before it, if any). Likely causes: input values too large for "
+            f"{config.dtype} (scale the features or edge weights, or --dtype float64); a learning rate too high "
+            f"(lower {lr}); a model option that makes the model unstable (--model-arg, more --layers than it "
+            f"tolerates without residuals or normalisation). --nan-ok keeps training past a non-finite loss")
 
 
 def _finish(result: TrainResult) -> TrainResult:
@@ -135,7 +147,12 @@ def epoch_loop(
         warn: warn when a resumed ``state`` has no epoch left to run (``False`` on every rank of a distributed
             run but rank 0, so the warning is printed once).
 
+    Divergence: an epoch whose training loss is NaN or infinite stops the run before it is evaluated or recorded
+    (no ``after_epoch`` hook sees it, so no checkpoint holds its weights), unless ``config.nan_ok``. In a
+    distributed run the loss is the one every rank gathered, so all ranks stop at the same epoch.
+
     Raises:
+        TrainingDivergedError: a non-finite training loss (message: :func:`diverged_message`).
         KeyboardInterrupt / Exception: as raised inside; the exception carries ``.result``, the
             :class:`TrainResult` of the epochs completed so far with ``status`` ``"interrupted"``
             (``KeyboardInterrupt``) or ``"failed"``.
@@ -158,6 +175,10 @@ def epoch_loop(
             t0 = time.perf_counter()
             rec = {"epoch": epoch}
             rec.update(train_step(epoch))
+            if not config.nan_ok and not math.isfinite(rec["loss"]):
+                from ..errors import TrainingDivergedError
+
+                raise TrainingDivergedError(diverged_message(epoch, rec["loss"], config))
             rec.setdefault("time_s", time.perf_counter() - t0)
             if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
                 ev = evaluate()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch_geometric.data import Data
 
 from ..errors import ConfigError
@@ -284,8 +285,9 @@ def _run_pyg(spec: DatasetSpec, root: Path, raw: Path | None, looked: list[Path]
         where = f"raw folder {raw}" if raw is not None else "looked at " + ", ".join(map(str, looked))
         raise ConfigError(
             f"loading {spec.name} with PyG under root {root} failed ({where}): {type(e).__name__}: {e}. "
-            "Check that the raw files are complete (see /work/shared/data/README.md for the expected files), "
-            "or pass a writable root with network access so PyG can download them"
+            f"Check that {raw if raw is not None else 'the raw folder under ' + str(root)} holds every file of "
+            f"{spec.name} that its PyG loader downloads (the release of {spec.source}), or pass a writable root with "
+            "network access so PyG can download them"
         ) from e
     return ds[0]
 
@@ -353,14 +355,14 @@ def _load_musae(spec: DatasetSpec, root: Path) -> Data:
     return read_musae_facebook(raw)
 
 
-def _finish(data: Data, name: str, split: int, seed: int) -> Data:
+def _finish(data: Data, name: str, split: int, seed: int, dtype: torch.dtype = torch.float32) -> Data:
     staged = select_masks(data, split, dataset=name)
     # validate the values as stored, before canonicalize's casts could hide them (a float edge_index with
     # fractions, non-integral labels); its warnings come from prepare() later, on what is trained on
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)
-        validate(staged, require_train_mask=False)
-    out = canonicalize(staged)
+        validate(staged, require_train_mask=False, dtype=dtype)
+    out = canonicalize(staged, dtype=dtype)
     if "train_mask" not in out:
         out.train_mask, out.val_mask, out.test_mask = random_split(out.y, 20, 30, seed=split_seed(seed, split))
     out.name = name
@@ -374,6 +376,7 @@ def load_dataset(
     split: int = 0,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
+    dtype: torch.dtype = torch.float32,
     **synthetic_kwargs: Any,
 ) -> Data:
     """Load a dataset by name (or a ``.pt``/``.npz`` path) in the canonical form.
@@ -393,11 +396,13 @@ def load_dataset(
         seed: seed of the random split (and of the synthetic graph).
         cache_dir: writable folder for processed files of read-only roots (default
             :func:`default_cache_dir`).
+        dtype: the floating dtype training uses: stored values are validated in it (a float64 feature
+            beyond float32's range is refused for a float32 run) and ``x`` is cast to it.
         **synthetic_kwargs: passed to :func:`synthetic_graph` (``None`` values mean "default"); only
             allowed for the synthetic graph.
 
     Returns:
-        ``Data`` with ``x`` float32 ``[N, F]`` (dense), ``y`` int64 ``[N]``, ``edge_index`` int64
+        ``Data`` with ``x`` ``[N, F]`` (dense, in ``dtype``), ``y`` int64 ``[N]``, ``edge_index`` int64
         ``[2, E]`` (as the PyG loader returns it: not yet preprocessed), ``train_mask`` / ``val_mask`` /
         ``test_mask`` bool ``[N]``, and ``name`` (str). A random split is Shchur et al. (2018): 20 train
         and 30 validation vertices per class, all other labelled vertices test.
@@ -442,7 +447,7 @@ def load_dataset(
             raise ConfigError(f"dataset file {text!r} not found (looked at {', '.join(map(str, looked))})")
         data = read_npz_graph(path) if path.suffix.lower() == ".npz" else read_pt_graph(path)
         given = getattr(data, "name", None) if "name" in data else None
-        return _finish(data, given if isinstance(given, str) else path.stem, split, seed)
+        return _finish(data, given if isinstance(given, str) else path.stem, split, seed, dtype)
 
     spec = dataset_spec(text)
     if root is not None and not root_path.is_dir():
@@ -456,4 +461,4 @@ def load_dataset(
         data = _load_platonov(spec, root_path)
     else:
         data = _load_musae(spec, root_path)
-    return _finish(data, spec.name, split, seed)
+    return _finish(data, spec.name, split, seed, dtype)

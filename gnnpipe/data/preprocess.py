@@ -6,7 +6,7 @@ itself (Kipf & Welling, ICLR 2017, eq. 2). Each step is switchable; all of them 
 (``remove_self_loops``, ``to_undirected``, ``coalesce``).
 
 Canonical form (what :func:`canonicalize`, :func:`prepare` and ``load_dataset`` return):
-``x`` float32 dense ``[N, F]``, ``y`` int64 ``[N]``, ``edge_index`` int64 ``[2, E]`` (contiguous),
+``x`` dense ``[N, F]`` in the training dtype (float32 unless a float64 run asks for float64), ``y`` int64 ``[N]``, ``edge_index`` int64 ``[2, E]`` (contiguous),
 ``train_mask`` / ``val_mask`` / ``test_mask`` bool ``[N]``.
 """
 
@@ -62,10 +62,11 @@ def select_masks(data: Any, split: int | None, *, dataset: str | None = None) ->
     return out
 
 
-def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = None) -> Data:
+def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = None,
+                 dtype: torch.dtype = torch.float32) -> Data:
     """Convert dtypes and layouts to the canonical form (module docstring); returns a new ``Data``.
 
-    ``x`` is densified if sparse and cast to float32; ``y`` flattened from ``[N, 1]`` and cast to
+    ``x`` is densified if sparse and cast to ``dtype`` (default float32; a float64 run keeps float64 features); ``y`` flattened from ``[N, 1]`` and cast to
     int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool; ``[N, k]`` split matrices
     reduced to column ``split`` (:func:`select_masks`). Does not validate, and its casts would hide bad
     values (a float ``edge_index`` with fractions, non-integral labels): run :func:`validate` *before* it,
@@ -79,7 +80,7 @@ def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = N
     if isinstance(x, Tensor):
         if x.layout != torch.strided:
             x = x.to_dense()
-        out.x = x.to(torch.float32).contiguous()
+        out.x = x.to(dtype).contiguous()
     y = out.y if "y" in out else None
     if isinstance(y, Tensor):
         if y.dim() == 2 and y.size(1) == 1:
@@ -152,12 +153,14 @@ def prepare(
     remove_self_loops: bool = True,
     dedupe: bool = True,
     normalize_features: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> Data:
     """Validate, convert to the canonical form and preprocess: the input stage of a training run.
 
     ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data,
-    :func:`select_masks`), then :func:`validate` runs on the values as given (its warnings are emitted),
-    then :func:`canonicalize`; a missing ``val_mask`` / ``test_mask`` becomes an all-``False`` mask
+    :func:`select_masks`), then :func:`validate` runs on the values as given, judged in ``dtype``
+    (the floating dtype training uses: a float64 feature beyond float32's range is an error for a float32 run;
+    its warnings are emitted), then :func:`canonicalize` (``x`` cast to ``dtype``); a missing ``val_mask`` / ``test_mask`` becomes an all-``False`` mask
     (``validate`` has warned; an empty one gives a :class:`DataWarning` here); then :func:`preprocess` with the given switches and, with
     ``normalize_features``, PyG's ``NormalizeFeatures`` (each row of ``x`` divided by its sum: the
     GCN/GCNII papers' Planetoid preprocessing). Returns a new ``Data``; the input is not modified.
@@ -167,8 +170,8 @@ def prepare(
         ConfigError: ``split`` out of range.
     """
     staged = select_masks(data, split)
-    validate(staged, num_classes=num_classes)
-    out = canonicalize(staged)
+    validate(staged, num_classes=num_classes, dtype=dtype)
+    out = canonicalize(staged, dtype=dtype)
     for key in ("val_mask", "test_mask"):
         if key not in out:  # validate() has warned
             out[key] = torch.zeros(out.num_nodes, dtype=torch.bool)

@@ -7,6 +7,9 @@ Rules (DESIGN §4 step 1) and what they guard against:
   negative or too-large ids would index out of bounds inside the sparse aggregation.
 * ``x`` must be a 2-D ``[N, F]`` tensor with only finite values — one NaN row poisons every vertex
   within L hops after L aggregations, i.e. (nearly) the whole graph for a deep GNN.
+* Values are judged in the dtype training uses (``dtype``, default float32), not only as given: a
+  float64 ``1e300`` is finite but becomes ``inf`` when cast to float32. :func:`check_finite_in_dtype`
+  is that rule for one tensor (``x``, ``edge_weight``; positions, energies and forces of atomistic data).
 * ``y`` must have one label per vertex. Labels are only checked where a mask uses them: vertices
   outside every mask may carry anything (e.g. ``-1`` for "unlabelled", as in the heterophilous
   benchmarks of Platonov et al., ICLR 2023).
@@ -48,6 +51,60 @@ class DataWarning(UserWarning):
 
 def _fail(msg: str) -> None:
     raise DataValidationError(msg)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check_finite_in_dtype(value: Tensor, name: str, dtype: torch.dtype = torch.float32, *,
+                          scale_hint: str | None = None) -> None:
+    """Check that every value of a floating tensor is finite as given *and* once cast to ``dtype``.
+
+    The run casts its inputs to one floating dtype (``TrainConfig.dtype``); a value finite in the given
+    dtype can overflow in that one (float32 holds magnitudes up to about 3.4e38, float64 up to 1.8e308), and
+    one ``inf`` makes the loss NaN. Integer and bool tensors pass (every integer up to 2^63 is finite in
+    float32); so does a non-tensor (the caller checks types).
+
+    Args:
+        value: the tensor (any shape; sparse tensors are judged by their stored values).
+        name: how the message names it, e.g. ``"data.x"``, ``"data.edge_weight"``, ``"data.pos"``.
+        dtype: the floating dtype the values are trained in (default float32).
+        scale_hint: how to scale this input, shown in the message (default: divide by its largest magnitude).
+
+    Raises:
+        DataValidationError: NaN or ±inf as given (with their counts), or values beyond ``dtype``'s range
+            (with their count and largest magnitude); the message names ``name``, both dtypes and the fix:
+            scale the input, or train in float64 (``--dtype float64`` / ``TrainConfig(dtype="float64")``).
+    """
+    if not isinstance(value, Tensor):
+        return
+    vals = value.coalesce().values() if value.is_sparse else value
+    if not vals.is_floating_point() or vals.numel() == 0:
+        return
+    finite = torch.isfinite(vals)
+    if not bool(finite.all()):
+        nan = int(torch.isnan(vals).sum())
+        _fail(
+            f"{name} has non-finite values (NaN: {nan}, inf: {int((~finite).sum()) - nan} of {vals.numel()}); "
+            f"replace them (e.g. {name} = torch.nan_to_num({name}, nan=0.0, posinf=0.0, neginf=0.0)) or drop "
+            "the items that hold them"
+        )
+    if not dtype.is_floating_point or torch.finfo(vals.dtype).max <= torch.finfo(dtype).max:
+        return
+    hi = max(abs(float(vals.amax())), abs(float(vals.amin())))
+    if hi <= torch.finfo(dtype).max:
+        return
+    over = int((~torch.isfinite(vals.to(dtype))).sum())  # exact: what the cast gives
+    if over == 0:
+        return
+    scale = scale_hint or f"{name} = {name} / {name}.abs().max()"
+    _fail(
+        f"{name} has {over} value(s) that are finite as given ({_dtype_name(vals.dtype)}) but beyond the range of "
+        f"{_dtype_name(dtype)}, the dtype training uses (largest magnitude {hi:.3g} > {torch.finfo(dtype).max:.3g}): "
+        f"they would become inf and the loss NaN; scale the input (e.g. {scale}) or train in float64 "
+        "(--dtype float64, or TrainConfig(dtype=\"float64\"))"
+    )
 
 
 def _get(data: Any, key: str) -> Any:
@@ -113,7 +170,7 @@ def _check_edge_index(edge_index: Any, n: int | None) -> int:
     return e
 
 
-def _check_x(x: Any, n_hint: int | None) -> int:
+def _check_x(x: Any, n_hint: int | None, dtype: torch.dtype = torch.float32) -> int:
     if x is None:
         _fail(
             "data.x (vertex features) is missing; set data.x = FloatTensor[N, F] — for a graph without "
@@ -142,7 +199,24 @@ def _check_x(x: Any, n_hint: int | None) -> int:
                 f"{x.size(0)} row(s); they would spread to every vertex within L hops — impute them (e.g. "
                 "data.x = torch.nan_to_num(data.x, nan=0.0, posinf=0.0, neginf=0.0)) or drop those vertices"
             )
+    check_finite_in_dtype(x, "data.x", dtype)
     return int(x.size(0))
+
+
+def _check_edge_weight(w: Any, e: int, dtype: torch.dtype) -> None:
+    if w is None:
+        return
+    if not isinstance(w, Tensor):
+        _fail(f"data.edge_weight must be a torch.Tensor, got {type(w).__name__}; convert it with "
+              "torch.as_tensor(edge_weight, dtype=torch.float32)")
+    if w.dim() == 2 and w.size(1) == 1:
+        w = w.view(-1)
+    if w.dim() != 1 or w.numel() != e:
+        _fail(f"data.edge_weight must hold one weight per edge, shape [E] = [{e}], got {list(w.shape)}; "
+              "give every column of data.edge_index a weight (or delete data.edge_weight for weight 1)")
+    if w.is_complex() or w.dtype == torch.bool:
+        _fail(f"data.edge_weight has dtype {w.dtype}; edge weights must be real numbers: data.edge_weight.float()")
+    check_finite_in_dtype(w, "data.edge_weight", dtype)
 
 
 def _check_masks(data: Any, n: int) -> dict[str, Tensor]:
@@ -189,7 +263,8 @@ def _check_masks(data: Any, n: int) -> dict[str, Tensor]:
     return masks
 
 
-def validate(data: Any, *, num_classes: int | None = None, require_train_mask: bool = True) -> list[str]:
+def validate(data: Any, *, num_classes: int | None = None, require_train_mask: bool = True,
+             dtype: torch.dtype = torch.float32) -> list[str]:
     """Check that ``data`` is a well-formed node-classification graph; raise on errors, warn otherwise.
 
     Args:
@@ -207,7 +282,8 @@ def validate(data: Any, *, num_classes: int | None = None, require_train_mask: b
     Raises:
         DataValidationError: naming the problem and the fix, for: ``edge_index`` missing, not
             ``[2, E]``, not integer, negative or ``>= N`` ids; ``x`` missing, not 2-D, NaN/inf
-            (with the number of rows); ``y`` missing, wrong length, multi-column or non-integral;
+            (with the number of rows), or beyond ``dtype``'s range; ``edge_weight`` not one real number per
+            edge, non-finite or beyond ``dtype``'s range; ``y`` missing, wrong length, multi-column or non-integral;
             masked labels negative or ``>= num_classes``; ``train_mask`` missing (unless
             ``require_train_mask=False``: a loader that draws a random split itself) or empty; any mask of
             the wrong shape or dtype (see module docstring).
@@ -215,9 +291,10 @@ def validate(data: Any, *, num_classes: int | None = None, require_train_mask: b
     if data is None:
         _fail("data is None; pass a torch_geometric.data.Data with x, edge_index, y and train_mask")
     x = _get(data, "x")
-    n = _check_x(x, None)
+    n = _check_x(x, None, dtype)
     _check_edge_index(_get(data, "edge_index"), n)
     e = int(_get(data, "edge_index").size(1))
+    _check_edge_weight(_get(data, "edge_weight"), e, dtype)
 
     # labels
     y = _get(data, "y")

@@ -150,6 +150,8 @@ class ResultsWriter:
 
 def summary_value(record: dict, key: str) -> Optional[float]:
     """A top-level number of a record's ``result`` (``None`` when failed or absent)."""
+    if record.get("status", "ok") != "ok":  # a failed run's result holds only its epochs before the failure
+        return None
     res = record.get("result") or {}
     v = res.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

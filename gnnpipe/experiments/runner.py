@@ -113,7 +113,8 @@ def execute_subprocess(run: Run, *, timeout_s: Optional[float] = None, log_dir: 
     """Run ``gnnpipe train`` for ``run`` in a child process (its own process group) and read its ``--out`` JSON.
 
     The child's stdout and stderr go to ``log_dir/<run_id>.log`` (a temporary file when ``log_dir`` is
-    ``None``); a failed run's ``error`` is the tail of that output. On timeout or interrupt the child's
+    ``None``); a failed run's ``error`` is the tail of that output, and its result the ``--out`` JSON it wrote
+    (the epochs completed before it failed, ``status`` ``"failed"``), if any. On timeout or interrupt the child's
     whole process group (ranks included) is terminated.
 
     Raises:
@@ -149,8 +150,14 @@ def execute_subprocess(run: Run, *, timeout_s: Optional[float] = None, log_dir: 
             why = f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
             tail = _tail(log_path)
             last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
+            partial = None  # a run that failed during training wrote its completed epochs (status "failed")
+            if out.is_file():
+                try:
+                    partial = json.loads(out.read_text())
+                except ValueError:
+                    partial = None
             return Outcome("failed", f"gnnpipe train failed ({why}): {last.strip()}\n--- output tail ---\n{tail}",
-                           None, logref)
+                           partial, logref)
         if not out.is_file():
             return Outcome("failed", "gnnpipe train exited 0 but wrote no result file:\n" + _tail(log_path), None, logref)
         try:

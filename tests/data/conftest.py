@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-#: ``../shared/data`` beside the checkout (read-only in CI).
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+#: ``../shared/data`` beside the checkout (read-only in CI); ``GNNPIPE_TEST_DATA`` names another copy (e.g. a
+#: writable one: the tests must pass whichever write bits the folder has).
+SHARED_DATA = Path(os.environ.get("GNNPIPE_TEST_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,8 @@ Counts are those of the raw loader (``data.num_edges`` counts each undirected ed
 
 from __future__ import annotations
 
+import stat
+
 import pytest
 import torch
 
@@ -98,12 +100,28 @@ def test_unknown_name_lists_known(shared_data):
         load_dataset("ogbn-arxiv", shared_data)
 
 
-def test_missing_files_name_paths(shared_data, cache_dir):
-    # PubMed's allx is not available: the folder is PubMed_partial, so PubMed is "missing"
+@pytest.fixture
+def partial_readonly_root(tmp_path):
+    """A root without write bits holding only ``planetoid/PubMed_partial/raw`` (so PubMed is missing and PyG
+    may not download it): built here, so the test does not depend on how the environment laid out a folder."""
+    root = tmp_path / "data"
+    raw = root / "planetoid" / "PubMed_partial" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "ind.pubmed.x").write_bytes(b"")
+    folders = [root, *sorted(root.rglob("*"))]
+    for p in folders:
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    yield root
+    for p in folders:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+
+
+def test_missing_files_name_paths(partial_readonly_root, tmp_path):
+    root, cache = partial_readonly_root, tmp_path / "cache"
     with pytest.raises(ConfigError, match=r"planetoid/PubMed/raw.*PubMed_partial.*not writable"):
-        load_dataset("PubMed", shared_data, cache_dir=cache_dir)
-    with pytest.raises(ConfigError, match=r"squirrel\.npz"):
-        load_dataset("squirrel", shared_data / "planetoid", cache_dir=cache_dir)
+        load_dataset("PubMed", root, cache_dir=cache)
+    with pytest.raises(ConfigError, match=r"squirrel\.npz.*not writable"):
+        load_dataset("squirrel", root / "planetoid", cache_dir=cache)
 
 
 def test_synthetic_kwargs_only_for_synthetic(shared_data):

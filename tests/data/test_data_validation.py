@@ -245,3 +245,69 @@ def test_missing_eval_masks_and_overlap_warn():
     assert len(found) == 2 and len(rec) == 2
     assert any("val_mask is missing" in m for m in found)
     assert any("both train_mask and test_mask" in m for m in found)
+
+
+# --- values judged in the dtype training uses -------------------------------------------------------------------
+
+def _graph64(big: float = 1e300):
+    from gnnpipe.data import synthetic_graph
+
+    d = synthetic_graph(num_nodes=60, avg_degree=5.0, num_classes=3, num_features=6, train_per_class=5,
+                        val_per_class=5, seed=1)
+    d.x = d.x.double()
+    d.x[3, 2] = big
+    return d
+
+
+def test_float64_beyond_float32_is_refused_in_float32():
+    from gnnpipe.data import check_finite_in_dtype, prepare
+    from gnnpipe.errors import DataValidationError
+
+    d = _graph64()
+    with pytest.raises(DataValidationError, match=r"data\.x has 1 value.*float64.*float32.*1e\+300.*scale.*--dtype float64"):
+        prepare(d)
+    with pytest.raises(DataValidationError, match="float32"):
+        check_finite_in_dtype(d.x, "data.x", torch.float32)
+    check_finite_in_dtype(d.x, "data.x", torch.float64)  # representable there: no error
+    out = prepare(d, dtype=torch.float64)
+    assert out.x.dtype == torch.float64 and float(out.x.max()) == 1e300  # the float64 run keeps the value
+
+
+def test_float32_max_is_not_an_overflow():
+    from gnnpipe.data import prepare
+
+    d = _graph64(big=float(torch.finfo(torch.float32).max))  # exactly representable
+    assert torch.isfinite(prepare(d).x).all()
+
+
+def test_check_finite_in_dtype_names_the_tensor_for_any_attribute():
+    from gnnpipe.data import check_finite_in_dtype
+    from gnnpipe.errors import DataValidationError
+
+    pos = torch.zeros(4, 3, dtype=torch.float64)
+    pos[1, 0] = -1e40
+    with pytest.raises(DataValidationError, match=r"data\.pos has 1 value.*largest magnitude 1e\+40"):
+        check_finite_in_dtype(pos, "data.pos", torch.float32)
+    with pytest.raises(DataValidationError, match=r"data\.energy has non-finite values \(NaN: 1"):
+        check_finite_in_dtype(torch.tensor([1.0, float("nan")]), "data.energy", torch.float64)
+    check_finite_in_dtype(torch.tensor([2**62]), "data.z", torch.float32)  # integers: always finite in a float
+
+
+def test_edge_weight_is_checked():
+    from gnnpipe.data import prepare
+    from gnnpipe.errors import DataValidationError
+
+    d = _graph64(big=1.0)
+    e = d.edge_index.size(1)
+    d.edge_weight = torch.ones(e, dtype=torch.float64)
+    d.edge_weight[0] = 1e39
+    with pytest.raises(DataValidationError, match=r"data\.edge_weight has 1 value.*float32"):
+        prepare(d)
+    assert prepare(d, dtype=torch.float64).edge_weight.dtype == torch.float64
+    d.edge_weight = torch.ones(e - 1)
+    with pytest.raises(DataValidationError, match=r"data\.edge_weight must hold one weight per edge"):
+        prepare(d)
+    d.edge_weight = torch.ones(e)
+    d.edge_weight[5] = float("inf")
+    with pytest.raises(DataValidationError, match=r"data\.edge_weight has non-finite values \(NaN: 0, inf: 1"):
+        prepare(d)

@@ -125,3 +125,17 @@ def test_two_ranks_through_the_launcher_equal_one_process(xyz):
     for k, v in single.model.state_dict().items():
         torch.testing.assert_close(dp.model.state_dict()[k], v, rtol=1e-9, atol=1e-12)
     assert dp.extra["plan"]["global_batch"] == 4
+
+
+@pytest.mark.slow  # torchrun starts two ranks
+def test_torchrun_ranks_train_data_parallel(tmp_path, xyz):
+    import shutil
+
+    torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
+    out = tmp_path / "r.json"
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS,
+                        "--ways", "2", "--epochs", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "completed" and rec["plan"]["data_parallel"] == 2 and len(rec["peak_mem_bytes"]) == 2
