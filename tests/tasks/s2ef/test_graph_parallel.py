@@ -245,3 +245,34 @@ def test_a_rank_that_dies_ends_every_rank_with_a_message_naming_it():
     with pytest.raises(DistributedError) as err:
         spawn(_dying, 3, (), backend="gloo", timeout_s=30, threads=1, max_runtime_s=200)
     assert "rank 2" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ the whole run
+@pytest.mark.slow  # spawns gloo ranks three times
+@pytest.mark.timeout(600)
+def test_train_checkpoint_resume_and_export_under_graph_parallelism(tmp_path):
+    """``api.train`` with ``--gp-size 2`` equals the single process; its records carry ``bytes_gp``, its result
+    every rank's peak memory; a run resumed from its checkpoint under ``--gp-size 2`` ends with the same weights,
+    and the checkpoint's ``last`` weights (what ``gnnpipe export --keep last`` writes) are the run's."""
+    from gnnpipe.core.checkpoint import read_weights
+
+    from .toy import write_extxyz
+
+    xyz = write_extxyz(tmp_path / "c.extxyz", 12, seed=4)
+    kw = dict(dataset=xyz, model="dimenet++", layers=1, hidden=8, cutoff=3.0, max_neighbors=8, batch_size=3,
+              dtype="float64", dropout=0.0, warmup_steps=1, ema_decay=0.5, log_every=0, progress=False,
+              model_args=MODELS["dimenet++"], keep="last")
+    single = api.train(epochs=2, **kw)
+    gp = api.train(epochs=2, graph_parallel_group_size=2, graph_parallel_partitioner="atom-owner",
+                   graph_parallel_mode="halo", checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1, **kw)
+    for k, v in single.model.state_dict().items():
+        torch.testing.assert_close(gp.model.state_dict()[k], v, rtol=1e-9, atol=1e-12)
+    assert all(e["bytes_gp"] > 0 for e in gp.epochs) and len(gp.extra["peak_mem_bytes"]) == 2
+    assert gp.extra["plan"]["graph_parallel"] == 2 and gp.extra["plan"]["world_size"] == 2
+    for k in ("val_force_mae", "val_energy_mae", "test_force_mae"):
+        assert gp.best_metrics[k] == pytest.approx(single.best_metrics[k], rel=1e-9)
+    resumed = api.train(epochs=2, graph_parallel_group_size=2, resume=str(tmp_path / "ck" / "ckpt-000001"), **kw)
+    for k, v in gp.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[k], v, rtol=1e-9, atol=1e-12)
+    last = read_weights(tmp_path / "ck", "last")
+    assert all(torch.equal(last[k], v) for k, v in gp.model.state_dict().items())
