@@ -24,8 +24,8 @@ CSV_FIELDS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss", "
 #: the columns of ``--log-csv`` of a regression (S2EF) run: energies in eV, forces in eV/Å, EFwT a fraction
 REGRESSION_CSV_FIELDS = ["epoch", "loss", "lr", "train_energy_mae", "train_force_mae", "val_loss", "val_energy_mae",
                          "val_energy_mae_per_atom", "val_force_mae", "val_force_cos", "val_efwt", "test_energy_mae",
-                         "test_energy_mae_per_atom", "test_force_mae", "test_force_cos", "test_efwt", "time_s",
-                         "bytes_weight", "comm_s"]
+                         "test_energy_mae_per_atom", "test_force_mae", "test_force_cos", "test_efwt", "bytes_gp",
+                         "time_s", "bytes_weight", "comm_s"]
 
 #: what TensorBoard receives (the keys a record has)
 _TB_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s", "bytes_layer", "bytes_graph",
@@ -52,8 +52,8 @@ def format_record(rec: dict, epochs: int) -> str:
         s += (f"  train {_fmt_pct(rec['train_acc'])}  val {_fmt_pct(rec['val_acc'])}"
               f"  test {_fmt_pct(rec['test_acc'])}")
     s += f"  time {rec['time_s'] * 1000:.1f} ms"
-    b = sum(rec.get(k, 0) for k in ("bytes_layer", "bytes_graph", "bytes_weight"))
-    if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight")):
+    b = sum(rec.get(k, 0) for k in ("bytes_layer", "bytes_graph", "bytes_weight", "bytes_gp"))
+    if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight", "bytes_gp")):
         s += f"  sent {b / 2**20:.2f} MiB"
     return s
 

@@ -82,7 +82,8 @@ class TrainResult:
                 f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
             ]
         lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs")
-        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync")):
+        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
+                           ("bytes_gp", "gp groups")):
             last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may
             if last:                                                    # have changed it)
                 lines.append(f"bytes/epoch {label:<11} {last:,}")
