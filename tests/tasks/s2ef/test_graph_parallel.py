@@ -276,3 +276,26 @@ def test_train_checkpoint_resume_and_export_under_graph_parallelism(tmp_path):
         torch.testing.assert_close(resumed.model.state_dict()[k], v, rtol=1e-9, atol=1e-12)
     last = read_weights(tmp_path / "ck", "last")
     assert all(torch.equal(last[k], v) for k, v in gp.model.state_dict().items())
+
+
+@pytest.mark.slow  # torchrun starts two ranks
+@pytest.mark.timeout(600)
+def test_torchrun_ranks_train_graph_parallel(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    from .toy import write_extxyz
+
+    torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
+    xyz = write_extxyz(tmp_path / "c.extxyz", 8, seed=2)
+    out = tmp_path / "r.json"
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", "--dataset", xyz, "--model",
+                        "schnet", "--layers", "1", "--hidden", "8", "--cutoff", "3", "--max-neighbors", "8",
+                        "--model-arg", "num_filters=6", "--model-arg", "num_gaussians=6", "--gp-size", "2",
+                        "--gp-mode", "halo", "--epochs", "1", "--no-progress", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "completed" and rec["plan"]["graph_parallel"] == 2 and len(rec["peak_mem_bytes"]) == 2
+    assert rec["epochs"][0]["bytes_gp"] > 0
