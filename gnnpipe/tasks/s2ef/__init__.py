@@ -86,8 +86,8 @@ class S2EF(Task):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
         if config.stages != 1 or (config.chunks or 1) != 1:
-            raise ConfigError("S2EF training is data- and graph-parallel: --ways D replicas × --gp-size G ranks each "
-                              "(no --stages / --chunks)")
+            raise ConfigError("S2EF training has no pipeline: it is data-parallel only over --ways D replicas, each "
+                              "graph-parallel over --gp-size G ranks (no --stages / --chunks)")
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
         clash = {k: v for k, v in config.model_args.items() if k in fixed and v != fixed[k]}
