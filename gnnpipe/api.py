@@ -136,6 +136,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
     ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.runtime.assemble`).
 
+    Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
+    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, :mod:`gnnpipe.tasks.s2ef`): ``data`` may
+    then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``ways`` is the number of data-parallel
+    replicas.
+
     Args:
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
@@ -173,7 +178,12 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     task = tasks.for_config(config)                   # which kind of work: its data, models, loss, plan
     config = task.resolve(config)                     # names checked (all of them), defaults filled in
     _check_layout(layout)
-    if layout != "auto":
+    nodes = task.name == "node-classification"        # the cost model's layouts and layout changes: node work
+    if layout == "auto" and not nodes:
+        from .errors import ConfigError
+
+        raise ConfigError(f"--layout auto ranks node-classification layouts; {task.name} takes --ways / --gp-size")
+    if layout != "auto" and nodes:
         launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
         _check_resume(config, options)  # refuse a changed configuration before loading data or starting ranks
     given = data is not None

@@ -1,9 +1,13 @@
-"""``gnnpipe predict``: class scores of every vertex by a trained model, and its accuracy on each mask.
+"""``gnnpipe predict``: class scores of every vertex by a trained model, and its accuracy on each mask; for an
+atomistic (S2EF) model, the energy and forces of every structure, and the MAEs on each split.
 
 The model comes from a checkpoint folder (``--checkpoint-dir`` of ``gnnpipe train``) or a model file
 (``gnnpipe export``). The graph is the model's training dataset unless ``--dataset`` (and ``--root``,
 ``--split``) name another; it is preprocessed as at training. ``--out`` gets ``{"scores": [N, C] float,
-"pred": [N] long}`` in the dataset's own vertex order.
+"pred": [N] long}`` in the dataset's own vertex order. An S2EF model predicts the structures of ``--dataset``
+(a structure file: all of them; default: the training run's data set, by split); ``--out`` ending in ``.extxyz``
+or ``.xyz`` gets the structures with the predicted ``energy`` and ``forces`` (ASE's extended XYZ, readable by
+``ase.io.read``), any other name ``{"energy": [S] eV, "forces": [[n, 3] eV/Å per structure]}`` (``torch.save``).
 
 The training run's ``--root`` (and a ``--dataset`` file) is looked up where the run recorded it (its absolute
 path, in checkpoints and model files written since it is recorded), then, when it was relative, against the
@@ -30,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--keep", choices=["best", "last"], default=None,
                    help="checkpoint folders: which weights (default: best; a model file holds the one set "
                         "gnnpipe export --keep chose)")
-    p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save")
+    p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save (an S2EF model: the "
+                   "structures with predicted energy and forces as .extxyz/.xyz, or {'energy', 'forces'} with torch.save)")
     p.set_defaults(func=run)
 
 
@@ -116,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                       f"({held}); predict from the checkpoint folder to choose, or export it again with "
                       f"--keep {args.keep}")
     trained = dict(meta.get("config") or {})
+    if (meta.get("task_meta") or {}).get("task") == "s2ef":
+        return _predict_s2ef(args, model, trained, meta, src)
     if meta.get("data_given") and args.dataset is None:
         from ..errors import ConfigError
 
@@ -143,5 +150,70 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).expanduser().parent.mkdir(parents=True, exist_ok=True)
         torch.save({"scores": scores.detach().cpu(), "pred": pred.cpu()}, args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
+    """``gnnpipe predict`` of an S2EF model (see the module docstring)."""
+    import attrs
+    import torch
+
+    from ..core.settings.config import TrainConfig
+    from ..errors import ConfigError
+    from ..tasks.s2ef import S2EF
+    from ..tasks.s2ef.data import load_structures
+    from ..tasks.s2ef.predict import predict_structures
+
+    fields = attrs.fields_dict(TrainConfig)
+    cfg = {k: v for k, v in trained.items() if k in fields}
+    if args.dataset is not None:
+        cfg.update(dataset=args.dataset, root=args.root)
+        structures = load_structures(TrainConfig(**cfg)) if cfg["dataset"].lower().endswith(
+            (".extxyz", ".xyz", ".traj", ".db")) else None
+        if structures is None:
+            raise ConfigError(f"--dataset {args.dataset!r} is not a structure file (.extxyz, .xyz, .traj, .db)")
+        groups = {"all": torch.arange(len(structures))}
+    else:
+        if meta.get("data_given"):
+            raise ConfigError(f"{args.model} was trained on structures passed from Python, which it does not record; "
+                              "give them as a file: --dataset FILE.extxyz")
+        base = Path(meta["checkpoint"]).resolve().parent.parent if src.is_dir() and meta.get("checkpoint") \
+            else src.resolve().parent
+        cfg = resolve_data_paths(cfg, meta, base)
+        data = S2EF().load(TrainConfig(**cfg))
+        structures, groups = data.structures, data.splits
+    energy, forces = predict_structures(model, structures)
+    labelled = all(getattr(d, "energy", None) is not None and getattr(d, "forces", None) is not None
+                   for d in structures)
+    print(f"{'split':<6} {'structures':>10} {'E-MAE eV':>10} {'meV/atom':>9} {'F-MAE eV/Å':>11}")
+    for name, ids in groups.items():
+        ids = ids.tolist()
+        if not labelled or not ids:
+            print(f"{name:<6} {len(ids):>10,} {'n/a':>10} {'n/a':>9} {'n/a':>11}")
+            continue
+        de = [abs(float(energy[i]) - float(structures[i].energy.reshape(-1)[0])) for i in ids]
+        pa = [d / int(structures[i].z.numel()) for d, i in zip(de, ids)]
+        ferr = torch.cat([(forces[i] - structures[i].forces.double())[~structures[i].fixed].abs().reshape(-1)
+                          for i in ids])
+        print(f"{name:<6} {len(ids):>10,} {sum(de) / len(de):>10.4f} {1000 * sum(pa) / len(pa):>9.2f} "
+              f"{float(ferr.mean()) if ferr.numel() else math.nan:>11.4f}")
+    if args.out:
+        out = Path(args.out).expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() in (".extxyz", ".xyz"):
+            import ase.io
+            from ase.calculators.singlepoint import SinglePointCalculator
+
+            from ..data.atoms import to_atoms
+
+            frames = []
+            for i, d in enumerate(structures):
+                a = to_atoms(d)
+                a.calc = SinglePointCalculator(a, energy=float(energy[i]), forces=forces[i].numpy())
+                frames.append(a)
+            ase.io.write(str(out), frames, format="extxyz")
+        else:
+            torch.save({"energy": energy, "forces": forces}, out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

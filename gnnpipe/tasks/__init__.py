@@ -3,14 +3,17 @@
 
 A kind of work is one module here with one registered :class:`Task` subclass (its data, loss, metrics,
 models and what the planner needs of it); the runtime in :mod:`gnnpipe.core` is shared. Built in:
-``"node-classification"`` (:mod:`gnnpipe.tasks.nodes`), which takes every configuration no other task claims.
+``"s2ef"`` (:mod:`gnnpipe.tasks.s2ef`: structures to energy and forces) and ``"node-classification"``
+(:mod:`gnnpipe.tasks.nodes`), which takes every configuration no other task claims.
 """
 
 from __future__ import annotations
 
 from . import nodes  # noqa: F401  (registers node-classification)
+from . import s2ef  # noqa: F401  (registers s2ef)
 from .base import Task
 from .nodes import NodeClassification
+from .s2ef import S2EF
 from .registry import TASKS, available, for_config, get, register
 
-__all__ = ["TASKS", "NodeClassification", "Task", "available", "for_config", "get", "register"]
+__all__ = ["TASKS", "NodeClassification", "S2EF", "Task", "available", "for_config", "get", "register"]

@@ -101,6 +101,11 @@ class NodeClassification(Task):
     def resolve(self, config: TrainConfig) -> TrainConfig:
         """Check every component name (:func:`~gnnpipe.core.settings.config.check_names`; also those the mode does not
         use), then fill the model's defaults (:func:`~gnnpipe.core.training.trainer.resolve_config`)."""
+        if config.graph_parallel_group_size != 1:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
+                              f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism)")
         check_names(config)
         return resolve_config(config)
 

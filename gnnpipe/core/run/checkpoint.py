@@ -21,6 +21,16 @@ Keys of the flat state (DCP deduplicates keys that several ranks write, e.g. gra
 ``rank{r}.stage``                           rank ``r``'s executor counters (weight version)
 ==========================================  =========================================================
 
+``task_state``                              what the executor's kind of work keeps beyond weights and optimizer
+                                            (S2EF: the moving average of the weights, the learning-rate
+                                            schedule), when it has ``task_state()`` / ``load_task_state()``
+==========================================  =========================================================
+
+An executor names the modules it trains with ``checkpoint_modules()`` (``{prefix: module}``; default: its
+model's ``units.{i}`` for ``i`` in its ``units``; prefix ``""``: the module's own ``state_dict`` names), and
+may add plain values to ``meta["task_meta"]`` with ``task_meta()`` (what a model file needs to be used, e.g.
+an S2EF model's energy reference and cutoff; :func:`model_from_checkpoint` puts it into ``model.meta``).
+
 Objects (``loop``, ``meta``, ``correctors``, ``stage``) are pickled to bytes, which DCP stores as
 byte items. The chunk order needs no state: T1's shuffle is a pure function of (seed, epoch).
 
@@ -55,7 +65,7 @@ from ..settings.config import TrainConfig
 FORMAT_VERSION = 1
 #: configuration fields that choose the layout: a change restarts history (with a warning)
 LAYOUT_FIELDS = ("ways", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
-                 "layer_split")
+                 "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
 FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute")
 #: test hook: ``"EPOCHS:RANK"`` makes that rank stall forever inside the write of that checkpoint
@@ -186,13 +196,20 @@ def read_meta(path: str | Path) -> dict:
 
 def read_weights(path: str | Path, which: str = "best") -> dict[str, Tensor]:
     """The single-process ``state_dict`` stored in a checkpoint: the best-validation weights (``"best"``,
-    falling back to the last ones when the run kept none) or the last ones (``"last"``)."""
+    falling back to the last ones when the run kept none) or the last ones (``"last"``: the weights the run
+    evaluates with — ``task_state["weights"]`` over the trained ones, when the executor's task state has them,
+    e.g. S2EF's moving average)."""
     p = find_checkpoint(path)
     md = _metadata(p)
     prefix = "best." if which == "best" and any(k.startswith("best.") for k in md) else "model."
     keys = [k for k in md if k.startswith(prefix)]
     t = _load(p, _tensor_template(md, keys))
-    return {k[len(prefix):]: v for k, v in t.items()}
+    out = {k[len(prefix):]: v for k, v in t.items()}
+    if prefix == "model." and "task_state" in md:
+        state = pickle.loads(_load(p, {"task_state": None})["task_state"])
+        if isinstance(state, dict) and state.get("weights"):
+            out.update(state["weights"])
+    return out
 
 
 def model_from_checkpoint(path, which: str = "best"):
@@ -218,6 +235,8 @@ def model_from_checkpoint(path, which: str = "best"):
     held = "best" if which == "best" and any(k.startswith("best.") for k in _metadata(p)) else "last"
     model.meta = {"config": meta["config"], "epochs": meta["epochs"], "checkpoint": str(p), "weights": held,
                   "data_paths": meta.get("data_paths") or {}}  # older checkpoints lack it
+    if meta.get("task_meta"):
+        model.meta["task_meta"] = meta["task_meta"]
     return model.eval()
 
 
@@ -271,8 +290,20 @@ def check_resume(config: TrainConfig, meta: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- state
+def trained_modules(c) -> dict[str, torch.nn.Module]:
+    """``{name prefix: module}`` of what an executor (its :func:`~gnnpipe.core.runtime.assemble.compute_of`) trains:
+    its ``checkpoint_modules()`` when it has one, else its model's ``units.{i}`` for ``i`` in its ``units``."""
+    if callable(getattr(c, "checkpoint_modules", None)):
+        return c.checkpoint_modules()
+    return {f"units.{i}": c.model.units[i] for i in c.units}
+
+
+def _name(prefix: str, k: str) -> str:
+    return f"{prefix}.{k}" if prefix else k
+
+
 def _param_names(c) -> dict[int, str]:
-    return {id(p): f"units.{i}.{n}" for i in c.units for n, p in c.model.units[i].named_parameters()}
+    return {id(p): _name(pre, n) for pre, m in trained_modules(c).items() for n, p in m.named_parameters()}
 
 
 def _rng_state(device: torch.device) -> dict[str, Tensor]:
@@ -290,9 +321,9 @@ def executor_checkpoint(ex, rank: int) -> dict:
     """The flat DCP state of one executor (weights, optimizer, history, correctors, RNG, counters)."""
     c = compute_of(ex)
     sd: dict = {}
-    for i in c.units:
-        for k, v in c.model.units[i].state_dict().items():
-            sd[f"model.units.{i}.{k}"] = v.detach()
+    for pre, m in trained_modules(c).items():
+        for k, v in m.state_dict().items():
+            sd[f"model.{_name(pre, k)}"] = v.detach()
     names = _param_names(c)
     for group in c.optimizer.param_groups:
         for p in group["params"]:
@@ -308,6 +339,8 @@ def executor_checkpoint(ex, rank: int) -> dict:
     for k, v in _rng_state(_device(ex)).items():
         sd[f"rank{rank}.rng.{k}"] = v
     sd[f"rank{rank}.stage"] = _obj({"version": getattr(c, "version", 0)})
+    if callable(getattr(c, "task_state", None)):
+        sd["task_state"] = _obj(c.task_state())
     return sd
 
 
@@ -379,6 +412,8 @@ class Checkpointer:
                 "plan": self.plan_info, "world": self.world, "epochs": n,
                 "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype),
                 "data_paths": data_paths(self.config)}
+        if callable(getattr(compute_of(self.ex), "task_meta", None)):
+            meta["task_meta"] = compute_of(self.ex).task_meta()
         sd["meta"] = _obj(meta)
         tmp, final = self.dir / f"{_TMP}{n:06d}", self.dir / f"{_PREFIX}{n:06d}"
         stall = os.environ.get(STALL_ENV) == f"{n}:{self.rank}"
@@ -432,14 +467,15 @@ def load_checkpoint(path: str | Path, ex, rank: int, config: TrainConfig, plan_i
     c = compute_of(ex)
     names = _param_names(c)
     want = []
-    for i in c.units:
-        for k in c.model.units[i].state_dict():
-            key = f"model.units.{i}.{k}"
+    modules = trained_modules(c)
+    for pre, m in modules.items():
+        for k in m.state_dict():
+            key = f"model.{_name(pre, k)}"
             if key not in md:
                 raise ConfigError(f"checkpoint {p} has no weights {key}: it was written by another model")
             want.append(key)
-            if f"best.units.{i}.{k}" in md:
-                want.append(f"best.units.{i}.{k}")
+            if f"best.{_name(pre, k)}" in md:
+                want.append(f"best.{_name(pre, k)}")
     optim_keys = {}
     for group in c.optimizer.param_groups:
         for prm in group["params"]:
@@ -453,14 +489,18 @@ def load_checkpoint(path: str | Path, ex, rank: int, config: TrainConfig, plan_i
                                                                                   f"rank{rank}.stage"))
     tpl = _tensor_template(md, want)
     tpl["loop"] = None
+    task_state = callable(getattr(c, "load_task_state", None)) and "task_state" in md
+    if task_state:
+        tpl["task_state"] = None
     if same:
         tpl[f"rank{rank}.correctors"] = None
         tpl[f"rank{rank}.stage"] = None
     _load(p, tpl)
     with torch.no_grad():
-        for i in c.units:
-            sd = {k: tpl[f"model.units.{i}.{k}"] for k in c.model.units[i].state_dict()}
-            c.model.units[i].load_state_dict(sd)
+        for pre, m in modules.items():
+            m.load_state_dict({k: tpl[f"model.{_name(pre, k)}"] for k in m.state_dict()})
+    if task_state:
+        c.load_task_state(pickle.loads(tpl["task_state"]))
     for prm, ks in optim_keys.items():
         if ks:
             pre = f"optim.{names[id(prm)]}."

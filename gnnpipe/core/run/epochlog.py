@@ -21,6 +21,17 @@ CSV_FIELDS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss", "
               "bytes_layer", "bytes_graph", "bytes_weight", "comm_s", "idle_s"]
 
 
+#: the columns of ``--log-csv`` of a regression (S2EF) run: energies in eV, forces in eV/Å, EFwT a fraction
+REGRESSION_CSV_FIELDS = ["epoch", "loss", "lr", "train_energy_mae", "train_force_mae", "val_loss", "val_energy_mae",
+                         "val_energy_mae_per_atom", "val_force_mae", "val_force_cos", "val_efwt", "test_energy_mae",
+                         "test_energy_mae_per_atom", "test_force_mae", "test_force_cos", "test_efwt", "bytes_gp",
+                         "time_s", "bytes_weight", "comm_s"]
+
+#: what TensorBoard receives (the keys a record has)
+_TB_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s", "bytes_layer", "bytes_graph",
+            "bytes_weight", *REGRESSION_CSV_FIELDS[2:-3])
+
+
 def default_log_every(epochs: int) -> int:
     """Every 10 % of the epochs (at least every epoch)."""
     return max(1, epochs // 10)
@@ -31,14 +42,18 @@ def _fmt_pct(v) -> str:
 
 
 def format_record(rec: dict, epochs: int) -> str:
-    """One log line: epoch, loss, accuracies (evaluated epochs), epoch time and bytes (distributed runs)."""
+    """One log line: epoch, loss, accuracies (evaluated epochs; S2EF: validation energy and force MAE, force
+    cosine), epoch time and bytes (distributed runs)."""
     s = f"epoch {rec['epoch'] + 1:>{len(str(epochs))}}/{epochs}  loss {rec['loss']:.4f}"
-    if "val_acc" in rec:
+    if "val_force_mae" in rec:
+        s += (f"  val E-MAE {rec['val_energy_mae']:.4f} eV ({1000 * rec['val_energy_mae_per_atom']:.2f} meV/atom)"
+              f"  F-MAE {rec['val_force_mae']:.4f} eV/Å  F-cos {rec['val_force_cos']:.3f}")
+    elif "val_acc" in rec:
         s += (f"  train {_fmt_pct(rec['train_acc'])}  val {_fmt_pct(rec['val_acc'])}"
               f"  test {_fmt_pct(rec['test_acc'])}")
     s += f"  time {rec['time_s'] * 1000:.1f} ms"
-    b = sum(rec.get(k, 0) for k in ("bytes_layer", "bytes_graph", "bytes_weight"))
-    if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight")):
+    b = sum(rec.get(k, 0) for k in ("bytes_layer", "bytes_graph", "bytes_weight", "bytes_gp"))
+    if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight", "bytes_gp")):
         s += f"  sent {b / 2**20:.2f} MiB"
     return s
 
@@ -60,18 +75,21 @@ class EpochLogger:
         csv_path: append records to this CSV file (header written when the file is new).
         tensorboard: write scalars (loss, accuracies, epoch time, bytes) into this folder.
         stream: where lines go (default ``sys.stdout``).
+        fields: the CSV columns (default :data:`CSV_FIELDS`; S2EF: :data:`REGRESSION_CSV_FIELDS`).
 
     Raises:
         ConfigError: ``tensorboard`` given but the ``tensorboard`` package is missing.
     """
 
     def __init__(self, epochs: int, log_every: Optional[int] = None, csv_path: Optional[str] = None,
-                 tensorboard: Optional[str] = None, stream: Optional[TextIO] = None):
+                 tensorboard: Optional[str] = None, stream: Optional[TextIO] = None,
+                 fields: Optional[list[str]] = None):
         self.epochs = epochs
         self.stream = stream if stream is not None else sys.stdout
         every = default_log_every(epochs) if log_every is None else int(log_every)
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = 0 if tty else every
+        self.fields = list(fields or CSV_FIELDS)
         self._csv_file = None
         self._csv = None
         if csv_path:
@@ -79,7 +97,7 @@ class EpochLogger:
             path.parent.mkdir(parents=True, exist_ok=True)
             new = not path.exists() or path.stat().st_size == 0
             self._csv_file = open(path, "a", newline="")
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=self.fields, extrasaction="ignore")
             if new:
                 self._csv.writeheader()
         self._tb = None
@@ -103,11 +121,10 @@ class EpochLogger:
                     except (OSError, ValueError, AttributeError):
                         pass
         if self._csv is not None:
-            self._csv.writerow({k: _scalar(rec[k]) for k in CSV_FIELDS if k in rec})
+            self._csv.writerow({k: _scalar(rec[k]) for k in self.fields if k in rec})
             self._csv_file.flush()
         if self._tb is not None:
-            for k in ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s",
-                      "bytes_layer", "bytes_graph", "bytes_weight"):
+            for k in _TB_KEYS:
                 v = rec.get(k)
                 if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                     self._tb.add_scalar(k, v, epoch)

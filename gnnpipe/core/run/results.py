@@ -25,6 +25,9 @@ class TrainResult:
         best_epoch: epoch of that evaluation, counted from 0 (the summary and the epoch lines count from 1).
         mean_epoch_time_s: mean of ``time_s`` over epochs.
         extra: executor-specific fields (plan, ``peak_mem_bytes`` per rank, per-rank time splits, …).
+        best_metrics: kinds of work selected on another metric than the validation accuracy (S2EF: the
+            validation force MAE): the evaluation record of the best epoch (``val_*`` and ``test_*`` metrics,
+            e.g. ``test_energy_mae`` in eV, ``test_force_mae`` in eV/Å); empty for node classification.
         status: ``"completed"``, ``"interrupted"`` (SIGINT/SIGTERM: the epochs completed so far) or
             ``"failed"`` (a rank failed; ``error`` says how).
         model: the trained single-process :class:`~gnnpipe.models.GNNModel` (weights of the best-validation
@@ -39,6 +42,7 @@ class TrainResult:
     best_epoch: int = -1
     mean_epoch_time_s: float = float("nan")
     extra: dict = attrs.field(factory=dict)
+    best_metrics: dict = attrs.field(factory=dict)
     status: str = "completed"
     error: Optional[str] = None
     model: Any = attrs.field(default=None, eq=False, repr=False)
@@ -53,6 +57,10 @@ class TrainResult:
             "epochs": self.epochs,
             "status": self.status,
         }
+        if self.best_metrics:  # a regression task: no accuracies to report
+            d.pop("best_val_acc")
+            d.pop("test_acc_at_best_val")
+            d["best_metrics"] = self.best_metrics
         if self.error is not None:
             d["error"] = self.error
         d.update(self.extra)
@@ -65,19 +73,24 @@ class TrainResult:
 
     def summary(self) -> str:
         """A short human-readable summary."""
-        lines = [
+        if self.best_metrics:
+            lines = _regression_lines(self.best_metrics, self.best_epoch)
+        else:
+            lines = [
             f"best val acc          {_pct(self.best_val_acc)}"
             + (f" (epoch {self.best_epoch + 1}, counted from 1 as the epoch lines)" if self.best_epoch >= 0 else ""),
-            f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
-            f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs",
-        ]
-        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync")):
+                f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
+            ]
+        lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs")
+        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
+                           ("bytes_gp", "gp groups")):
             last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may
             if last:                                                    # have changed it)
                 lines.append(f"bytes/epoch {label:<11} {last:,}")
         if "early_stop" in self.extra:
             es = self.extra["early_stop"]
-            lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation accuracy or loss "
+            what = "force MAE" if self.best_metrics else "accuracy"
+            lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation {what} or loss "
                          f"for {es['patience']} epochs (--patience)")
         if "peak_mem_bytes" in self.extra:
             mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])
@@ -91,13 +104,13 @@ class LoopState:
 
     Attributes:
         result: the records so far. next_epoch: the first epoch still to run.
-        best: ``(val_acc, val_loss)`` of the best evaluation. best_loss: lowest validation loss.
+        best: ``(score, val_loss)`` of the best evaluation (score: :meth:`Selection.score`, higher is better). best_loss: lowest validation loss.
         since: epochs since either improved (early stopping counter).
     """
 
     result: TrainResult
     next_epoch: int = 0
-    best: tuple = (-1.0, float("inf"))
+    best: tuple = (-float("inf"), float("inf"))
     best_loss: float = float("inf")
     since: int = 0
 
@@ -105,15 +118,67 @@ class LoopState:
         r = self.result
         return {"next_epoch": self.next_epoch, "best": list(self.best), "best_loss": self.best_loss,
                 "since": self.since, "epochs": r.epochs, "best_val_acc": r.best_val_acc,
-                "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch}
+                "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch,
+                "best_metrics": r.best_metrics}
 
     @classmethod
     def from_dict(cls, d: dict, config) -> "LoopState":
         r = TrainResult(config=config.to_dict(), epochs=[dict(e) for e in d["epochs"]],
                         best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
-                        best_epoch=d["best_epoch"])
+                        best_epoch=d["best_epoch"], best_metrics=dict(d.get("best_metrics") or {}))
         return cls(result=r, next_epoch=d["next_epoch"], best=tuple(d["best"]), best_loss=d["best_loss"],
                    since=d["since"])
+
+
+@attrs.define(frozen=True)
+class Selection:
+    """Which evaluation is the best one (model selection and early stopping of
+    :func:`~gnnpipe.core.training.trainer.epoch_loop`): the highest (``mode="max"``) or lowest (``"min"``) ``monitor`` of
+    an evaluation record, ties broken by the lower ``val_loss``.
+
+    Node classification monitors ``val_acc`` (``max``) and reports ``best_val_acc`` / ``test_acc_at_best_val``;
+    any other monitor (S2EF: ``val_force_mae``, ``min``) keeps the whole evaluation record of the best epoch in
+    :attr:`TrainResult.best_metrics`.
+    """
+
+    monitor: str = "val_acc"
+    mode: str = "max"
+
+    def score(self, ev: dict) -> tuple[float, float]:
+        """``(score, val_loss)``: the first higher is better, the second lower is better."""
+        v = float(ev[self.monitor])
+        return (v if self.mode == "max" else -v), float(ev["val_loss"])
+
+    def better(self, ev: dict, best: tuple) -> bool:
+        s, loss = self.score(ev)
+        return (s, -loss) > (best[0], -best[1])
+
+    def record(self, result: "TrainResult", ev: dict, epoch: int) -> None:
+        """Write the best evaluation ``ev`` of ``epoch`` into ``result``."""
+        result.best_epoch = epoch
+        if self.monitor == "val_acc":
+            result.best_val_acc = ev["val_acc"]
+            result.test_acc_at_best_val = ev["test_acc"]
+        else:
+            result.best_metrics = {k: v for k, v in ev.items() if k.startswith(("val_", "test_", "train_"))}
+
+
+#: (key, label, unit, scale) of the regression metrics the summary prints
+_REGRESSION = (("energy_mae", "energy MAE", "eV", 1.0), ("energy_mae_per_atom", "energy MAE/atom", "meV", 1000.0),
+               ("force_mae", "force MAE", "eV/Å", 1.0), ("force_cos", "force cosine", "", 1.0),
+               ("efwt", "EFwT", "%", 100.0))
+
+
+def _regression_lines(best: dict, epoch: int) -> list[str]:
+    at = f" (epoch {epoch + 1}, counted from 1 as the epoch lines)" if epoch >= 0 else ""
+    lines = []
+    for split in ("val", "test"):
+        parts = [f"{label} {best[f'{split}_{k}'] * scale:.4g}{(' ' + unit) if unit else ''}"
+                 for k, label, unit, scale in _REGRESSION if f"{split}_{k}" in best]
+        if parts:
+            head = "best val" if split == "val" else "test at best val"
+            lines.append(f"{head:<22}" + ", ".join(parts) + (at if split == "val" else ""))
+    return lines or ["no evaluation"]
 
 
 def _pct(v: Optional[float]) -> str:

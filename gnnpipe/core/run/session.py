@@ -20,6 +20,9 @@ from ..settings.options import RunOptions
 class RunSession:
     """Per-rank run helpers.
 
+    The executor may name its CSV columns (``log_fields``) and, through the small interface of
+    :mod:`gnnpipe.core.run.checkpoint`, what its checkpoints hold.
+
     Args:
         config: the run's configuration. options: its :class:`RunOptions` (``None``: defaults).
         executor: this rank's executor. lead: whether this rank logs (rank 0).
@@ -41,7 +44,7 @@ class RunSession:
         self.logger = None
         if lead and (self.options.log_every != 0 or self.options.log_csv or self.options.tensorboard):
             self.logger = EpochLogger(config.epochs, self.options.log_every, self.options.log_csv,
-                                      self.options.tensorboard)
+                                      self.options.tensorboard, fields=getattr(executor, "log_fields", None))
         self.hooks = [self.logger] if self.logger is not None else []
         self.checkpointer = None
         if self.options.checkpoint_dir:
@@ -170,18 +173,21 @@ class RecordCollector:
         return self.records
 
 
-def partial_result(config: TrainConfig, records: list[dict], status: str, error: Optional[str] = None):
+def partial_result(config: TrainConfig, records: list[dict], status: str, error: Optional[str] = None,
+                   selection=None):
     """A :class:`~gnnpipe.core.run.results.TrainResult` of the completed epochs ``records`` of a run that did not
     finish (``status`` ``"interrupted"`` or ``"failed"``), with the best-validation summary of those epochs
-    (the rule of :func:`~gnnpipe.core.training.trainer.epoch_loop`)."""
-    from .results import TrainResult
+    (the rule of :func:`~gnnpipe.core.training.trainer.epoch_loop`; ``selection``: its
+    :class:`~gnnpipe.core.run.results.Selection`, default the highest validation accuracy)."""
+    from .results import Selection, TrainResult
 
+    sel = selection if selection is not None else Selection()
     r = TrainResult(config=config.to_dict(), epochs=list(records), status=status, error=error)
-    best = (-1.0, float("inf"))
+    best = (-float("inf"), float("inf"))
     for rec in records:
-        if "val_acc" in rec and (rec["val_acc"], -rec["val_loss"]) > (best[0], -best[1]):
-            best = (rec["val_acc"], rec["val_loss"])
-            r.best_val_acc, r.test_acc_at_best_val, r.best_epoch = rec["val_acc"], rec["test_acc"], rec["epoch"]
+        if sel.monitor in rec and sel.better(rec, best):
+            best = sel.score(rec)
+            sel.record(r, rec, rec["epoch"])
     if records:
         r.mean_epoch_time_s = sum(e["time_s"] for e in records) / len(records)
     return r

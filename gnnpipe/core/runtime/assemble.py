@@ -35,8 +35,11 @@ def compute_of(ex):
 
 
 def executor_state(ex) -> dict[str, Tensor]:
-    """:func:`owned_state` of an executor's model and units (see :func:`compute_of`)."""
+    """:func:`owned_state` of an executor's model and units (see :func:`compute_of`), or its ``weights()`` when it
+    has one (an executor that evaluates other weights than it trains, e.g. S2EF's moving average)."""
     c = compute_of(ex)
+    if callable(getattr(c, "weights", None)):
+        return c.weights()
     return owned_state(c.model, c.units)
 
 

@@ -19,7 +19,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = _DEFAULT
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help="dataset name (Cora, Computers, squirrel, …) or a .pt/.npz file "
-                   "(default: the embedded synthetic graph)")
+                   "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db) "
+                   "or oc20-like / md17-like (generated; what --model schnet or dimenet++ trains on without --dataset: oc20-like)")
     g.add_argument("--root", default=None, help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
@@ -58,7 +59,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="storage dtype of the pipeline's history buffers (rows up-cast to --dtype when read; "
                         "default: --dtype)")
     par = p.add_argument_group("parallelism")
-    par.add_argument("--ways", type=int, default=d.ways, help="graph-parallel ways W")
+    par.add_argument("--ways", type=int, default=d.ways,
+                     help="graph-parallel ways W (atomistic S2EF: data-parallel replicas D, each with --batch-size "
+                          "structures per step)")
     par.add_argument("--stages", type=int, default=d.stages, help="pipeline stages S")
     par.add_argument("--chunks", type=int, default=None, help="total number of chunks C (default: 4·S per way; 1 per way when S = 1)")
     par.add_argument("--scheduler", default=d.scheduler, help="chunk scheduler (gpipe, 1f1b, async-stale, …)")
@@ -80,6 +83,41 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                           "on the CPU, or with --device cuda through pinned CPU buffers)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                      help="seconds after which a failed or stuck rank ends the run")
+    a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --ways D = data-parallel replicas)")
+    a.add_argument("--energy-coef", type=float, default=d.energy_coef, help="weight of the energy loss")
+    a.add_argument("--force-coef", type=float, default=d.force_coef, help="weight of the force loss")
+    a.add_argument("--loss", dest="loss_fn", choices=["l1", "mse"], default=d.loss_fn,
+                   help="loss per energy and force component: mean absolute (l1) or mean squared error (mse)")
+    a.add_argument("--direct-forces", action="store_true",
+                   help="forces from the model's force head (default: conservative, minus the energy's gradient)")
+    a.add_argument("--cutoff", type=float, default=d.cutoff, help="neighbour cutoff radius in Å")
+    a.add_argument("--max-neighbors", type=int, default=d.max_neighbors,
+                   help="at most this many (the nearest) neighbours per atom")
+    a.add_argument("--batch-size", type=int, default=d.batch_size, help="structures per step and rank")
+    a.add_argument("--ema-decay", type=float, default=d.ema_decay,
+                   help="decay of the moving average of the weights used for evaluation (0: off)")
+    a.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="steps of linear learning-rate warm-up")
+    a.add_argument("--warmup-factor", type=float, default=d.warmup_factor,
+                   help="learning rate at the start of the warm-up, as a fraction of --lr")
+    a.add_argument("--lr-schedule", choices=["cosine", "plateau", "constant"], default=d.lr_schedule,
+                   help="after the warm-up: cosine decay to 1%% of --lr over the run, x0.8 when the validation force "
+                        "MAE stalls for 3 evaluations (plateau), or constant")
+    a.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="gradient-norm clipping (0: off)")
+    a.add_argument("--energy-key", default=None, help="the energy label of a structure file (default: the "
+                   "calculator's energy)")
+    a.add_argument("--forces-key", default=None, help="the force label of a structure file (default: the "
+                   "calculator's forces)")
+    a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
+    a.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=d.graph_parallel_group_size,
+                   help="graph-parallel group size G: each replica's batch split over G ranks by its edges and "
+                        "triplets (ranks = --ways D x G)")
+    a.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default=d.graph_parallel_partitioner,
+                   help="how a graph-parallel group splits the graph: edge-chunk (contiguous edge ranges balanced "
+                        "by triplet counts) or atom-owner (each edge with its target atom's owner, Morton order)")
+    a.add_argument("--gp-mode", dest="graph_parallel_mode", choices=["allgather", "halo"],
+                   default=d.graph_parallel_mode,
+                   help="how a graph-parallel group moves the edge rows triplets read: every edge (allgather) or "
+                        "only the rows read (halo)")
 
 
 def _model_options_help() -> str:

@@ -103,6 +103,45 @@ def _pos(name):
     return check
 
 
+#: S2EF loss functions (``TrainConfig.loss_fn``): mean absolute or mean squared error per energy and force component
+LOSS_FNS = ("l1", "mse")
+#: S2EF learning-rate schedules after the warm-up (``TrainConfig.lr_schedule``)
+LR_SCHEDULES = ("cosine", "plateau", "constant")
+#: the fields of S2EF runs (left out of :meth:`TrainConfig.to_dict` of other runs)
+S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
+               "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
+               "energy_key", "forces_key", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
+               "graph_parallel_mode")
+#: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
+GP_MODES = ("allgather", "halo")
+
+
+def _choice(name, choices):
+    def check(inst, attr, value):
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+    return check
+
+
+def _positive(name):
+    def check(inst, attr, value):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+
+    return check
+
+
+def _unit(name, closed=False):
+    def check(inst, attr, value):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            (0 <= value <= 1 if closed else 0 <= value < 1)
+        if not ok:
+            raise ConfigError(f"{name} must be a number in [0, {'1]' if closed else '1)'}, got {value!r}")
+
+    return check
+
+
 @attrs.define(kw_only=True)
 class TrainConfig:
     """Every setting of a training run (what ``gnnpipe train`` flags set; stored in the ``--out`` JSON).
@@ -113,6 +152,19 @@ class TrainConfig:
     Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
     (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
     process = 1×1.
+
+    S2EF (atomistic structure → energy and forces; ``task="s2ef"``, set by the ``s2ef`` task): the loss
+    ``energy_coef · L(E) + force_coef · L(F)`` over free atoms (``loss_fn`` ``l1`` or ``mse``; fairchem's
+    coefficients 1 and 100), conservative forces unless ``direct_forces``; the neighbour graph within ``cutoff``
+    Å, at most ``max_neighbors`` per atom; ``batch_size`` structures per rank and step (``ways`` data-parallel
+    replicas); AdamW with a linear warm-up over ``warmup_steps`` steps from ``warmup_factor · lr``, then
+    ``lr_schedule``; gradient norm clipped at ``clip_grad_norm`` (``None``/0: off); evaluation with an
+    exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` name the
+    labels of a structure file; ``frames``: the size of the generated data set used when no file is given.
+    Graph parallelism of atomistic models (Sriram et al., ICLR 2022): ``graph_parallel_group_size`` (``G``,
+    ``--gp-size``) ranks share each replica's batch, its edges and triplets split by
+    ``graph_parallel_partitioner`` (``edge-chunk`` or ``atom-owner``), edge rows moved by ``graph_parallel_mode``
+    (``allgather`` or ``halo``); the world is ``ways × G`` ranks.
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
     ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.training.trainer.resolve_config` fills in the defaults
@@ -173,6 +225,26 @@ class TrainConfig:
     dtype: str = attrs.field(default="float32", validator=_dtype)
     history_dtype: Optional[str] = None
     device: Optional[str] = None
+    # atomistic structure → energy and forces (S2EF; names as fairchem's); in the config of S2EF runs only
+    task: Optional[str] = None
+    energy_coef: float = attrs.field(default=1.0, validator=_rate("energy_coef"))
+    force_coef: float = attrs.field(default=100.0, validator=_rate("force_coef"))
+    loss_fn: str = attrs.field(default="l1", validator=_choice("loss_fn", LOSS_FNS))
+    direct_forces: bool = False
+    cutoff: float = attrs.field(default=6.0, validator=_positive("cutoff"))
+    max_neighbors: int = attrs.field(default=50, validator=_int_pos("max_neighbors"))
+    batch_size: int = attrs.field(default=8, validator=_int_pos("batch_size"))
+    ema_decay: float = attrs.field(default=0.999, validator=_unit("ema_decay"))
+    warmup_steps: int = attrs.field(default=100, validator=_nonneg("warmup_steps"))
+    warmup_factor: float = attrs.field(default=0.2, validator=_unit("warmup_factor", closed=True))
+    lr_schedule: str = attrs.field(default="cosine", validator=_choice("lr_schedule", LR_SCHEDULES))
+    clip_grad_norm: Optional[float] = attrs.field(default=10.0, validator=_rate("clip_grad_norm"))
+    energy_key: Optional[str] = None
+    forces_key: Optional[str] = None
+    frames: int = attrs.field(default=200, validator=_int_pos("frames"))
+    graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size"))
+    graph_parallel_partitioner: str = "edge-chunk"
+    graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
@@ -228,15 +300,18 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        return self.ways * self.stages
+        return self.ways * self.stages * self.graph_parallel_group_size
 
     def to_dict(self) -> dict:
         """All fields; the synthetic-graph sizes only when the synthetic graph is used."""
         d = attrs.asdict(self)
-        if self.dataset not in (None, "synthetic"):
+        if self.dataset not in (None, "synthetic") or self.task == "s2ef":
             for k in ("num_nodes", "avg_degree", "num_classes", "num_features"):
                 d.pop(k)
         d["correctors"] = [c if isinstance(c, str) else repr(c) for c in self.correctors]
+        if self.task != "s2ef":
+            for k in S2EF_FIELDS:
+                d.pop(k)
         return d
 
 

@@ -16,7 +16,7 @@ from ...models.base import unit_seed
 from ..settings.config import DTYPES, TrainConfig, check_names
 from ..ops.graph import GraphOps
 from ..runtime.metrics import accuracies, masked_loss, peak_memory_bytes
-from ..run.results import LoopState, TrainResult
+from ..run.results import LoopState, Selection, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
            "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
@@ -127,18 +127,20 @@ def epoch_loop(
     on_best: Optional[Callable[[int], None]] = None,
     after_epoch: Sequence[Callable[[int, dict, LoopState], None]] = (),
     warn: bool = True,
+    selection: Optional[Selection] = None,
 ) -> TrainResult:
     """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
 
     Model selection: the reported test accuracy is the one of the evaluation with the best validation
-    accuracy (ties broken by lower validation loss). Early stopping: training stops when ``patience``
-    epochs (``0`` = never) pass in which neither the best validation accuracy nor the lowest validation
+    accuracy (ties broken by lower validation loss); ``selection`` may monitor another metric (S2EF: the
+    lowest validation force MAE). Early stopping: training stops when ``patience``
+    epochs (``0`` = never) pass in which neither the best monitored metric nor the lowest validation
     loss improved (the criterion of the GCNII reference code is the loss; deep models keep lowering it
     long after accuracy plateaus).
 
     Args:
         train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
-        evaluate: ``() → dict`` as :func:`accuracies`.
+        evaluate: ``() → dict`` as :func:`accuracies` (with at least ``val_loss`` and the monitored metric).
         state: continue from this state (a resumed run) instead of epoch 0.
         on_best: called with the epoch whenever an evaluation becomes the best one (to keep its weights).
         after_epoch: called after each epoch's record is appended (logging, checkpoints), in order.
@@ -157,6 +159,7 @@ def epoch_loop(
     """
     from ...progress import progress_bar
 
+    sel = selection if selection is not None else Selection()
     st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
     result = st.result
     if st.next_epoch >= config.epochs and state is not None and warn:
@@ -166,7 +169,7 @@ def epoch_loop(
                        initial=st.next_epoch, total=config.epochs)
     try:
         for epoch in bar:
-            if "val_acc" in (result.epochs[-1] if result.epochs else {}) and config.patience \
+            if sel.monitor in (result.epochs[-1] if result.epochs else {}) and config.patience \
                     and st.since > config.patience:
                 break  # a resumed run that had already stopped early
             t0 = time.perf_counter()
@@ -180,25 +183,22 @@ def epoch_loop(
             if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
                 ev = evaluate()
                 rec.update(ev)
-                key = (ev["val_acc"], -ev["val_loss"])
-                if key > (st.best[0], -st.best[1]):
-                    st.best = (ev["val_acc"], ev["val_loss"])
-                    result.best_val_acc = ev["val_acc"]
-                    result.test_acc_at_best_val = ev["test_acc"]
-                    result.best_epoch = epoch
+                if sel.better(ev, st.best):
+                    st.best = sel.score(ev)
+                    sel.record(result, ev, epoch)
                     st.since = 0
                     if on_best is not None:
                         on_best(epoch)
                 if ev["val_loss"] < st.best_loss:
                     st.best_loss = ev["val_loss"]
                     st.since = 0
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev['val_acc']:.3f}", best=f"{st.best[0]:.3f}")
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev[sel.monitor]:.3f}", best=f"{abs(st.best[0]):.3f}")
             result.epochs.append(rec)
             st.since += 1
             st.next_epoch = epoch + 1
             for fn in after_epoch:
                 fn(epoch, rec, st)
-            if "val_acc" in rec and config.patience and st.since > config.patience:
+            if sel.monitor in rec and config.patience and st.since > config.patience:
                 result.extra["early_stop"] = {"epoch": epoch, "patience": config.patience,
                                               "best_epoch": result.best_epoch}
                 break

@@ -54,6 +54,22 @@ class CachedSphericalBasis(SphericalBasisLayer):
         self.envelope = Envelope(envelope_exponent)
         self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
 
+    def __getstate__(self) -> dict:
+        """Pickled without the sympy-derived functions (lambdified code cannot be pickled: a model travelling from
+        a rank to the launcher); :meth:`__setstate__` takes them from this process's cache."""
+        state = dict(self.__dict__)
+        state.pop("sph_funcs", None)
+        state.pop("bessel_funcs", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        key = (self.num_spherical, self.num_radial)
+        if key not in _SBF_FUNCS:
+            layer = SphericalBasisLayer(*key, self.cutoff)
+            _SBF_FUNCS[key] = (layer.sph_funcs, layer.bessel_funcs)
+        self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
+
 
 class SphericalBasis(CachedSphericalBasis):
     """:class:`CachedSphericalBasis` whose forward reads the triplets' edges with ``index_select`` (same values as

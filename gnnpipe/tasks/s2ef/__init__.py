@@ -1,0 +1,218 @@
+"""The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
+process, data-parallel over ``--ways D`` ranks, and graph-parallel over ``--gp-size G`` ranks per replica
+(``D × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.graph_parallel`).
+
+``gnnpipe train --dataset FILE.extxyz --model dimenet++`` (or no ``--dataset``: a generated OC20-like set) runs
+the steps of :class:`~gnnpipe.tasks.base.Task`: :meth:`S2EF.resolve` (the model must be atomistic; its
+hyper-parameters and options filled in), :meth:`S2EF.load` (structures read or generated, validated in the
+training dtype, split 80/10/10, the energy reference fitted on the training split), :meth:`S2EF.plan`,
+:meth:`S2EF.check`, :meth:`S2EF.launch` (this process, ``D`` ranks started here, or the ranks of ``torchrun``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+import attrs
+
+from ..registry import register
+from ..base import Task
+from .data import is_structure_dataset
+from .graph_parallel import check_graph_parallel, gp_plan_info
+from .graph_parallel import worker as gp_worker
+from .normalizer import EnergyNormalizer
+from .trainer import SELECTION, S2EFTrainer, worker
+
+__all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
+
+
+@attrs.define
+class S2EFData:
+    """Loaded S2EF data: ``structures`` (validated PyG ``Data``), ``splits`` (index tensors), the fitted
+    ``normalizer``, and ``name`` (what the run trains on)."""
+
+    structures: list
+    splits: dict
+    normalizer: EnergyNormalizer
+    name: str
+
+
+@attrs.define
+class S2EFPlan:
+    """The layout: ``data`` and ``info`` (:func:`~.graph_parallel.gp_plan_info`)."""
+
+    data: S2EFData
+    info: dict
+
+
+def _model_task(name: str) -> Optional[str]:
+    from ... import models
+
+    try:
+        return getattr(models.get(name), "task", None)
+    except Exception:  # noqa: BLE001 - an unknown model is not ours to judge here
+        return None
+
+
+@register("s2ef")
+class S2EF(Task):
+    name = "s2ef"
+
+    @classmethod
+    def claims(cls, config: Any) -> bool:
+        """A structure file or generated structure set as the dataset, or an atomistic model."""
+        return is_structure_dataset(getattr(config, "dataset", None)) or _model_task(config.model) == "s2ef"
+
+    def resolve(self, config: Any) -> Any:
+        """``task="s2ef"``; the model's recommended ``lr``, ``dropout``, ``weight_decay`` for those left unset;
+        its options with their defaults, ``cutoff``, ``max_neighbors`` and ``direct_forces`` from the config.
+
+        Raises:
+            ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
+                contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``, or a layout other than
+                ``--ways D`` data parallelism × ``--gp-size G`` graph parallelism.
+        """
+        from ... import models
+        from ...errors import ConfigError
+
+        if _model_task(config.model) != "s2ef":
+            atomistic = [n for n in models.available() if _model_task(n) == "s2ef"]
+            models.get(config.model)  # an unknown name: UnknownComponentError listing the models
+            raise ConfigError(f"--model {config.model} does not predict energies and forces; with structures "
+                              f"({config.dataset or 'oc20-like'}) use --model {' or '.join(atomistic)}")
+        if config.dataset is not None and not is_structure_dataset(config.dataset):
+            raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
+                              f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
+        if config.stages != 1 or (config.chunks or 1) != 1:
+            raise ConfigError("S2EF training has no pipeline: it is data-parallel only over --ways D replicas, each "
+                              "graph-parallel over --gp-size G ranks (no --stages / --chunks)")
+        opts = models.model_options(config.model)
+        fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
+        clash = {k: v for k, v in config.model_args.items() if k in fixed and v != fixed[k]}
+        if clash:
+            k = next(iter(clash))
+            raise ConfigError(f"--model-arg {k}={clash[k]} contradicts --{k.replace('_', '-')} {fixed[k]}; "
+                              f"set it with --{k.replace('_', '-')}")
+        hp = models.get(config.model).default_hparams
+        upd = {k: hp[k] for k in ("lr", "dropout", "weight_decay") if getattr(config, k) is None and k in hp}
+        if config.weight_decay_conv is None:
+            upd["weight_decay_conv"] = upd.get("weight_decay", config.weight_decay)
+        args = {**{k: o.default for k, o in opts.items()}, **config.model_args, **fixed}
+        return attrs.evolve(config, task="s2ef", model_args=args, **upd)
+
+    def load(self, config: Any, data: Optional[Any] = None) -> S2EFData:
+        """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), validated in
+        ``config.dtype``, split, with the energy reference fitted on the training split."""
+        from .data import load_structures, prepare_structures, split
+
+        if data is None:
+            structures, name = load_structures(config), config.dataset or "oc20-like"
+        else:
+            items = list(data)
+            if items and not hasattr(items[0], "pos"):
+                from ...data.atoms import from_atoms
+
+                items = from_atoms(items)
+            structures = prepare_structures(items, config.torch_dtype, cutoff=config.cutoff)
+            name = "the given structures"
+        splits = split(config, len(structures))
+        normalizer = EnergyNormalizer.fit([structures[i] for i in splits["train"].tolist()])
+        return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name)
+
+    def describe(self, config: Any, data: S2EFData, given: bool = False) -> str:
+        n = len(data.structures)
+        atoms = sum(int(d.z.numel()) for d in data.structures)
+        sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
+        s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
+             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
+             f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
+             f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours; ")
+        G = config.graph_parallel_group_size
+        gp = (f"; each replica's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
+              f"{config.graph_parallel_mode}), {config.ways * G} ranks in all") if G > 1 else ""
+        if config.ways == 1:
+            return s + f"{'one replica' if G > 1 else 'single process'}, batch {config.batch_size}" + gp
+        return s + (f"data parallel over {config.ways} replicas, {config.batch_size} structures each "
+                    f"(global batch {config.batch_size * config.ways})") + gp
+
+    def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
+        return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
+
+    def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
+        """Refuse an empty training split, a torchrun world that is not ``--ways × --gp-size``, a graph-parallel
+        group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
+        that has no graph-parallel hooks (:func:`~.graph_parallel.check_graph_parallel`).
+
+        Raises:
+            ConfigError / UnknownComponentError: as above.
+        """
+        from ...core.run import launch
+        from ...errors import ConfigError
+
+        if len(plan.data.splits["train"]) == 0:
+            raise ConfigError(f"{plan.data.name} has too few structures for a training split "
+                              f"({len(plan.data.structures)}); give at least 3")
+        G = config.graph_parallel_group_size
+        world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
+        try:
+            check_graph_parallel(config, world)
+        except ConfigError as exc:
+            if world is not None:  # every torchrun rank fails with the message (torchrun's summary shows it)
+                launch.record_torchrun_error(f"gnnpipe: error: {exc}")
+            raise
+        launch.check_torchrun_world(config.ways * G, f"--ways {config.ways}" + (f" × --gp-size {G}" if G > 1 else ""))
+
+    def launch(self, config: Any, plan: S2EFPlan, progress: bool, options: Any) -> Any:
+        """Train: in this process (``ways == 1``), in ``D`` ranks started here (gloo; a failing rank ends them
+        all), or as a rank of ``torchrun``. Returns the :class:`~gnnpipe.core.run.results.TrainResult` (``None`` on
+        torchrun ranks other than 0)."""
+        import torch
+
+        from ...core.run import launch
+        from ...core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
+        from ...core.settings.options import RunOptions
+
+        options = options or RunOptions()
+        meta = read_meta(options.resume) if options.resume else None
+        check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
+        if meta is not None:
+            check_resume(config, meta)
+        d = plan.data
+        norm = d.normalizer.to_dict()
+        G = config.graph_parallel_group_size
+        run_rank = worker if G == 1 else gp_worker
+        if launch.under_torchrun():
+            import torch.distributed as dist
+
+            rank, world = launch.init_env_process_group("gloo", config.timeout_s)
+            out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
+            dist.barrier()
+            dist.destroy_process_group()
+            return out["result"] if out else None
+        if config.ways * G == 1:
+            torch.set_num_threads(config.threads)
+            return S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(progress, options,
+                                                                                 plan_info=plan.info)
+        from ...core.run.session import RecordCollector, partial_result
+        from ...errors import DistributedError
+
+        if G == 1:
+            print(f"data parallel: {config.ways} ranks (gloo), {config.batch_size} structures each per step",
+                  file=sys.stderr)
+        else:
+            print(f"graph parallel: {config.ways} replica(s) x {G} ranks = {config.ways * G} ranks (gloo), "
+                  f"{config.batch_size} structures per replica and step", file=sys.stderr)
+        records = RecordCollector().start()
+        try:
+            outs = launch.spawn(run_rank, config.ways * G, (config, d.structures, d.splits, norm, progress,
+                                                            options, records.send_end),
+                                backend="gloo", timeout_s=config.timeout_s, threads=config.threads, graceful=True)
+        except (KeyboardInterrupt, DistributedError) as exc:
+            failed = isinstance(exc, DistributedError)
+            exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
+                                        str(exc) if failed else None, selection=SELECTION)
+            raise
+        records.stop()
+        return outs[0]["result"]

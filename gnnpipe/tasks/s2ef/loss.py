@@ -1,0 +1,82 @@
+"""The S2EF loss and metrics, written as sums over a rank's structures and atoms divided by global counts.
+
+Loss (fairchem's): ``energy_coef · L(ê, e) + force_coef · L(F̂, F)`` with ``L`` the mean absolute (``l1``) or
+mean squared (``mse``) error — over the ``B`` structures of the (global) batch for the energy, over the ``3·n_free``
+force components of its free atoms (``fixed`` False) for the forces. Each rank computes the *sum* over its share
+and divides by the *global* ``B`` and ``n_free``; the ranks' gradients summed are then exactly the gradient of the
+loss of the whole batch, whatever the shares (an uneven or empty last share included).
+
+Metrics (OC20's): energy MAE (eV, and per atom: ``|ΔE| / n_atoms``), force MAE (eV/Å, over the components of free
+atoms), force cosine (mean over free atoms of ``cos(F̂_a, F_a)``), EFwT (the share of structures whose energy is
+within 0.02 eV and every free atom's force components within 0.03 eV/Å; Chanussot et al. 2021, OC20).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: EFwT thresholds: energy (eV) and force component (eV/Å)
+EFWT_ENERGY, EFWT_FORCE = 0.02, 0.03
+
+
+def _elementwise(diff: Tensor, loss_fn: str) -> Tensor:
+    return diff.abs() if loss_fn == "l1" else diff.square()
+
+
+def s2ef_loss(energy: Tensor, energy_target: Tensor, forces: Tensor, forces_target: Tensor, free: Tensor, *,
+              num_structures: int, num_free: int, energy_coef: float, force_coef: float,
+              loss_fn: str = "l1") -> Tensor:
+    """This rank's part of the loss of a global batch (normalised targets).
+
+    Args:
+        energy, energy_target: ``[b]`` this rank's structures. forces, forces_target: ``[n, 3]`` its atoms.
+        free: ``[n]`` bool, atoms in the force loss.
+        num_structures, num_free: ``B`` and ``n_free`` of the global batch (all ranks together).
+        loss_fn: ``"l1"`` or ``"mse"``.
+
+    Returns:
+        a scalar; the ranks' values (and gradients) summed give the loss of the global batch.
+    """
+    le = _elementwise(energy - energy_target, loss_fn).sum() / max(num_structures, 1)
+    lf = _elementwise(forces[free] - forces_target[free], loss_fn).sum() / max(3 * num_free, 1)
+    return energy_coef * le + force_coef * lf
+
+
+class S2EFMetrics:
+    """Sums of the metrics over the structures one rank saw (:meth:`update`); :meth:`totals` is a float64 tensor
+    to all-reduce, :meth:`compute` the means. Energies in eV, forces in eV/Å."""
+
+    FIELDS = ("n_structures", "energy_ae", "energy_ae_per_atom", "n_free", "force_ae", "force_cos", "efwt", "loss")
+
+    def __init__(self):
+        self.sums = torch.zeros(len(self.FIELDS), dtype=torch.float64)
+
+    @torch.no_grad()
+    def update(self, energy: Tensor, energy_target: Tensor, forces: Tensor, forces_target: Tensor, free: Tensor,
+               natoms: Tensor, batch: Tensor, loss: float = 0.0) -> None:
+        """Add a batch (``energy`` ``[b]`` eV, ``forces`` ``[n, 3]`` eV/Å, ``free`` ``[n]``, ``natoms`` ``[b]``,
+        ``batch`` ``[n]``; ``loss``: its loss term, summed as given)."""
+        e_err = (energy.double() - energy_target.double()).abs()
+        f_err = (forces.double() - forces_target.double()).abs()
+        fe = f_err[free]
+        cos = torch.nn.functional.cosine_similarity(forces.double()[free], forces_target.double()[free], dim=-1,
+                                                    eps=1e-12)
+        worst = torch.zeros(energy.numel(), dtype=torch.float64)
+        if fe.numel():
+            worst = worst.scatter_reduce(0, batch[free], fe.amax(-1), reduce="amax", include_self=True)
+        ok = (e_err < EFWT_ENERGY) & (worst < EFWT_FORCE)
+        self.sums += torch.tensor([energy.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
+                                   fe.sum(), cos.sum(), ok.sum(), loss], dtype=torch.float64)
+
+    def totals(self) -> Tensor:
+        return self.sums
+
+    def compute(self, sums: Tensor | None = None, prefix: str = "") -> dict:
+        """The means (``sums``: all-reduced :meth:`totals`, default this rank's): ``energy_mae``,
+        ``energy_mae_per_atom``, ``force_mae``, ``force_cos``, ``efwt``."""
+        s = dict(zip(self.FIELDS, (sums if sums is not None else self.sums).tolist()))
+        nb, nf = max(s["n_structures"], 1), max(s["n_free"], 1)
+        return {f"{prefix}energy_mae": s["energy_ae"] / nb, f"{prefix}energy_mae_per_atom": s["energy_ae_per_atom"] / nb,
+                f"{prefix}force_mae": s["force_ae"] / (3 * nf), f"{prefix}force_cos": s["force_cos"] / nf,
+                f"{prefix}efwt": s["efwt"] / nb}

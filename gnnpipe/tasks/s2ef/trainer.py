@@ -1,0 +1,307 @@
+"""S2EF training: one executor for a single process and for each of ``D`` data-parallel ranks.
+
+Each step takes one global batch (``D × batch_size`` structures, :func:`~gnnpipe.tasks.s2ef.data.epoch_batches`);
+rank ``r`` computes the loss of its share as sums divided by the global counts (:func:`~.loss.s2ef_loss`) and
+back-propagates; the ranks' gradients are summed with one all-reduce, so every rank holds exactly the gradient of
+the global batch — the same as one process training on it (an uneven or empty share included). Then every rank
+clips, steps AdamW and updates the moving average identically, so the replicas never drift.
+
+The executor plugs into the shared runtime: :func:`~gnnpipe.core.training.trainer.epoch_loop` (progress bar, early
+stopping, selection on the validation force MAE), :class:`~gnnpipe.core.run.session.RunSession` (epoch lines, CSV,
+TensorBoard, best weights, Ctrl-C) and :mod:`gnnpipe.core.run.checkpoint` through ``checkpoint_modules``,
+``task_state`` / ``load_task_state`` (moving average, learning-rate schedule) and ``task_meta``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ...core.settings.config import TrainConfig
+from ...core.run.epochlog import REGRESSION_CSV_FIELDS
+from ...core.run.results import Selection, TrainResult
+from .data import epoch_batches, share
+from .loss import S2EFMetrics, s2ef_loss
+from .normalizer import EnergyNormalizer
+from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
+
+#: S2EF model selection: the lowest validation force MAE (ties: the lower validation loss)
+SELECTION = Selection(monitor="val_force_mae", mode="min")
+
+
+def make_model(config: TrainConfig):
+    """The atomistic model of ``config`` (``layers`` interaction blocks, ``hidden`` channels, the ``cutoff``, the
+    model's own options), its weights drawn after ``torch.manual_seed(config.seed)`` (the same on every rank)."""
+    from ...models import build_model, model_options
+
+    opts = model_options(config.model)
+    kw = dict(config.model_args)
+    for name, value in (("cutoff", config.cutoff), ("direct_forces", config.direct_forces),
+                        ("max_neighbors", config.max_neighbors)):
+        if name in opts:
+            kw.setdefault(name, value)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, 0, 1, num_layers=config.layers, hidden=config.hidden,
+                        dropout=config.dropout or 0.0, **kw)
+    return model.to(config.torch_dtype)
+
+
+def graph_builder(cutoff: float, max_neighbors: int) -> Callable:
+    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`)."""
+    from ...data.atoms import build_graph
+
+    return lambda batch: build_graph(batch, cutoff, max_neighbors)
+
+
+def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
+    """``(ê [b], F̂ [n, 3], batch)``: the model's (normalised) energies and forces of ``structures`` (the model's
+    direct head, or conservative ``−∂ê/∂pos``, differentiable again while the model trains and grad is on)."""
+    from torch_geometric.data import Batch
+
+    batch = Batch.from_data_list(structures)
+    out = model(batch, graph_fn(batch), forces=True)
+    return out["energy"].reshape(-1), out["forces"], batch
+
+
+class S2EFTrainer:
+    """The executor of one rank (``world = 1``: the single process).
+
+    Args:
+        config: the resolved S2EF configuration. structures: all structures (each rank holds them all; the
+            shares are chosen per step). splits: ``{"train", "val", "test"}`` index tensors.
+        normalizer: the energy reference and normalisation fitted on the training split.
+        rank, world: this rank and the number of data-parallel ranks ``D`` (a process group is initialised
+            when ``world > 1``). Subclasses may place several ranks on one replica (graph parallelism,
+            :mod:`~gnnpipe.tasks.s2ef.graph_parallel`): ``replica`` / ``replicas`` say which batch share a rank
+            reads, ``reporting`` whether its loss and metrics count, :meth:`forward` how it computes them.
+        model: a pre-built model (default :func:`make_model`). graph_fn: ``batch → graph`` (default
+            :func:`graph_builder` with the config's cutoff and neighbour cap).
+    """
+
+    log_fields = REGRESSION_CSV_FIELDS
+
+    def __init__(self, config: TrainConfig, structures: list, splits: dict, normalizer: EnergyNormalizer, *,
+                 rank: int = 0, world: int = 1, model=None, graph_fn: Optional[Callable] = None):
+        self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
+        self.rank, self.world = rank, world
+        self.replica, self.replicas, self.reporting = self.replica_of(rank, world)
+        self.device = torch.device("cpu")
+        self.model = model if model is not None else make_model(config)
+        self.units = range(len(getattr(self.model, "units", ())))
+        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
+        n_train = len(splits["train"])
+        self.steps_per_epoch = max(math.ceil(n_train / (config.batch_size * self.replicas)), 1)
+        self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
+                                   config.warmup_steps, config.warmup_factor)
+        self.ema = ExponentialMovingAverage(self.model, config.ema_decay)
+        self.free_counts = torch.tensor([int((~d.fixed).sum()) for d in structures])
+
+    # ------------------------------------------------------------------ the checkpoint interface
+    def checkpoint_modules(self) -> dict:
+        return {"": self.model}
+
+    def task_state(self) -> dict:
+        """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
+        ``gnnpipe export --keep last`` exports (:func:`gnnpipe.core.run.checkpoint.read_weights`)."""
+        return {"ema": self.ema.state_dict(), "schedule": self.schedule.state_dict(),
+                "weights": self.weights()}  # by state_dict names, shared modules under each of their names
+
+    def load_task_state(self, state: dict) -> None:
+        self.ema.load_state_dict(state["ema"])
+        self.schedule.load_state_dict(state["schedule"])
+
+    def task_meta(self) -> dict:
+        """What a model file needs to be used (:mod:`gnnpipe.tasks.s2ef.predict`): plain values only."""
+        return {"task": "s2ef", "normalizer": self.normalizer.to_dict(), "cutoff": float(self.config.cutoff),
+                "max_neighbors": int(self.config.max_neighbors), "direct_forces": bool(self.config.direct_forces)}
+
+    def weights(self) -> dict[str, Tensor]:
+        """CPU copies of the weights evaluation uses (the moving average, when kept), by ``state_dict`` names."""
+        with self.ema.averaged(self.model) as m:
+            return {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
+
+    # ------------------------------------------------------------------ training
+    def _targets(self, batch) -> tuple[Tensor, Tensor, Tensor]:
+        ref = self.normalizer.reference(batch.z, batch.batch, batch.num_graphs)
+        e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
+        return e_t, batch.forces / self.normalizer.std, ref
+
+    def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
+        """``(replica, replicas, reporting)`` of ``rank`` among ``world`` ranks: here every rank is a replica."""
+        return rank, world, True
+
+    def share(self, ids: Tensor) -> Tensor:
+        """This rank's part of a global batch (its replica's share)."""
+        return share(ids, self.replica, self.replicas)
+
+    def forward(self, structures: list) -> tuple[Tensor, Tensor, object]:
+        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`)."""
+        return forward(self.model, structures, self.graph_fn)
+
+    def _all_reduce(self, t: Tensor) -> Tensor:
+        if self.world > 1:
+            dist.all_reduce(t)
+        return t
+
+    def train_step(self, epoch: int) -> dict:
+        """One epoch of steps; returns ``loss`` (mean over steps of the global batch's loss), ``lr`` (of the last
+        step), ``train_energy_mae``, ``train_force_mae`` (of the training forward passes, eV and eV/Å)."""
+        c0 = time.thread_time()
+        cfg = self.config
+        self.model.train()
+        train = self.splits["train"]
+        metrics = S2EFMetrics()
+        losses = []
+        lr = float("nan")
+        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
+            ids = train[gb]
+            num_free = int(self.free_counts[ids].sum())
+            mine = self.share(ids)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_value = torch.zeros((), dtype=torch.float64)
+            if len(mine):
+                e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
+                e_t, f_t, ref = self._targets(batch)
+                free = ~batch.fixed
+                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                                 energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+                loss.backward()
+                if self.reporting:
+                    loss_value = loss.detach().to(torch.float64)
+                with torch.no_grad():
+                    s = self.normalizer.std
+                    if self.reporting:
+                        metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                                       f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch)
+            self._sync_grads(loss_value, losses)
+            clip_and_norm(self.params, cfg.clip_grad_norm)
+            lr = self.schedule.apply()
+            self.optimizer.step()
+            self.ema.update(self.model)
+        sums = self._all_reduce(metrics.totals().clone())
+        m = metrics.compute(sums)
+        return {"loss": sum(losses) / max(len(losses), 1), "lr": lr, "train_energy_mae": m["energy_mae"],
+                "train_force_mae": m["force_mae"], "cpu_s": [time.thread_time() - c0]}
+
+    def _sync_grads(self, loss_value: Tensor, losses: list) -> None:
+        """Every parameter's gradient (zeros where this rank had none) summed over the ranks, with the loss."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        if self.world > 1:
+            flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads] + [loss_value.reshape(1)])
+            dist.all_reduce(flat)
+            off = 0
+            for p, g in zip(self.params, grads):
+                n = g.numel()
+                p.grad = flat[off:off + n].view_as(g).to(g.dtype).clone()
+                off += n
+            losses.append(float(flat[-1]))
+        else:
+            for p, g in zip(self.params, grads):
+                p.grad = g
+            losses.append(float(loss_value))
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
+        cfg = self.config
+        mine = self.share(ids)
+        num_free = int(self.free_counts[ids].sum())
+        for chunk in mine.split(cfg.batch_size) if len(mine) else ():
+            with torch.no_grad():
+                e_hat, f_hat, batch = self.forward([self.structures[i] for i in chunk.tolist()])
+                if not self.reporting:
+                    continue
+                e_t, f_t, ref = self._targets(batch)
+                free = ~batch.fixed
+                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                                 energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+                s = self.normalizer.std
+                metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                               f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch,
+                               loss=float(loss))
+
+    def evaluate(self) -> dict:
+        """Validation and test metrics with the averaged weights: ``{val,test}_loss``, ``_energy_mae`` (eV),
+        ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions)."""
+        out = {}
+        with self.ema.averaged(self.model) as model:
+            model.eval()
+            ms = {k: S2EFMetrics() for k in ("val", "test")}
+            for k, m in ms.items():
+                self._eval_split(self.splits[k], m)
+            sums = self._all_reduce(torch.stack([ms["val"].totals(), ms["test"].totals()]))
+            for j, k in enumerate(("val", "test")):
+                out[f"{k}_loss"] = float(sums[j, S2EFMetrics.FIELDS.index("loss")])
+                out.update(ms[k].compute(sums[j], prefix=f"{k}_"))
+        self.schedule.observe(out["val_force_mae"])
+        return out
+
+    # ------------------------------------------------------------------ a run
+    def run(self, progress: bool, options, *, plan_info: dict, records=None) -> TrainResult:
+        """Train with the shared epoch loop and session (collective when ``world > 1``); returns this rank's
+        result (``result.model``: the trained model with its ``meta`` on rank 0)."""
+        from ...core.run import stopping
+        from ...core.run.checkpoint import run_meta
+        from ...core.runtime.metrics import peak_memory_bytes
+        from ...core.run.session import RunSession
+        from ...core.training.trainer import epoch_loop
+
+        lead = self.rank == 0
+        session = RunSession(self.config, options, self, lead=lead, rank=self.rank, world=self.world,
+                             plan_info=plan_info)
+        hooks = list(session.hooks)
+        if records is not None and lead:
+            hooks.insert(len(hooks) - 1, lambda epoch, rec, st: records.send(rec))  # before the stop hook
+        try:
+            state = session.start_state()
+            if records is not None and lead:
+                for rec in state.result.epochs:
+                    records.send(rec)
+            with stopping.installed(announce=lead):
+                result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress and lead,
+                                    desc=f"s2ef {self.world}x" if self.world > 1 else "s2ef", state=state,
+                                    on_best=session.on_best, after_epoch=hooks, warn=lead, selection=SELECTION)
+            session.finish()
+        finally:
+            session.close()
+        result.extra["plan"] = plan_info
+        stats = session.checkpoint_stats()
+        if stats is not None:
+            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
+        result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.device)]
+        model = copy.deepcopy(self.model)
+        model.load_state_dict(session.final_state())
+        model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
+        model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
+        result.model = model.eval()
+        return result
+
+
+def plan_info(config: TrainConfig, splits: dict) -> dict:
+    """The layout of an S2EF run (stored in results and checkpoints)."""
+    return {"task": "s2ef", "ways": config.ways, "stages": 1, "world_size": config.ways,
+            "data_parallel": config.ways, "batch_size": config.batch_size,
+            "global_batch": config.batch_size * config.ways,
+            "structures": {k: int(len(v)) for k, v in splits.items()}}
+
+
+def worker(rank: int, world: int, config: TrainConfig, structures: list, splits: dict, normalizer: dict,
+           progress: bool = True, options=None, records=None) -> Optional[dict]:
+    """The function each data-parallel rank runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank).
+
+    Returns ``{"result": TrainResult}`` on rank 0 (its ``model`` holds the trained weights), ``None`` elsewhere.
+    """
+    torch.set_num_threads(config.threads)
+    tr = S2EFTrainer(config, structures, splits, EnergyNormalizer.from_dict(normalizer), rank=rank, world=world)
+    result = tr.run(progress, options, plan_info=plan_info(config, splits), records=records)
+    peaks = [None] * world
+    dist.all_gather_object(peaks, result.extra["peak_mem_bytes"][0])
+    result.extra["peak_mem_bytes"] = peaks
+    return {"result": result} if rank == 0 else None
