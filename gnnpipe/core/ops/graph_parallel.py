@@ -32,6 +32,7 @@ import attrs
 import torch
 from torch import Tensor
 
+from ...data.atoms.graph import EdgeGeometry
 from ...errors import ConfigError, DataValidationError
 from ...partitioners.edges import GraphParallelPlan
 from . import collectives as C
@@ -43,7 +44,7 @@ MODES = ("allgather", "halo")
 
 
 @attrs.frozen
-class LocalGraph:
+class LocalGraph(EdgeGeometry):
     """One rank's view of an atomistic graph: ``gnnpipe.data.atoms.AtomGraph``'s attributes and methods, restricted
     to the rank's edges and triplets.
 
@@ -73,10 +74,6 @@ class LocalGraph:
     max_neighbors: Optional[int] = None
 
     @property
-    def num_edges(self) -> int:
-        return int(self.edge_index.size(1))
-
-    @property
     def num_triplets(self) -> int:
         return int(self.idx_ji.numel())
 
@@ -84,26 +81,6 @@ class LocalGraph:
     def triplets_per_edge(self) -> Tensor:
         """``LongTensor[E_r]``: owned triplets per owned edge."""
         return torch.bincount(self.idx_ji, minlength=self.num_edges)
-
-    def edge_vectors(self, pos: Tensor, cell: Optional[Tensor] = None) -> Tensor:
-        """``[E_r, 3]``: ``pos[j] + cell_offsets[e] @ cell[batch[j]] − pos[i]`` (Å) for the owned edges, in torch
-        (gradients reach ``pos`` and ``cell``), as ``AtomGraph.edge_vectors`` computes it.
-
-        Raises:
-            ValueError: ``cell`` is ``None`` but some owned edge crosses a periodic boundary.
-        """
-        j, i = self.edge_index[0], self.edge_index[1]
-        vec = pos[j] - pos[i]
-        if cell is None:
-            if self.num_edges and bool(self.cell_offsets.any()):
-                raise ValueError("edges cross periodic boundaries: pass the batch's cell [B, 3, 3] to edge_vectors")
-            return vec
-        shift = torch.einsum("ek,ekl->el", self.cell_offsets.to(pos.dtype), cell.to(pos.dtype)[self.batch[j]])
-        return vec + shift
-
-    def distances(self, pos: Tensor, cell: Optional[Tensor] = None) -> Tensor:
-        """``[E_r]`` Å: the norms of :meth:`edge_vectors`."""
-        return self.edge_vectors(pos, cell).norm(dim=-1)
 
     def to(self, device: torch.device | str) -> LocalGraph:
         """A copy with every tensor on ``device``."""

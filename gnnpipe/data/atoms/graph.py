@@ -29,53 +29,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "build_graph", "concat_graphs", "neighbor_pairs", "triplets"]
+__all__ = ["AtomGraph", "EdgeGeometry", "build_graph", "concat_graphs", "neighbor_pairs", "triplets"]
 
 
-@dataclass
-class AtomGraph:
-    """The neighbour graph of a batch of ``B`` structures with ``N`` atoms, ``E`` edges and ``T`` triplets.
-
-    Attributes:
-        edge_index: int64 ``[2, E]``; row 0 = source ``j``, row 1 = target ``i``; sorted by target, then distance,
-            then source, then offset.
-        cell_offsets: int64 ``[E, 3]``; the image of ``j`` in units of its structure's cell vectors.
-        batch: int64 ``[N]``; the structure of each atom.
-        num_nodes: ``N``.
-        idx_kj: int64 ``[T]`` or ``None`` (built without triplets); the edge ``k → j`` of each triplet.
-        idx_ji: int64 ``[T]`` or ``None``; the edge ``j → i`` of each triplet (non-decreasing).
-        cutoff: Å, the radius the edges were built with.
-        max_neighbors: the per-target cap, or ``None``.
-        num_structures: ``B``.
-    """
-
-    edge_index: Tensor
-    cell_offsets: Tensor
-    batch: Tensor
-    num_nodes: int
-    idx_kj: Tensor | None = None
-    idx_ji: Tensor | None = None
-    cutoff: float = 0.0
-    max_neighbors: int | None = None
-    num_structures: int = 1
+class EdgeGeometry:
+    """Edge vectors and lengths of a graph with ``edge_index`` (``j → i``), integer ``cell_offsets`` and ``batch``:
+    shared by :class:`AtomGraph` and a rank's view of it under graph parallelism
+    (:class:`~gnnpipe.core.ops.graph_parallel.LocalGraph`)."""
 
     @property
     def num_edges(self) -> int:
+        """``E``: the number of edges."""
         return int(self.edge_index.size(1))
-
-    @property
-    def num_triplets(self) -> int:
-        return int(self._triplets()[0].numel())
-
-    @property
-    def triplets_per_edge(self) -> Tensor:
-        """int64 ``[E]``: how many triplets each edge ``j → i`` updates (the GP edge-cost weight ``t_e``)."""
-        return torch.bincount(self._triplets()[1], minlength=self.num_edges)
-
-    def _triplets(self) -> tuple[Tensor, Tensor]:
-        if self.idx_kj is None or self.idx_ji is None:
-            raise ValueError("this AtomGraph was built without triplets; call build_graph(..., with_triplets=True)")
-        return self.idx_kj, self.idx_ji
 
     def edge_vectors(self, pos: Tensor, cell: Tensor | None = None) -> Tensor:
         """``[E, 3]``: ``pos[j] + cell_offsets[e] @ cell[batch[j]] − pos[i]``, from target ``i`` to the image of ``j``.
@@ -103,6 +68,48 @@ class AtomGraph:
     def distances(self, pos: Tensor, cell: Tensor | None = None) -> Tensor:
         """``[E]`` Å: the norms of :meth:`edge_vectors`."""
         return self.edge_vectors(pos, cell).norm(dim=-1)
+
+
+@dataclass
+class AtomGraph(EdgeGeometry):
+    """The neighbour graph of a batch of ``B`` structures with ``N`` atoms, ``E`` edges and ``T`` triplets.
+
+    Attributes:
+        edge_index: int64 ``[2, E]``; row 0 = source ``j``, row 1 = target ``i``; sorted by target, then distance,
+            then source, then offset.
+        cell_offsets: int64 ``[E, 3]``; the image of ``j`` in units of its structure's cell vectors.
+        batch: int64 ``[N]``; the structure of each atom.
+        num_nodes: ``N``.
+        idx_kj: int64 ``[T]`` or ``None`` (built without triplets); the edge ``k → j`` of each triplet.
+        idx_ji: int64 ``[T]`` or ``None``; the edge ``j → i`` of each triplet (non-decreasing).
+        cutoff: Å, the radius the edges were built with.
+        max_neighbors: the per-target cap, or ``None``.
+        num_structures: ``B``.
+    """
+
+    edge_index: Tensor
+    cell_offsets: Tensor
+    batch: Tensor
+    num_nodes: int
+    idx_kj: Tensor | None = None
+    idx_ji: Tensor | None = None
+    cutoff: float = 0.0
+    max_neighbors: int | None = None
+    num_structures: int = 1
+
+    @property
+    def num_triplets(self) -> int:
+        return int(self._triplets()[0].numel())
+
+    @property
+    def triplets_per_edge(self) -> Tensor:
+        """int64 ``[E]``: how many triplets each edge ``j → i`` updates (the GP edge-cost weight ``t_e``)."""
+        return torch.bincount(self._triplets()[1], minlength=self.num_edges)
+
+    def _triplets(self) -> tuple[Tensor, Tensor]:
+        if self.idx_kj is None or self.idx_ji is None:
+            raise ValueError("this AtomGraph was built without triplets; call build_graph(..., with_triplets=True)")
+        return self.idx_kj, self.idx_ji
 
     def to(self, device: torch.device | str) -> AtomGraph:
         """A copy with every tensor on ``device``."""
