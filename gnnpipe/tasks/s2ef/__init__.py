@@ -58,6 +58,10 @@ def _model_task(name: str) -> Optional[str]:
 
 @register("s2ef")
 class S2EF(Task):
+    """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
+    :class:`~gnnpipe.tasks.base.Task`. Trains an atomistic model on structures in one process, data-parallel
+    over ``--ways D`` ranks, or graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks)."""
+
     name = "s2ef"
 
     @classmethod
