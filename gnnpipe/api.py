@@ -40,15 +40,15 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     :mod:`gnnpipe.costmodel`): epoch time, bytes per epoch, peak memory per rank.
 
     Args:
-        config / overrides: as for :func:`train` (its ``ways``, ``stages``, ``chunks`` are ignored).
+        config, overrides: as for :func:`train` (its ``ways``, ``stages``, ``chunks`` are ignored).
         ranks: ``R``. hardware: a :class:`~gnnpipe.costmodel.Hardware`, a TOML path or shipped name, or
             ``None`` (this machine with the measured link). data: optional PyG ``Data`` instead of the dataset.
         chunks_per_stage, over_partitions, schedulers: the candidates (see
             :func:`gnnpipe.costmodel.enumerate_layouts`).
-        profile_in / profile_out: load / save the profile JSON (a loaded profile must have been taken for this
+        profile_in, profile_out: load / save the profile JSON (a loaded profile must have been taken for this
             model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
         contention: let the profile measure how ranks computing at once on this machine's cores slow each other
-            (:func:`gnnpipe.costmodel.profile.measure_contention`; about doubles the units' part of the profile).
+            (``gnnpipe.costmodel.profile.measure_contention``; about doubles the units' part of the profile).
             ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md, "Cost model").
 
     Returns:
@@ -56,7 +56,7 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
 
     Raises:
         ConfigError: bad ranks or hardware file; a ``profile_in`` that is missing, not a profile, or another job's;
-        a ``profile_out`` that cannot be written (checked before profiling); no feasible layout.
+            a ``profile_out`` that cannot be written (checked before profiling); no feasible layout.
     """
     config = _as_config(config, overrides)
     task = tasks.for_config(config)
@@ -134,10 +134,10 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
-    ``result.model`` is the trained single-process model (:mod:`gnnpipe.core.runtime.assemble`).
+    ``result.model`` is the trained single-process model (``gnnpipe.core.runtime.assemble``).
 
     Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
-    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, :mod:`gnnpipe.tasks.s2ef`): ``data`` may
+    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, ``gnnpipe.tasks.s2ef``): ``data`` may
     then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``ways`` is the number of data-parallel
     replicas.
 
@@ -145,8 +145,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         config: a :class:`TrainConfig` (default: all defaults); keyword ``overrides`` replace its fields.
         data: an optional PyG ``Data`` to train on instead of ``config.dataset``.
         progress: show a progress bar on a terminal, and (unless ``log_every`` is given) epoch lines elsewhere.
-        options: a :class:`~gnnpipe.core.settings.options.RunOptions`; its fields (``keep``, ``log_every``, ``log_csv``,
-            ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be keywords.
+        options: a ``gnnpipe.core.settings.options.RunOptions``; its fields (``keep``, ``log_every``,
+            ``log_csv``, ``tensorboard``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``) may also be
+            keywords.
         layout: ``None``/``"manual"`` (use ``ways``/``stages``/``chunks`` as configured) or ``"auto"``: profile,
             predict every layout of ``ranks`` ranks (:func:`plan`), print the ranking and train the best that fits
             (the ranking and the choice are stored in ``result.extra["layout_auto"]``).
@@ -154,15 +155,15 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         plan_options: for ``layout="auto"``, more keywords of :func:`plan` (``chunks_per_stage``,
             ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``, ``contention``).
 
-    Every mode checks the same things first: component names (:func:`~gnnpipe.core.settings.config.check_names`;
-    also those the mode does not use), then the data (:func:`~gnnpipe.core.training.trainer.prepare_data`). Options
+    Every mode checks the same things first: component names (``gnnpipe.core.settings.config.check_names``;
+    also those the mode does not use), then the data (``gnnpipe.core.training.trainer.prepare_data``). Options
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
         ConfigError: also a single-process run the memory model predicts cannot fit in the memory available
-            here (:func:`~gnnpipe.costmodel.predict.check_single_process_memory`; ``memory_check=False`` or
+            here (``gnnpipe.costmodel.predict.check_single_process_memory``; ``memory_check=False`` or
             ``--no-memory-check`` tries anyway), before anything is allocated.
-        ConfigError / UnknownComponentError / DataValidationError: before any process starts (under
+        ConfigError, UnknownComponentError, DataValidationError: before any process starts (under
             ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
             every rank before the process group starts).
         ScheduleError: the scheduler builds an invalid schedule (the problems and its picture), before any
@@ -203,7 +204,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 
 
 def _run_options(options, progress: bool, overrides: dict):
-    """The run's :class:`~gnnpipe.core.settings.options.RunOptions`: ``options`` with the option keywords popped from
+    """The run's ``RunOptions``: ``options`` with the option keywords popped from
     ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
     from .core.settings.options import RunOptions
 

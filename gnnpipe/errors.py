@@ -45,5 +45,6 @@ __all__ = [
     "DistributedError",
     "GnnpipeError",
     "ScheduleError",
+    "TrainingDivergedError",
     "UnknownComponentError",
 ]

@@ -14,7 +14,7 @@ class StageContext:
 
     Attributes:
         stage: this stage's index ``s``. num_stages: ``S``.
-        histories: the stage's history buffers (:class:`gnnpipe.core.ops.history.History`), one per
+        histories: the stage's history buffers (``gnnpipe.core.ops.history.History``), one per
             aggregation op, in execution order. Buffers are allocated lazily (``H_in is None`` until
             the op first runs); hooks must tolerate that.
         chunk_ptr: ``LongTensor[C+1]``; chunk ``c`` is rows ``[chunk_ptr[c], chunk_ptr[c+1])``.
@@ -48,6 +48,7 @@ class Corrector:
     is_noop: ClassVar[bool] = False
 
     def setup(self, ctx: StageContext) -> None:
+        """Called once per stage before training with the stage's :class:`StageContext` (``self.ctx``)."""
         self.ctx = ctx
 
     def order_policy(self, seed: int):
@@ -55,22 +56,22 @@ class Corrector:
         return None
 
     def on_epoch_start(self, epoch: int) -> None:
-        pass
+        """Called at the start of training epoch ``epoch``, before its first chunk."""
 
     def on_epoch_end(self, epoch: int) -> None:
-        pass
+        """Called at the end of training epoch ``epoch``, after its last chunk."""
 
     def after_forward(self, epoch: int, chunk: int) -> None:
-        pass
+        """Called after chunk ``chunk``'s forward through the stage in epoch ``epoch``."""
 
     def after_backward(self, epoch: int, chunk: int) -> None:
-        pass
+        """Called after chunk ``chunk``'s backward through the stage in epoch ``epoch``."""
 
     def wants_refresh(self, epoch: int) -> bool:
         """Whether the runtime should recompute every ``H_in`` exactly from the current weights at the
-        start of ``epoch``, before :meth:`on_epoch_start` (a full-graph inference through the stages;
-        flush schedulers only). Default ``False``; the ``refresh`` corrector says ``True`` every ``period``
-        epochs."""
+        start of ``epoch``, before :meth:`Corrector.on_epoch_start` (a full-graph inference through the
+        stages; flush schedulers only). Default ``False``; the ``refresh`` corrector says ``True`` every
+        ``period`` epochs."""
         return False
 
     def state_dict(self) -> dict:

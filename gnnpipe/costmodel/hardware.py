@@ -79,7 +79,7 @@ class Link:
 
     def allreduce_time(self, nbytes: float, group: int) -> float:
         """Ring all-reduce of ``nbytes`` over ``group`` ranks: ``2(G−1)`` steps of ``nbytes / G`` each
-        (Patarasuk & Yuan 2009; the byte count of :class:`gnnpipe.core.ops.comm.Comm`)."""
+        (Patarasuk & Yuan 2009; the byte count of ``gnnpipe.core.ops.comm.Comm``)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
         return 2 * (group - 1) * (self.latency_s + nbytes / group / self.bandwidth_Bps)
@@ -239,7 +239,7 @@ def load_hardware(path_or_name: str | Path) -> Hardware:
 
     Raises:
         ConfigError: the file does not exist (the message lists the shipped names), is not valid TOML
-            (with the parser's line and column), or is not a valid description (see :func:`parse_hardware`).
+            (with the parser's line and column), or is not a valid description (see ``parse_hardware``).
     """
     p = Path(path_or_name)
     if not p.exists():

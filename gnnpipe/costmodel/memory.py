@@ -51,7 +51,7 @@ The live peak is ``max(build phase, training phase, evaluation phase)``, each th
 Measured against: the peak resident memory of a rank whose allocator returns freed blocks at once
 (``MALLOC_MMAP_THRESHOLD_=131072``) minus the runtime floor (the same rank's peak in the same layout on a tiny
 graph: interpreter, libraries, the code pages the kernels touch, thread pools, the process group). With glibc's
-default allocator the resident peak is higher by what it keeps of freed short-lived memory; :data:`RETENTION`
+default allocator the resident peak is higher by what it keeps of freed short-lived memory; ``RETENTION``
 approximates it (``resident_peak``).
 """
 
@@ -112,7 +112,7 @@ class MemoryBreakdown:
 
     @property
     def resident_peak(self) -> int:
-        """Predicted peak resident bytes above the runtime floor, with glibc's retention (:data:`RETENTION`)."""
+        """Predicted peak resident bytes above the runtime floor, with glibc's retention (``RETENTION``)."""
         return int(self.steady + (self.peak - self.steady) * (1.0 + RETENTION))
 
     def to_dict(self) -> dict:

@@ -22,7 +22,7 @@ units a rank's main thread adds the runtime's cost per chunk action, graph paral
 (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`) or a hybrid's (:attr:`Profile.hybrid_op_s`), and
 its CPU per message sent or received (:meth:`Profile.msg_cpu`) — all measured by the profiler on this machine.
 Ranks of a CPU node that compute at once share its caches and memory bandwidth: each unit is slowed by the share
-``(m − 1)/(P − 1)`` of its measured contention (:func:`~gnnpipe.costmodel.profile.measure_contention`: the same
+``(m − 1)/(P − 1)`` of its measured contention (``gnnpipe.costmodel.profile.measure_contention``: the same
 chunk passes on ``P`` cores at once), ``m`` the mean number of the node's ranks computing at once in the
 simulation (at most its cores); with more ranks than cores, by the contention measured with that many processes
 time-sliced on the cores (:meth:`~gnnpipe.costmodel.profile.UnitKind.contention`).
@@ -112,8 +112,8 @@ class LayoutPrediction:
 
     @property
     def peak_bytes_per_rank(self) -> list[int]:
-        """Predicted peak resident bytes per rank: runtime floor + the model's resident peak (live peak with
-        glibc's retention, :data:`gnnpipe.costmodel.memory.RETENTION`)."""
+        """Predicted peak resident bytes per rank (runtime floor + the model's resident peak; the live peak
+        with glibc's retention, ``gnnpipe.costmodel.memory.RETENTION``)."""
         return [self.floor_bytes + m.resident_peak for m in self.memory]
 
     def to_record(self) -> dict:
@@ -262,7 +262,8 @@ def predict_bytes(config, plan, model) -> dict:
     """Bytes per epoch by kind, summed over ranks (module docstring; DESIGN §6), exact for ``plan``.
 
     Args:
-        config: the layout's configuration. plan: its :class:`~gnnpipe.core.training.runner.RunPlan`. model: the model.
+        config: the layout's configuration. plan: its ``RunPlan`` (``gnnpipe.core.training.runner``).
+        model: the model.
 
     Returns:
         ``{"layer": int, "graph": int, "weight": int}``.
@@ -366,7 +367,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
     """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown, CPU work seconds per rank)`` for ``plan``
     on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures).
 
-    Work of a rank: its units on its chunks or part (:meth:`UnitKind.time`, the plain path for graph parallelism
+    Work of a rank: its units on its chunks or part (``UnitKind.time``, the plain path for graph parallelism
     and hybrids), the runtime's cost per chunk action (pipeline, hybrid) or graph parallelism's bookkeeping per
     op (:attr:`Profile.gp_op_s`), its main thread's CPU per message sent or received (:meth:`Profile.msg_cpu`) and
     the optimizer step. The epoch is the simulated schedule (module docstring); on a CPU node with more ranks than
@@ -708,7 +709,7 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
 
 
 def _footprint(profile: Profile, config, data, role: str, bounds, s: int, num_classes: int):
-    """The role's measured :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, cached in ``profile.footprints``."""
+    """The role's measured ``gnnpipe.costmodel.footprint.RoleFootprint``, cached in ``profile.footprints``."""
     from .footprint import RoleFootprint, role_footprint
 
     lo, hi = (0, len(profile.units)) if role in ("single", "gp") else (int(bounds[s]), int(bounds[s + 1]))
@@ -777,7 +778,8 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
 
 
 def build_layout_plan(config, data, spec: LayoutSpec):
-    """The :class:`~gnnpipe.core.training.runner.RunPlan` the run of ``spec`` will build (same chunking and split)."""
+    """The ``RunPlan`` (``gnnpipe.core.training.runner``) the run of ``spec`` will build (same chunking and
+    split)."""
     from ..core.training.runner import build_plan
 
     cfg = layout_config(config, spec)

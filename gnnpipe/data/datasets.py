@@ -55,7 +55,7 @@ class DatasetSpec:
         folders: family folder names looked for under a parent root.
         subdir: folder under the family root that holds ``raw/`` the way the loader expects
             (``""``: ``raw/`` directly under the family root, as for ``Actor``).
-        kind: ``"pyg"`` (a PyG dataset class), ``"platonov"`` (npz, see :mod:`gnnpipe.data.files`) or
+        kind: ``"pyg"`` (a PyG dataset class), ``"platonov"`` (npz, see ``gnnpipe.data.files``) or
             ``"musae"``.
         factory: for ``kind == "pyg"``, ``root -> dataset``.
         source: the paper the data comes from.

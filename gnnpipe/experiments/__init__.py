@@ -1,10 +1,10 @@
 """Studies: grids of ``gnnpipe train`` runs (ablations), their results files, reports and schedule simulations.
 
-* :mod:`~gnnpipe.experiments.grid` — the study (TOML grid) format, expansion into runs with stable ids;
-* :mod:`~gnnpipe.experiments.runner` — run a study as ``gnnpipe train`` subprocesses, resumable;
-* :mod:`~gnnpipe.experiments.results` — the JSON Lines results file;
-* :mod:`~gnnpipe.experiments.report` — markdown table and PNG plots over variants;
-* :mod:`~gnnpipe.experiments.simulate` — simulate-only studies (schedule simulator, no training).
+* ``gnnpipe.experiments.grid`` — the study (TOML grid) format, expansion into runs with stable ids;
+* ``gnnpipe.experiments.runner`` — run a study as ``gnnpipe train`` subprocesses, resumable;
+* ``gnnpipe.experiments.results`` — the JSON Lines results file;
+* ``gnnpipe.experiments.report`` — markdown table and PNG plots over variants;
+* ``gnnpipe.experiments.simulate`` — simulate-only studies (schedule simulator, no training).
 
 Command line: ``gnnpipe ablate STUDY.toml`` (``--simulate``, ``--list``) and ``gnnpipe report RESULTS``.
 """

@@ -252,7 +252,7 @@ def check_flags(argv: list[str], where: str) -> None:
     names against their registries — the checks ``gnnpipe train`` would do first, before any run starts.
 
     Raises:
-        ConfigError / UnknownComponentError: the message names the run (``where``) and the problem.
+        ConfigError, UnknownComponentError: the message names the run (``where``) and the problem.
     """
     from ..core.settings.arguments import config_from_args
 

@@ -205,14 +205,14 @@ def run_study(
     Args:
         study: a parsed :class:`~gnnpipe.experiments.grid.Study`.
         results_path: the JSON Lines results file (created if missing).
-        execute: runs one run (default :func:`execute_subprocess` with the study's ``run_timeout_s`` and
+        execute: runs one run (default ``execute_subprocess`` with the study's ``run_timeout_s`` and
             logs in ``<results stem>.logs/`` beside the results file). Tests pass a fake.
         retry_failed: run failed runs again (their old records are removed first).
         progress: a tqdm bar of runs done / left with an ETA, drawn when standard error is a terminal
-            (:func:`gnnpipe.progress.progress_bar`); one plain line per run is printed in any case.
+            (``gnnpipe.progress.progress_bar``); one plain line per run is printed in any case.
         log: where per-run lines go (default: ``tqdm.write`` / ``print`` to stderr).
 
-    Returns: a :class:`StudyProgress`. On Ctrl-C / SIGTERM the run in progress is stopped (not recorded),
+    Returns: a ``StudyProgress``. On Ctrl-C / SIGTERM the run in progress is stopped (not recorded),
     ``interrupted`` is set and the function returns; rerunning resumes.
 
     Raises:

@@ -126,7 +126,7 @@ def simulate_one(scheduler: str, stages: int, chunks: int, settings: dict, seed:
         settings: ``[simulate]`` values (missing keys take :data:`SIM_DEFAULTS`).
 
     Raises:
-        ConfigError / ScheduleError / UnknownComponentError: from the schedulers package.
+        ConfigError, ScheduleError, UnknownComponentError: from the schedulers package.
     """
     from .. import schedulers as gs
 

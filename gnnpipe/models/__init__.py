@@ -1,4 +1,4 @@
-"""The model zoo: GNNs as linear sequences of layer units (see :mod:`gnnpipe.models.base`).
+"""The model zoo: GNNs as linear sequences of layer units (see ``gnnpipe.models.base``).
 
 ``register(name)`` / ``get(name)`` / ``available()`` form the registry; :func:`build_model` builds a
 registered model by name; :func:`model_options` lists a model's own options (GCNII's ``alpha``,

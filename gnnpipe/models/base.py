@@ -23,7 +23,7 @@ and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-back
 autograd (:class:`gnnpipe.core.ops.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
 ``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
 its plain ``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units
-of its class (:attr:`LayerUnit.run_fused`, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
+of its class (``LayerUnit.run_fused``, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
 run to it as one call (GCNII: one autograd node per stage and chunk for all its GCNII layers), which must compute
 what the units' ``forward`` calls one after the other compute; module hooks are not called for a fused run.
 
@@ -68,7 +68,7 @@ def dropout(h: Tensor, p: float, training: bool) -> Tensor:
 
 
 def activation(name: str) -> Callable[[Tensor], Tensor]:
-    """The activation function called ``name`` (one of :data:`ACTIVATIONS`).
+    """The activation function called ``name`` (one of ``ACTIVATIONS``).
 
     Raises:
         ConfigError: unknown name.
@@ -115,7 +115,7 @@ class LayerUnit(nn.Module):
     run_fused: Optional[Callable] = None  # see the class docstring; None: the class does not fuse runs
 
     def fused_op(self, agg: Aggregator):
-        """The op this unit hands to :attr:`run_fused` on this chunk (e.g. ``agg.push_pull(kind)``), or ``None``
+        """The op this unit hands to ``run_fused`` on this chunk (e.g. ``agg.push_pull(kind)``), or ``None``
         (the default): the unit then runs through :meth:`forward` with ``agg``."""
         return None
 
@@ -150,7 +150,7 @@ class ZooModel(nn.Module):
 
     Attributes:
         task: ``"node-classification"`` (:class:`GNNModel`) or ``"s2ef"`` (structure → energy and forces,
-            :class:`gnnpipe.models.atomistic.AtomisticModel`).
+            :class:`gnnpipe.models.AtomisticModel`).
         default_hparams: recommended training hyper-parameters (``lr``, ``dropout``, ``weight_decay``,
             ``weight_decay_conv``) that the trainer uses for flags left unset.
         spec: how to rebuild the model (set by :func:`gnnpipe.models.build_model`).
@@ -177,7 +177,7 @@ class GNNModel(ZooModel):
 
     task = "node-classification"
     shared_tensor: Optional[str] = None
-    #: how to rebuild the model: ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
+    #: How to rebuild the model, ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
     #: :func:`gnnpipe.models.build_model`; what :func:`gnnpipe.models.save` stores)
     spec: Optional[dict] = None
     #: the edge/feature preprocessing of the run that trained it (``undirected``, ``remove_self_loops``,
@@ -201,7 +201,7 @@ class GNNModel(ZooModel):
         """Run units ``[start, end)``; ``make_agg(i)`` gives the aggregation callback of unit ``i`` (called once per
         unit, in order).
 
-        A maximal run of consecutive units of one class with a :attr:`~LayerUnit.run_fused` whose
+        A maximal run of consecutive units of one class with a ``LayerUnit.run_fused`` whose
         :meth:`~LayerUnit.fused_op` gives an op (on a pipeline chunk: ``agg.push_pull``) runs as one
         ``run_fused(units, ops, h, shared)`` call (GCNII: one autograd node per stage and chunk, issue #18); every
         other unit is called as ``unit(h, shared, agg)``."""
@@ -241,7 +241,7 @@ class GNNModel(ZooModel):
         * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG; optional
           ``edge_weight`` ``[E]``): the call is
           ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
-          graph (``Â`` of each kind, :mod:`gnnpipe.core.ops.graph`) are built on first use and cached for
+          graph (``Â`` of each kind, ``gnnpipe.core.ops.graph``) are built on first use and cached for
           later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
         * one aggregation callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
 

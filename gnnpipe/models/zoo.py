@@ -168,7 +168,7 @@ def _run_masks(h: Tensor, steps) -> Optional[Tensor]:
 
 
 class _GCNIIChunk(torch.autograd.Function):
-    """A run of ``K ≥ 1`` consecutive :class:`GCNIILayer` units (ReLU, no bias) on one pipeline chunk as one
+    """A run of ``K ≥ 1`` consecutive ``GCNIILayer`` units (ReLU, no bias) on one pipeline chunk as one
     autograd node (issue #18: one node per stage and chunk for the run instead of one per unit, and no autograd
     bookkeeping between the units).
 
@@ -262,12 +262,13 @@ def _check(num_layers: int, hidden: int, dropout: float):
 
 @register("gcn")
 class GCN(GNNModel):
-    """Deep GCN: encoder ``act(Linear(F→H))``, ``L`` × :class:`GCNLayer`, head ``Linear(H→C)``.
+    """Deep GCN: encoder ``act(Linear(F→H))``, ``L`` × ``GCNLayer``, head ``Linear(H→C)``.
 
     Args:
-        in_channels / out_channels: ``F`` input features, ``C`` classes.
-        num_layers: ``L`` GNN layers. hidden: ``H``. dropout: probability. bias: bias of the GNN
-        layers (the GNNPipe paper: off). activation: name in :data:`gnnpipe.models.base.ACTIVATIONS`.
+        in_channels, out_channels: ``F`` input features, ``C`` classes.
+        num_layers: ``L`` GNN layers. hidden: ``H``. dropout: probability.
+        bias: bias of the GNN layers (the GNNPipe paper: off).
+        activation: name in ``gnnpipe.models.base.ACTIVATIONS``.
     """
 
     def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
@@ -280,7 +281,7 @@ class GCN(GNNModel):
 
 @register("graphsage")
 class GraphSAGE(GNNModel):
-    """Deep GraphSAGE-mean: encoder, ``L`` × :class:`SAGELayer`, head ``Linear(H→C)``."""
+    """Deep GraphSAGE-mean: encoder, ``L`` × ``SAGELayer``, head ``Linear(H→C)``."""
 
     def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
         _check(num_layers, hidden, dropout)
@@ -292,7 +293,7 @@ class GraphSAGE(GNNModel):
 
 @register("gcnii")
 class GCNII(GNNModel):
-    """GCNII (Chen et al., ICML 2020): ``h0 = act(Linear(dropout(x)))``; ``L`` × :class:`GCNIILayer`
+    """GCNII (Chen et al., ICML 2020): ``h0 = act(Linear(dropout(x)))``; ``L`` × ``GCNIILayer``
     (ℓ = 1…L); head ``Linear(dropout(h))``. Shared tensor: ``h0``.
 
     Options (``--model-arg``): ``alpha`` (α ∈ [0, 1], default 0.1), ``lamda`` (λ > 0, default 0.5; spelt

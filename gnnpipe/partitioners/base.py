@@ -359,7 +359,7 @@ class GraphPartitioner(abc.ABC):
 
         Returns:
             ``LongTensor[N]`` in ``[0, num_parts)``. Empty parts are allowed here (they are repaired
-            with a warning by :meth:`partition`), ids outside the range are not.
+            with a warning by :meth:`GraphPartitioner.partition`), ids outside the range are not.
         """
 
     def partition(self, graph: GraphInput, num_parts: int, *, seed: int = 0) -> Tensor:
@@ -467,7 +467,7 @@ def partition_graph(
 
     Raises:
         UnknownComponentError: unknown ``method`` (the message lists the available ones).
-        ConfigError / DataValidationError: see :meth:`GraphPartitioner.partition`; bad options.
+        ConfigError, DataValidationError: see :meth:`GraphPartitioner.partition`; bad options.
     """
     if isinstance(data_or_edge_index, Tensor):
         data_or_edge_index = (data_or_edge_index, None)

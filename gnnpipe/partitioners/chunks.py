@@ -144,7 +144,7 @@ class ChunkPlan:
 
         Raises:
             DataValidationError: ``parts`` or ``within`` malformed, or a chunk empty. ConfigError: ``W > C``
-            or ``W < 1``.
+                or ``W < 1``.
         """
         n = _num_nodes(data)
         parts = torch.as_tensor(parts)

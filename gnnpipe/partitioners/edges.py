@@ -439,7 +439,7 @@ def plan_graph_parallel(graph: Any, num_ranks: int, method: str = "edge-chunk", 
 
     Raises:
         UnknownComponentError: unknown ``method`` (the message lists the available ones).
-        ConfigError / DataValidationError: see :meth:`EdgePartitioner.plan`; bad options.
+        ConfigError, DataValidationError: see :meth:`EdgePartitioner.plan`; bad options.
     """
     cls = get_edge_partitioner(method)
     try:

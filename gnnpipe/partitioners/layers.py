@@ -5,11 +5,11 @@ boundaries ``0 = b_0 < b_1 < … < b_S = U``; stage ``s`` runs units ``[b_s, b_{
 
 * ``equal`` — the paper's rule (GNNPipe, arXiv 2308.10087, §4: layers are assigned evenly to GPUs):
   every unit costs 1 and the split is greedy and contiguous.
-* ``profiled`` — measured costs per unit (:func:`gnnpipe.core.runtime.profile.profile_unit_costs` measures them: on
-  a sample, or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
-  history-backed chunk op), then the exact min–max contiguous split (the "linear partition"
-  / chains-on-chains problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming. Layer
-  partitioners receive costs and never run the model (torchgpipe's ``balance``: profile apart from split).
+* ``profiled`` — measured costs per unit (``gnnpipe.core.runtime.profile.profile_unit_costs`` measures them:
+  on a sample, or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
+  history-backed chunk op), then the exact min–max contiguous split (the "linear partition" / chains-on-chains
+  problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming. Layer partitioners receive costs and
+  never run the model (torchgpipe's ``balance``: profile apart from split).
 
 This family has its own registry, separate from the vertex partitioners:
 ``layer_partitioners.register(name)``, :func:`get_layer_partitioner`, :func:`available_layer_partitioners`.
@@ -236,8 +236,9 @@ class EqualLayerPartitioner(LayerPartitioner):
 class ProfiledLayerPartitioner(LayerPartitioner):
     """Measured unit costs + exact min–max contiguous split (:func:`minmax_split`).
 
-    It takes costs only and never runs a model (the profiler, :func:`gnnpipe.core.runtime.profile.profile_unit_costs`,
-    measures; :func:`gnnpipe.core.runtime.profile.profiled_split` does both).
+    It takes costs only and never runs a model (the profiler,
+    ``gnnpipe.core.runtime.profile.profile_unit_costs``, measures;
+    ``gnnpipe.core.runtime.profile.profiled_split`` does both).
 
     ``split(costs, S, scheduler=None)``: ``costs`` is a sequence of per-unit costs, or a :class:`UnitPhases`
     (forward and backward seconds per unit and chunk); with a :class:`UnitPhases` of more than one chunk,
@@ -324,8 +325,8 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
     moves.
 
     Args:
-        phases: per-unit, per-chunk forward/backward seconds (:func:`gnnpipe.core.runtime.profile.profile_unit_costs` with
-            ``phases=True``).
+        phases: per-unit, per-chunk forward/backward seconds
+            (``gnnpipe.core.runtime.profile.profile_unit_costs`` with ``phases=True``).
         num_stages: ``S``. scheduler: a registered scheduler name or instance.
         start: initial boundaries (``S + 1`` ints).
 

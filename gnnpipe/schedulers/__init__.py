@@ -2,10 +2,10 @@
 
 Pure Python, no process group. The runtime (``gnnpipe.core``) executes ``schedule.stages[s]`` on the
 rank of stage ``s`` in order, skipping ``None``; ``F``/``B`` carry the chunk id, ``STEP`` (the stage's
-optimizer step and end-of-epoch hook point) carries none. See :mod:`gnnpipe.schedulers.ir`.
+optimizer step and end-of-epoch hook point) carries none. See ``gnnpipe.schedulers.ir``.
 
 Registry: ``register(name)`` / ``get(name)`` / ``available()``; built-ins ``gpipe``, ``1f1b`` and
-``async-stale`` (:mod:`gnnpipe.schedulers.builtin`) register through the same door as user code.
+``async-stale`` (``gnnpipe.schedulers.builtin``) register through the same door as user code.
 
 Quick tour::
 

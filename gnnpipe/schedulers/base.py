@@ -82,7 +82,7 @@ class ChunkScheduler(ABC):
         """
 
     def staleness_bound(self, num_stages: int, num_chunks: int) -> int:
-        """Weight-staleness bound for these sizes (default: the class's :attr:`weight_staleness`)."""
+        """Weight-staleness bound for these sizes (default: the class's ``weight_staleness``)."""
         return self.weight_staleness
 
     def schedule_from_orders(self, num_stages: int, num_chunks: int, orders, *, epochs: int | None = None) -> Schedule:
@@ -98,7 +98,7 @@ class ChunkScheduler(ABC):
 
         Default: each stage's actions of :meth:`build` for every epoch, concatenated and relabelled
         with their epoch, then placed on the unit grid — with a flush barrier between epochs if
-        :attr:`flush`, else free to overlap as the dependencies allow. Schedulers whose epochs
+        ``flush``, else free to overlap as the dependencies allow. Schedulers whose epochs
         interleave (async-stale) override this.
 
         Raises:
@@ -169,7 +169,7 @@ def build_schedule(
         **options: scheduler options (e.g. ``stash_weights=True``).
 
     Raises:
-        ConfigError, UnknownComponentError, ScheduleError (invalid result).
+        ConfigError, UnknownComponentError, ScheduleError: bad arguments; an invalid result.
     """
     if not isinstance(num_chunks, int) or num_chunks < 1:
         raise ConfigError(f"num_chunks must be a positive int, got {num_chunks!r}")

@@ -1,7 +1,7 @@
 """The built-in schedulers: ``gpipe``, ``1f1b`` and ``async-stale`` (registered like any user's).
 
 Notation: ``S`` stages, ``C`` chunks, ``order`` the epoch's chunk order (the order chunks enter
-stage 0), ``F(s,c)``/``B(s,c)``/``STEP(s)`` the actions of :mod:`gnnpipe.schedulers.ir`.
+stage 0), ``F(s,c)``/``B(s,c)``/``STEP(s)`` the actions of ``gnnpipe.schedulers.ir``.
 """
 
 from __future__ import annotations

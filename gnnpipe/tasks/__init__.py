@@ -2,9 +2,9 @@
 :func:`for_config`.
 
 A kind of work is one module here with one registered :class:`Task` subclass (its data, loss, metrics,
-models and what the planner needs of it); the runtime in :mod:`gnnpipe.core` is shared. Built in:
-``"s2ef"`` (:mod:`gnnpipe.tasks.s2ef`: structures to energy and forces) and ``"node-classification"``
-(:mod:`gnnpipe.tasks.nodes`), which takes every configuration no other task claims.
+models and what the planner needs of it); the runtime in ``gnnpipe.core`` is shared. Built in:
+``"s2ef"`` (``gnnpipe.tasks.s2ef``: structures to energy and forces) and ``"node-classification"``
+(``gnnpipe.tasks.nodes``), which takes every configuration no other task claims.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 
 
 class Task(ABC):
-    """One kind of work (``"node-classification"``, ``"s2ef"``), registered in :data:`gnnpipe.tasks.TASKS`.
+    """One kind of work (``"node-classification"``, ``"s2ef"``), registered in ``gnnpipe.tasks.TASKS``.
 
     Subclasses implement each step; ``api.train`` calls them in order. A step raises
     :class:`~gnnpipe.errors.ConfigError` / :class:`~gnnpipe.errors.DataValidationError` with the fix in the
@@ -55,7 +55,7 @@ class Task(ABC):
     @abstractmethod
     def check(self, config: Any, plan: Any, options: Any) -> None:
         """Refuse what cannot run (before any process starts); predictions it makes (memory) go into ``plan``.
-        ``options``: the run's :class:`~gnnpipe.core.settings.options.RunOptions` (``memory_check``)."""
+        ``options``: the run's ``gnnpipe.core.settings.options.RunOptions`` (``memory_check``)."""
 
     @abstractmethod
     def launch(self, config: Any, plan: Any, progress: bool, options: Any) -> Any:

@@ -1,10 +1,11 @@
 """Node classification (GNNPipe: full-graph training of a deep GNN on one graph): the ``"node-classification"``
 :class:`~gnnpipe.tasks.base.Task`.
 
-What it owns: the graph datasets (:func:`load_data`), the model zoo's node classifiers, the cross-entropy loss
-and accuracy of the trainers, and the plan of a layout (:func:`~gnnpipe.core.training.runner.build_plan`: chunks, stages,
-ways). What it borrows from the shared runtime: the single-process trainer, the rank worker, the launcher
-(local processes or ``torchrun``), results and checkpoints. It claims every configuration no other task claims.
+What it owns: the graph datasets (:func:`~gnnpipe.api.load_data`), the model zoo's node classifiers, the
+cross-entropy loss and accuracy of the trainers, and the plan of a layout
+(``gnnpipe.core.training.runner.build_plan``: chunks, stages, ways). What it borrows from the shared runtime:
+the single-process trainer, the rank worker, the launcher (local processes or ``torchrun``), results and
+checkpoints. It claims every configuration no other task claims.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .registry import register
 
 def load_data(config: TrainConfig):
     """Load and prepare (validate + preprocess, optionally row-normalise features) the configured dataset
-    (DESIGN §4 steps 1–2; :func:`~gnnpipe.core.training.trainer.prepare_data`).
+    (DESIGN §4 steps 1–2; ``gnnpipe.core.training.trainer.prepare_data``).
 
     Raises:
         ConfigError: unknown dataset, missing files. DataValidationError: a malformed graph (checked on the
@@ -70,9 +71,9 @@ class NodePlan:
     Attributes:
         data: the prepared graph when the run is one process (``ways == stages == 1``, at most one chunk);
             ``None`` otherwise.
-        run: the ranks' :class:`~gnnpipe.core.training.runner.RunPlan` (chunks, stage bounds, ``info``); ``None`` for one
-            process. :meth:`NodeClassification.launch` takes it out (``run`` is ``None`` afterwards), so that the
-            graph it holds is freed once written for the ranks.
+        run: the ranks' ``RunPlan`` (``gnnpipe.core.training.runner``: chunks, stage bounds, ``info``);
+            ``None`` for one process. :meth:`NodeClassification.launch` takes it out (``run`` is ``None``
+            afterwards), so that the graph it holds is freed once written for the ranks.
         predicted: the memory model's prediction for one process (:meth:`NodeClassification.check`; ``None``
             when none was made). The ranks' predictions are in ``run.info["predicted_mem_bytes"]``.
     """
@@ -99,8 +100,8 @@ class NodeClassification(Task):
         return True
 
     def resolve(self, config: TrainConfig) -> TrainConfig:
-        """Check every component name (:func:`~gnnpipe.core.settings.config.check_names`; also those the mode does not
-        use), then fill the model's defaults (:func:`~gnnpipe.core.training.trainer.resolve_config`)."""
+        """Check every component name (``gnnpipe.core.settings.config.check_names``; also those the mode does
+        not use), then fill the model's defaults (``gnnpipe.core.training.trainer.resolve_config``)."""
         if config.graph_parallel_group_size != 1:
             from ..errors import ConfigError
 
@@ -110,7 +111,8 @@ class NodeClassification(Task):
         return resolve_config(config)
 
     def load(self, config: TrainConfig, data=None):
-        """The configured dataset (:func:`load_data`), or ``data`` validated and preprocessed as configured."""
+        """The configured dataset (:func:`~gnnpipe.api.load_data`), or ``data`` validated and preprocessed as
+        configured."""
         return load_data(config) if data is None else prepare_data(data, config)
 
     def describe(self, config: TrainConfig, data, given: bool = False) -> str:
@@ -118,7 +120,7 @@ class NodeClassification(Task):
 
     def plan(self, config: TrainConfig, data) -> NodePlan:
         """One process for ``ways == stages == 1`` and at most one chunk; else the ranks' plan
-        (:func:`~gnnpipe.core.training.runner.build_plan`: partition into chunks, split the layers into stages)."""
+        (``gnnpipe.core.training.runner.build_plan``: partition into chunks, split the layers into stages)."""
         if config.world_size == 1 and (config.chunks or 1) == 1:
             return NodePlan(data=data)
         from ..core.training.runner import build_plan
@@ -153,9 +155,10 @@ class NodeClassification(Task):
         _predict_memory(config, plan.run, options, local=not launch.under_torchrun())
 
     def launch(self, config: TrainConfig, plan: NodePlan, progress: bool, options) -> TrainResult | None:
-        """Train in this process, or start ``ways × stages`` local ranks (:func:`gnnpipe.core.run.launch.spawn`), or
-        — started by ``torchrun`` — join its ranks; return rank 0's :class:`~gnnpipe.core.run.results.TrainResult`
-        with the assembled single-process model (``None`` on the other ``torchrun`` ranks)."""
+        """Train in this process, or start ``ways × stages`` local ranks (``gnnpipe.core.run.launch.spawn``),
+        or — started by ``torchrun`` — join its ranks; return rank 0's
+        :class:`~gnnpipe.core.run.results.TrainResult` with the assembled single-process model (``None`` on
+        the other ``torchrun`` ranks)."""
         if plan.single_process:
             result = SingleProcessTrainer(plan.data, config, prepared=True).fit(progress=progress, options=options)
             if plan.predicted is not None:  # profiled (a large job): the prediction beside the measured peak

@@ -1,5 +1,5 @@
-"""The API reference (docs/api, Sphinx autodoc + napoleon) builds without a warning, and every public
-object of the documented modules has a docstring."""
+"""The API reference (docs/api, Sphinx autodoc + napoleon) builds without a warning, every cross-reference in
+it resolves (``nitpicky``), and every public object of the documented modules has a docstring."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,28 @@ def test_sphinx_build_has_no_warning(tmp_path):
                        cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert (tmp_path / "html" / "api.html").is_file()
+
+
+def _sphinx(src: Path, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", "-E",
+                           "-d", str(out / "doctrees"), str(src), str(out / "html")],
+                          cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=280)
+
+
+@pytest.mark.timeout(120)
+def test_broken_cross_reference_fails_the_build(tmp_path):
+    """The reference's configuration turns an unresolved gnnpipe reference into an error, while references to
+    other libraries' types (no intersphinx offline) are ignored."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(API / "conf.py", src / "conf.py")
+    (src / "index.rst").write_text(
+        "Planted\n=======\n\n"
+        "A tensor: :class:`torch.Tensor`; an array: :class:`numpy.ndarray`.\n\n"
+        "Broken: :func:`gnnpipe.api.no_such_function`.\n")
+    r = _sphinx(src, tmp_path)
+    log = r.stdout + r.stderr
+    assert r.returncode != 0, log
+    assert "gnnpipe.api.no_such_function" in log, log
+    assert "torch.Tensor" not in log and "numpy.ndarray" not in log, log

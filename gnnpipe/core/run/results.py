@@ -31,7 +31,7 @@ class TrainResult:
         status: ``"completed"``, ``"interrupted"`` (SIGINT/SIGTERM: the epochs completed so far) or
             ``"failed"`` (a rank failed; ``error`` says how).
         model: the trained single-process :class:`~gnnpipe.models.GNNModel` (weights of the best-validation
-            epoch by default, see ``RunOptions.keep``); not part of :meth:`to_dict`. ``None`` for
+            epoch by default, see ``RunOptions.keep``); not part of ``to_dict``. ``None`` for
             interrupted and failed runs.
     """
 
@@ -67,7 +67,7 @@ class TrainResult:
         return d
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_dict` as JSON (NaN written as ``null``)."""
+        """Write ``to_dict`` as JSON (NaN written as ``null``)."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(json_safe(self.to_dict()), indent=1))
 

@@ -130,7 +130,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed ``gnnpipe train`` flags (``--model-arg`` values typed by the model).
 
     Raises:
-        ConfigError / UnknownComponentError: a bad value, an unknown model or model option.
+        ConfigError, UnknownComponentError: a bad value, an unknown model or model option.
     """
     fields = {a.name for a in TrainConfig.__attrs_attrs__}
     kw = {k: v for k, v in vars(args).items() if k in fields}

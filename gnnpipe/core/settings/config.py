@@ -167,16 +167,16 @@ class TrainConfig:
     (``allgather`` or ``halo``); the world is ``ways × G`` ranks.
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
-    ``{"alpha": 0.1, "lamda": 0.6}``); :func:`~gnnpipe.core.training.trainer.resolve_config` fills in the defaults
+    ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.core.training.trainer.resolve_config`` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
     ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
     :class:`~gnnpipe.errors.TrainingDivergedError`).
 
     Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
-    :data:`DTYPE_NAMES`), an unknown ``backend`` (lists :data:`BACKENDS`), or ``model_args`` that the
+    ``DTYPE_NAMES``), an unknown ``backend`` (lists ``BACKENDS``), or ``model_args`` that the
     model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
-    :func:`check_names` when a run starts, so that components registered later still count.
+    ``check_names`` when a run starts, so that components registered later still count.
     """
 
     # data
@@ -259,7 +259,7 @@ class TrainConfig:
         """The floating dtype of every embedding, weight, ``Â`` and history buffer of the run.
 
         Raises:
-            ConfigError: a dtype name other than those of :data:`DTYPES`.
+            ConfigError: a dtype name other than those of ``DTYPES``.
         """
         try:
             return DTYPES[self.dtype]

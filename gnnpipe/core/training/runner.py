@@ -71,7 +71,7 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     """Reject configurations that cannot run, before any process starts.
 
     Raises:
-        ConfigError / UnknownComponentError: unknown component names, ``S`` > units, ``C`` > ``N``,
+        ConfigError, UnknownComponentError: unknown component names, ``S`` > units, ``C`` > ``N``,
             ``C`` < ``W``.
     """
     from ... import correctors, partitioners, schedulers

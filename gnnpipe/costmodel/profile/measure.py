@@ -29,21 +29,21 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     Args:
         config: a resolved :class:`~gnnpipe.core.settings.config.TrainConfig` (model, layers, hidden, dtype, threads).
         data: the prepared graph (``gnnpipe.api.load_data``).
-        repeats: timed passes per measurement (the median is kept, :data:`REDUCE`).
+        repeats: timed passes per measurement (the median is kept, ``REDUCE``).
         chunk_counts: chunkings to time (the first is a METIS chunk plan; the others merge its chunks and must
             divide it).
         link: measure the link (and the runtime floor of a rank) with a ping-pong of 2 ranks (a few seconds);
             with ``ranks`` above this machine's cores, that many ranks also measure what a wait costs when they
-            share the cores (:func:`profile_link`). ``link_result``: a dict of :data:`LINK_FIELDS`
-            (:func:`link_fields`, or another profile's :meth:`Profile.link_result`), or the older tuple
+            share the cores (``profile_link``). ``link_result``: a dict of ``LINK_FIELDS``
+            (``link_fields``, or another profile's :meth:`Profile.link_result`), or the older tuple
             ``(p2p, allreduce[, floor_bytes])``, gives them instead.
         sample_nodes: vertices of the subgraph the runtime's per-action and graph-parallel bookkeeping are
             measured on.
         distributed: measure the pipeline's cost per chunk action in a real 2-rank pipeline on that subgraph
-            (:func:`_pipeline_overhead`, a few seconds to start the ranks); default: when the link is measured or
-            given. Otherwise it is measured in this process (:func:`_action_overhead`), without communication.
+            (``_pipeline_overhead``, a few seconds to start the ranks); default: when the link is measured or
+            given. Otherwise it is measured in this process (``_action_overhead``), without communication.
         contention: time the first chunking again while the machine's other cores run the same passes
-            (:func:`measure_contention`; the units' ``contended_*`` ratios), which the prediction applies to ranks
+            (``measure_contention``; the units' ``contended_*`` ratios), which the prediction applies to ranks
             that compute at the same time on one CPU node; with ``ranks`` above the cores, also with ``ranks``
             processes at once (``oversubscribed_*``).
 

@@ -83,7 +83,7 @@ class UnitKind:
         unfused: seconds of the plain path over the fused chunk step (``agg.push_pull``) for a unit that fuses
             it in a pipeline (1.0 otherwise); a hybrid's peer op and graph parallelism run the plain path.
         contended_forward, contended_backward: thread CPU seconds of the unit's chunks while every core of the node
-            runs the same chunk passes, over the seconds alone (:func:`measure_contention`; 1.0: not measured).
+            runs the same chunk passes, over the seconds alone (``measure_contention``; 1.0: not measured).
             Ranks of one node share its caches and memory bandwidth; a memory-bound unit slows when they compute
             at once, a compute-bound one does not.
         oversubscribed_forward, oversubscribed_backward: the same with more processes than cores
@@ -138,8 +138,9 @@ class Profile:
         num_nodes, num_edges, num_features, num_classes: the graph (after preprocessing).
         step_s_per_param: seconds of one Adam step per parameter. dtype_bytes: element size.
         p2p, allreduce: the measured links (``None`` if not measured). threads: torch threads per rank.
-        cpu_over_wall: thread CPU / wall over the timed profile passes. fit_error: relative RMS error of the
-        time fits over the measured chunks (before the size factors). profile_s: seconds the profile took.
+        cpu_over_wall: thread CPU / wall over the timed profile passes.
+        fit_error: relative RMS error of the time fits over the measured chunks (before the size factors).
+        profile_s: seconds the profile took.
         runtime_floor_bytes: resident bytes of a rank before it holds data.
         action_overhead_s: thread CPU seconds of the runtime per pipeline chunk action beyond its units.
         gp_op_s, gp_op_s_per_elem: graph parallelism's bookkeeping per aggregation op and direction beyond the
@@ -156,7 +157,7 @@ class Profile:
             the ``oversubscribed_*`` ratios (the ranks asked about, when more than the cores; 0: not measured).
         switch_s, switch_peer_s, switch_ranks: on a node with more ranks than cores, core seconds lost per
             blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
-            ``switch_ranks`` ranks on this machine's cores (0: not measured); see :func:`measure_link`.
+            ``switch_ranks`` ranks on this machine's cores (0: not measured); see ``measure_link``.
         notes: free text.
     """
 
@@ -192,8 +193,8 @@ class Profile:
     contention_ranks: int = 0
     oversubscribed_ranks: int = 0
     notes: str = ""
-    #: what the memory model measured of this (graph, model) pair, filled on first use: per role the bytes per row
-    #: of :class:`~gnnpipe.costmodel.footprint.RoleFootprint`, and the graph's symmetry
+    #: What the memory model measured of this (graph, model) pair, filled on first use; per role the bytes per
+    #: row of ``gnnpipe.costmodel.footprint.RoleFootprint``, and the graph's symmetry.
     footprints: dict = attrs.field(factory=dict)
 
     def kind(self, unit: int) -> UnitKind:
@@ -202,11 +203,11 @@ class Profile:
     def stage_time(self, lo: int, hi: int, feats: np.ndarray, phase: str, fused: bool = True,
                    contended: float = 0.0) -> float:
         """Fitted seconds of units ``[lo, hi)`` on a chunk with ``feats`` (``fused=False``: the plain path;
-        ``contended``: as :meth:`UnitKind.time`)."""
+        ``contended``: as ``UnitKind.time``)."""
         return sum(self.kind(u).time(feats, phase, fused, contended) for u in range(lo, hi))
 
     def link_result(self) -> dict:
-        """This profile's :data:`LINK_FIELDS` (``profile(..., link_result=…)`` reuses them for another job)."""
+        """This profile's ``LINK_FIELDS`` (``profile(..., link_result=…)`` reuses them for another job)."""
         return {k: getattr(self, k) for k in LINK_FIELDS}
 
     def msg_cpu(self, nbytes: float) -> float:
@@ -227,6 +228,7 @@ class Profile:
         return cls(**d)
 
     def save(self, path: str | Path) -> None:
+        """Write the profile as JSON (read back by :meth:`load`)."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
@@ -284,6 +286,6 @@ def unit_key(unit: Any) -> str:
     return f"{type(unit).__name__}({unit.in_dim}->{unit.out_dim};{','.join(unit.aggregations)})"
 
 
-#: the :class:`Profile` fields the link probe sets (:func:`link_fields`)
+#: the :class:`Profile` fields the link probe sets (``link_fields``)
 LINK_FIELDS = ("p2p", "allreduce", "runtime_floor_bytes", "msg_cpu_s", "msg_cpu_s_per_byte", "switch_s",
                "switch_peer_s", "switch_ranks")

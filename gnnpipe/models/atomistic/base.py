@@ -253,7 +253,7 @@ class AtomisticModel(ZooModel):
             batch: a PyG ``Batch`` (or ``Data``) with ``z`` int64 ``[N]``, ``pos`` ``[N, 3]`` Å, ``cell``
                 ``[B, 3, 3]`` Å, ``batch`` ``[N]``.
             graph: its neighbour graph built with :attr:`cutoff` (see the module docstring).
-            comm: the graph-parallel hooks (default :class:`LocalComm`).
+            comm: the graph-parallel hooks (default ``LocalComm``).
         """
         comm = LOCAL if comm is None else comm
         conservative = forces and not self.direct_forces

@@ -58,6 +58,10 @@ def _model_task(name: str) -> Optional[str]:
 
 @register("s2ef")
 class S2EF(Task):
+    """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
+    :class:`~gnnpipe.tasks.base.Task`. Trains an atomistic model on structures in one process, data-parallel
+    over ``--ways D`` ranks, or graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks)."""
+
     name = "s2ef"
 
     @classmethod
@@ -143,10 +147,10 @@ class S2EF(Task):
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
         """Refuse an empty training split, a torchrun world that is not ``--ways × --gp-size``, a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
-        that has no graph-parallel hooks (:func:`~.graph_parallel.check_graph_parallel`).
+        that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
 
         Raises:
-            ConfigError / UnknownComponentError: as above.
+            ConfigError, UnknownComponentError: as above.
         """
         from ...core.run import launch
         from ...errors import ConfigError
