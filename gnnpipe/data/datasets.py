@@ -144,9 +144,14 @@ def dataset_spec(name: str) -> DatasetSpec:
     """
     canon = _ALIASES.get(_norm(name))
     if canon is None:
+        lowered = str(name).lower()
+        atomistic = ("; it is a structure set: train or predict with an atomistic model (--model schnet or "
+                     "dimenet++, or a model file exported from one)"
+                     if lowered.endswith((".xyz", ".extxyz", ".traj", ".db")) or lowered in ("oc20-like", "md17-like")
+                     else "")
         raise ConfigError(
             f"unknown dataset {name!r}; known datasets: synthetic, {', '.join(available_datasets())} "
-            "(case-insensitive), or a path to your own .pt / .npz file"
+            f"(case-insensitive), or a path to your own .pt / .npz file{atomistic}"
         )
     return next(s for s in _SPECS if s.name == canon)
 

@@ -106,7 +106,8 @@ class NodeClassification(Task):
             from ..errors import ConfigError
 
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
-                              f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism)")
+                              f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism), or an "
+                              f"atomistic model (--model {' / '.join(_atomistic_models())})")
         check_names(config)
         return resolve_config(config)
 
@@ -256,3 +257,10 @@ def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> 
     result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
     result.model.meta = run_meta(config, len(result.epochs))
     return result
+
+
+def _atomistic_models() -> list:
+    """The registered models that predict energies and forces (those ``--gp-size`` splits)."""
+    from .. import models
+
+    return sorted(n for n in models.available() if getattr(models.get(n), "task", None) == "s2ef") or ["schnet"]

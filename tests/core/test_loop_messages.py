@@ -61,3 +61,10 @@ def test_a_run_whose_stdout_reader_leaves_goes_on_and_writes_its_results(tmp_pat
     import json
 
     assert json.loads(out.read_text())["status"] == "completed" and (ck / "ckpt-000030").is_dir()
+
+
+def test_the_summary_counts_one_epoch_in_the_singular():
+    one = api.train(num_nodes=300, layers=2, hidden=8, epochs=1, progress=False).summary()
+    two = api.train(num_nodes=300, layers=2, hidden=8, epochs=2, progress=False).summary()
+    assert "over 1 epoch\n" in one + "\n" and "over 1 epochs" not in one
+    assert "over 2 epochs" in two

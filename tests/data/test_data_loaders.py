@@ -100,6 +100,17 @@ def test_unknown_name_lists_known(shared_data):
         load_dataset("ogbn-arxiv", shared_data)
 
 
+def test_a_structure_set_as_a_node_dataset_points_to_the_atomistic_models():
+    from gnnpipe.data.datasets import dataset_spec
+
+    for name in ("oc20.extxyz", "relax.traj", "md17-like"):
+        with pytest.raises(ConfigError, match=r"structure set: .*--model schnet or dimenet\+\+"):
+            dataset_spec(name)
+    with pytest.raises(ConfigError) as info:
+        dataset_spec("ogbn-arxiv")
+    assert "structure set" not in str(info.value)
+
+
 @pytest.fixture
 def partial_readonly_root(tmp_path):
     """A root without write bits holding only ``planetoid/PubMed_partial/raw`` (so PubMed is missing and PyG

@@ -81,7 +81,8 @@ class TrainResult:
             + (f" (epoch {self.best_epoch + 1}, counted from 1 as the epoch lines)" if self.best_epoch >= 0 else ""),
                 f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
             ]
-        lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {len(self.epochs)} epochs")
+        n = len(self.epochs)
+        lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n} epoch{'' if n == 1 else 's'}")
         for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
                            ("bytes_gp", "gp groups")):
             last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may

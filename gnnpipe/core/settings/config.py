@@ -242,7 +242,7 @@ class TrainConfig:
     energy_key: Optional[str] = None
     forces_key: Optional[str] = None
     frames: int = attrs.field(default=200, validator=_int_pos("frames"))
-    graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size"))
+    graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
 

@@ -49,13 +49,15 @@ def load_structures(config) -> list:
                               f"--dataset oc20-like for a generated set")
         kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
         structures = atoms.read_structures(str(path), dtype=config.torch_dtype, **kw)
+        return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff,
+                                  source=f"{path.name}: structure")
     return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff)
 
 
 def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool = True,
-                       cutoff: Optional[float] = None) -> list:
+                       cutoff: Optional[float] = None, source: str = "structure") -> list:
     """``structures`` validated (:func:`gnnpipe.data.atoms.validate_structures`) with floats in ``dtype`` and a
-    ``fixed`` mask (all free when absent).
+    ``fixed`` mask (all free when absent); ``source`` names them in errors (``"FILE: structure"``).
 
     Raises:
         DataValidationError: a malformed structure; ``labelled`` and one without energy or forces.
@@ -72,10 +74,10 @@ def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool 
         if getattr(d, "fixed", None) is None:
             d.fixed = torch.zeros(d.z.numel(), dtype=torch.bool)
         if labelled and (getattr(d, "energy", None) is None or getattr(d, "forces", None) is None):
-            raise DataValidationError(f"structure {i} has no energy or forces label: S2EF training needs both "
+            raise DataValidationError(f"{source} {i} has no energy or forces label: S2EF training needs both "
                                       f"(name them with --energy-key / --forces-key)")
         out.append(d)
-    validate_structures(out, dtype, cutoff=cutoff)
+    validate_structures(out, dtype, cutoff=cutoff, source=source)
     return out
 
 

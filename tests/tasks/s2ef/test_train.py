@@ -139,3 +139,28 @@ def test_torchrun_ranks_train_data_parallel(tmp_path, xyz):
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["status"] == "completed" and rec["plan"]["data_parallel"] == 2 and len(rec["peak_mem_bytes"]) == 2
+
+
+def test_errors_name_the_structure_file_and_the_flag(tmp_path):
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.errors import DataValidationError
+    from gnnpipe.tasks.s2ef.data import load_structures
+
+    path = tmp_path / "bad.extxyz"
+    write_extxyz(path, 2, seed=0)
+    lines = path.read_text().splitlines(True)
+    atom = lines[2].split()
+    atom[1] = "nan"                                 # structure 0, atom 0: x is NaN
+    lines[2] = " ".join(atom) + "\n"
+    path.write_text("".join(lines))
+    small = {k: v for k, v in SMALL.items() if k != "log_every"}
+    with pytest.raises(DataValidationError, match=r"^bad\.extxyz: structure 0: pos\[0, 0\] is nan"):
+        load_structures(TrainConfig(dataset=str(path), **small))
+    with pytest.raises(ConfigError, match=r"--gp-size\) must be >= 1, got 0"):
+        TrainConfig(graph_parallel_group_size=0, **small)
+
+
+def test_gp_size_with_a_node_classification_model_names_the_atomistic_models():
+    with pytest.raises(ConfigError, match=r"--model gcnii cannot be graph-parallel.*--ways W.*"
+                                          r"atomistic model \(--model dimenet\+\+ / schnet\)"):
+        api.train(model="gcnii", graph_parallel_group_size=2, epochs=1, log_every=0, progress=False)
