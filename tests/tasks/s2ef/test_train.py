@@ -102,8 +102,8 @@ def test_cli_train_export_predict(tmp_path, xyz, capsys):
 
 def test_sigterm_writes_an_interrupted_result(tmp_path, xyz):
     out, csv = tmp_path / "r.json", tmp_path / "log.csv"
-    p = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS, "--epochs", "100000", "--patience", "0",
-                          "--out", str(out), "--log-csv", str(csv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS, "--epochs", "100000",
+                          "--patience", "0", "--out", str(out), "--log-csv", str(csv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True, env={**os.environ})
     t0 = time.monotonic()
     while not (csv.exists() and len(csv.read_text().splitlines()) > 2):
