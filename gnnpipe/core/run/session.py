@@ -123,6 +123,17 @@ class RunSession:
             return None
         return {"write_s": list(self.checkpointer.seconds) if self.checkpointer else [], "read_s": self.read_s}
 
+    def annotate(self, result, plan_info: dict, device) -> None:
+        """Put what every single-rank run reports into ``result.extra``: its ``plan``, the checkpoint timings
+        (``checkpoint``, when any was written or read) and this process's ``peak_mem_bytes`` on ``device``."""
+        from ..runtime.metrics import peak_memory_bytes
+
+        result.extra["plan"] = plan_info
+        stats = self.checkpoint_stats()
+        if stats is not None:
+            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
+        result.extra["peak_mem_bytes"] = [peak_memory_bytes(device)]
+
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()

@@ -15,7 +15,7 @@ from ...models import GNNModel, build_model
 from ...models.base import unit_seed
 from ..settings.config import DTYPES, TrainConfig, check_names
 from ..ops.graph import GraphOps
-from ..runtime.metrics import accuracies, masked_loss, peak_memory_bytes
+from ..runtime.metrics import accuracies, masked_loss
 from ..run.results import LoopState, Selection, TrainResult
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
@@ -308,11 +308,7 @@ class SingleProcessTrainer:
             session.finish()
         finally:
             session.close()
-        result.extra["plan"] = plan
-        stats = session.checkpoint_stats()
-        if stats is not None:
-            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
-        result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.x.device)]
+        session.annotate(result, plan, self.x.device)
         model = copy.deepcopy(self.model)  # a pre-built model may not be one the config describes
         model.load_state_dict(session.final_state())
         model.preprocessing = preprocessing_of(self.config)

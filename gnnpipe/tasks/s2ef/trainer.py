@@ -249,7 +249,6 @@ class S2EFTrainer:
         result (``result.model``: the trained model with its ``meta`` on rank 0)."""
         from ...core.run import stopping
         from ...core.run.checkpoint import run_meta
-        from ...core.runtime.metrics import peak_memory_bytes
         from ...core.run.session import RunSession
         from ...core.training.trainer import epoch_loop
 
@@ -271,11 +270,7 @@ class S2EFTrainer:
             session.finish()
         finally:
             session.close()
-        result.extra["plan"] = plan_info
-        stats = session.checkpoint_stats()
-        if stats is not None:
-            result.extra["checkpoint"] = {k: [v] for k, v in stats.items()}
-        result.extra["peak_mem_bytes"] = [peak_memory_bytes(self.device)]
+        session.annotate(result, plan_info, self.device)
         model = copy.deepcopy(self.model)
         model.load_state_dict(session.final_state())
         model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
