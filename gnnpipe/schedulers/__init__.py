@@ -32,7 +32,7 @@ from .base import (
 )
 from .builtin import AsyncStale, GPipe, OneFOneB
 from .csvio import from_csv, to_csv
-from .ir import STEP, Action, ActionKind, B, F, Schedule, check_chunk_order, parse_actions
+from .ir import STEP, Action, ActionKind, B, D, F, G, Schedule, check_chunk_order, parse_actions
 from .order import ChunkOrder, FixedOrder, ShuffledOrder, order_policy
 from .render import to_ascii
 from .simulate import CommModel, CostModel, SimulationResult, simulate
@@ -51,7 +51,9 @@ __all__ = [
     "ChunkScheduler",
     "CommModel",
     "CostModel",
+    "D",
     "F",
+    "G",
     "FixedOrder",
     "GPipe",
     "Interval",

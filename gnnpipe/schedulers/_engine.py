@@ -4,7 +4,9 @@
 Model: every stage is one sequential device that runs its action list in order; an action starts as
 soon as the stage is free and its inputs are there. Inputs: ``F(s,c,e)`` needs the boundary rows
 that ``F(s-1,c,e)`` sent; ``B(s,c,e)`` needs ``F(s,c,e)`` done on the stage and (for ``s < S-1``) the
-gradient that ``B(s+1,c,e)`` sent; ``STEP(s,e)`` needs every ``B(s,·,e)`` done on the stage; with a
+gradient that ``B(s+1,c,e)`` sent; in a second-order schedule (conservative forces) ``G(s,c,e)`` needs
+``F(s,c,e)`` done and what ``G(s+1,c,e)`` sent, ``D(s,c,e)`` needs ``G(s,c,e)`` done and what ``D(s-1,c,e)`` sent,
+and ``B(s,c,e)`` waits for ``D(s,c,e)`` instead of ``F``; ``STEP(s,e)`` needs every ``B(s,·,e)`` done on the stage; with a
 *barrier* (flush schedules over several epochs) the first action of epoch ``e`` on a stage also needs
 every stage's ``STEP`` of epoch ``e-1``. Sends go over one link per (source, destination) pair and
 direction, first come first served; with overlap the sender goes on computing, without it the sender
@@ -53,16 +55,31 @@ class EngineResult:
     makespan: float = 0.0
 
 
-def _deps(a: Action, num_stages: int, num_chunks: int, barrier_first: bool) -> list[tuple]:
+def send_direction(kind: ActionKind) -> int:
+    """Where an action's result goes: ``+1`` (``F``, ``D``: to the next stage), ``-1`` (``B``, ``G``: to the
+    previous one), ``0`` (``STEP``)."""
+    return {ActionKind.F: 1, ActionKind.D: 1, ActionKind.B: -1, ActionKind.G: -1}.get(kind, 0)
+
+
+def _deps(a: Action, num_stages: int, num_chunks: int, barrier_first: bool, second_order: bool = False) -> list[tuple]:
     """Dependency keys of ``a``: ``("arr", key)`` = data of ``key`` arrived at a's stage,
-    ``("done", key)`` = ``key`` finished on its own stage."""
+    ``("done", key)`` = ``key`` finished on its own stage. ``second_order``: the schedule has ``G``/``D`` passes
+    (a chunk runs ``F``, ``G``, ``D``, ``B`` on each stage)."""
     s, e = a.stage, a.epoch
     out: list[tuple] = []
     if a.kind is ActionKind.F:
         if s > 0:
             out.append(("arr", (ActionKind.F, s - 1, a.chunk, e)))
-    elif a.kind is ActionKind.B:
+    elif a.kind is ActionKind.G:
         out.append(("done", (ActionKind.F, s, a.chunk, e)))
+        if s < num_stages - 1:
+            out.append(("arr", (ActionKind.G, s + 1, a.chunk, e)))
+    elif a.kind is ActionKind.D:
+        out.append(("done", (ActionKind.G, s, a.chunk, e)))
+        if s > 0:
+            out.append(("arr", (ActionKind.D, s - 1, a.chunk, e)))
+    elif a.kind is ActionKind.B:
+        out.append(("done", (ActionKind.D if second_order else ActionKind.F, s, a.chunk, e)))
         if s < num_stages - 1:
             out.append(("arr", (ActionKind.B, s + 1, a.chunk, e)))
     else:
@@ -95,6 +112,7 @@ def run(
             if a.stage != s:
                 raise ScheduleError(f"action {a} is in the row of stage {s} (slot {slot}); move it to row {a.stage}")
     present = {a.key for row in staged for _, a in row}
+    second = any(a.kind in (ActionKind.G, ActionKind.D) for row in staged for _, a in row)
     seen_epoch: list[set[int]] = [set() for _ in range(S)]
     deps: list[list[list[tuple]]] = []
     for s, row in enumerate(staged):
@@ -102,7 +120,7 @@ def run(
         for _, a in row:
             first = a.epoch not in seen_epoch[s]
             seen_epoch[s].add(a.epoch)
-            row_deps.append(_deps(a, S, num_chunks, barrier and first))
+            row_deps.append(_deps(a, S, num_chunks, barrier and first, second))
         deps.append(row_deps)
 
     done: dict[tuple, float] = {}
@@ -146,7 +164,8 @@ def run(
             intervals[s].append(Interval(s, a, start, t, slot))
             done[a.key] = t
             ptr[s] += 1
-            dst = s + 1 if a.kind is ActionKind.F else s - 1 if a.kind is ActionKind.B else None
+            step = send_direction(a.kind)
+            dst = s + step if step else None
             if dst is None or not 0 <= dst < S:
                 busy[s] = False
             else:

@@ -26,10 +26,17 @@ class ActionKind(str, enum.Enum):
     """Full backward of a chunk (input and weight gradients; the pull backward of DESIGN §5)."""
     STEP = "S"
     """The stage's optimizer step; also the stage's end-of-epoch hook point. Has no chunk."""
+    G = "G"
+    """Position-gradient pass of a chunk (conservative forces ``F = −∂E/∂pos``), last stage → first: the stage
+    differentiates its outputs with ``create_graph=True`` and sends the gradient of its inputs to ``s−1``."""
+    D = "D"
+    """Second-order pass of a chunk (the force loss differentiated through the ``G`` pass), first stage → last:
+    the stage back-propagates into its ``G`` graph and sends the gradient of the ``G`` seed it received to
+    ``s+1``. A chunk's actions on a stage run ``F``, ``G``, ``D``, ``B``."""
 
     @property
     def has_chunk(self) -> bool:
-        """Whether actions of this kind name a chunk (``F`` and ``B`` do, ``STEP`` does not)."""
+        """Whether actions of this kind name a chunk (``F``, ``B``, ``G``, ``D`` do, ``STEP`` does not)."""
         return self is not ActionKind.STEP
 
     def __str__(self) -> str:
@@ -37,7 +44,7 @@ class ActionKind(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: ActionKind | str) -> ActionKind:
-        """``ActionKind`` from itself, its code (``"F"``, ``"B"``, ``"S"``) or its name (``"STEP"``).
+        """``ActionKind`` from itself, its code (``"F"``, ``"B"``, ``"S"``, ``"G"``, ``"D"``) or its name (``"STEP"``).
 
         Raises:
             ScheduleError: unknown kind.
@@ -49,10 +56,10 @@ class ActionKind(str, enum.Enum):
             for k in cls:
                 if v in (k.value, k.name):
                     return k
-        raise ScheduleError(f"unknown action kind {value!r}; expected one of F, B, S (STEP)")
+        raise ScheduleError(f"unknown action kind {value!r}; expected one of F, B, S (STEP), G, D")
 
 
-_ACTION_RE = re.compile(r"^(\d+)(F|B|S)(\d*)(?:@(\d+))?$")
+_ACTION_RE = re.compile(r"^(\d+)(F|B|S|G|D)(\d*)(?:@(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +68,12 @@ class Action:
 
     Args:
         stage: the stage that executes it (must equal its row in :attr:`Schedule.stages`).
-        kind: an :class:`ActionKind` (or its code ``"F"``/``"B"``/``"S"``).
-        chunk: the chunk id for ``F`` and ``B``; must be ``None`` for ``STEP``.
+        kind: an :class:`ActionKind` (or its code ``"F"``/``"B"``/``"S"``/``"G"``/``"D"``).
+        chunk: the chunk id for ``F``, ``B``, ``G``, ``D``; must be ``None`` for ``STEP``.
         epoch: the epoch it belongs to, counted from the first epoch of its schedule (default 0).
 
     Raises:
-        ScheduleError: negative ids, a chunk on ``STEP`` or none on ``F``/``B``.
+        ScheduleError: negative ids, a chunk on ``STEP`` or none on ``F``/``B``/``G``/``D``.
     """
 
     stage: int
@@ -107,7 +114,7 @@ class Action:
         m = _ACTION_RE.match(text.strip()) if isinstance(text, str) else None
         if m is None:
             raise ScheduleError(
-                f"cannot parse action {text!r}: expected '{{stage}}{{F|B|S}}{{chunk}}[@{{epoch}}]', "
+                f"cannot parse action {text!r}: expected '{{stage}}{{F|B|S|G|D}}{{chunk}}[@{{epoch}}]', "
                 f"e.g. '2F0', '1B3', '0S', '0F3@1'"
             )
         stage, kind, chunk, epoch = m.groups()
@@ -133,6 +140,16 @@ def F(stage: int, chunk: int, epoch: int = 0) -> Action:
 def B(stage: int, chunk: int, epoch: int = 0) -> Action:
     """Shorthand for ``Action(stage, ActionKind.B, chunk, epoch)``."""
     return Action(stage, ActionKind.B, chunk, epoch)
+
+
+def G(stage: int, chunk: int, epoch: int = 0) -> Action:
+    """Shorthand for ``Action(stage, ActionKind.G, chunk, epoch)``."""
+    return Action(stage, ActionKind.G, chunk, epoch)
+
+
+def D(stage: int, chunk: int, epoch: int = 0) -> Action:
+    """Shorthand for ``Action(stage, ActionKind.D, chunk, epoch)``."""
+    return Action(stage, ActionKind.D, chunk, epoch)
 
 
 def STEP(stage: int, epoch: int = 0) -> Action:

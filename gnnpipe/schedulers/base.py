@@ -41,6 +41,9 @@ class ChunkScheduler(ABC):
     Args:
         stash_weights: ask the runtime to run each chunk's backward on the weights its forward used
             (PipeDream's weight stashing, Narayanan et al. 2019). Only meaningful without flush.
+        second_order: emit the ``G`` and ``D`` passes of conservative-force training (S2EF with
+            ``F = −∂E/∂pos``) for every chunk; the built-in flush schedulers (gpipe, 1f1b) honour it. A
+            scheduler that does not take it cannot drive a conservative-force pipeline.
 
     Raises:
         ConfigError: ``stash_weights=True`` on a flush scheduler (there is nothing stale to stash).
@@ -49,14 +52,16 @@ class ChunkScheduler(ABC):
     flush: ClassVar[bool] = True
     weight_staleness: ClassVar[int] = 0
     stash_weights: bool = False
+    second_order: bool = False
 
-    def __init__(self, *, stash_weights: bool = False):
+    def __init__(self, *, stash_weights: bool = False, second_order: bool = False):
         if stash_weights and self.flush:
             raise ConfigError(
                 f"scheduler {self.name!r} flushes every epoch, so its weights are never stale and there is "
                 f"nothing to stash; drop stash_weights"
             )
         self.stash_weights = bool(stash_weights)
+        self.second_order = bool(second_order)
 
     @property
     def name(self) -> str:
@@ -120,7 +125,7 @@ class ChunkScheduler(ABC):
         return self.schedule_from_orders(num_stages, C, rows, epochs=len(chunk_orders))
 
     def __repr__(self) -> str:
-        extra = ", stash_weights=True" if self.stash_weights else ""
+        extra = (", stash_weights=True" if self.stash_weights else "") + (", second_order=True" if self.second_order else "")
         return f"{type(self).__name__}({extra.lstrip(', ')})"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 from .base import ChunkScheduler, register
-from .ir import STEP, Action, B, F, Schedule, check_chunk_order
+from .ir import STEP, Action, B, D, F, G, Schedule, check_chunk_order
 
 
 @register("gpipe")
@@ -23,7 +23,8 @@ class GPipe(ChunkScheduler):
     "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism"); running the
     backward in the *reverse* of the epoch's forward order is GNNPipe's (Chen, Chen, Qian,
     arXiv 2308.10087), so that a chunk's pull backward reads fresh gradients exactly from the chunks
-    whose forward read its stale embeddings. Weights are never stale (``weight_staleness = 0``); every
+    whose forward read its stale embeddings. With ``second_order`` (conservative forces) the backwards are
+    preceded by all ``G`` passes, then all ``D`` passes, each phase in the same reversed order. Weights are never stale (``weight_staleness = 0``); every
     stage holds the activations of all ``C`` chunks at the turn.
     """
 
@@ -32,22 +33,29 @@ class GPipe(ChunkScheduler):
 
     def build(self, num_stages: int, chunk_order: Sequence[int]) -> Schedule:
         order = check_chunk_order(num_stages, chunk_order)
+        back = list(reversed(order))
         rows = [
-            [F(s, c) for c in order] + [B(s, c) for c in reversed(order)] + [STEP(s)]
+            [F(s, c) for c in order]
+            + ([G(s, c) for c in back] + [D(s, c) for c in back] if self.second_order else [])
+            + [B(s, c) for c in back] + [STEP(s)]
             for s in range(num_stages)
         ]
         return self.schedule_from_orders(num_stages, len(order), rows)
 
 
-def _one_f_one_b(stage: int, num_stages: int, stream: list[tuple[int, int]], num_chunks: int) -> list[Action]:
+def _one_f_one_b(stage: int, num_stages: int, stream: list[tuple[int, int]], num_chunks: int,
+                 second_order: bool = False) -> list[Action]:
     """One stage's 1F1B order over a stream of ``(epoch, chunk)`` micro-batches, with ``STEP(s, e)``
-    right after the stage's last backward of epoch ``e`` (every ``num_chunks`` backwards)."""
+    right after the stage's last backward of epoch ``e`` (every ``num_chunks`` backwards). ``second_order``:
+    each backward is the block ``G, D, B`` of its chunk."""
     n = len(stream)
     warm = min(num_stages - 1 - stage, n)
     out = [F(stage, c, e) for e, c in stream[:warm]]
 
     def backward(i: int) -> None:
         e, c = stream[i]
+        if second_order:
+            out.extend((G(stage, c, e), D(stage, c, e)))
         out.append(B(stage, c, e))
         if (i + 1) % num_chunks == 0:
             out.append(STEP(stage, e))
@@ -70,6 +78,7 @@ class OneFOneB(ChunkScheduler):
     remaining backwards and steps (Narayanan et al., 2021, "Memory-Efficient Pipeline-Parallel DNN
     Training", PipeDream-Flush; the same order as torch.distributed.pipelining's ``Schedule1F1B``).
     At most ``min(S-s, C)`` chunks are in flight on stage ``s``. Valid for any ``C``, also ``C < S``.
+    With ``second_order`` (conservative forces) each backward is the block ``G, D, B`` of its chunk.
     Weights are never stale (``weight_staleness = 0``).
     """
 
@@ -79,7 +88,7 @@ class OneFOneB(ChunkScheduler):
     def build(self, num_stages: int, chunk_order: Sequence[int]) -> Schedule:
         order = check_chunk_order(num_stages, chunk_order)
         stream = [(0, c) for c in order]
-        rows = [_one_f_one_b(s, num_stages, stream, len(order)) for s in range(num_stages)]
+        rows = [_one_f_one_b(s, num_stages, stream, len(order), self.second_order) for s in range(num_stages)]
         return self.schedule_from_orders(num_stages, len(order), rows)
 
 
@@ -108,7 +117,7 @@ class AsyncStale(ChunkScheduler):
     weight_staleness = 1
 
     def __init__(self, *, stash_weights: bool = False):
-        super().__init__(stash_weights=stash_weights)
+        super().__init__(stash_weights=stash_weights)  # no second_order: S2EF refuses non-flush schedules
 
     def staleness_bound(self, num_stages: int, num_chunks: int) -> int:
         if num_stages <= 1:

@@ -13,6 +13,12 @@ Action kinds (everything the runtime must see):
   torch.distributed.pipelining). On ``s < S - 1`` it first receives the boundary gradient from
   ``s + 1``; on ``s > 0`` it ends by sending the gradient to ``s - 1``. Weight gradients accumulate
   until the stage's next ``STEP``.
+* ``G`` and ``D`` — the two extra passes of training with conservative forces ``F = −∂E/∂pos`` (S2EF):
+  ``G`` of a chunk runs last stage → first (receives the gradient of its outputs from ``s + 1``, differentiates
+  with ``create_graph=True``, sends its inputs' gradient to ``s − 1``); ``D`` runs first → last (receives the
+  force loss's gradient of what ``G`` sent, back-propagates it into the ``G`` graph, sends on to ``s + 1``).
+  A schedule has them for every chunk and stage or not at all (:attr:`Schedule.second_order`); on a stage a
+  chunk runs ``F``, ``G``, ``D``, ``B`` in that order.
 * ``STEP`` (text ``S``) — the stage's optimizer step, which also closes the epoch *on that stage*:
   per-stage end-of-epoch work (e.g. correctors that zero or snapshot history) runs here. It carries no
   chunk.
@@ -39,7 +45,9 @@ from .actions import (  # noqa: F401  (re-exported: the IR's public names)
     Action,
     ActionKind,
     B,
+    D,
     F,
+    G,
     _is_nonneg_int,
     check_chunk_order,
     parse_actions,
@@ -110,6 +118,11 @@ class Schedule:
 
     # -- views ------------------------------------------------------------------------------------
     @property
+    def second_order(self) -> bool:
+        """Whether the schedule has the ``G`` / ``D`` passes of conservative-force training (any such action)."""
+        return any(a is not None and a.kind in (ActionKind.G, ActionKind.D) for row in self.stages for a in row)
+
+    @property
     def num_slots(self) -> int:
         """Length of the longest row (the unit-cost grid's number of time steps)."""
         return max((len(r) for r in self.stages), default=0)
@@ -177,7 +190,9 @@ class Schedule:
         """Place per-stage action *orders* on the unit-cost grid, as early as the order and the
         cross-stage dependencies allow (every action, ``STEP`` included, takes one slot).
 
-        Dependencies: ``F(s,c)`` after ``F(s-1,c)``; ``B(s,c)`` after ``B(s+1,c)`` and after ``F(s,c)``;
+        Dependencies: ``F(s,c)`` after ``F(s-1,c)``; ``B(s,c)`` after ``B(s+1,c)`` and after ``F(s,c)``
+        (second-order schedules: ``G(s,c)`` after ``F(s,c)`` and ``G(s+1,c)``, ``D(s,c)`` after ``G(s,c)`` and
+        ``D(s-1,c)``, ``B(s,c)`` after ``D(s,c)`` and ``B(s+1,c)``);
         ``STEP(s,e)`` after every ``B(s,·,e)``; with ``flush`` the first action of epoch ``e > 0`` on
         any stage also waits for every stage's ``STEP`` of epoch ``e - 1``.
 

@@ -32,6 +32,7 @@ class CostModel:
 
     Attributes:
         forward, backward, step: base durations of ``F``, ``B`` and ``STEP`` (time units).
+        force, second: base durations of the ``G`` and ``D`` passes of conservative-force schedules.
         stage_scale: optional per-stage factor, e.g. the number of layer units on the stage.
         chunk_scale: optional per-chunk factor for ``F``/``B`` (not ``STEP``), e.g. the chunk's edges
             relative to the mean chunk.
@@ -45,6 +46,8 @@ class CostModel:
     step: float = 0.0
     stage_scale: Sequence[float] | None = None
     chunk_scale: Sequence[float] | None = None
+    force: float = 1.0
+    second: float = 1.0
 
     def duration(self, action: Action) -> float:
         """Duration of ``action``.
@@ -52,7 +55,8 @@ class CostModel:
         Raises:
             ConfigError: the action's stage or chunk is outside the scale lists.
         """
-        base = {ActionKind.F: self.forward, ActionKind.B: self.backward, ActionKind.STEP: self.step}[action.kind]
+        base = {ActionKind.F: self.forward, ActionKind.B: self.backward, ActionKind.STEP: self.step,
+                ActionKind.G: self.force, ActionKind.D: self.second}[action.kind]
         try:
             if self.stage_scale is not None:
                 base *= float(self.stage_scale[action.stage])

@@ -78,7 +78,8 @@ def to_chrome_trace(obj, path: str | os.PathLike | None = None, *, time_scale: f
 
 
 _COLORS = {ActionKind.F: ("#4C72B0", "#8FA9D6"), ActionKind.B: ("#DD8452", "#EDB795"),
-           ActionKind.STEP: ("#55A868", "#55A868")}
+           ActionKind.STEP: ("#55A868", "#55A868"), ActionKind.G: ("#8172B3", "#B3A9D6"),
+           ActionKind.D: ("#C44E52", "#DC9497")}
 
 
 def plot_timeline(obj, path: str | os.PathLike | None = None, *, ax=None, title: str | None = None,
@@ -159,6 +160,9 @@ def plot_timeline(obj, path: str | os.PathLike | None = None, *, ax=None, title:
     handles = [Patch(color=_COLORS[ActionKind.F][0], label="forward"),
                Patch(color=_COLORS[ActionKind.B][0], label="backward"),
                Patch(color=_COLORS[ActionKind.STEP][0], label="optimizer step")]
+    if sch.second_order:
+        handles[2:2] = [Patch(color=_COLORS[ActionKind.G][0], label="force pass G"),
+                        Patch(color=_COLORS[ActionKind.D][0], label="second-order pass D")]
     if sch.epochs > 1:
         handles.append(Patch(color=_COLORS[ActionKind.F][1], label="(lighter: odd epochs)"))
     if show_comm and res.transfers:

@@ -13,6 +13,9 @@ Rules (all checked; every violation is reported):
 4. *Cross-stage order* (the data dependencies of a pipeline, as in GPipe, Huang et al. 2019, and
    torch.distributed.pipelining's ``_validate_pipeline_order``): in grid slots,
    ``F(s,c,e)`` after ``F(s-1,c,e)`` and ``B(s,c,e)`` after ``B(s+1,c,e)``.
+   Second-order schedules (``G``/``D`` passes, :attr:`Schedule.second_order`): every chunk also has one ``G``
+   and one ``D`` per stage and epoch, a chunk runs ``F``, ``G``, ``D``, ``B`` in that order on its stage, and
+   ``G(s,c,e)`` follows ``G(s+1,c,e)``, ``D(s,c,e)`` follows ``D(s-1,c,e)`` (the cross-stage rules of rule 4).
 5. *Weight staleness*: no forward runs on weights more than ``schedule.weight_staleness`` optimizer
    steps older than synchronous training would use (0 for flush schedules).
 """
@@ -78,11 +81,15 @@ def find_violations(schedule: Schedule) -> list[Violation]:
             out.append(Violation(s2, t2, f"{schedule.stages[s2][t2]} is a duplicate of slot {where[0][1]}",
                                  related=where[0]))
 
+    second = schedule.second_order
     for s in range(S):
         for e in range(E):
             for c in range(C):
                 count(ActionKind.F, s, c, e, f"forward F of chunk {c} ({s}F{c})")
                 count(ActionKind.B, s, c, e, f"backward B of chunk {c} ({s}B{c})")
+                if second:
+                    count(ActionKind.G, s, c, e, f"position-gradient pass G of chunk {c} ({s}G{c})")
+                    count(ActionKind.D, s, c, e, f"second-order pass D of chunk {c} ({s}D{c})")
             count(ActionKind.STEP, s, None, e, f"optimizer step ({s}S)")
 
     def slot(kind: ActionKind, s: int, c, e: int) -> int | None:
@@ -97,6 +104,14 @@ def find_violations(schedule: Schedule) -> list[Violation]:
             for c in range(C):
                 f, b = slot(ActionKind.F, s, c, e), slot(ActionKind.B, s, c, e)
                 a_b = schedule.stages[s][b] if b is not None else None
+                if second:
+                    chain = [(k, slot(k, s, c, e)) for k in (ActionKind.F, ActionKind.G, ActionKind.D, ActionKind.B)]
+                    chain = [(k, t) for k, t in chain if t is not None]
+                    for (k0, t0), (k1, t1) in zip(chain, chain[1:]):
+                        if t1 < t0:
+                            out.append(Violation(s, t1, f"{schedule.stages[s][t1]} runs before "
+                                                        f"{schedule.stages[s][t0]} (slot {t0}); a chunk runs F, G, D, "
+                                                        f"B in that order on its stage", related=(s, t0)))
                 if f is not None and b is not None and b < f:
                     out.append(Violation(s, b, f"{a_b} runs before its forward {schedule.stages[s][f]} (slot {f}); "
                                                f"a chunk's backward must follow its forward on the stage",
@@ -130,12 +145,18 @@ def find_violations(schedule: Schedule) -> list[Violation]:
                 out.append(Violation(s, t, f"{schedule.stages[s][t]} runs at slot {t}, not after "
                                            f"{schedule.stages[s - 1][u]} (slot {u}); F(s,c) must come after F(s-1,c)",
                                      related=(s - 1, u)))
-        if kind is ActionKind.B and s < S - 1:
-            u = slot(ActionKind.B, s + 1, c, e)
+        if kind in (ActionKind.B, ActionKind.G) and s < S - 1:
+            u = slot(kind, s + 1, c, e)
             if u is not None and u >= t:
                 out.append(Violation(s, t, f"{schedule.stages[s][t]} runs at slot {t}, not after "
-                                           f"{schedule.stages[s + 1][u]} (slot {u}); B(s,c) must come after B(s+1,c)",
-                                     related=(s + 1, u)))
+                                           f"{schedule.stages[s + 1][u]} (slot {u}); {kind.name}(s,c) must come "
+                                           f"after {kind.name}(s+1,c)", related=(s + 1, u)))
+        if kind is ActionKind.D and s > 0:
+            u = slot(ActionKind.D, s - 1, c, e)
+            if u is not None and u >= t:
+                out.append(Violation(s, t, f"{schedule.stages[s][t]} runs at slot {t}, not after "
+                                           f"{schedule.stages[s - 1][u]} (slot {u}); D(s,c) must come after D(s-1,c)",
+                                     related=(s - 1, u)))
 
     # 5. weight staleness
     for s in range(S):

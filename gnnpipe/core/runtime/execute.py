@@ -6,6 +6,9 @@
   send its result to s+1 (none on the last stage);
 * ``B`` of chunk c: receive the boundary gradient from s+1 (none on the last stage),
   ``stage.backward_chunk``, send its result to s−1 (none on stage 0);
+* ``G`` / ``D`` of chunk c (second-order schedules, conservative forces of atomistic models): ``G`` receives from
+  s+1 (none on the last stage), runs ``stage.force_grad_chunk`` and sends to s−1; ``D`` receives from s−1 (none on
+  stage 0), runs ``stage.second_chunk`` and sends to s+1. Only stages that implement them run such schedules.
 * ``STEP``: the gradient synchronisation the executor was composed with (graph-parallel and hybrid: an
   all-reduce over the stage's peers), then ``stage.step``.
 
@@ -41,7 +44,9 @@ from ..ops.comm import Comm, PostedRecv
 from .metrics import accuracies, gather_accuracies
 from .stage import Stage
 
-TAG_STRIDE = 4  # tags per chunk: +0 forward, +2 backward
+TAG_STRIDE = 4  # tags per chunk: +0 forward, +1 G pass, +2 backward, +3 D pass
+#: tag offset and direction of the message each action kind sends (+1: to s+1, −1: to s−1)
+_KIND_TAG = {"F": (0, 1), "G": (1, -1), "B": (2, -1), "D": (3, 1)}
 
 
 def _actions(schedule, stage: int):
@@ -152,7 +157,16 @@ class Executor:
 
     # ------------------------------------------------------------------ communication of one action
     def _recv_spec(self, kind: str, c: int) -> Optional[tuple]:
-        """``(shape, src, tag)`` of the boundary tensor action ``kind`` on global chunk ``c`` receives, or ``None``."""
+        """``(shape, src, tag)`` of the boundary tensor action ``kind`` on global chunk ``c`` receives, or ``None``.
+        A stage with ``recv_shape(kind, c)`` says the shape itself (``None``: nothing to receive)."""
+        if kind not in _KIND_TAG:
+            return None
+        if hasattr(self.stage, "recv_shape"):
+            shape = self.stage.recv_shape(kind, c)
+            if shape is None:
+                return None
+            off, direction = _KIND_TAG[kind]
+            return shape, self.ranks[self.s - direction], TAG_STRIDE * c + off
         lo, hi = self.stage.rows(c)
         if kind == "F" and not self.stage.is_first:
             return (hi - lo, self.stage.input_width()), self.ranks[self.s - 1], TAG_STRIDE * c
@@ -195,6 +209,18 @@ class Executor:
         for p in [c] + (self.peer_chunks(c) if self.peer_chunks else []):
             for k in self.correctors:
                 k.after_backward(e, p)
+
+    def force_grad(self, c: int, e: int) -> None:
+        """Action ``G`` (conservative forces): receive from s+1, ``stage.force_grad_chunk``, send to s−1."""
+        out = self.stage.force_grad_chunk(c, self._receive("G", c, e), e)
+        if out is not None:
+            self.comm.isend(out, self.ranks[self.s - 1], TAG_STRIDE * c + 1, "layer")
+
+    def second(self, c: int, e: int) -> None:
+        """Action ``D`` (conservative forces): receive from s−1, ``stage.second_chunk``, send to s+1."""
+        out = self.stage.second_chunk(c, self._receive("D", c, e), e)
+        if out is not None:
+            self.comm.isend(out, self.ranks[self.s + 1], TAG_STRIDE * c + 3, "layer")
 
     def step(self) -> None:
         """Action ``STEP``: gradient synchronisation (if composed with one), then the stage's step."""
@@ -258,6 +284,10 @@ class Executor:
                 self.forward(c, e)
             elif kind == "B":
                 self.backward(c, e)
+            elif kind == "G":
+                self.force_grad(c, e)
+            elif kind == "D":
+                self.second(c, e)
             elif kind == "STEP":
                 self.step()
                 if e == epoch:

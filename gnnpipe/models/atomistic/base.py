@@ -229,6 +229,22 @@ class AtomisticModel(ZooModel):
             state = unit(state, graph, comm)
         return state
 
+    def pipeline_boundary(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """The state entries one pipeline stage passes to the next (after any unit): ``name → (rows, trailing
+        shape)``, rows ``"atoms"`` (the owned atoms, ``N_r``), ``"edges"`` (the local edges, ``E_r``) or
+        ``"triplets"`` (the local triplets, ``T_r``). Every other entry of the state is rebuilt on each stage by
+        :meth:`initial_state` (positions, ``z``, structure ids). Empty (the default): the model cannot be staged.
+        """
+        return {}
+
+    def boundary_shapes(self, graph) -> dict[str, tuple[int, ...]]:
+        """The shapes of :meth:`pipeline_boundary`'s tensors for ``graph`` (the rank's local view under graph
+        parallelism), in its order."""
+        ids = getattr(graph, "atom_ids", None)
+        rows = {"atoms": int(graph.num_nodes) if ids is None else int(ids.numel()),
+                "edges": int(graph.edge_index.size(1)), "triplets": int(graph.idx_kj.numel())}
+        return {k: (rows[r], *tail) for k, (r, tail) in self.pipeline_boundary().items()}
+
     def readout_energy(self, state: State, graph, comm: Comm) -> Tensor:
         """The rank's partial per-structure energies ``[B]`` (before ``comm.sum``)."""
         raise NotImplementedError

@@ -236,6 +236,15 @@ class DimeNetPlusPlus(AtomisticModel):
                              *((f"units.{b}.output.", f"output_blocks.{b}.") for b in range(1, num_layers + 1)))
         self.reset_parameters()
 
+    def pipeline_boundary(self) -> dict:
+        """The edge geometry, both bases (``rbf`` depends on the learnable Bessel frequencies of unit 0, so it
+        travels rather than being recomputed), the edge messages ``x`` and the running output sum ``P`` (see the
+        base class)."""
+        emb = self.units[0]
+        R, S = emb.rbf.freq.numel(), emb.sbf.num_spherical
+        return {"vec": ("edges", (3,)), "dist": ("edges", ()), "rbf": ("edges", (R,)),
+                "sbf": ("triplets", (S * R,)), "x": ("edges", (emb.emb.lin.out_features,)), "P": ("atoms", (1,))}
+
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:
         return scatter_sum(state["P"].squeeze(-1), state["atom_batch"], state["num_structures"])
 

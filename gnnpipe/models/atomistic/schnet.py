@@ -140,6 +140,12 @@ class SchNet(AtomisticModel):
                                for b in range(1, num_layers + 1)),
                              ("head.lin1.", "lin1."), ("head.lin2.", "lin2."))
 
+    def pipeline_boundary(self) -> dict:
+        """The edge geometry and Gaussian expansion, and the owned atoms' features ``h`` (see the base class)."""
+        g = self.units[0].distance_expansion.offset.numel()
+        return {"vec": ("edges", (3,)), "dist": ("edges", ()), "edge_attr": ("edges", (g,)),
+                "h": ("atoms", (self.units[0].embedding.embedding_dim,))}
+
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:
         head = self.head
         e = head.lin2(head.act(head.lin1(state["h"]))).squeeze(-1)

@@ -23,6 +23,8 @@ from .data import is_structure_dataset
 from .graph_parallel import check_graph_parallel, gp_plan_info
 from .graph_parallel import worker as gp_worker
 from .normalizer import EnergyNormalizer
+from .pipeline import check_pipeline, pipeline_plan_info
+from .pipeline import worker as pipe_worker
 from .trainer import SELECTION, S2EFTrainer, worker
 
 __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
@@ -45,6 +47,11 @@ class S2EFPlan:
 
     data: S2EFData
     info: dict
+
+
+def _pipelined(config: Any) -> bool:
+    """Whether ``config`` asks for the S2EF pipeline (``--stages S > 1`` or ``--chunks C > 1``)."""
+    return config.stages > 1 or (config.chunks or 1) > 1
 
 
 def _model_task(name: str) -> Optional[str]:
@@ -75,8 +82,7 @@ class S2EF(Task):
 
         Raises:
             ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
-                contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``, or a layout other than
-                ``--ways D`` data parallelism × ``--gp-size G`` graph parallelism.
+                contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``.
         """
         from ... import models
         from ...errors import ConfigError
@@ -89,9 +95,6 @@ class S2EF(Task):
         if config.dataset is not None and not is_structure_dataset(config.dataset):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
-        if config.stages != 1 or (config.chunks or 1) != 1:
-            raise ConfigError("S2EF training has no pipeline: it is data-parallel only over --ways D replicas, each "
-                              "graph-parallel over --gp-size G ranks (no --stages / --chunks)")
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
         clash = {k: v for k, v in config.model_args.items() if k in fixed and v != fixed[k]}
@@ -142,6 +145,9 @@ class S2EF(Task):
                     f"(global batch {config.batch_size * config.ways})") + gp
 
     def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
+        if _pipelined(config):
+            check_pipeline(config)  # before the stage bounds are computed
+            return S2EFPlan(data=data, info=pipeline_plan_info(config, data.splits))
         return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
@@ -160,6 +166,15 @@ class S2EF(Task):
                               f"({len(plan.data.structures)}); give at least 3")
         G = config.graph_parallel_group_size
         world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
+        if _pipelined(config):
+            try:
+                check_graph_parallel(config, None)
+                check_pipeline(config, world)
+            except ConfigError as exc:
+                if world is not None:
+                    launch.record_torchrun_error(f"gnnpipe: error: {exc}")
+                raise
+            return
         try:
             check_graph_parallel(config, world)
         except ConfigError as exc:
@@ -186,7 +201,8 @@ class S2EF(Task):
         d = plan.data
         norm = d.normalizer.to_dict()
         G = config.graph_parallel_group_size
-        run_rank = worker if G == 1 else gp_worker
+        S = config.stages
+        run_rank = pipe_worker if _pipelined(config) else worker if G == 1 else gp_worker
         if launch.under_torchrun():
             import torch.distributed as dist
 
@@ -195,14 +211,19 @@ class S2EF(Task):
             dist.barrier()
             dist.destroy_process_group()
             return out["result"] if out else None
-        if config.ways * G == 1:
+        if config.ways * G == 1 and not _pipelined(config):
             torch.set_num_threads(config.threads)
             return S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(progress, options,
                                                                                  plan_info=plan.info)
         from ...core.run.session import RecordCollector, partial_result
         from ...errors import DistributedError
 
-        if G == 1:
+        if _pipelined(config):
+            print(f"pipeline: {S} stage(s) x {G} graph-parallel rank(s) x {config.ways} replica(s) = "
+                  f"{config.ways * S * G} ranks (gloo), {config.chunks or 1} micro-batch(es) of the "
+                  f"{config.batch_size} structures per replica and step, scheduler {config.scheduler}",
+                  file=sys.stderr)
+        elif G == 1:
             print(f"data parallel: {config.ways} ranks (gloo), {config.batch_size} structures each per step",
                   file=sys.stderr)
         else:
@@ -210,7 +231,7 @@ class S2EF(Task):
                   f"{config.batch_size} structures per replica and step", file=sys.stderr)
         records = RecordCollector().start()
         try:
-            outs = launch.spawn(run_rank, config.ways * G, (config, d.structures, d.splits, norm, progress,
+            outs = launch.spawn(run_rank, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
                                                             options, records.send_end),
                                 backend="gloo", timeout_s=config.timeout_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:

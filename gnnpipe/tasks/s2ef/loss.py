@@ -38,9 +38,23 @@ def s2ef_loss(energy: Tensor, energy_target: Tensor, forces: Tensor, forces_targ
     Returns:
         a scalar; the ranks' values (and gradients) summed give the loss of the global batch.
     """
-    le = _elementwise(energy - energy_target, loss_fn).sum() / max(num_structures, 1)
-    lf = _elementwise(forces[free] - forces_target[free], loss_fn).sum() / max(3 * num_free, 1)
-    return energy_coef * le + force_coef * lf
+    return (energy_loss(energy, energy_target, num_structures=num_structures, energy_coef=energy_coef,
+                        loss_fn=loss_fn)
+            + force_loss(forces, forces_target, free, num_free=num_free, force_coef=force_coef, loss_fn=loss_fn))
+
+
+def energy_loss(energy: Tensor, energy_target: Tensor, *, num_structures: int, energy_coef: float,
+                loss_fn: str = "l1") -> Tensor:
+    """The energy term of :func:`s2ef_loss` (``[b]`` energies; ``num_structures``: the global ``B``); a pipeline
+    adds it where the energies are (the last stage)."""
+    return energy_coef * (_elementwise(energy - energy_target, loss_fn).sum() / max(num_structures, 1))
+
+
+def force_loss(forces: Tensor, forces_target: Tensor, free: Tensor, *, num_free: int, force_coef: float,
+               loss_fn: str = "l1") -> Tensor:
+    """The force term of :func:`s2ef_loss` (``[n, 3]`` forces, ``[n]`` free mask; ``num_free``: the global
+    ``n_free``); a pipeline with conservative forces adds it where the forces are formed (the first stage)."""
+    return force_coef * (_elementwise(forces[free] - forces_target[free], loss_fn).sum() / max(3 * num_free, 1))
 
 
 class S2EFMetrics:
@@ -68,6 +82,23 @@ class S2EFMetrics:
         ok = (e_err < EFWT_ENERGY) & (worst < EFWT_FORCE)
         self.sums += torch.tensor([energy.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
                                    fe.sum(), cos.sum(), ok.sum(), loss], dtype=torch.float64)
+
+    @torch.no_grad()
+    def update_energy(self, energy: Tensor, energy_target: Tensor, natoms: Tensor, loss: float = 0.0) -> None:
+        """Add only the energy fields of a batch (a pipeline stage that holds the energies, not the forces)."""
+        e_err = (energy.double() - energy_target.double()).abs()
+        self.sums[:3] += torch.tensor([energy.numel(), e_err.sum(), (e_err / natoms.double()).sum()],
+                                      dtype=torch.float64)
+        self.sums[7] += loss
+
+    @torch.no_grad()
+    def update_forces(self, forces: Tensor, forces_target: Tensor, free: Tensor, loss: float = 0.0) -> None:
+        """Add only the force fields of a batch (a pipeline stage that holds the forces, not the energies)."""
+        fe = (forces.double() - forces_target.double()).abs()[free]
+        cos = torch.nn.functional.cosine_similarity(forces.double()[free], forces_target.double()[free], dim=-1,
+                                                    eps=1e-12)
+        self.sums[3:6] += torch.tensor([int(free.sum()), fe.sum(), cos.sum()], dtype=torch.float64)
+        self.sums[7] += loss
 
     def totals(self) -> Tensor:
         return self.sums

@@ -95,18 +95,24 @@ class S2EFTrainer:
         self.model = model if model is not None else make_model(config)
         self.units = range(len(getattr(self.model, "units", ())))
         self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.trained = self.trained_module()
+        self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
         n_train = len(splits["train"])
         self.steps_per_epoch = max(math.ceil(n_train / (config.batch_size * self.replicas)), 1)
         self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
                                    config.warmup_steps, config.warmup_factor)
-        self.ema = ExponentialMovingAverage(self.model, config.ema_decay)
+        self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
         self.free_counts = torch.tensor([int((~d.fixed).sum()) for d in structures])
+
+    def trained_module(self) -> torch.nn.Module:
+        """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
+        model's): the whole model here; a pipeline stage's units (:mod:`~gnnpipe.tasks.s2ef.pipeline`)."""
+        return self.model
 
     # ------------------------------------------------------------------ the checkpoint interface
     def checkpoint_modules(self) -> dict:
-        return {"": self.model}
+        return {"": self.trained}
 
     def task_state(self) -> dict:
         """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
@@ -125,7 +131,7 @@ class S2EFTrainer:
 
     def weights(self) -> dict[str, Tensor]:
         """CPU copies of the weights evaluation uses (the moving average, when kept), by ``state_dict`` names."""
-        with self.ema.averaged(self.model) as m:
+        with self.ema.averaged(self.trained) as m:
             return {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
 
     # ------------------------------------------------------------------ training
@@ -185,7 +191,7 @@ class S2EFTrainer:
             clip_and_norm(self.params, cfg.clip_grad_norm)
             lr = self.schedule.apply()
             self.optimizer.step()
-            self.ema.update(self.model)
+            self.ema.update(self.trained)
         sums = self._all_reduce(metrics.totals().clone())
         m = metrics.compute(sums)
         return {"loss": sum(losses) / max(len(losses), 1), "lr": lr, "train_energy_mae": m["energy_mae"],
@@ -207,6 +213,10 @@ class S2EFTrainer:
             for p, g in zip(self.params, grads):
                 p.grad = g
             losses.append(float(loss_value))
+
+    def export_model(self):
+        """A whole single-process model object to load the final weights into (``result.model``)."""
+        return copy.deepcopy(self.model)
 
     # ------------------------------------------------------------------ evaluation
     def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
@@ -231,8 +241,8 @@ class S2EFTrainer:
         """Validation and test metrics with the averaged weights: ``{val,test}_loss``, ``_energy_mae`` (eV),
         ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions)."""
         out = {}
-        with self.ema.averaged(self.model) as model:
-            model.eval()
+        with self.ema.averaged(self.trained):
+            self.model.eval()
             ms = {k: S2EFMetrics() for k in ("val", "test")}
             for k, m in ms.items():
                 self._eval_split(self.splits[k], m)
@@ -271,7 +281,7 @@ class S2EFTrainer:
         finally:
             session.close()
         session.annotate(result, plan_info, self.device)
-        model = copy.deepcopy(self.model)
+        model = self.export_model()
         model.load_state_dict(session.final_state())
         model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
         model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta

@@ -1,0 +1,169 @@
+"""The S2EF pipeline (``--stages S --chunks C``, with ``--gp-size G`` and ``--ways D``) is exact (float64): every
+step's energies, forces and every parameter's gradient (what the optimizer sees), the weights after the epoch, the
+epoch's loss and metrics and the evaluation equal the single process on the same batches within 1e-9 relative, for
+gpipe and 1f1b, direct and conservative forces (the ``G``/``D`` schedule actions). Bad configurations are refused
+before any process starts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnpipe import schedulers
+from gnnpipe.core.run.launch import spawn
+from gnnpipe.core.settings.config import TrainConfig
+from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.s2ef import pipeline as P
+from gnnpipe.tasks.s2ef import trainer as T
+
+from .test_graph_parallel import MODELS, _data
+
+pytestmark = pytest.mark.dist
+
+#: the global batches of the epoch (indices into the training split; 0 is the dimer, alone in a micro-batch
+#: with C = 2 of a 3-structure batch)
+BATCHES = [[1, 0, 2], [3, 4, 0], [2]]
+
+
+def _config(model: str, S: int, C: int, scheduler: str, direct: bool, G: int = 1, D: int = 1) -> TrainConfig:
+    return TrainConfig(task="s2ef", model=model, layers=3, hidden=8, dtype="float64", dropout=0.0, lr=1e-2,
+                       weight_decay=0.01, epochs=1, batch_size=3, ema_decay=0.5, warmup_steps=0,
+                       lr_schedule="constant", clip_grad_norm=5.0, force_coef=10.0, loss_fn="mse", cutoff=3.0,
+                       max_neighbors=8, direct_forces=direct, model_args=MODELS[model], stages=S, chunks=C,
+                       scheduler=scheduler, graph_parallel_group_size=G, ways=D)
+
+
+def _patched_batches(batches):
+    fake = lambda n, gb, seed, epoch: [torch.tensor(b) for b in batches]  # noqa: E731
+    return fake
+
+
+def _reference(cfg: TrainConfig) -> dict:
+    """The single process on the same batches: predictions, gradients before each step, weights, records."""
+    torch.set_num_threads(1)
+    structures, splits, norm = _data()
+    tr = T.S2EFTrainer(attrs_evolve(cfg, stages=1, chunks=None, graph_parallel_group_size=1, ways=1), structures,
+                       splits, norm)
+    seen = {"energy": [], "forces": [], "grads": []}
+    forward, step = tr.forward, tr.optimizer.step
+
+    def rec_forward(structs):
+        e, f, b = forward(structs)
+        seen["energy"].append(e.detach().clone())
+        seen["forces"].append(f.detach().clone())
+        return e, f, b
+
+    def rec_step(*a, **k):
+        seen["grads"].append({n: p.grad.clone() for n, p in tr.model.named_parameters()})
+        return step(*a, **k)
+
+    tr.forward, tr.optimizer.step = rec_forward, rec_step
+    original = T.epoch_batches
+    T.epoch_batches = _patched_batches(BATCHES)
+    try:
+        rec = tr.train_step(0)
+    finally:
+        T.epoch_batches = original
+    train = {k: list(v) for k, v in seen.items()}  # the training steps only
+    return {**train, "rec": rec, "eval": tr.evaluate(),
+            "weights": {k: v.clone() for k, v in tr.model.state_dict().items()}}
+
+
+def attrs_evolve(cfg, **kw):
+    import attrs
+
+    return attrs.evolve(cfg, **kw)
+
+
+def _run(rank: int, world: int, cfg: TrainConfig) -> dict:
+    torch.set_num_threads(1)
+    structures, splits, norm = _data()
+    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    st = tr.pipe_stage
+    seen = {"energy": [], "forces": [], "grads": []}
+    backward, step = st.backward_chunk, tr.optimizer.step
+
+    def rec_backward(c, g, e):
+        ctx = st.ctx.get(c, {})
+        for k in ("energy", "forces"):
+            if k in ctx:
+                seen[k].append((e, c, ctx[k].detach().clone()))
+        return backward(c, g, e)
+
+    def rec_step(*a, **k):
+        seen["grads"].append({n: p.grad.clone() for n, p in tr.trained.named_parameters()})
+        return step(*a, **k)
+
+    st.backward_chunk, tr.optimizer.step = rec_backward, rec_step
+    original = P.epoch_batches
+    P.epoch_batches = _patched_batches(BATCHES)
+    try:
+        rec = tr.train_step(0)
+    finally:
+        P.epoch_batches = original
+    train = {k: list(v) for k, v in seen.items()}
+    ev = tr.evaluate()
+    return {**train, "rec": rec, "eval": ev, "stage": tr.stage, "replica": tr.replica,
+            "weights": {k: v.clone() for k, v in tr.trained.state_dict().items()}}
+
+
+def _close(a, b, what):
+    assert a.shape == b.shape, (what, a.shape, b.shape)
+    assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), (what, float((a - b).abs().max()))
+
+
+def _by_step(records) -> list[torch.Tensor]:
+    steps: dict = {}
+    for e, c, t in records:
+        steps.setdefault(e, []).append((c, t))
+    return [torch.cat([t for _, t in sorted(steps[e], key=lambda x: x[0])]) for e in sorted(steps)]
+
+
+def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
+    D = cfg.ways
+    if D == 1:  # predictions of the same batches (with D > 1 each replica predicts its share)
+        for key in ("energy", "forces"):
+            mine = [t for o in outs for t in o[key]]
+            got = _by_step([r for o in outs if o["rank_g"] == 0 for r in o[key]])
+            assert mine, key
+            for s, (a, b) in enumerate(zip(got, ref[key], strict=True)):
+                _close(a, b, f"{key} of step {s}")
+    names = set()
+    for o in outs:
+        for s, (g, g0) in enumerate(zip(o["grads"], ref["grads"], strict=True)):
+            for k, v in g.items():
+                _close(v, g0[k], f"gradient of {k} step {s} (stage {o['stage']})")
+                names.add(k)
+        for k, v in o["weights"].items():
+            _close(v, ref["weights"][k], f"weight {k}")
+    assert names == set(ref["grads"][0]), set(ref["grads"][0]) ^ names  # every parameter is on some stage
+    for o in outs:
+        for k in ("loss", "train_energy_mae", "train_force_mae"):
+            assert o["rec"][k] == pytest.approx(ref["rec"][k], rel=1e-9, abs=1e-12), k
+        for k, v in ref["eval"].items():
+            assert o["eval"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+    if cfg.stages > 1:
+        assert outs[0]["rec"]["bytes_layer"] > 0
+
+
+def _ranks(rank: int, world: int, cases: list) -> dict:
+    out = {}
+    for case in cases:
+        cfg = _config(*case)
+        o = _run(rank, world, cfg)
+        o["rank_g"] = P.grid3(rank, cfg.stages, cfg.graph_parallel_group_size)[2]
+        out[case] = o
+    return out
+
+
+def _check_cases(cases: list, world: int) -> None:
+    refs = {c: _reference(_config(*c)) for c in cases}
+    outs = spawn(_ranks, world, (cases,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=560)
+    for case in cases:
+        _check([outs[r][case] for r in range(world)], refs[case], _config(*case))
+
+
+@pytest.mark.timeout(600)
+def test_two_stages_equal_the_single_process():
+    """(S, G, D) = (2, 1, 1): dimenet++ conservative under gpipe, schnet direct under 1f1b."""
+    _check_cases([("dimenet++", 2, 2, "gpipe", False), ("schnet", 2, 3, "1f1b", True)], 2)
