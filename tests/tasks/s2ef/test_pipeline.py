@@ -167,3 +167,16 @@ def _check_cases(cases: list, world: int) -> None:
 def test_two_stages_equal_the_single_process():
     """(S, G, D) = (2, 1, 1): dimenet++ conservative under gpipe, schnet direct under 1f1b."""
     _check_cases([("dimenet++", 2, 2, "gpipe", False), ("schnet", 2, 3, "1f1b", True)], 2)
+
+
+#: (S, G, D) layouts of issue #30 beyond (2, 1, 1)
+LAYOUTS = [(3, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)]
+
+
+@pytest.mark.slow  # a minute or more per layout on a loaded machine
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: "S%dG%dD%d" % t)
+def test_every_layout_equals_the_single_process(layout):
+    S, G, D = layout
+    cases = [(m, S, 2, sch, direct, G, D) for m in MODELS for sch in ("gpipe", "1f1b") for direct in (False, True)]
+    _check_cases(cases, S * G * D)
