@@ -33,6 +33,8 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of --order shuffle")
     p.add_argument("--stash-weights", action="store_true",
                    help="weight stashing (schedulers without flush, e.g. async-stale)")
+    p.add_argument("--second-order", action="store_true",
+                   help="add the G and D passes of conservative-force training (atomistic S2EF pipelines)")
     p.add_argument("--from-csv", metavar="FILE", default=None,
                    help="load a custom schedule from a CSV (torch's compute-only format or gnnpipe's) instead of "
                         "building NAME")
@@ -50,6 +52,8 @@ def build_from_args(args: argparse.Namespace):
     if not args.name:
         raise ConfigError(f"name a scheduler ({', '.join(gs.available())}) or give --from-csv FILE")
     options = {"stash_weights": True} if args.stash_weights else {}
+    if getattr(args, "second_order", False):
+        options["second_order"] = True
     return gs.build_schedule(args.name, args.stages, args.chunks, order=args.order, seed=args.seed,
                              epochs=args.epochs, **options)
 
@@ -96,7 +100,8 @@ def _show(args: argparse.Namespace) -> int:
     print(f"schedule {sch.name!r}: {S} stage(s), {C} chunk(s), {sch.epochs} epoch(s); "
           f"flush={sch.flush}, weight staleness bound={sch.weight_staleness}"
           + (", weight stashing" if sch.stash_weights else ""))
-    print("F = forward, B = backward, S = optimizer step, {stage}{kind}{chunk}[@epoch]; '.' = idle")
+    extra = "G = force pass (S→1), D = second-order pass (1→S), " if sch.second_order else ""
+    print(f"F = forward, B = backward, {extra}S = optimizer step, {{stage}}{{kind}}{{chunk}}[@epoch]; '.' = idle")
     print(gs.to_ascii(sch, by_stage=args.by_stage))
     print(f"unit costs (F = B = 1 slot, step free, no communication): makespan {res.makespan:g}, "
           f"bubble per stage " + ", ".join(f"{b:.0%}" for b in res.bubble_fraction)

@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     res = gs.simulate(sch, costs, comm)
     print(res.to_text())
     if (args.forward == args.backward == 1 and args.step == 0 and comm is None and stage_scale is None
-            and chunk_scale is None and sch.flush):
+            and chunk_scale is None and sch.flush and not sch.second_order):
         S, C = sch.num_stages, sch.num_chunks
         print(f"textbook (unit costs, flush): makespan 2(C+S-1) = {2 * (C + S - 1)} per epoch, "
               f"bubble (S-1)/(C+S-1) = {(S - 1) / (C + S - 1):.1%}")

@@ -62,9 +62,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--ways", type=int, default=d.ways,
                      help="graph-parallel ways W (atomistic S2EF: data-parallel replicas D, each with --batch-size "
                           "structures per step)")
-    par.add_argument("--stages", type=int, default=d.stages, help="pipeline stages S")
-    par.add_argument("--chunks", type=int, default=None, help="total number of chunks C (default: 4·S per way; 1 per way when S = 1)")
-    par.add_argument("--scheduler", default=d.scheduler, help="chunk scheduler (gpipe, 1f1b, async-stale, …)")
+    par.add_argument("--stages", type=int, default=d.stages,
+                     help="pipeline stages S (atomistic S2EF: the model's embedding and interaction blocks split over "
+                          "S stages; ranks = --ways D x S x --gp-size G)")
+    par.add_argument("--chunks", type=int, default=None,
+                     help="total number of chunks C (default: 4·S per way; 1 per way when S = 1; atomistic S2EF: "
+                          "micro-batches of whole structures per replica batch, default min(4·S, --batch-size))")
+    par.add_argument("--scheduler", default=d.scheduler,
+                     help="chunk scheduler (gpipe, 1f1b, async-stale, …; S2EF: a flush scheduler, gpipe or 1f1b for "
+                          "conservative forces)")
     par.add_argument("--stash-weights", action="store_true",
                      help="non-flush schedulers: back-propagate each chunk at the weights its forward used")
     par.add_argument("--correctors", default=",".join(d.correctors),
@@ -109,8 +115,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    "calculator's forces)")
     a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
     a.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=d.graph_parallel_group_size,
-                   help="graph-parallel group size G: each replica's batch split over G ranks by its edges and "
-                        "triplets (ranks = --ways D x G)")
+                   help="graph-parallel group size G: each replica's batch (each stage's, with --stages S) split "
+                        "over G ranks by its edges and triplets (ranks = --ways D x --stages S x G)")
     a.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default=d.graph_parallel_partitioner,
                    help="how a graph-parallel group splits the graph: edge-chunk (contiguous edge ranges balanced "
                         "by triplet counts) or atom-owner (each edge with its target atom's owner, Morton order)")

@@ -107,6 +107,8 @@ class S2EF(Task):
         if config.weight_decay_conv is None:
             upd["weight_decay_conv"] = upd.get("weight_decay", config.weight_decay)
         args = {**{k: o.default for k, o in opts.items()}, **config.model_args, **fixed}
+        if config.stages > 1 and config.chunks is None:  # micro-batches of structures: 4·S, at most one each
+            upd["chunks"] = min(4 * config.stages, config.batch_size)
         return attrs.evolve(config, task="s2ef", model_args=args, **upd)
 
     def load(self, config: Any, data: Optional[Any] = None) -> S2EFData:
