@@ -180,3 +180,104 @@ def test_every_layout_equals_the_single_process(layout):
     S, G, D = layout
     cases = [(m, S, 2, sch, direct, G, D) for m in MODELS for sch in ("gpipe", "1f1b") for direct in (False, True)]
     _check_cases(cases, S * G * D)
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+SMALL = dict(model="schnet", layers=1, hidden=8, cutoff=4.0, max_neighbors=12, batch_size=4, warmup_steps=2,
+             model_args={"num_filters": 8, "num_gaussians": 8}, log_every=0, progress=False, dtype="float64",
+             ema_decay=0.9, keep="last")
+
+
+@pytest.fixture(scope="module")
+def xyz(tmp_path_factory):
+    from .toy import write_extxyz
+
+    return write_extxyz(tmp_path_factory.mktemp("s2efpipe") / "clusters.extxyz", 12, seed=1)
+
+
+@pytest.mark.slow  # ~30 s on a loaded machine: four runs, two of them with two ranks
+@pytest.mark.timeout(300)
+def test_a_pipelined_run_checkpoints_exports_and_resumes_into_one_process(tmp_path, xyz):
+    """``api.train(stages=2)`` through the launcher equals the single process; its checkpoint's weights are the
+    single-process model's; a single process resumes from it exactly; the model file runs in the calculator."""
+    from gnnpipe import api
+    from gnnpipe.calculator import Calculator
+    from gnnpipe.cli.main import main
+    from gnnpipe.core.run.checkpoint import read_weights
+
+    single = api.train(dataset=xyz, epochs=2, **SMALL)
+    ck = tmp_path / "ck"
+    pipe = api.train(dataset=xyz, epochs=2, stages=2, chunks=2, checkpoint_dir=str(ck), checkpoint_every=1, **SMALL)
+    ref = single.model.state_dict()
+    for k, v in ref.items():
+        _close(pipe.model.state_dict()[k], v, k)
+    assert [e["loss"] for e in pipe.epochs] == pytest.approx([e["loss"] for e in single.epochs], rel=1e-9)
+    assert pipe.epochs[0]["bytes_layer"] > 0 and pipe.extra["plan"]["bounds"] == [0, 1, 2]
+    last = read_weights(ck, "last")
+    assert set(last) == set(ref)
+    for k, v in ref.items():
+        _close(last[k], v, f"checkpointed {k}")
+    resumed = api.train(dataset=xyz, epochs=2, resume=str(ck / "ckpt-000001"), **SMALL)  # 1 process from 2 stages
+    for k, v in ref.items():
+        _close(resumed.model.state_dict()[k], v, f"resumed {k}")
+    model_file = tmp_path / "m.pt"
+    assert main(["export", str(ck), "--out", str(model_file)]) == 0
+    import ase.io
+
+    a = ase.io.read(xyz, index=0)
+    a.calc = Calculator(str(model_file))
+    assert abs(a.get_forces()).max() > 0
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+def test_configurations_that_cannot_be_pipelined_are_refused_before_any_process_starts(xyz):
+    from gnnpipe import api
+
+    small = {k: v for k, v in SMALL.items() if k != "keep"}
+    with pytest.raises(ConfigError, match="exceeds the 2 units"):
+        api.train(dataset=xyz, stages=3, epochs=1, **small)
+    with pytest.raises(ConfigError, match="--chunks 5 exceeds the 4 structures"):
+        api.train(dataset=xyz, stages=2, chunks=5, epochs=1, **small)
+    with pytest.raises(ConfigError, match="does not flush"):
+        api.train(dataset=xyz, stages=2, chunks=2, scheduler="async-stale", epochs=1, **small)
+    with pytest.raises(ConfigError, match="layer-split"):
+        api.train(dataset=xyz, stages=2, chunks=2, layer_split="profiled", epochs=1, **small)
+
+    @schedulers.register("fifo-first-order-test")
+    class Fifo(schedulers.ChunkScheduler):
+        """All forwards, then all backwards in forward order (no G/D passes)."""
+
+        def __init__(self, *, stash_weights: bool = False):
+            super().__init__(stash_weights=stash_weights)
+
+        def build(self, num_stages, chunk_order):
+            order = schedulers.check_chunk_order(num_stages, chunk_order)
+            rows = [[schedulers.F(s, c) for c in order] + [schedulers.B(s, c) for c in order]
+                    + [schedulers.STEP(s)] for s in range(num_stages)]
+            return self.schedule_from_orders(num_stages, len(order), rows)
+
+    try:
+        with pytest.raises(ConfigError, match="no G/D passes"):
+            api.train(dataset=xyz, stages=2, chunks=2, scheduler="fifo-first-order-test", epochs=1, **small)
+    finally:
+        schedulers.SCHEDULERS._items.pop("fifo-first-order-test", None)
+
+
+def test_second_order_schedules_are_validated_and_simulated():
+    """The G/D passes: every chunk on every stage, F < G < D < B on a stage, G runs S→1 and D 1→S."""
+    from gnnpipe.errors import ScheduleError
+
+    for name in ("gpipe", "1f1b"):
+        sch = schedulers.build_schedule(name, 3, 4, second_order=True)
+        assert sch.second_order and {str(a)[1] for s in range(3) for a in sch.actions(s)} == set("FGDBS")
+        res = schedulers.simulate(sch, schedulers.CostModel(forward=1, backward=2, force=2, second=3))
+        assert res.compute_time == [4 * (1 + 2 + 2 + 3)] * 3
+        assert schedulers.Action.parse("2G3") == schedulers.G(2, 3) and str(schedulers.D(0, 1, 2)) == "0D1@2"
+    rows = [list(r) for r in schedulers.build_schedule("gpipe", 2, 1, second_order=True).stages]
+    bad = schedulers.Schedule(2, 1, [[a for a in rows[0] if a is None or a.kind.name != "D"], rows[1]])
+    with pytest.raises(ScheduleError, match="has no second-order pass D"):
+        schedulers.validate(bad)
+    swapped = [[a for a in r if a is not None] for r in rows]
+    swapped[1] = [swapped[1][0], swapped[1][2], swapped[1][1], *swapped[1][3:]]  # 1D0 before 1G0
+    with pytest.raises(ScheduleError, match="F, G, D, B"):
+        schedulers.validate(schedulers.Schedule(2, 1, swapped))

@@ -50,8 +50,8 @@ def test_a_node_classification_model_on_structures_is_refused(xyz):
         api.train(dataset=xyz, model="gcn", epochs=1, log_every=0)
     with pytest.raises(ConfigError, match="not a structure set"):
         api.train(dataset="Cora", model="schnet", epochs=1, log_every=0)
-    with pytest.raises(ConfigError, match="data-parallel only"):
-        api.train(dataset=xyz, stages=2, epochs=1, **SMALL)
+    with pytest.raises(ConfigError, match="exceeds the 2 units"):
+        api.train(dataset=xyz, stages=3, epochs=1, **SMALL)
 
 
 def _weights(model):
