@@ -45,7 +45,6 @@ of DimeNet++ (Gasteiger et al. 2020) and SchNet (Schütt et al. 2017); graph par
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -92,7 +91,7 @@ def stage_bounds(model, num_stages: int, method: str = "equal") -> list[int]:
     return list(split_layers(model, num_stages, method).bounds)
 
 
-def check_pipeline(config: TrainConfig, world: Optional[int] = None) -> None:
+def check_pipeline(config: TrainConfig, world: int | None = None) -> None:
     """Refuse a pipelined S2EF configuration that cannot run, before any process starts.
 
     Raises:
@@ -154,7 +153,7 @@ class _MicroBatch:
     """One micro-batch of structures as every rank of the replica sees it: the PyG batch, the (local) graph,
     the graph-parallel hooks, the boundary shapes, the normalised targets."""
 
-    def __init__(self, tr: "PipelineS2EFTrainer", structures: list):
+    def __init__(self, tr: PipelineS2EFTrainer, structures: list):
         from torch_geometric.data import Batch
 
         self.batch = batch = Batch.from_data_list(structures)
@@ -193,10 +192,9 @@ class AtomisticStage:
     flat boundary tensor (``None`` where nothing is received) and returning the one to send (``None``: nothing),
     ``recv_shape(kind, c)``, ``zero_grad``, ``step``, ``pending``, ``pop_loss``."""
 
-    histories: dict = {}
-
-    def __init__(self, tr: "PipelineS2EFTrainer"):
+    def __init__(self, tr: PipelineS2EFTrainer):
         self.tr = tr
+        self.histories: dict = {}  # no history: micro-batches are independent structures
         self.s, self.S = tr.stage, tr.S
         self.is_first, self.is_last = self.s == 0, self.s == self.S - 1
         self.lo, self.hi = tr.bounds[self.s], tr.bounds[self.s + 1]
@@ -204,7 +202,7 @@ class AtomisticStage:
         self.dtype = tr.config.torch_dtype
         self.conservative = not tr.direct
         self.training = True
-        self.mbs: list[Optional[_MicroBatch]] = []
+        self.mbs: list[_MicroBatch | None] = []
         self.ctx: dict[int, dict] = {}
         self.loss = 0.0
         self.version = 0
@@ -222,7 +220,7 @@ class AtomisticStage:
         self.mbs = [_MicroBatch(self.tr, g) if len(g) else None for g in groups]
         self.num_structures, self.num_free, self.training = num_structures, num_free, training
 
-    def recv_shape(self, kind: str, c: int) -> Optional[tuple[int]]:
+    def recv_shape(self, kind: str, c: int) -> tuple[int] | None:
         """The flat shape of what action ``kind`` on chunk ``c`` receives (``None``: nothing)."""
         mb = self.mbs[c]
         if mb is None:
@@ -234,7 +232,7 @@ class AtomisticStage:
         return None
 
     # ------------------------------------------------------------------ the four passes
-    def forward_chunk(self, c: int, x: Optional[Tensor], e: int) -> Optional[Tensor]:
+    def forward_chunk(self, c: int, x: Tensor | None, e: int) -> Tensor | None:
         """``F``: the stage's units on chunk ``c`` (stage 0 from the structures, others from ``x``); the last stage
         reads out energies (and direct forces) and forms its loss terms; returns the flat boundary tensor."""
         mb = self.mbs[c]
@@ -282,7 +280,7 @@ class AtomisticStage:
         self._record(mb, energy, forces, float(loss.detach()))
         return None
 
-    def force_grad_chunk(self, c: int, g: Optional[Tensor], e: int) -> Optional[Tensor]:
+    def force_grad_chunk(self, c: int, g: Tensor | None, e: int) -> Tensor | None:
         """``G``: ``(g_x, g_pos) = ∂y/∂(x, pos) · g_y`` with ``create_graph`` (training); sends ``g_x`` and the running
         position-gradient sum to ``s−1``; stage 0 forms the forces ``F = −Σ_s g_pos`` and the force loss."""
         mb = self.mbs[c]
@@ -321,7 +319,7 @@ class AtomisticStage:
                                           ~mb.batch.fixed)
         return None
 
-    def second_chunk(self, c: int, g: Optional[Tensor], e: int) -> Optional[Tensor]:
+    def second_chunk(self, c: int, g: Tensor | None, e: int) -> Tensor | None:
         """``D``: back-propagate the force loss's gradient of what ``G`` produced into the ``G`` graph (parameters'
         second-order gradients; the partial ``dL/dx`` kept for ``B``); sends ``(dL/dg_y, dL/da)`` to ``s+1``."""
         mb = self.mbs[c]
@@ -347,7 +345,7 @@ class AtomisticStage:
             return None
         return _flat([dgy, dacc])
 
-    def backward_chunk(self, c: int, g: Optional[Tensor], e: int) -> Optional[Tensor]:
+    def backward_chunk(self, c: int, g: Tensor | None, e: int) -> Tensor | None:
         """``B``: ``y.backward(dL/dy)`` (the last stage: its loss terms); returns ``dL/dx`` (with ``D``'s partial)."""
         mb = self.mbs[c]
         if mb is None:
@@ -662,7 +660,7 @@ class PipelineS2EFTrainer(S2EFTrainer):
 
 
 def worker(rank: int, world: int, config: TrainConfig, structures: list, splits: dict, normalizer: dict,
-           progress: bool = True, options=None, records=None) -> Optional[dict]:
+           progress: bool = True, options=None, records=None) -> dict | None:
     """The function each rank of an ``S × G × D`` layout runs (:func:`gnnpipe.core.run.launch.spawn`, or a
     torchrun rank). Returns ``{"result": TrainResult}`` on rank 0, ``None`` elsewhere."""
     torch.set_num_threads(config.threads)

@@ -34,7 +34,9 @@ def _config(model: str, S: int, C: int, scheduler: str, direct: bool, G: int = 1
 
 
 def _patched_batches(batches):
-    fake = lambda n, gb, seed, epoch: [torch.tensor(b) for b in batches]  # noqa: E731
+    def fake(n, gb, seed, epoch):
+        return [torch.tensor(b) for b in batches]
+
     return fake
 
 
@@ -175,7 +177,7 @@ LAYOUTS = [(3, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)]
 
 @pytest.mark.slow  # a minute or more per layout on a loaded machine
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: "S%dG%dD%d" % t)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: "S{}G{}D{}".format(*t))
 def test_every_layout_equals_the_single_process(layout):
     S, G, D = layout
     cases = [(m, S, 2, sch, direct, G, D) for m in MODELS for sch in ("gpipe", "1f1b") for direct in (False, True)]
