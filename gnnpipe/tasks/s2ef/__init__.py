@@ -1,6 +1,7 @@
 """The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
-process, data-parallel over ``--ways D`` ranks, and graph-parallel over ``--gp-size G`` ranks per replica
-(``D × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.graph_parallel`).
+process, data-parallel over ``--ways D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
+(``D × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.graph_parallel`), and pipelined over ``--stages S`` with ``--chunks C``
+micro-batches of structures (``D × S × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.pipeline`).
 
 ``gnnpipe train --dataset FILE.extxyz --model dimenet++`` (or no ``--dataset``: a generated OC20-like set) runs
 the steps of :class:`~gnnpipe.tasks.base.Task`: :meth:`S2EF.resolve` (the model must be atomistic; its
@@ -67,7 +68,8 @@ def _model_task(name: str) -> Optional[str]:
 class S2EF(Task):
     """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
     :class:`~gnnpipe.tasks.base.Task`. Trains an atomistic model on structures in one process, data-parallel
-    over ``--ways D`` ranks, or graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks)."""
+    over ``--ways D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks), or pipelined
+    over ``--stages S`` (``D × S × G`` ranks)."""
 
     name = "s2ef"
 
@@ -141,6 +143,13 @@ class S2EF(Task):
         G = config.graph_parallel_group_size
         gp = (f"; each replica's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
               f"{config.graph_parallel_mode}), {config.ways * G} ranks in all") if G > 1 else ""
+        if _pipelined(config):
+            S = config.stages
+            gp = ((f"; each stage's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
+                   f"{config.graph_parallel_mode})") if G > 1 else "") + f", {config.ways * S * G} ranks in all"
+            s += (f"the model's units over {S} pipeline stage{'s' if S != 1 else ''} ({config.scheduler}, "
+                  f"{config.chunks} micro-batches per replica batch of {config.batch_size})")
+            return s + (f", {config.ways} data-parallel replicas" if config.ways > 1 else "") + gp
         if config.ways == 1:
             return s + f"{'one replica' if G > 1 else 'single process'}, batch {config.batch_size}" + gp
         return s + (f"data parallel over {config.ways} replicas, {config.batch_size} structures each "
@@ -153,7 +162,8 @@ class S2EF(Task):
         return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
-        """Refuse an empty training split, a torchrun world that is not ``--ways × --gp-size``, a graph-parallel
+        """Refuse an empty training split, a torchrun world that is not ``--ways × --stages × --gp-size``, what
+        cannot be pipelined (:func:`~gnnpipe.tasks.s2ef.pipeline.check_pipeline`), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
         that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
 
