@@ -120,9 +120,9 @@ def _rank_timing(rank, world, cfg, steps):
         sched["s"] = 0.0
         torch.distributed.barrier()
         t0 = time.perf_counter()
-        tr.train_step(i)
+        rec = tr.train_step(i)
         wall = time.perf_counter() - t0
-        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"],
+        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
                     "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in spans.items()}})
     return out
 
@@ -134,12 +134,13 @@ def _single_step(cfg, steps, threads):
     structures, splits, norm = _data(cfg)
     tr = T.S2EFTrainer(cfg, structures, splits, norm)
     _fixed_batches(T, list(range(cfg.batch_size)))
-    walls = []
+    walls, cpus = [], []
     for i in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         tr.train_step(i)
         walls.append(time.perf_counter() - t0)
-    return tr, walls
+        cpus.append(time.thread_time() - c0)
+    return tr, walls, cpus
 
 
 def main(argv=None) -> dict:
@@ -148,26 +149,36 @@ def main(argv=None) -> dict:
     ap.add_argument("--mem-hidden", type=int, default=128, help="hidden width of the memory model")
     ap.add_argument("--mem-stages", type=int, default=4, help="stages of the memory measurement")
     ap.add_argument("--layers", type=int, default=4, help="interaction blocks of the timing model")
-    ap.add_argument("--hidden", type=int, default=64, help="hidden width of the timing model")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden width of the timing model")
     ap.add_argument("--stages", type=int, default=2, help="stages of the timing runs")
     ap.add_argument("--chunks", type=int, default=16, help="micro-batches (= structures) per step")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (the first is a warm-up)")
     ap.add_argument("--dataset", default="oc20-like", help="generated structures of the timing runs")
-    ap.add_argument("--cutoff", type=float, default=5.0)
-    ap.add_argument("--max-neighbors", type=int, default=16)
+    ap.add_argument("--cutoff", type=float, default=6.0)
+    ap.add_argument("--max-neighbors", type=int, default=30)
+    ap.add_argument("--skip-memory", action="store_true", help="only the bubble and step-time measurements")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
 
-    from gnnpipe import schedulers as gs
-    from gnnpipe.core.run.launch import spawn
 
     res: dict = {"args": vars(args)}
     # 1. parameter memory
+    if not args.skip_memory:
+        _memory(args, res)
+    _timing(args, res)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return res
+
+
+def _memory(args, res: dict) -> None:
+    from gnnpipe.core.run.launch import spawn
+
     mcfg = _config(args, layers=args.blocks, hidden=args.mem_hidden, chunks=args.mem_stages,
                    batch_size=args.mem_stages, stages=args.mem_stages, dataset="md17-like")
     single_cfg = _config(args, layers=args.blocks, hidden=args.mem_hidden, batch_size=args.mem_stages,
                          dataset="md17-like")
-    tr, _ = _single_step(single_cfg, 1, 1)
+    tr, _, _ = _single_step(single_cfg, 1, 1)
     single = _state_bytes(tr)
     ranks = spawn(_rank_memory, args.mem_stages, (mcfg,), backend="gloo", timeout_s=300, threads=1)
     per = [r["bytes"] for r in ranks]
@@ -178,7 +189,12 @@ def main(argv=None) -> dict:
           f"weights+grads+Adam; {args.mem_stages} stages (bounds {ranks[0]['bounds']}): "
           + ", ".join(f"{b / 2**20:.2f}" for b in per) + f" MiB per rank, max {max(per) / single:.3f}x")
 
-    # 2./3. bubble and step time
+
+def _timing(args, res: dict) -> None:
+    """2. and 3.: the bubble against the simulator, the step time against the single process."""
+    from gnnpipe import schedulers as gs
+    from gnnpipe.core.run.launch import spawn
+
     S, C = args.stages, args.chunks
     pcfg = _config(args, stages=S, chunks=C, scheduler="gpipe")
     outs = spawn(_rank_timing, S, (pcfg, args.steps), backend="gloo", timeout_s=600, threads=1)
@@ -199,18 +215,21 @@ def main(argv=None) -> dict:
     print(f"bubble: gpipe S={S} C={C}: measured idle share " + ", ".join(f"{x:.1%}" for x in idle)
           + "; simulated (measured action costs) " + ", ".join(f"{x:.1%}" for x in sim.bubble_fraction)
           + f"; schedule {max(sched_s):.3f} s of a {max(walls):.3f} s step, simulated makespan {sim.makespan:.3f} s")
+    cpu = [statistics.fmean(outs[s][i]["cpu"] for i in timed) for s in range(S)]
     scfg = _config(args)
-    speed = {}
+    speed, single_cpu = {}, {}
     for threads in (1, 2):
-        _, w = _single_step(scfg, args.steps, threads)
+        _, w, c = _single_step(scfg, args.steps, threads)
         speed[threads] = statistics.fmean(w[i] for i in timed)
+        single_cpu[threads] = statistics.fmean(c[i] for i in timed)
     res["speed"] = {"pipeline_step_s": max(walls), "single_step_s": speed,
-                    "speedup_vs_1_thread": speed[1] / max(walls), "speedup_vs_2_threads": speed[2] / max(walls)}
+                    "speedup_vs_1_thread": speed[1] / max(walls), "speedup_vs_2_threads": speed[2] / max(walls),
+                    "pipeline_rank_cpu_s": cpu, "single_cpu_s": single_cpu[1],
+                    "cpu_bound_speedup": single_cpu[1] / max(cpu)}
     print(f"step time: single {speed[1]:.3f} s (1 thread), {speed[2]:.3f} s (2 threads); {S}-stage pipeline "
-          f"{max(walls):.3f} s: {speed[1] / max(walls):.2f}x / {speed[2] / max(walls):.2f}x")
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
-    return res
+          f"{max(walls):.3f} s: {speed[1] / max(walls):.2f}x / {speed[2] / max(walls):.2f}x; thread CPU seconds "
+          f"per step: single {single_cpu[1]:.3f}, pipeline ranks " + ", ".join(f"{x:.3f}" for x in cpu)
+          + f" ({single_cpu[1] / max(cpu):.2f}x)")
 
 
 if __name__ == "__main__":
