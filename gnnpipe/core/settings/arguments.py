@@ -67,7 +67,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                           "S stages; ranks = --ways D x S x --gp-size G)")
     par.add_argument("--chunks", type=int, default=None,
                      help="total number of chunks C (default: 4·S per way; 1 per way when S = 1; atomistic S2EF: "
-                          "micro-batches of whole structures per replica batch, default min(4·S, --batch-size))")
+                          "micro-batches of whole structures per replica batch, min(4·S, --batch-size))")
     par.add_argument("--scheduler", default=d.scheduler,
                      help="chunk scheduler (gpipe, 1f1b, async-stale, …; S2EF: a flush scheduler, gpipe or 1f1b for "
                           "conservative forces)")
