@@ -283,3 +283,26 @@ def test_second_order_schedules_are_validated_and_simulated():
     swapped[1] = [swapped[1][0], swapped[1][2], swapped[1][1], *swapped[1][3:]]  # 1D0 before 1G0
     with pytest.raises(ScheduleError, match="F, G, D, B"):
         schedulers.validate(schedulers.Schedule(2, 1, swapped))
+
+
+@pytest.mark.slow  # torchrun starts two fresh interpreters
+@pytest.mark.timeout(600)
+def test_torchrun_ranks_train_a_pipeline(tmp_path, xyz):
+    """``torchrun -m gnnpipe train --stages 2`` runs the pipeline's ranks; a world other than D·S·G is refused."""
+    import json
+    import shutil
+    import subprocess
+
+    torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
+    flags = ["--dataset", xyz, "--model", "schnet", "--layers", "1", "--hidden", "8", "--cutoff", "4",
+             "--max-neighbors", "12", "--batch-size", "4", "--model-arg", "num_filters=8", "--model-arg",
+             "num_gaussians=8", "--no-progress", "--epochs", "1", "--stages", "2", "--chunks", "2"]
+    out = tmp_path / "r.json"
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", *flags, "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "completed" and rec["plan"]["stages"] == 2 and len(rec["peak_mem_bytes"]) == 2
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", *flags, "--ways", "2"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode != 0 and "needs 4" in p.stderr
