@@ -237,6 +237,13 @@ class AtomisticModel(ZooModel):
         """
         return {}
 
+    def stage_geometry(self, state: State, graph, comm: Comm = LOCAL) -> State:
+        """``state`` with the parameter-free entries a pipeline stage after the first recomputes from ``pos``
+        rather than receiving (edge vectors, lengths, bases; differentiable in ``pos``, so conservative forces
+        collect each stage's share). Parameter-free modules of unit 0 keep their buffers on every stage. Default:
+        nothing to recompute."""
+        return state
+
     def boundary_shapes(self, graph) -> dict[str, tuple[int, ...]]:
         """The shapes of :meth:`pipeline_boundary`'s tensors for ``graph`` (the rank's local view under graph
         parallelism), in its order."""

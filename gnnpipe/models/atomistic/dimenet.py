@@ -32,7 +32,7 @@ from torch_geometric.nn.models.dimenet import (
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
-from .comm import Comm
+from .comm import LOCAL, Comm
 
 #: (num_spherical, num_radial) -> (sph_funcs, bessel_funcs) of PyG's SphericalBasisLayer (sympy forms are slow
 #: to derive: tens of seconds for 7 × 6; derived once per process)
@@ -111,8 +111,10 @@ class DimeNetEmbedding(AtomisticUnit):
         self.output = OutputPPBlock(num_radial, hidden, out_emb_channels, 1, num_output_layers, act,
                                     output_initializer)
 
-    def forward(self, state, graph, comm: Comm):
-        j, i = graph.edge_index[0], graph.edge_index[1]
+    def geometry(self, state, graph, comm: Comm) -> dict:
+        """The parameter-free geometry from ``state["pos"]``: edge vectors ``vec`` ``[E, 3]`` (Å, from ``i`` to
+        ``j``'s image), lengths ``dist`` ``[E]`` and the spherical basis ``sbf`` ``[T, S·R]`` of the triplet angles
+        (a later pipeline stage recomputes them instead of receiving ``O(T)`` rows)."""
         idx_kj, idx_ji = graph.idx_kj, graph.idx_ji
         vec = graph.edge_vectors(state["pos"], state["cell"])  # [E, 3], from i to j's image
         dist = vec.norm(dim=-1)
@@ -120,8 +122,13 @@ class DimeNetEmbedding(AtomisticUnit):
         dist_read = dist if vec_read is vec else vec_read.norm(dim=-1)
         a, b = vec.index_select(0, idx_ji), vec_read.index_select(0, idx_kj)
         angle = torch.atan2(torch.cross(a, b, dim=1).norm(dim=-1), (a * b).sum(dim=-1))
+        return {"vec": vec, "dist": dist, "sbf": self.sbf(dist_read, angle, idx_kj)}
+
+    def forward(self, state, graph, comm: Comm):
+        j, i = graph.edge_index[0], graph.edge_index[1]
+        geo = self.geometry(state, graph, comm)
+        vec, dist, sbf = geo["vec"], geo["dist"], geo["sbf"]
         rbf = self.rbf(dist)
-        sbf = self.sbf(dist_read, angle, idx_kj)
         emb = self.emb
         h = comm.atoms_gather(emb.emb(state["z"]))  # per-atom embedding on owned atoms, gathered to the edges
         x = self.act(emb.lin(torch.cat([h.index_select(0, i), h.index_select(0, j), self.act(emb.lin_rbf(rbf))],
@@ -237,13 +244,15 @@ class DimeNetPlusPlus(AtomisticModel):
         self.reset_parameters()
 
     def pipeline_boundary(self) -> dict:
-        """The edge geometry, both bases (``rbf`` depends on the learnable Bessel frequencies of unit 0, so it
-        travels rather than being recomputed), the edge messages ``x`` and the running output sum ``P`` (see the
-        base class)."""
+        """The radial basis ``rbf`` (it depends on the learnable Bessel frequencies of unit 0, so it travels), the
+        edge messages ``x`` and the running output sum ``P``; the geometry and the spherical basis are recomputed
+        on each stage (:meth:`stage_geometry`), so a boundary is ``O(E + N)``, never ``O(T)``."""
         emb = self.units[0]
-        R, S = emb.rbf.freq.numel(), emb.sbf.num_spherical
-        return {"vec": ("edges", (3,)), "dist": ("edges", ()), "rbf": ("edges", (R,)),
-                "sbf": ("triplets", (S * R,)), "x": ("edges", (emb.emb.lin.out_features,)), "P": ("atoms", (1,))}
+        R = emb.rbf.freq.numel()
+        return {"rbf": ("edges", (R,)), "x": ("edges", (emb.emb.lin.out_features,)), "P": ("atoms", (1,))}
+
+    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+        return {**state, **self.units[0].geometry(state, graph, comm)}
 
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:
         return scatter_sum(state["P"].squeeze(-1), state["atom_batch"], state["num_structures"])

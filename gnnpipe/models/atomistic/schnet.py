@@ -23,7 +23,7 @@ from torch_geometric.nn.models.schnet import GaussianSmearing, InteractionBlock,
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
-from .comm import Comm
+from .comm import LOCAL, Comm
 from .dimenet import _check_common
 
 
@@ -35,11 +35,15 @@ class SchNetEmbedding(AtomisticUnit):
         self.embedding = nn.Embedding(max_z + 1, hidden, padding_idx=0)
         self.distance_expansion = GaussianSmearing(0.0, cutoff, num_gaussians)
 
-    def forward(self, state, graph, comm: Comm):
+    def geometry(self, state, graph) -> dict:
+        """The parameter-free geometry from ``state["pos"]``: ``vec`` ``[E, 3]`` (Å), ``dist`` ``[E]`` and their
+        Gaussian expansion ``edge_attr`` ``[E, G]`` (a later pipeline stage recomputes them)."""
         vec = graph.edge_vectors(state["pos"], state["cell"])
         dist = vec.norm(dim=-1)
-        return {**state, "vec": vec, "dist": dist, "edge_attr": self.distance_expansion(dist),
-                "h": self.embedding(state["z"])}
+        return {"vec": vec, "dist": dist, "edge_attr": self.distance_expansion(dist)}
+
+    def forward(self, state, graph, comm: Comm):
+        return {**state, **self.geometry(state, graph), "h": self.embedding(state["z"])}
 
 
 class SchNetInteraction(AtomisticUnit):
@@ -141,10 +145,11 @@ class SchNet(AtomisticModel):
                              ("head.lin1.", "lin1."), ("head.lin2.", "lin2."))
 
     def pipeline_boundary(self) -> dict:
-        """The edge geometry and Gaussian expansion, and the owned atoms' features ``h`` (see the base class)."""
-        g = self.units[0].distance_expansion.offset.numel()
-        return {"vec": ("edges", (3,)), "dist": ("edges", ()), "edge_attr": ("edges", (g,)),
-                "h": ("atoms", (self.units[0].embedding.embedding_dim,))}
+        """The owned atoms' features ``h`` only: the geometry is recomputed on each stage (:meth:`stage_geometry`)."""
+        return {"h": ("atoms", (self.units[0].embedding.embedding_dim,))}
+
+    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+        return {**state, **self.units[0].geometry(state, graph)}
 
     def readout_energy(self, state, graph, comm: Comm) -> Tensor:
         head = self.head

@@ -8,11 +8,14 @@ Every rank of a replica reads the replica's share of the global batch (:func:`~.
 micro-batches (``--chunks``) of whole structures (``torch.tensor_split``: contiguous, as even as possible); every
 rank builds the same neighbour graph and (``G > 1``) the same graph-parallel plan of each micro-batch, so stage
 ``s`` rank ``g`` exchanges boundary tensors with stage ``s ± 1`` rank ``g`` only. Weights of the units a rank
-does not run stay on the ``meta`` device: parameters, gradients and Adam moments per rank fall with ``S``.
+does not run stay on the ``meta`` device (their buffers stay): parameters, gradients and Adam moments per rank fall
+with ``S``.
 
 Boundary tensors (:meth:`~gnnpipe.models.atomistic.AtomisticModel.pipeline_boundary`): the state entries a unit
-passes on — edge geometry and bases, atom or edge activations, DimeNet++'s running output sum — flattened into one
-message per micro-batch; their shapes follow from the micro-batch's graph, which every stage builds, so nothing
+passes on — atom or edge activations, DimeNet++'s radial basis and running output sum — flattened into one message
+per micro-batch (``O(E + N)`` values); the parameter-free geometry (edge vectors, lengths, the spherical basis of
+the triplets) is recomputed from the positions on every stage
+(:meth:`~gnnpipe.models.atomistic.AtomisticModel.stage_geometry`), so no ``O(T)`` tensor crosses a stage; their shapes follow from the micro-batch's graph, which every stage builds, so nothing
 but the payload is sent. Micro-batches are independent structures and the schedule flushes (gpipe, 1f1b, any
 registered flush scheduler), so the pipeline is exact.
 
@@ -149,6 +152,15 @@ def pipeline_plan_info(config: TrainConfig, splits: dict) -> dict:
     return info
 
 
+def _drop_weights(module: nn.Module) -> None:
+    """Move ``module``'s parameters to the ``meta`` device (no storage); its buffers stay (parameter-free geometry
+    such as SchNet's Gaussian centres is recomputed on every stage)."""
+    for m in module.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None:
+                m._parameters[name] = nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
+
+
 class _MicroBatch:
     """One micro-batch of structures as every rank of the replica sees it: the PyG batch, the (local) graph,
     the graph-parallel hooks, the boundary shapes, the normalised targets."""
@@ -250,6 +262,7 @@ class AtomisticStage:
                         t.requires_grad_(True)
                     ins.append(t)
                 state.update(parts)
+                state = model.stage_geometry(state, mb.graph, self.tr.hooks(mb))
             state = model.run_units(self.lo, self.hi, state, mb.graph, self.tr.hooks(mb))
             ctx = {"ins": ins, "pos": state["pos"]}
             self.ctx[c] = ctx
@@ -455,10 +468,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         if self.stage == self.S - 1:
             mod.head = self.model.head
         else:
-            self.model.head.to("meta")
+            _drop_weights(self.model.head)
         for i, u in enumerate(self.model.units):
             if not lo <= i < hi:
-                u.to("meta")
+                _drop_weights(u)
         return mod
 
     def export_model(self):
