@@ -25,12 +25,14 @@ pytestmark = pytest.mark.dist
 BATCHES = [[1, 0, 2], [3, 4, 0], [2]]
 
 
-def _config(model: str, S: int, C: int, scheduler: str, direct: bool, G: int = 1, D: int = 1) -> TrainConfig:
+def _config(model: str, S: int, C: int, scheduler: str, direct: bool, G: int = 1, D: int = 1,
+            mode: str = "allgather", method: str = "edge-chunk") -> TrainConfig:
     return TrainConfig(task="s2ef", model=model, layers=3, hidden=8, dtype="float64", dropout=0.0, lr=1e-2,
                        weight_decay=0.01, epochs=1, batch_size=3, ema_decay=0.5, warmup_steps=0,
                        lr_schedule="constant", clip_grad_norm=5.0, force_coef=10.0, loss_fn="mse", cutoff=3.0,
                        max_neighbors=8, direct_forces=direct, model_args=MODELS[model], stages=S, chunks=C,
-                       scheduler=scheduler, graph_parallel_group_size=G, ways=D)
+                       scheduler=scheduler, graph_parallel_group_size=G, ways=D, graph_parallel_mode=mode,
+                       graph_parallel_partitioner=method)
 
 
 def _patched_batches(batches):
@@ -181,6 +183,8 @@ LAYOUTS = [(3, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)]
 def test_every_layout_equals_the_single_process(layout):
     S, G, D = layout
     cases = [(m, S, 2, sch, direct, G, D) for m in MODELS for sch in ("gpipe", "1f1b") for direct in (False, True)]
+    if G > 1:  # the other graph-parallel layouts too
+        cases += [(m, S, 2, "1f1b", False, G, D, "halo", "atom-owner") for m in MODELS]
     _check_cases(cases, S * G * D)
 
 
