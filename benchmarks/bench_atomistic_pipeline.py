@@ -122,7 +122,7 @@ def _rank_timing(rank, world, cfg, steps):
         t0 = time.perf_counter()
         rec = tr.train_step(i)
         wall = time.perf_counter() - t0
-        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
+        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank], "bytes_layer": rec["bytes_layer"],
                     "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in spans.items()}})
     return out
 
@@ -210,11 +210,13 @@ def _timing(args, res: dict) -> None:
     walls = [statistics.fmean(outs[s][i]["wall"] for i in timed) for s in range(S)]
     idle = [statistics.fmean(outs[s][i]["idle"] / outs[s][i]["schedule"] for i in timed) for s in range(S)]
     sched_s = [statistics.fmean(outs[s][i]["schedule"] for i in timed) for s in range(S)]
+    res["bytes_layer_per_step"] = outs[0][-1]["bytes_layer"]
     res["bubble"] = {"measured_idle_share": idle, "simulated_bubble": sim.bubble_fraction, "schedule_s": sched_s,
                      "simulated_makespan_s": sim.makespan, "measured_step_s": walls, "action_means_s": means}
     print(f"bubble: gpipe S={S} C={C}: measured idle share " + ", ".join(f"{x:.1%}" for x in idle)
           + "; simulated (measured action costs) " + ", ".join(f"{x:.1%}" for x in sim.bubble_fraction)
-          + f"; schedule {max(sched_s):.3f} s of a {max(walls):.3f} s step, simulated makespan {sim.makespan:.3f} s")
+          + f"; schedule {max(sched_s):.3f} s of a {max(walls):.3f} s step, simulated makespan {sim.makespan:.3f} s; "
+          f"{res['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step")
     cpu = [statistics.fmean(outs[s][i]["cpu"] for i in timed) for s in range(S)]
     scfg = _config(args)
     speed, single_cpu = {}, {}
