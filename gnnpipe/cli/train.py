@@ -171,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C
+        from ..core.run.stopping import unblock_stop_signals
+
+        unblock_stop_signals()
     try:
         result = train(config, progress=args.progress, options=options, **layout_kw)
     except BaseException as exc:
