@@ -15,7 +15,8 @@ For each ``G`` of ``--gp-sizes`` (1: a single process, no process group) the scr
 * ``step_s``: the median wall time of a step (after ``--warmup`` steps), split into ``comm_s`` (inside the
   graph-parallel collectives and the gradient all-reduce), ``idle_s`` (waiting at a barrier before the gradient
   all-reduce: the imbalance between the ranks' shares) and ``compute_s`` (the rest), medians over steps;
-  ``bytes_gp`` (bytes the rank sent in the collectives per step).
+  ``bytes_gp`` (bytes the rank sent in the collectives per step); ``cpu_s``: the main thread's CPU seconds of the
+  step (less sensitive than wall time to other processes sharing the cores).
 
 Usage::
 
@@ -118,7 +119,7 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
         for p in params:
             p.grad = None
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = model(batch, local, comm, forces=True)
         loss = ((out["energy"] - e_t) ** 2).sum() + 100.0 * ((out["forces"] - f_t) ** 2).mean()
         loss.backward()
@@ -133,12 +134,12 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
             dist.all_reduce(flat)
             sync()
             comm_extra = time.perf_counter() - t2
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         c = counter.counters()
         comm_s = c["comm_s"] + comm_extra
         if step >= args.warmup:
             rows.append({"step_s": wall, "comm_s": comm_s, "idle_s": idle, "compute_s": wall - comm_s - idle,
-                         "bytes_gp": c["bytes_gp"]})
+                         "cpu_s": cpu, "bytes_gp": c["bytes_gp"]})
     peak = _peak(device) - floor
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     return {"rank": rank, "peak_MiB": peak / 2**20, "floor_MiB": floor / 2**20, **med,
