@@ -68,6 +68,7 @@ __all__ = [
     "predict_layout",
     "profile_step",
     "rank_memory",
+    "read_edges",
     "size_for_params",
     "stage_bounds",
     "step_bytes",
@@ -214,18 +215,24 @@ class UnitWidths:
     """Values per element of one unit (activation widths) or multiply-adds per element (work).
 
     Attributes:
-        edge: per edge the unit's rank owns. triplet: per owned triplet. atom: per owned atom.
+        edge: per edge the unit's rank owns. triplet: per owned triplet. atom: per owned atom. read_edge: per edge
+        row the rank's triplets read (``E_read``: all ``E`` edges in ``allgather`` mode, the owned and halo rows in
+        ``halo`` mode; DimeNet++'s spherical basis is computed on them).
     """
 
     edge: float = 0.0
     triplet: float = 0.0
     atom: float = 0.0
+    read_edge: float = 0.0
 
-    def total(self, edges: float, triplets: float, atoms: float) -> float:
-        return self.edge * edges + self.triplet * triplets + self.atom * atoms
+    def total(self, edges: float, triplets: float, atoms: float, read_edges: float | None = None) -> float:
+        """``Σ width × count``; ``read_edges`` defaults to ``edges`` (a single process reads its own edges)."""
+        read = edges if read_edges is None else read_edges
+        return self.edge * edges + self.triplet * triplets + self.atom * atoms + self.read_edge * read
 
     def __add__(self, other: UnitWidths) -> UnitWidths:
-        return UnitWidths(self.edge + other.edge, self.triplet + other.triplet, self.atom + other.atom)
+        return UnitWidths(self.edge + other.edge, self.triplet + other.triplet, self.atom + other.atom,
+                          self.read_edge + other.read_edge)
 
 
 def _dimenet_sizes(model) -> dict:
@@ -258,8 +265,9 @@ def activation_widths(model: Any) -> list[UnitWidths]:
     DimeNet++ (``H`` hidden, ``I`` int_emb_size, ``B`` basis_emb_size, ``R`` num_radial, ``S`` num_spherical,
     ``O`` out_emb_channels, ``n`` output layers, ``b``/``a`` residual layers before/after the skip), per interaction
     block: edge ``(14 + 6b + 6a)·H + B + 3I``, triplet ``2I + B``, atom ``H + (3n + 1)·O``; the embedding: edge
-    ``9H + 4R + 5SR + 10`` (geometry, radial and spherical bases, the embedding MLP, output block 0), triplet
-    ``2SR + 5S + 10`` (angles, the spherical basis), atom ``H + (3n + 1)·O``. SchNet (``H`` hidden, ``F`` filters,
+    ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``13·SR`` (the
+    spherical basis's radial part, sympy-derived Bessel functions: 13 kept values per function, counted with
+    autograd's saved-tensor hooks), triplet ``2SR + 9S + 2`` (angles, the angular part: ~9 per degree, counted so). SchNet (``H`` hidden, ``F`` filters,
     ``G`` Gaussians), per block: edge ``5F + 4``, atom ``3H + F``; the embedding: edge ``3G + 4``, atom ``H``;
     readout atom ``2H``.
 
@@ -275,7 +283,7 @@ def activation_widths(model: Any) -> list[UnitWidths]:
         H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
         SR = S * R
         out_atom = H + (3 * n + 1) * O
-        units = [UnitWidths(9 * H + 4 * R + 5 * SR + 10, 2 * SR + 5 * S + 10, out_atom)]
+        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 13 * SR)]
         units += [UnitWidths((14 + 6 * z["before"] + 6 * z["after"]) * H + B + 3 * I, 2 * I + B, out_atom)
                   for _ in range(z["L"])]
         return units
@@ -324,9 +332,9 @@ def unit_parameters(model: Any) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------- profile
 #: the double-backward factor κ (peak live bytes of a conservative-force step / the forward's counted kept bytes)
-#: when no profile measured it: measured 2.3-2.6 for dimenet++ (hidden 32-64, Pt slabs, float32) on this
+#: when no profile measured it: measured 2.66 for dimenet++ (hidden 64, 3 blocks, a 75-atom Pt slab, float32) on this
 #: project's machine (docs/guides/atomistic-cost.md)
-DEFAULT_KAPPA = 2.5
+DEFAULT_KAPPA = 2.7
 
 
 @attrs.define
@@ -629,6 +637,16 @@ def _plan(job: AtomJob, G: int, cache: dict):
     return cache[("plan", G)]
 
 
+def read_edges(plan: Any, mode: str) -> list[int]:
+    """Per rank, the edge rows its triplets read: all ``E`` (``allgather``; one rank: its own), or its own and its
+    halo rows (``halo``)."""
+    if plan.num_ranks == 1:
+        return [plan.num_edges]
+    if mode == "allgather":
+        return [plan.num_edges] * plan.num_ranks
+    return [int(e) + int(h.numel()) for e, h in zip(plan.edge_counts, plan.halo)]
+
+
 def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> list[AtomRankMemory]:
     """Per rank of one replica (``S × G`` ranks; the other replicas' are alike or smaller), the predicted bytes
     above the runtime floor (module docstring). Stage ``s`` trains its units' parameters; a gpipe stage keeps
@@ -640,6 +658,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
     bounds = stage_bounds(len(model.units), layout.stages)
     world = layout.ranks
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
+    reads = read_edges(plan, job.mode)
     out = []
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit[lo:hi])
@@ -647,9 +666,10 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
         if layout.stages > 1 and layout.scheduler == "1f1b":
             inflight = min(layout.stages - s, layout.chunks) / layout.chunks
         for g in range(layout.gp):
-            kept = b * sum(w.total(edges[g], triplets[g], atoms[g]) for w in widths[lo:hi])
+            kept = b * sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in widths[lo:hi])
             if lo > 0 and layout.stages > 1:  # a later stage recomputes the bases (parameter-free) it reads
-                kept += b * UnitWidths(widths[0].edge, widths[0].triplet, 0).total(edges[g], triplets[g], 0)
+                bases = UnitWidths(widths[0].edge, widths[0].triplet, 0, widths[0].read_edge)
+                kept += b * bases.total(edges[g], triplets[g], 0, reads[g])
             out.append(AtomRankMemory(
                 rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
                 ema=P * b if job.ema else 0, allreduce=(P + 1) * job.allreduce_element_size if world > 1 else 0,
@@ -693,6 +713,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
     works = work_weights(model)
     per_unit_p = unit_parameters(model)
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
+    reads = read_edges(plan, job.mode)
     measured = Link(*(profile.link or FALLBACK_LINK))
     members = list(range(G))  # one GP group of the first replica (block placement: the tightest group)
     gp_link = hw.group_link(members, R, measured)
@@ -712,7 +733,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
         ar_s = grad_link.allreduce_time(ar_bytes, D * G)
         grad_total += D * G * (2.0 * (D * G - 1) * ar_bytes / (D * G) if D * G > 1 else 0.0)
         for g in range(G):
-            work = sum(w.total(edges[g], triplets[g], atoms[g]) for w in works[lo:hi])
+            work = sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in works[lo:hi])
             c = spw * work * slow * pipe
             gb = sum(v for u, v in per_unit_bytes[g].items() if u in units)
             share = (hi - lo) / len(model.units)

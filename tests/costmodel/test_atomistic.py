@@ -135,7 +135,9 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     kept = 4 * sum(w.total(graph.num_edges, graph.num_triplets, graph.num_nodes) for w in activation_widths(model))
     assert m.activations == int(2.5 * kept)
     gp = predict_layout(job, AtomLayout(1, 2, 1), _profile(), cache=cache)
-    assert sum(r.activations for r in gp.memory) == pytest.approx(m.activations, rel=1e-6)  # shares add up
+    read = 2.5 * 4 * sum(w.read_edge for w in activation_widths(model)) * graph.num_edges  # allgather: all rows
+    assert read > 0
+    assert sum(r.activations for r in gp.memory) == pytest.approx(m.activations + read, rel=1e-6)  # shares add up
     assert all(r.allreduce == 8 * (P + 1) for r in gp.memory)  # the trainer's float64 flat buffer
     pipe = predict_layout(job, AtomLayout(2, 1, 1, chunks=2), _profile(), cache=cache)
     assert sum(r.parameters for r in pipe.memory) == 4 * P and len(pipe.memory) == 2
@@ -158,7 +160,7 @@ def test_time_model_splits_the_profiled_step_by_work_and_adds_the_bubble():
     one = predict_layout(job, AtomLayout(1, 1, 1), prof, hw, cache=cache)
     assert one.step_s == pytest.approx(2.0)  # the profiled step on a device twice as fast
     two = predict_layout(job, AtomLayout(1, 2, 1), prof, hw, cache=cache)
-    assert sum(two.compute_s) == pytest.approx(2.0) and max(two.compute_s) < 2.0
+    assert max(two.compute_s) < 2.0 < sum(two.compute_s)  # halves, plus the edge rows both ranks read
     pipe = predict_layout(job, AtomLayout(3, 1, 1, chunks=3), prof, hw, cache=cache)
     assert pipe.bubble == pytest.approx(2 / 5)
     assert sum(pipe.compute_s) == pytest.approx(2.0 * 5 / 3)  # (C + S − 1)/C of each stage's share
@@ -171,7 +173,7 @@ def test_projection_fits_by_arithmetic():
     from gnnpipe.costmodel.atomistic import AtomLayout, num_parameters, predict_layout, size_for_params
     from gnnpipe.costmodel.hardware import load_hardware
 
-    model, args = size_for_params("dimenet++", 1e9, hidden=2048, **SMALL_DIMENET)
+    model, _ = size_for_params("dimenet++", 1e9, hidden=2048, **SMALL_DIMENET)
     P = num_parameters(model)
     assert abs(P - 1e9) / 1e9 < 0.05 and next(model.parameters()).device.type == "meta"
     job = _job(model, 1)
