@@ -49,7 +49,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-neighbors", type=int, default=50)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--blocks", type=int, default=3)
-    p.add_argument("--gp-sizes", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--gp-sizes", type=int, nargs="+", default=[1, 2], help="layouts D = 1 x G")
+    p.add_argument("--layouts", nargs="+", default=None,
+                   help="D x G layouts as DxG (e.g. 1x1 1x2 2x1 2x2; replaces --gp-sizes): D replicas of G ranks, "
+                        "each replica stepping on the slab, the gradients all-reduced over the D·G ranks")
     p.add_argument("--partitioner", default="edge-chunk")
     p.add_argument("--mode", default="allgather", choices=["allgather", "halo"])
     p.add_argument("--steps", type=int, default=2)
@@ -63,7 +66,7 @@ def main(argv=None) -> int:
     model = build_model("dimenet++", 0, 1, **mk)
     sample = bgp.slab(psize, args.layers, torch.float32)
     prof = profile_step(model, sample, build_graph(sample, args.cutoff, args.max_neighbors), steps=args.steps,
-                        warmup=args.warmup, link=max(args.gp_sizes) > 1, name="dimenet++")
+                        warmup=args.warmup, link=True, name="dimenet++")
     print(f"profile: {psize}x{psize}x{args.layers} slab, {prof.atoms} atoms, {prof.edges} edges, {prof.triplets} "
           f"triplets: step {prof.step_s:.3f} s, kappa {prof.kappa:.2f}", file=sys.stderr)
     job_batch = bgp.slab(args.size, args.layers, torch.float32)
@@ -74,27 +77,29 @@ def main(argv=None) -> int:
                                     partitioner=args.partitioner, mode=args.mode, steps=args.steps,
                                     warmup=args.warmup, threads=1, dtype="float32", device="cpu", timeout=600.0)
     rows = []
-    print(f"{'G':>2} {'rank':>4} {'peak MiB':>9} {'pred MiB':>9} {'err %':>6} {'step s':>8} {'pred s':>8} {'err %':>6} "
+    grid = ([tuple(int(v) for v in lay.lower().split("x")) for lay in args.layouts] if args.layouts
+            else [(1, G) for G in args.gp_sizes])
+    print(f"{'DxG':>4} {'rank':>4} {'peak MiB':>9} {'pred MiB':>9} {'err %':>6} {'step s':>8} {'pred s':>8} {'err %':>6} "
           f"{'cpu s':>7} {'pred':>7} {'err %':>6}")
-    for G in args.gp_sizes:
+    for D, G in grid:
         os.environ["MALLOC_MMAP_THRESHOLD_"] = "16384"
         mem_args = argparse.Namespace(**{**vars(bench_args), "steps": 1, "warmup": 0})
         try:
-            mem = launch.spawn(bgp.run_rank, G, (mem_args,), backend="gloo", timeout_s=600, threads=1)
+            mem = launch.spawn(bgp.run_rank, D * G, (mem_args, G), backend="gloo", timeout_s=600, threads=1)
         finally:
             os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
-        outs = launch.spawn(bgp.run_rank, G, (bench_args,), backend="gloo", timeout_s=600, threads=1)
+        outs = launch.spawn(bgp.run_rank, D * G, (bench_args, G), backend="gloo", timeout_s=600, threads=1)
         for o, m in zip(outs, mem):
             o["peak_MiB"] = m["peak_MiB"]
-        pred = predict_layout(job, AtomLayout(1, G, 1), prof)
+        pred = predict_layout(job, AtomLayout(1, G, D), prof)
         step = max(o["step_s"] for o in outs)
-        for o, m, w in zip(outs, pred.memory, pred.work_s):
+        for o, m, w in zip(outs, pred.memory * D, pred.work_s * D):
             pm = (m.gradients + m.allreduce + m.activations) / 2 ** 20
-            row = {"G": G, "rank": o["rank"], "peak_MiB": o["peak_MiB"], "pred_MiB": pm, "step_s": step,
+            row = {"D": D, "G": G, "rank": o["rank"], "peak_MiB": o["peak_MiB"], "pred_MiB": pm, "step_s": step,
                    "pred_step_s": pred.step_s, "cpu_s": o["cpu_s"], "pred_cpu_s": w, "edges": o["edges"],
                    "triplets": o["triplets"]}
             rows.append(row)
-            print(f"{G:>2} {o['rank']:>4} {o['peak_MiB']:>9.1f} {pm:>9.1f} {100 * (pm / o['peak_MiB'] - 1):>6.1f} "
+            print(f"{f'{D}x{G}':>4} {o['rank']:>4} {o['peak_MiB']:>9.1f} {pm:>9.1f} {100 * (pm / o['peak_MiB'] - 1):>6.1f} "
                   f"{step:>8.3f} {pred.step_s:>8.3f} {100 * (pred.step_s / step - 1):>6.1f} "
                   f"{o['cpu_s']:>7.3f} {w:>7.3f} {100 * (w / o['cpu_s'] - 1):>6.1f}")
     if args.out:

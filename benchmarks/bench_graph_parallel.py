@@ -81,8 +81,10 @@ def _status(key: str) -> int:
     return 0
 
 
-def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
-    """The steps of one rank (``world`` = G; ``world == 1``: the single process, no collectives)."""
+def run_rank(rank: int, world: int, args: argparse.Namespace, gp_size: int | None = None) -> dict:
+    """The steps of one rank of ``world = D × G`` (``gp_size`` = G, default ``world``; rank ``d·G + g`` is rank ``g``
+    of replica ``d``'s graph-parallel group; every replica steps on the same slab; ``world == 1``: the single
+    process, no collectives)."""
     import torch.distributed as dist
 
     from gnnpipe.core.ops.comm import Comm
@@ -102,9 +104,16 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     batch, graph = batch.to(device), graph.to(device)
     comm, local, counter = None, graph, Comm(device)
-    if world > 1:
-        plan = plan_graph_parallel(graph.to("cpu"), world, args.partitioner, pos=batch.pos.cpu())
-        comm = GraphParallelComm(plan, mode=args.mode, comm=counter, device=device)
+    G = world if gp_size is None else int(gp_size)
+    group = None
+    if world > G:  # D > 1 replicas: every rank creates every group, in the same order
+        for d in range(world // G):
+            g = dist.new_group(list(range(d * G, (d + 1) * G)))
+            if d == rank // G:
+                group = g
+    if G > 1:
+        plan = plan_graph_parallel(graph.to("cpu"), G, args.partitioner, pos=batch.pos.cpu())
+        comm = GraphParallelComm(plan, group=group, mode=args.mode, comm=counter, device=device)
         local = comm.local_graph(graph)
     e_t, f_t = batch.energy.reshape(-1), batch.forces
 
