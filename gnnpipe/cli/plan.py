@@ -8,6 +8,11 @@ the plan the run would build and predicts its epoch time (discrete-event simulat
 per epoch (DESIGN §6, exact) and peak memory per rank (runtime floor + the memory model). Layouts that do not
 fit the hardware's memory are marked and sorted last. ``--hardware FILE`` predicts for another machine
 (TOML; shipped: local-2core, cpu-16core, paper-a5000, h200x8, h200x64). ``--out plan.json`` writes the records.
+
+An atomistic job (``--model schnet`` / ``dimenet++``, or ``--task s2ef``) is ranked over its S x G x D layouts
+(pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.costmodel.atomistic`: one profiled training
+step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
+``--params 1e9`` projects a model of that size (docs/guides/atomistic-cost.md).
 """
 
 from __future__ import annotations
