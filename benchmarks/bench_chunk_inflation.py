@@ -53,7 +53,7 @@ def build(a):
     base = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers,
                                       hidden=a.hidden, epochs=a.epochs, patience=0, threads=1))
     cfg = attrs.evolve(base, stages=a.stages, chunks=a.chunks, over_partition=a.over_partition,
-                       layer_split="equal", backend="gloo")
+                       layer_split="equal", backend="gloo", scheduler="gpipe", recompute=False)
     plan = build_plan(cfg, api.load_data(cfg))
     single = SingleProcessTrainer(plan.data, attrs.evolve(base, stages=1, chunks=1))
     return cfg, plan, single

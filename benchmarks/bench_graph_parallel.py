@@ -15,7 +15,8 @@ For each ``G`` of ``--gp-sizes`` (1: a single process, no process group) the scr
 * ``step_s``: the median wall time of a step (after ``--warmup`` steps), split into ``comm_s`` (inside the
   graph-parallel collectives and the gradient all-reduce), ``idle_s`` (waiting at a barrier before the gradient
   all-reduce: the imbalance between the ranks' shares) and ``compute_s`` (the rest), medians over steps;
-  ``bytes_gp`` (bytes the rank sent in the collectives per step).
+  ``bytes_gp`` (bytes the rank sent in the collectives per step); ``cpu_s``: the main thread's CPU seconds of the
+  step (less sensitive than wall time to other processes sharing the cores).
 
 Usage::
 
@@ -80,8 +81,10 @@ def _status(key: str) -> int:
     return 0
 
 
-def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
-    """The steps of one rank (``world`` = G; ``world == 1``: the single process, no collectives)."""
+def run_rank(rank: int, world: int, args: argparse.Namespace, gp_size: int | None = None) -> dict:
+    """The steps of one rank of ``world = D × G`` (``gp_size`` = G, default ``world``; rank ``d·G + g`` is rank ``g``
+    of replica ``d``'s graph-parallel group; every replica steps on the same slab; ``world == 1``: the single
+    process, no collectives)."""
     import torch.distributed as dist
 
     from gnnpipe.core.ops.comm import Comm
@@ -101,9 +104,16 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     batch, graph = batch.to(device), graph.to(device)
     comm, local, counter = None, graph, Comm(device)
-    if world > 1:
-        plan = plan_graph_parallel(graph.to("cpu"), world, args.partitioner, pos=batch.pos.cpu())
-        comm = GraphParallelComm(plan, mode=args.mode, comm=counter, device=device)
+    G = world if gp_size is None else int(gp_size)
+    group = None
+    if world > G:  # D > 1 replicas: every rank creates every group, in the same order
+        for d in range(world // G):
+            g = dist.new_group(list(range(d * G, (d + 1) * G)))
+            if d == rank // G:
+                group = g
+    if G > 1:
+        plan = plan_graph_parallel(graph.to("cpu"), G, args.partitioner, pos=batch.pos.cpu())
+        comm = GraphParallelComm(plan, group=group, mode=args.mode, comm=counter, device=device)
         local = comm.local_graph(graph)
     e_t, f_t = batch.energy.reshape(-1), batch.forces
 
@@ -118,7 +128,7 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
         for p in params:
             p.grad = None
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = model(batch, local, comm, forces=True)
         loss = ((out["energy"] - e_t) ** 2).sum() + 100.0 * ((out["forces"] - f_t) ** 2).mean()
         loss.backward()
@@ -133,12 +143,12 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> dict:
             dist.all_reduce(flat)
             sync()
             comm_extra = time.perf_counter() - t2
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         c = counter.counters()
         comm_s = c["comm_s"] + comm_extra
         if step >= args.warmup:
             rows.append({"step_s": wall, "comm_s": comm_s, "idle_s": idle, "compute_s": wall - comm_s - idle,
-                         "bytes_gp": c["bytes_gp"]})
+                         "cpu_s": cpu, "bytes_gp": c["bytes_gp"]})
     peak = _peak(device) - floor
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     return {"rank": rank, "peak_MiB": peak / 2**20, "floor_MiB": floor / 2**20, **med,

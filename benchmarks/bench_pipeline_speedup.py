@@ -1,8 +1,9 @@
-"""GNNPipe speed-up on this machine: a 2-stage pipeline (1 thread per rank, profiled layer split, gpipe,
-16 chunks) against the single-process trainer (1 thread), GCNII-32 hidden 100 on Amazon Computers,
+"""GNNPipe speed-up on this machine: a 2-stage pipeline (1 thread per rank, profiled layer split, the default
+scheduler and recompute: 1f1b, recompute as the memory model decides; 16 chunks) against the single-process
+trainer (1 thread), GCNII-32 hidden 100 on Amazon Computers,
 run side by side in one invocation (issue: pipeline executor benchmark).
 
-    python benchmarks/bench_pipeline_speedup.py [--epochs 8] [--scheduler gpipe] [--dataset Computers]
+    python benchmarks/bench_pipeline_speedup.py [--epochs 8] [--scheduler 1f1b] [--dataset Computers]
 
 Prints the per-epoch times (median over epochs after the first), their ratio, each rank's measured
 compute time, thread CPU time (the work inflation: ranks' CPU summed / the relabelled single process's), idle
@@ -34,7 +35,9 @@ def main():
     p.add_argument("--hidden", type=int, default=100)
     p.add_argument("--stages", type=int, default=2)
     p.add_argument("--chunks", type=int, default=16)
-    p.add_argument("--scheduler", default="gpipe")
+    p.add_argument("--scheduler", default=None, help="default: gnnpipe's default scheduler (1f1b)")
+    p.add_argument("--recompute", choices=["auto", "on", "off"], default="auto",
+                   help="default: auto (the memory model decides, as gnnpipe train does)")
     p.add_argument("--layer-split", default="profiled")
     p.add_argument("--over-partition", type=int, default=4, help="METIS over-partitioning factor (paper: 4)")
     p.add_argument("--repeat", type=int, default=3, help="rounds of (single, single relabelled, pipeline)")
@@ -49,6 +52,7 @@ def main():
     from gnnpipe import api, schedulers
     from gnnpipe.core.settings.config import TrainConfig
 
+    a.scheduler = a.scheduler or TrainConfig().scheduler
     base = TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
                        epochs=a.epochs, eval_every=a.epochs, patience=0, threads=1)
     import attrs
@@ -68,6 +72,7 @@ def main():
         single = api.train(base, progress=False)
         single_rl = SingleProcessTrainer(relabelled, resolve_config(base), prepared=True).fit(progress=False)
         pipe = api.train(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler, layer_split=a.layer_split,
+                         recompute={"auto": None, "on": True, "off": False}[a.recompute],
                          over_partition=a.over_partition, progress=False)
         cpu_rl = statistics.median(e["cpu_s"][0] for e in single_rl.epochs[1:])
         cpu_ranks = [statistics.median(e["cpu_s"][r] for e in pipe.epochs[1:]) for r in range(a.stages)]
@@ -76,7 +81,7 @@ def main():
                        "backend": pipe.extra["plan"].get("backend"),
                        "compute_s": [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:])
                                      for r in range(a.stages)],
-                       "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
+                       "recompute": pipe.config["recompute"], "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
                        "stage_costs": pipe.extra["plan"]["stage_costs"],
                        "measured_bubble": measured_phase_bubble(a, pipe.extra["plan"])})
     pair = concurrent_single_copies(a, a.stages)
@@ -85,7 +90,8 @@ def main():
     tr = statistics.median(r["single_relabelled"] for r in rounds)
     tp = statistics.median(r["pipeline"] for r in rounds)
     print(f"GCNII-{a.layers} hidden {a.hidden}, {a.dataset}: {a.stages} stages x 1 thread, {a.chunks} chunks, "
-          f"{a.scheduler}, over-partition {a.over_partition}, layer split {a.layer_split}; {a.repeat} round(s)")
+          f"{a.scheduler}, recompute {rounds[0]['recompute']}, over-partition {a.over_partition}, layer split "
+          f"{a.layer_split}; {a.repeat} round(s)")
     for i, r in enumerate(rounds):
         costs = r["stage_costs"]
         sched = schedulers.build_schedule(a.scheduler, a.stages, a.chunks)
@@ -115,7 +121,7 @@ def main():
         slow = statistics.mean(pair) / ts
         bound = a.stages / slow * a.chunks / (a.chunks + a.stages - 1)
         print(f"  {a.stages} concurrent copies of the single-process trainer: {[round(t * 1e3, 1) for t in pair]} "
-              f"ms/epoch = {slow:.3f}x one copy alone -> bound on the speed-up with the gpipe bubble: "
+              f"ms/epoch = {slow:.3f}x one copy alone -> bound on the speed-up with the bubble: "
               f"{a.stages} / {slow:.3f} x {a.chunks}/{a.chunks + a.stages - 1} = {bound:.3f}x")
     else:
         print(f"  {a.stages} concurrent copies of the single-process trainer: failed (run one copy by hand: "

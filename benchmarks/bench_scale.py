@@ -5,7 +5,8 @@ synthetic graph (issue #12), each layout a separate ``gnnpipe train`` run, side 
         --layouts single,pipe8x32,gp8
 
 Layouts: ``single``, ``pipeS`` / ``pipeSxC`` (S stages, C chunks), ``gpW`` (W ways), ``hybWxS`` / ``hybWxSxC``,
-each optionally with ``+r`` (``--recompute``), ``+bf16`` (``--history-dtype bfloat16``) and ``+1f1b`` (``--scheduler
+each optionally with ``+r`` (``--recompute``), ``+nr`` (``--no-recompute``; without either, recompute is the
+memory model's choice), ``+bf16`` (``--history-dtype bfloat16``) and ``+1f1b`` (``--scheduler
 1f1b``), e.g. ``pipe8x32+r+1f1b``.
 Extra ``gnnpipe train`` flags follow ``--`` (e.g. ``-- --recompute --history-dtype bfloat16``).
 
@@ -50,12 +51,14 @@ def layout_flags(name: str) -> list[str]:
     for o in opts:
         if o == "r":
             extra.append("--recompute")
+        elif o == "nr":
+            extra.append("--no-recompute")
         elif o in ("bf16", "fp16"):
             extra += ["--history-dtype", "bfloat16" if o == "bf16" else "float16"]
         elif o in ("1f1b", "gpipe"):
             extra += ["--scheduler", o]
         else:
-            raise SystemExit(f"unknown layout option +{o}; use +r (recompute), +bf16 / +fp16 (history dtype) or "
+            raise SystemExit(f"unknown layout option +{o}; use +r / +nr (recompute on / off), +bf16 / +fp16 (history dtype) or "
                              f"+1f1b / +gpipe (scheduler)")
     return _layout_flags(name) + extra
 

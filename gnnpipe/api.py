@@ -61,9 +61,93 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     config = _as_config(config, overrides)
     task = tasks.for_config(config)
     config = task.resolve(config)
+    if task.name == "s2ef":
+        return plan_s2ef(config, ranks=ranks, hardware=hardware, chunks_per_stage=chunks_per_stage,
+                         schedulers=schedulers, profile_in=profile_in, profile_out=profile_out,
+                         progress=progress)[:3]
     data = task.load(config, data)
     return _plan_prepared(config, data, ranks, hardware, chunks_per_stage, over_partitions, schedulers,
                           profile_in, profile_out, progress, contention)
+
+
+def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_per_stage=(1, 4),
+              schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress: bool = True,
+              params: Optional[float] = None, projection_hidden: Optional[int] = None, structures: Optional[str] = None,
+              stages: bool = True):
+    """Rank the ``S × G × D`` layouts of ``ranks`` for an S2EF job (:mod:`gnnpipe.costmodel.atomistic`): step time,
+    bytes per step, memory per rank, what fits ``hardware``.
+
+    The job is one replica's batch of ``config.batch_size`` structures (the training split's first, or with
+    ``structures="oc20-sized"`` generated OC20-sized slabs, :func:`~gnnpipe.costmodel.atomistic.oc20_sized_structures`)
+    and ``config``'s model; the model is profiled on that batch here (one step's seconds and peak live bytes, and the
+    link when ``G > 1`` layouts run on this machine). With ``params`` the prediction is for a model of that many
+    parameters (:func:`~gnnpipe.costmodel.atomistic.size_for_params`, built on the ``meta`` device), from the
+    profile of ``config``'s model (seconds per unit of work and the double-backward factor carry over).
+
+    Returns:
+        ``(predictions best first, hardware, profile, predicted model's build arguments)``.
+
+    Raises:
+        ConfigError: bad ranks, hardware, profile file or ``structures``; a model the cost model does not describe.
+    """
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from .costmodel import atomistic as A
+    from .costmodel.hardware import Hardware, load_hardware, local_hardware
+    from .errors import ConfigError
+    from .tasks.s2ef.trainer import make_model
+
+    if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
+    hw = hardware if isinstance(hardware, Hardware) else (local_hardware() if hardware is None
+                                                          else load_hardware(hardware))
+    if profile_out:
+        _check_writable(profile_out, "--profile-out")
+    dtype = config.torch_dtype
+    if structures in (None, "dataset"):
+        data = tasks.get("s2ef")().load(config, None)
+        batch_structs = [data.structures[int(i)] for i in data.splits["train"][: config.batch_size]]
+    elif structures == "oc20-sized":
+        batch_structs = A.oc20_sized_structures(config.batch_size, seed=config.seed, dtype=dtype)
+    else:
+        raise ConfigError(f"--plan-structures must be 'dataset' or 'oc20-sized', got {structures!r}")
+    model = make_model(config)
+    job_model, build = model, {"num_layers": config.layers, "hidden": config.hidden, **config.model_args}
+    if params is not None:
+        from .models import model_options
+
+        defaults = {k: o.default for k, o in model_options(config.model).items()}
+        opts = {k: v for k, v in config.model_args.items()  # widths follow the projection's H unless set
+                if not (k in ("int_emb_size", "out_emb_channels") and v == defaults.get(k))}
+        opts.update(cutoff=config.cutoff, max_neighbors=config.max_neighbors, direct_forces=config.direct_forces)
+        job_model, build = A.size_for_params(config.model, float(params), hidden=projection_hidden, **opts)
+    build = {**build, "parameters": A.num_parameters(job_model)}
+    job = A.AtomJob(job_model, batch_structs, config.cutoff, config.max_neighbors,
+                    partitioner=config.graph_parallel_partitioner, mode=config.graph_parallel_mode,
+                    element_size=torch.empty((), dtype=dtype).element_size(), ema=bool(config.ema_decay),
+                    backend="nccl" if hw.kind == "gpu" else "gloo")
+    if profile_in:
+        try:
+            prof = A.AtomProfile.from_dict(json.loads(Path(profile_in).read_text()))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read the profile {str(profile_in)!r}: {exc}") from None
+        if prof.model != config.model:
+            raise ConfigError(f"the profile {str(profile_in)!r} was taken for {prof.model!r}, not {config.model!r}")
+    else:
+        if progress:
+            print("gnnpipe: profiling the model's training step on the batch…", file=sys.stderr)
+        torch.set_num_threads(config.threads)
+        batch, graph = A.job_graph(attrs.evolve(job, model=model))
+        link = hw.kind == "cpu" and (hw.intra is None) and ranks > 1
+        prof = A.profile_step(model, batch, graph, link=link, name=config.model)
+    if profile_out:
+        Path(profile_out).write_text(json.dumps(prof.to_dict(), indent=1))
+    preds = A.plan_atomistic(job, ranks, prof, hw, chunks_per_stage=chunks_per_stage, schedulers=schedulers,
+                             stages=stages)
+    return preds, hw, prof, build
 
 
 def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),

@@ -7,7 +7,12 @@ layout W x S = R — graph parallelism (S = 1), GNNPipe (W = 1), hybrids — wit
 the plan the run would build and predicts its epoch time (discrete-event simulation of the schedule), bytes
 per epoch (DESIGN §6, exact) and peak memory per rank (runtime floor + the memory model). Layouts that do not
 fit the hardware's memory are marked and sorted last. ``--hardware FILE`` predicts for another machine
-(TOML; shipped: local-2core, cpu-16core, paper-a5000). ``--out plan.json`` writes the records.
+(TOML; shipped: local-2core, cpu-16core, paper-a5000, h200x8, h200x64). ``--out plan.json`` writes the records.
+
+An atomistic job (``--model schnet`` / ``dimenet++``, or ``--task s2ef``) is ranked over its S x G x D layouts
+(pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.costmodel.atomistic`: one profiled training
+step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
+``--params 1e9`` projects a model of that size (docs/guides/atomistic-cost.md).
 """
 
 from __future__ import annotations
@@ -27,6 +32,21 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
     add_plan_arguments(p)
+    a = p.add_argument_group("atomistic jobs (S2EF: --model schnet / dimenet++, or --task s2ef)")
+    a.add_argument("--task", choices=["auto", "s2ef"], default="auto",
+                   help="s2ef: plan an atomistic job (S x G x D layouts; default model dimenet++); auto: from "
+                        "--model / --dataset")
+    a.add_argument("--params", type=float, default=None,
+                   help="project for a model of this many parameters (e.g. 1e9): blocks (and width) chosen to "
+                        "reach it, built on the meta device; the profile of --model's configuration supplies the "
+                        "seconds per unit of work and the double-backward factor")
+    a.add_argument("--projection-hidden", type=int, default=None,
+                   help="width of the --params model (default 1024 up to 3e8 parameters, else 2048)")
+    a.add_argument("--plan-structures", choices=["dataset", "oc20-sized"], default="dataset",
+                   help="the replica's batch of --batch-size structures: the dataset's first, or generated "
+                        "OC20-sized slabs (65-66 atoms)")
+    a.add_argument("--no-stages", dest="stages", action="store_false",
+                   help="only D x G layouts (no pipeline stages)")
     p.add_argument("--out", default=None, help="write the ranking as JSON records")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress messages")
     p.set_defaults(func=run)
@@ -51,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     from ..core.training.trainer import resolve_config
     from ..costmodel.predict import format_ranking
 
-    config = resolve_config(config_from_args(args))
+    config = config_from_args(args)
+    if _is_s2ef(config, args):
+        return _run_s2ef(config, args)
+    config = resolve_config(config)
     warn_layout_flags(config, "gnnpipe plan predicts every layout of --ranks ranks; --schedulers lists the candidates")
     if args.out:
         check_writable(args.out)
@@ -62,5 +85,54 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         doc = [p.to_record() for p in preds]
         Path(args.out).write_text(json.dumps(json_safe(doc), indent=1))
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _is_s2ef(config, args) -> bool:
+    from .. import tasks
+
+    if getattr(args, "task", "auto") == "s2ef":
+        return True
+    return tasks.for_config(config).name == "s2ef"
+
+
+def _run_s2ef(config, args: argparse.Namespace) -> int:
+    """``gnnpipe plan`` of an atomistic job: the S x G x D ranking (:func:`gnnpipe.api.plan_s2ef`)."""
+    import attrs
+
+    from .. import models, tasks
+    from ..api import plan_s2ef
+    from ..core.run.results import json_safe
+    from ..costmodel.atomistic import format_atom_ranking
+
+    if getattr(models.get(config.model), "task", None) != "s2ef":
+        if config.model != type(config)().model:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"--task s2ef needs an atomistic model (schnet, dimenet++), not --model {config.model}")
+        config = attrs.evolve(config, model="dimenet++", model_args={})
+    config = tasks.get("s2ef")().resolve(config)
+    warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks")
+    if args.out:
+        check_writable(args.out)
+    if args.ranks is None:
+        from ..errors import ConfigError
+
+        raise ConfigError("give the number of ranks to plan for: --ranks R")
+    schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
+    preds, hw, prof, build = plan_s2ef(
+        config, ranks=args.ranks, hardware=args.hardware, chunks_per_stage=args.chunks_per_stage,
+        schedulers=schedulers, profile_in=args.profile_in, profile_out=args.profile_out, progress=args.progress,
+        params=args.params, projection_hidden=args.projection_hidden, structures=args.plan_structures,
+        stages=args.stages)
+    print(f"model: {config.model} {build}; replica batch: {config.batch_size} structures; profile: "
+          f"{prof.step_s:.3g} s/step on {prof.atoms} atoms, {prof.edges} edges, {prof.triplets} triplets, "
+          f"kappa {prof.kappa:.2f}")
+    print(format_atom_ranking(preds, hw, params=build["parameters"]))
+    if not any(p.fits for p in preds):
+        print("gnnpipe plan: no layout fits the hardware's memory", file=sys.stderr)
+    if args.out:
+        Path(args.out).write_text(json.dumps(json_safe([p.to_record() for p in preds]), indent=1))
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

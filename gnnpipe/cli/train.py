@@ -62,7 +62,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout planning (cost model)")
     g.add_argument("--ranks", "-P", type=int, default=None, help="ranks R to plan for (plan: required)")
     g.add_argument("--hardware", default=None,
-                   help="hardware TOML file or shipped name (local-2core, cpu-16core, paper-a5000); "
+                   help="hardware TOML file or shipped name (local-2core, cpu-16core, paper-a5000, h200x8, h200x64); "
                         "default: this machine with the measured link")
     g.add_argument("--chunks-per-stage", type=_ints, default="4", help="chunks per stage and way k (C = k·S·W), comma-separated")
     g.add_argument("--over-partitions", type=_ints, default="1,4", help="METIS over-partitioning factors to try")
@@ -171,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C
+        from ..core.run.stopping import unblock_stop_signals
+
+        unblock_stop_signals()
     try:
         result = train(config, progress=args.progress, options=options, **layout_kw)
     except BaseException as exc:

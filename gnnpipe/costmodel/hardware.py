@@ -28,7 +28,8 @@ ping-pong over the actual backend is used)::
     latency_us = 25.0
     bandwidth_gbps = 1.25
 
-Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``), in
+Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``, ``h200x8``,
+``h200x64``), in
 ``gnnpipe/costmodel/machines/``.
 """
 

@@ -170,7 +170,7 @@ def layout_config(config, spec: LayoutSpec):
     if spec.stages == 1:
         # over-partitioning does not apply to GP (one part per way): the configured value is left alone
         return attrs.evolve(config, ways=spec.ways, stages=1, chunks=None, correctors=[], scheduler="gpipe",
-                            stash_weights=False)
+                            stash_weights=False, layer_split="equal", recompute=False)
     return attrs.evolve(config, ways=spec.ways, stages=spec.stages, chunks=spec.chunks,
                         over_partition=spec.over_partition, scheduler=spec.scheduler)
 
@@ -706,6 +706,59 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
                     setattr(m, attr, getattr(m, attr) + lists + N * 8)
             out.append(m)
     return out
+
+
+@attrs.define
+class RecomputeChoice:
+    """What :func:`choose_recompute` decided and why (printed with the plan, stored in ``plan.info``).
+
+    Attributes:
+        on: recompute activations in the backward. why: one sentence for the plan printout.
+        without, with_, graph_parallel: predicted largest rank's live peak above the runtime floor (bytes)
+            of the pipeline without recompute, with it, and of graph parallelism over the same ranks.
+    """
+
+    on: bool
+    why: str
+    without: int = 0
+    with_: int = 0
+    graph_parallel: int = 0
+
+    def to_dict(self) -> dict:
+        return {"on": self.on, "why": self.why, "largest_rank_without_bytes": self.without,
+                "largest_rank_with_bytes": self.with_, "largest_graph_parallel_rank_bytes": self.graph_parallel}
+
+
+def choose_recompute(config, plan, model, profile: Profile) -> RecomputeChoice:
+    """Decide ``recompute="auto"`` for a pipeline or hybrid (issue #32: the defaults must not make a pipeline
+    rank hold more than graph parallelism would): predict the largest rank's live peak above the runtime floor
+    (:func:`predict_memory`) of the pipeline without recompute, with it, and of graph parallelism over the same
+    ``ways × stages`` ranks (its own partition of the graph, :func:`build_layout_plan`). Recompute is chosen when
+    the pipeline without it would hold more than graph parallelism and recomputing lowers it; otherwise it is
+    off (recomputing costs about one more forward per chunk).
+
+    Args:
+        config: the resolved configuration (``stages > 1``). plan: its ``RunPlan``. model: its model.
+        profile: a memory profile of the job (:func:`~gnnpipe.costmodel.profile.memory_profile`).
+    """
+    def largest(cfg, p) -> int:
+        return max(int(m.peak) for m in predict_memory(cfg, p, model, profile))
+
+    off = largest(attrs.evolve(config, recompute=False), plan)
+    on = largest(attrs.evolve(config, recompute=True), plan)
+    R = config.ways * config.stages
+    gp_spec = LayoutSpec(R, 1, R, 1, "gpipe")
+    gp_cfg = layout_config(config, gp_spec)
+    gp = max(int(m.peak) for m in predict_memory(gp_cfg, build_layout_plan(config, plan.data, gp_spec),
+                                                            model, profile))
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
+    if off > gp and on < off:
+        why = (f"the memory model predicts {mib(off)} on the largest rank without it, more than graph parallelism "
+               f"over the same {R} ranks ({mib(gp)}); with it {mib(on)}; --no-recompute turns it off")
+        return RecomputeChoice(True, why, off, on, gp)
+    why = (f"the memory model predicts {mib(off)} on the largest rank, {mib(gp)} with graph parallelism over the "
+           f"same {R} ranks; --recompute trades compute for memory: {mib(on)}")
+    return RecomputeChoice(False, why, off, on, gp)
 
 
 def _footprint(profile: Profile, config, data, role: str, bounds, s: int, num_classes: int):

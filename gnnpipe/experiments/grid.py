@@ -188,8 +188,11 @@ def normalize_value(key: str, value: Any, where: str) -> Any:
     if isinstance(value, (list, tuple)):
         raise ConfigError(f"{where}: {key} must be a single value here, got the list {value!r}; "
                           f"put lists of values to try under [grid]")
+    if spec.kind == "bool" and spec.default is None and isinstance(value, str) and value.lower() == "auto":
+        return "auto"
     if spec.kind != "value" and not isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} is a switch; use true or false, got {value!r}")
+        also = ' or "auto"' if spec.kind == "bool" and spec.default is None else ""
+        raise ConfigError(f"{where}: {key} is a switch; use true or false{also}, got {value!r}")
     return value
 
 
@@ -221,7 +224,8 @@ def _normalize_model_args(value: Any, where: str) -> str:
 def to_flags(settings: dict[str, Any]) -> list[str]:
     """The ``gnnpipe train`` arguments for ``settings`` (normalised values; paths already resolved).
 
-    Switches are given only when they differ from the default state (``--bias``/``--no-bias`` likewise).
+    Switches are given only when they differ from the default state (``--bias``/``--no-bias`` likewise); a
+    switch whose default is "auto" (``recompute``) is given whenever the value is ``true`` or ``false``.
     """
     specs = train_flag_specs()
     argv: list[str] = []
@@ -235,6 +239,9 @@ def to_flags(settings: dict[str, Any]) -> list[str]:
         elif spec.kind == "false":
             if not value:
                 argv.append(spec.option)
+        elif spec.kind == "bool" and spec.default is None:  # three states (--recompute: auto by default)
+            if isinstance(value, bool):
+                argv.append(spec.option if value else f"--no-{spec.option[2:]}")
         elif spec.kind == "bool":
             if bool(value) != bool(spec.default):
                 argv.append(spec.option if value else f"--no-{spec.option[2:]}")

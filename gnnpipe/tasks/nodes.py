@@ -226,21 +226,30 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
 
 
 def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
-    """Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
+    """Decide ``recompute="auto"`` of a pipeline (:func:`~gnnpipe.costmodel.predict.choose_recompute`; the
+    choice is set on ``config`` and described in ``plan.info["recompute"]``). Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
     (``predicted_mem_bytes``: printed with the plan, stored in the result's ``plan`` and beside
     ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory) and
     ``options.memory_check``, refuse the run when they cannot fit together
     (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`). A model the memory model cannot profile gets a
     warning, not a failed run."""
     from ..core.training.trainer import make_model
-    from ..costmodel.predict import check_ranks_memory, predict_memory
+    from ..costmodel.predict import check_ranks_memory, choose_recompute, predict_memory
     from ..costmodel.profile import memory_profile
 
+    auto = config.stages > 1 and config.recompute is None
     try:
         prof = memory_profile(config, plan.data)
         model = make_model(config, plan.num_features, plan.num_classes)
+        if auto:  # recompute="auto": the memory model decides, before the ranks see the config
+            choice = choose_recompute(config, plan, model, prof)
+            config.recompute = choice.on
+            plan.info["recompute"] = dict(choice.to_dict(), why="auto: " + choice.why)
         plan.info["predicted_mem_bytes"] = [int(m.peak) for m in predict_memory(config, plan, model, prof)]
     except Exception as exc:  # noqa: BLE001 - a prediction must never stop a run
+        if auto:
+            config.recompute = False
+            plan.info["recompute"] = {"on": False, "why": "auto: off (no memory prediction)"}
         warnings.warn(f"no memory prediction for this run ({type(exc).__name__}: {exc})", stacklevel=3)
         return
     if local and options.memory_check and config.device_type == "cpu":

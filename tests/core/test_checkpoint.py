@@ -177,6 +177,7 @@ def test_ctrl_c_leaves_the_json_and_a_checkpoint_and_resume_finishes(tmp_path):
     q = _train(tmp_path, "--epochs", str(done + 2), "--resume", str(ck), "--out", str(out))
     _, err = q.communicate(timeout=180)
     assert q.returncode == 0, err
+    assert f"resumed from {ck}: {done} epoch(s) done, training to {done + 2}".encode() in err
     rec = json.loads(out.read_text())
     assert rec["status"] == "completed" and len(rec["epochs"]) == done + 2
 

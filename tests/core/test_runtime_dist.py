@@ -140,8 +140,12 @@ def test_sigterm_stops_every_rank(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--stages", "2", "--num-nodes", "300",
                              "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8", "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(15)
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    t0, children = time.monotonic(), []
+    while len(children) < 3 and time.monotonic() - t0 < 120:  # the two ranks (and the resource tracker) started
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    time.sleep(3)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err

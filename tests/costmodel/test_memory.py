@@ -30,11 +30,11 @@ N_TINY = 1024
 BASE = dict(avg_degree=10.0, model="gcnii", layers=4, hidden=64, dropout=0.5, epochs=1, patience=0, timeout_s=120.0)
 #: (name, config overrides) of the distributed layouts, grouped by world size (one spawn each)
 LAYOUTS = {
-    2: [("pipeline 1x2 gpipe", dict(stages=2, chunks=8)),
-        ("pipeline 1x2 1f1b", dict(stages=2, chunks=8, scheduler="1f1b")),
-        ("pipeline 1x2 gpipe --recompute", dict(stages=2, chunks=8, recompute=True)),
+    2: [("pipeline 1x2 gpipe", dict(stages=2, chunks=8, scheduler="gpipe", recompute=False)),
+        ("pipeline 1x2 1f1b", dict(stages=2, chunks=8, scheduler="1f1b", recompute=False)),
+        ("pipeline 1x2 gpipe --recompute", dict(stages=2, chunks=8, scheduler="gpipe", recompute=True)),
         ("GP 2x1", dict(ways=2, correctors=[]))],
-    4: [("hybrid 2x2", dict(ways=2, stages=2, chunks=8))],
+    4: [("hybrid 2x2", dict(ways=2, stages=2, chunks=8, scheduler="gpipe", recompute=False))],
 }
 TOLERANCE = 0.15
 

@@ -77,8 +77,9 @@ def test_flags_round_trip_through_train_parser():
 
 def test_switches_and_none_correctors():
     specs = train_flag_specs()
-    assert specs["recompute"].kind == "true" and specs["undirected"].kind == "false"
-    assert to_flags({"recompute": False, "undirected": True}) == []
+    assert specs["recompute"].kind == "bool" and specs["undirected"].kind == "false"
+    assert to_flags({"recompute": "auto", "undirected": True}) == []
+    assert to_flags({"recompute": False}) == ["--no-recompute"]  # auto by default: false is a choice too
     assert specs["bias"].kind == "bool"  # --bias / --no-bias (issue #17 item 12; was --bias true|false)
     assert to_flags({"recompute": True, "undirected": False, "bias": False}) == ["--recompute", "--no-undirected"]
     assert to_flags({"bias": True}) == ["--bias"]

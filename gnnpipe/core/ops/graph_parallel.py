@@ -26,7 +26,7 @@ hook                   what it does
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 import torch
@@ -38,9 +38,67 @@ from ...partitioners.edges import GraphParallelPlan
 from . import collectives as C
 from .comm import Comm
 
-__all__ = ["GraphParallelComm", "LocalGraph", "MODES", "local_graph"]
+__all__ = ["HOOKS", "MODES", "GraphParallelComm", "LocalGraph", "local_graph", "plan_hook_bytes", "reduces_locally"]
 
 MODES = ("allgather", "halo")
+#: the hooks of :class:`~gnnpipe.models.atomistic.comm.Comm` that move bytes
+HOOKS = ("atoms_gather", "atoms_reduce", "edges_gather", "sum", "replicated_grad")
+
+
+def reduces_locally(plan: GraphParallelPlan, atoms_reduce: str = "auto") -> bool:
+    """Whether ``atoms_reduce`` is a local slice under ``plan`` (see :class:`GraphParallelComm`): ``"local"``, or
+    ``"auto"`` when every edge belongs to its target atom's owner (``atom-owner``)."""
+    if atoms_reduce == "local":
+        return True
+    if atoms_reduce != "auto":
+        return False
+    return bool(torch.equal(plan.edge_owner, plan.atom_owner[plan.edge_targets])) if plan.num_edges else True
+
+
+def plan_hook_bytes(plan: GraphParallelPlan, rank: int, hook: str, row_numel: int, element_size: int, *,
+                    mode: str = "allgather", backend: str = "gloo", backward: bool = False,
+                    local_atoms_reduce: bool | None = None) -> float:
+    """Bytes rank ``rank`` of ``plan`` sends (kind ``"gp"``) in one call of a :class:`GraphParallelComm` hook on rows
+    of ``row_numel`` values (forward; its backward with ``backward=True``), from the plan's shares alone (no process
+    group: the cost model calls it).
+
+    ``atoms_gather``: all-gather of the atom shares (backward reduce-scatter); ``atoms_reduce``: reduce-scatter
+    (backward all-gather), 0 when it is a local slice (``local_atoms_reduce``; default :func:`reduces_locally`);
+    ``edges_gather``: all-gather of the edge shares (``allgather``) or the halo rows others read from this rank
+    (``halo``; backward: the rows this rank read go back); ``sum`` / ``replicated_grad``: ring all-reduce of
+    ``row_numel`` values (the whole tensor), backward identity (0). Formulas: :mod:`.collectives`
+    (``gather_bytes``, ``reduce_scatter_bytes``, ``halo_exchange_bytes``, ``halo_reduce_bytes``, ``all_reduce_bytes``).
+
+    Raises:
+        ConfigError: an unknown hook or mode.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"graph-parallel mode must be one of {MODES}; got {mode!r}")
+    G = plan.num_ranks
+    if hook == "atoms_gather":
+        counts = plan.atom_counts
+        return (C.reduce_scatter_bytes(counts, row_numel, element_size, backend) if backward
+                else C.gather_bytes(counts, row_numel, element_size))
+    if hook == "atoms_reduce":
+        if local_atoms_reduce is None:
+            local_atoms_reduce = reduces_locally(plan)
+        if local_atoms_reduce:
+            return 0.0
+        counts = plan.atom_counts
+        return (C.gather_bytes(counts, row_numel, element_size) if backward
+                else C.reduce_scatter_bytes(counts, row_numel, element_size, backend))
+    if hook == "edges_gather" and mode == "allgather":
+        counts = plan.edge_counts
+        return (C.reduce_scatter_bytes(counts, row_numel, element_size, backend) if backward
+                else C.gather_bytes(counts, row_numel, element_size))
+    if hook == "edges_gather":
+        send = [int(s.numel()) for q, s in enumerate(plan.halo_send[rank]) if q != rank]
+        recv = [c for s, c in enumerate(plan.halo_recv_counts[rank]) if s != rank]
+        return (C.halo_reduce_bytes(recv, row_numel, element_size) if backward
+                else C.halo_exchange_bytes(send, row_numel, element_size))
+    if hook in ("sum", "replicated_grad"):
+        return 0.0 if backward else C.all_reduce_bytes(row_numel, element_size, G)
+    raise ConfigError(f"unknown hook {hook!r}; the hooks are {', '.join(HOOKS)}")
 
 
 @attrs.frozen
@@ -71,7 +129,7 @@ class LocalGraph(EdgeGeometry):
     edge_ids: Tensor
     triplet_ids: Tensor
     cutoff: float = 0.0
-    max_neighbors: Optional[int] = None
+    max_neighbors: int | None = None
 
     @property
     def num_triplets(self) -> int:
@@ -145,8 +203,8 @@ class GraphParallelComm:
         ConfigError: the group's size differs from the plan's, bad ``mode`` / ``atoms_reduce``.
     """
 
-    def __init__(self, plan: GraphParallelPlan, rank: Optional[int] = None, group=None, mode: str = "allgather",
-                 comm: Optional[Comm] = None, atoms_reduce: str = "auto", device: torch.device | str = "cpu"):
+    def __init__(self, plan: GraphParallelPlan, rank: int | None = None, group=None, mode: str = "allgather",
+                 comm: Comm | None = None, atoms_reduce: str = "auto", device: torch.device | str = "cpu"):
         if mode not in MODES:
             raise ConfigError(f"graph-parallel mode must be one of {MODES}; got {mode!r}")
         if atoms_reduce not in ("auto", "reduce-scatter", "local"):
@@ -165,8 +223,7 @@ class GraphParallelComm:
         self._atom_identity = bool(torch.equal(order, torch.arange(plan.num_nodes)))
         self._atoms_to_global = torch.argsort(order).to(device)  # row of each atom in the rank-ordered buffer
         self._atoms_to_ranks = order.to(device)
-        follow = bool(torch.equal(plan.edge_owner, plan.atom_owner[plan.edge_targets])) if plan.num_edges else True
-        self.local_atoms_reduce = atoms_reduce == "local" or (atoms_reduce == "auto" and follow)
+        self.local_atoms_reduce = reduces_locally(plan, atoms_reduce)
         self._send = [s.to(device) for s in plan.halo_send[r]]
         self._recv = plan.halo_recv_counts[r]
 
@@ -213,30 +270,10 @@ class GraphParallelComm:
     # ------------------------------------------------------------------ byte formulas
     def hook_bytes(self, hook: str, row_numel: int, element_size: int, *, backward: bool = False) -> float:
         """Bytes this rank sends (kind ``"gp"``) in one call of ``hook`` on rows of ``row_numel`` values
-        (forward, or its backward with ``backward=True``). For ``sum`` / ``replicated_grad`` ``row_numel`` is the
-        whole tensor's ``numel``."""
-        G, be = self.gp.size, self.gp.backend
-        if hook == "atoms_gather":
-            f = (C.reduce_scatter_bytes(self.atom_counts, row_numel, element_size, be) if backward
-                 else C.gather_bytes(self.atom_counts, row_numel, element_size))
-        elif hook == "atoms_reduce":
-            if self.local_atoms_reduce:
-                return 0.0
-            f = (C.gather_bytes(self.atom_counts, row_numel, element_size) if backward
-                 else C.reduce_scatter_bytes(self.atom_counts, row_numel, element_size, be))
-        elif hook == "edges_gather" and self.mode == "allgather":
-            f = (C.reduce_scatter_bytes(self.edge_counts, row_numel, element_size, be) if backward
-                 else C.gather_bytes(self.edge_counts, row_numel, element_size))
-        elif hook == "edges_gather":
-            send = [int(s.numel()) for q, s in enumerate(self._send) if q != self.rank]
-            recv = [c for s, c in enumerate(self._recv) if s != self.rank]
-            f = (C.halo_reduce_bytes(recv, row_numel, element_size) if backward
-                 else C.halo_exchange_bytes(send, row_numel, element_size))
-        elif hook in ("sum", "replicated_grad"):
-            f = 0.0 if backward else C.all_reduce_bytes(row_numel, element_size, G)
-        else:
-            raise ConfigError(f"unknown hook {hook!r}")
-        return f
+        (forward, or its backward with ``backward=True``); :func:`plan_hook_bytes` for this comm's plan, rank,
+        mode, backend and ``atoms_reduce`` choice."""
+        return plan_hook_bytes(self.plan, self.rank, hook, row_numel, element_size, mode=self.mode,
+                               backend=self.gp.backend, backward=backward, local_atoms_reduce=self.local_atoms_reduce)
 
     def __repr__(self) -> str:
         return f"GraphParallelComm(rank={self.rank}, size={self.gp.size}, mode={self.mode!r}, plan={self.plan!r})"

@@ -37,7 +37,7 @@ class RunSession:
         self.config = config
         self.options = options or RunOptions()
         self.executor = executor
-        self.rank, self.world, self.plan_info = rank, world, plan_info or {}
+        self.rank, self.world, self.plan_info, self.lead = rank, world, plan_info or {}, lead
         self.best_state: Optional[dict[str, Tensor]] = None
         self.loop_state = None
         self.read_s: Optional[float] = None  # seconds this rank took to load the resumed checkpoint
@@ -96,6 +96,11 @@ class RunSession:
             self.read_s = time.perf_counter() - t0
             if self.checkpointer is not None:
                 self.checkpointer.last_saved = self.loop_state.next_epoch
+            if self.lead and self.options.log_every != 0:
+                import sys
+
+                print(f"resumed from {self.options.resume}: {self.loop_state.next_epoch} epoch(s) done, "
+                      f"training to {self.config.epochs} (read in {self.read_s:.1f} s)", file=sys.stderr)
         else:
             self.loop_state = LoopState(result=TrainResult(config=self.config.to_dict()))
         return self.loop_state

@@ -47,6 +47,14 @@ def _handler(signum, frame):
     raise KeyboardInterrupt(f"stopped by signal {name}")
 
 
+def unblock_stop_signals() -> None:
+    """Unblock SIGINT and SIGTERM in the calling thread. A blocked signal mask is inherited through fork and exec
+    (a parent that started this process while it blocked them, as some process managers and test harnesses do):
+    a handler alone would never run, and the run would ignore ``kill`` until it ends."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class installed:
     """Context manager: the stop handler on SIGINT and SIGTERM (main thread only; elsewhere a no-op).
 
@@ -64,6 +72,7 @@ class installed:
             _state["announce"] = self.announce
             for s in (signal.SIGINT, signal.SIGTERM):
                 self.previous[s] = signal.signal(s, _handler)
+            unblock_stop_signals()
         return self
 
     def __exit__(self, *exc) -> Optional[bool]:

@@ -69,8 +69,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                      help="total number of chunks C (default: 4·S per way; 1 per way when S = 1; atomistic S2EF: "
                           "micro-batches of whole structures per replica batch, min(4·S, --batch-size))")
     par.add_argument("--scheduler", default=d.scheduler,
-                     help="chunk scheduler (gpipe, 1f1b, async-stale, …; S2EF: a flush scheduler, gpipe or 1f1b for "
-                          "conservative forces)")
+                     help="chunk scheduler: 1f1b (default), gpipe, async-stale, … (S2EF: a flush scheduler; gpipe or "
+                          "1f1b for conservative forces)")
     par.add_argument("--stash-weights", action="store_true",
                      help="non-flush schedulers: back-propagate each chunk at the weights its forward used")
     par.add_argument("--correctors", default=",".join(d.correctors),
@@ -79,7 +79,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--over-partition", type=int, default=d.over_partition,
                      help="METIS over-partitioning factor k for chunks (the paper: 4)")
     par.add_argument("--layer-split", default=d.layer_split, help="layer-to-stage split: equal | profiled")
-    par.add_argument("--recompute", action="store_true", help="recompute stage activations in the backward")
+    par.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=None,
+                     help="recompute stage activations in the backward (memory for compute); default: auto — on when "
+                          "the memory model predicts the largest pipeline rank would otherwise hold more than graph "
+                          "parallelism over the same ranks (the plan printed at start says which and why)")
     par.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank")
     par.add_argument("--device", default=None, choices=["cpu", "cuda"],
                      help="where every rank computes (default: cuda when available); ranks sharing a GPU talk over "

@@ -64,6 +64,17 @@ def _dtype(inst, attr, value):
         raise ConfigError(f"dtype {value!r} is not supported; use one of {', '.join(DTYPE_NAMES)}")
 
 
+def _recompute(value):
+    """``recompute``: ``True``/``False``, or ``None``/``"auto"`` (the memory model decides, see the field)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"recompute must be true, false or 'auto', got {value!r}")
+
+
 def _backend(inst, attr, value):
     if value is not None and value not in BACKENDS:
         raise ConfigError(f"unknown backend {value!r}; available: {', '.join(BACKENDS)} "
@@ -151,7 +162,11 @@ class TrainConfig:
 
     Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
     (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
-    process = 1×1.
+    process = 1×1. ``scheduler``: 1f1b by default (a flush schedule like gpipe, as fast, with at most ``S − s``
+    chunks' activations in flight on stage ``s`` instead of all ``C``). ``recompute``: ``True`` recomputes a
+    stage's activations in the backward (memory for compute); ``None`` (``"auto"``, the default) lets the memory
+    model decide when a pipeline starts (``gnnpipe.costmodel.predict.choose_recompute``: on when the largest
+    pipeline rank would otherwise hold more than the largest rank of graph parallelism over the same ranks).
 
     S2EF (atomistic structure → energy and forces; ``task="s2ef"``, set by the ``s2ef`` task): the loss
     ``energy_coef · L(E) + force_coef · L(F)`` over free atoms (``loss_fn`` ``l1`` or ``mse``; fairchem's
@@ -212,13 +227,13 @@ class TrainConfig:
     ways: int = attrs.field(default=1, validator=_pos("ways"))
     stages: int = attrs.field(default=1, validator=_pos("stages"))
     chunks: Optional[int] = attrs.field(default=None, validator=_pos("chunks"))
-    scheduler: str = "gpipe"
+    scheduler: str = "1f1b"
     stash_weights: bool = False
     correctors: list = attrs.field(factory=lambda: ["t1", "t2", "t3"], converter=_correctors)
     partitioner: str = "metis"
     over_partition: int = attrs.field(default=4, validator=_pos("over_partition"))
     layer_split: str = "equal"
-    recompute: bool = False
+    recompute: Optional[bool] = attrs.field(default=None, converter=_recompute)
     threads: int = attrs.field(default=1, validator=_pos("threads"))
     backend: Optional[str] = attrs.field(default=None, validator=_backend)
     timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
@@ -352,8 +367,8 @@ def ignored_options(config: TrainConfig) -> list[str]:
     d = TrainConfig()
     out: list[str] = []
 
-    def changed(*names):
-        return [n for n in names if getattr(config, n) != getattr(d, n)]
+    def changed(*names):  # recompute: auto (None) and off (False) both mean "no recompute" there
+        return [n for n in names if getattr(config, n) != getattr(d, n) and not (n == "recompute" and not config.recompute)]
 
     flag = {"scheduler": "--scheduler", "stash_weights": "--stash-weights", "correctors": "--correctors",
             "partitioner": "--partitioner", "over_partition": "--over-partition", "layer_split": "--layer-split",

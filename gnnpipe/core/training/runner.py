@@ -152,6 +152,7 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         "backend": backend, "backend_reason": backend_reason,
         "ways": config.ways, "stages": config.stages, "chunks": C, "world_size": config.world_size,
         "layout": "rank = way * stages + stage",
+        "scheduler": config.scheduler if config.stages > 1 else None,
         "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
         "num_units": model.num_units, "stage_bounds": bounds,
         "stage_costs": [float(c) for c in split.stage_costs],
@@ -241,8 +242,12 @@ def format_plan(info: dict) -> str:
         s += f"; mirrors M={info['mirror_count']}"
     if info["world_size"] > 1:
         s += f"; layout: {info['layout']}"
+    if info.get("scheduler") and info["stages"] > 1:
+        s += f"; scheduler {info['scheduler']}"
     if "backend" in info:
         s += f"; backend {info['backend']} ({info['backend_reason']})"
+    if info.get("recompute"):
+        s += f"\n  recompute: {'on' if info['recompute']['on'] else 'off'} ({info['recompute']['why']})"
     if info.get("rank_holds"):
         s += "\n" + "\n".join("  " + line for line in info["rank_holds"])
     if info.get("predicted_mem_bytes"):

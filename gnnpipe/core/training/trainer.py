@@ -69,7 +69,9 @@ def materialised_units(model: GNNModel) -> list[int]:
 
 def resolve_config(config: TrainConfig) -> TrainConfig:
     """Fill hyper-parameters left ``None`` from the model's ``default_hparams``, and the model options
-    not in ``config.model_args`` from their defaults (so that a result records every value used)."""
+    not in ``config.model_args`` from their defaults (so that a result records every value used).
+    ``recompute="auto"`` (``None``) becomes ``False`` without a pipeline; a pipeline's is decided when it starts
+    (:func:`gnnpipe.costmodel.predict.choose_recompute`)."""
     import attrs
 
     from ...models import get, model_options
@@ -78,6 +80,8 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     opts = {k: o.default for k, o in model_options(config.model).items()}
     if set(opts) - set(resolved.model_args):
         resolved = attrs.evolve(resolved, model_args={**opts, **resolved.model_args})
+    if resolved.recompute is None and resolved.stages == 1:  # "auto" means something for a pipeline only
+        resolved = attrs.evolve(resolved, recompute=False)
     return resolved
 
 

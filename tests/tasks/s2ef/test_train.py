@@ -100,18 +100,28 @@ def test_cli_train_export_predict(tmp_path, xyz, capsys):
     assert abs(a.get_forces() - frames[3].get_forces()).max() < 1e-4
 
 
+def _block_sigterm():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
 def test_sigterm_writes_an_interrupted_result(tmp_path, xyz):
+    """Also when the run inherits a signal mask that blocks SIGTERM (a parent that started it while blocking it)."""
     out, csv = tmp_path / "r.json", tmp_path / "log.csv"
     p = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS, "--epochs", "100000",
-                          "--patience", "0", "--out", str(out), "--log-csv", str(csv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True, env={**os.environ})
+                          "--patience", "0", "--out", str(out), "--log-csv", str(csv)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True, env={**os.environ}, preexec_fn=_block_sigterm)
     t0 = time.monotonic()
     while not (csv.exists() and len(csv.read_text().splitlines()) > 2):
         assert p.poll() is None, p.communicate()
         assert time.monotonic() - t0 < 180, "no progress"
         time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=120)
+    try:
+        p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        status = open(f"/proc/{p.pid}/status").read()
+        p.kill()
+        pytest.fail("the run did not stop on SIGTERM: " + " ".join(x for x in status.splitlines() if "Sig" in x))
     assert p.returncode == 130
     rec = json.loads(out.read_text())
     assert rec["status"] == "interrupted" and len(rec["epochs"]) >= 2 and "val_force_mae" in rec["epochs"][0]

@@ -1,0 +1,863 @@
+"""The cost model of atomistic (S2EF) jobs: bytes, memory and step time of ``S × G × D`` layouts (issues #29, #30).
+
+Graph parallelism (Sriram et al., ICLR 2022, arXiv 2203.09697) shards one batch's edges and triplets over the
+``G`` ranks of a group; ``D`` data-parallel replicas split the batch's structures; ``S`` pipeline stages split the
+interaction blocks (and so the parameters and their optimizer state). This module predicts, from a
+:class:`~gnnpipe.partitioners.GraphParallelPlan` and the model's sizes, what one training step costs each rank.
+
+**Bytes per interaction block** (kind ``"gp"``, exact). Each unit of a model calls the graph-parallel hooks
+(:mod:`gnnpipe.models.atomistic.comm`) a fixed number of times on rows of known widths (:func:`hook_calls`). A
+hook's forward sends :func:`~gnnpipe.core.ops.graph_parallel.plan_hook_bytes` ``(forward)`` and its backward
+``(backward)``. In a step with conservative forces (``F = −∂E/∂pos`` with ``create_graph``, then the loss's
+backward) a call whose input depends on the positions runs four times: its forward, its backward inside
+``∂E/∂pos``, and in the loss's backward both the backward of the forward node and the backward of that backward
+node (a forward-type collective): ``2·(fwd + bwd)``. A call whose input depends only on the parameters (the
+embedding of ``z``, SchNet's first gather) is not on a path to ``pos``: ``fwd + bwd``. The energies' ``sum``
+(``B`` values) and the forces' ``replicated_grad`` (``3N`` values) are all-reduces whose backward is the identity:
+``fwd`` once. Direct forces: every call whose input needs a gradient ``fwd + bwd``, the positions' own gathers
+``fwd``, and the direct head's gathers. Tested equal to the measured counters (tests/costmodel/test_atomistic.py).
+
+**Memory of a rank** (bytes above the runtime floor; :func:`rank_memory`): ``parameters`` ``P_s·b`` (``P_s = P/S``
+for stage ``s``), ``gradients`` ``P_s·b``, ``optimizer`` ``2·P_s·b`` (Adam's moments; the trainer keeps them in the
+training dtype), the flattened gradient all-reduce buffer ``P_s·b`` when ``D·G > 1``, and ``activations``: what a
+step keeps alive at its peak, ``κ·b·(w_E·E_r + w_T·T_r + w_N·N + w_A·N_r)`` with the rank's edges ``E_r``, triplets
+``T_r``, the batch's atoms ``N`` (gathered atom rows are replicated) and its owned atoms ``N_r``; the widths
+``w_*`` count the values autograd saves per edge, triplet and atom in the forward (:func:`activation_widths`,
+written from the models' code) and ``κ`` is the double-backward factor: the step's peak of live bytes over the
+forward's saved bytes (measured by :func:`profile_step` on a sample of the job; :data:`DEFAULT_KAPPA` without a
+profile). Gathered edge rows (``allgather``: all ``E`` rows of the gathered width; ``halo``: the halo rows) add
+``κ·b·Σ width·rows`` to the rank's edges' share.
+
+**Step time** (:func:`predict_step`): the profiled single-process seconds of a step on this machine (a short
+profile: :func:`profile_step`) split by work: a rank computes ``t₁ · work(E_r, T_r, N_r) / work(E, T, N)`` with the
+analytic multiply-add counts per edge, triplet and atom (:func:`work_weights`), slowed by ``ranks / cores`` when
+more ranks than cores share a CPU node and divided by the hardware's speed; plus the collectives' bytes over the
+group's link (latency per message) and the gradient all-reduce (``2(R−1)/R·P_s·b`` over the ``D·G`` ranks of a
+stage). Pipelining: the stage's share ``1/S`` of the blocks, the gpipe bubble ``(S−1)/(C+S−1)``
+(``step = (C+S−1)·t_stage/C``), and the boundary tensors (per micro-batch and boundary the edge messages
+``E·H``, the running per-atom output ``N`` and the forces' ``3N``, forward and back, twice with conservative
+forces) over the link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ..core.ops.graph_parallel import plan_hook_bytes, reduces_locally
+
+__all__ = [
+    "AtomJob",
+    "AtomLayout",
+    "AtomPrediction",
+    "AtomProfile",
+    "AtomRankMemory",
+    "HookCall",
+    "UnitWidths",
+    "activation_widths",
+    "bubble",
+    "enumerate_atom_layouts",
+    "format_atom_ranking",
+    "hook_calls",
+    "job_graph",
+    "num_parameters",
+    "oc20_sized_structures",
+    "plan_atomistic",
+    "predict_layout",
+    "profile_step",
+    "rank_memory",
+    "read_edges",
+    "size_for_params",
+    "stage_bounds",
+    "step_bytes",
+    "step_collectives",
+    "unit_parameters",
+    "work_weights",
+]
+
+
+@attrs.frozen
+class HookCall:
+    """One call of a graph-parallel hook in a model's forward.
+
+    Attributes:
+        unit: the unit that calls it (0: the embedding, ``l``: interaction block ``l``; ``-1``: the readout).
+        hook: ``atoms_gather``, ``atoms_reduce``, ``edges_gather``, ``sum`` or ``replicated_grad``.
+        width: values per row (``sum``/``replicated_grad``: the whole tensor's values).
+        pos: its input depends on the positions (its backward runs inside ``∂E/∂pos``).
+        grad: its input needs a gradient in the loss's backward (parameters or positions requiring one).
+        forward_only: the call runs without autograd (``replicate_owned``'s gather of direct forces).
+    """
+
+    unit: int
+    hook: str
+    width: int
+    pos: bool = True
+    grad: bool = True
+    forward_only: bool = False
+
+
+def _opt(model, *names):
+    return [getattr(model, n) for n in names]
+
+
+def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall]:
+    """The hook calls of one forward of ``model`` (``schnet`` or ``dimenet++``, conservative or direct forces)
+    on a batch of ``num_atoms`` atoms and ``num_structures`` structures, in call order (the models' code:
+    :mod:`gnnpipe.models.atomistic.schnet`, :mod:`gnnpipe.models.atomistic.dimenet`).
+
+    Raises:
+        ConfigError: a model whose hook calls are not described here.
+    """
+    from ..errors import ConfigError
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.schnet import SchNet
+
+    direct = bool(getattr(model, "direct_forces", False))
+    calls: list[HookCall] = []
+    L = len(model.units) - 1
+    if isinstance(model, SchNet):
+        F = model.units[1].interaction.conv.lin1.out_features if L else 0
+        H = model.head.lin1.in_features
+        for b in range(1, L + 1):
+            # block 1 gathers lin1(embedding(z)): parameters only; later blocks read h, which depends on pos
+            calls.append(HookCall(b, "atoms_gather", F, pos=(b > 1) and not direct))
+            calls.append(HookCall(b, "atoms_reduce", F, pos=not direct))
+        calls.append(HookCall(-1, "sum", num_structures, pos=False))
+        if direct:
+            calls.append(HookCall(-1, "atoms_gather", H, pos=False))
+            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
+            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
+        else:
+            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
+        return calls
+    if isinstance(model, DimeNetPlusPlus):
+        emb = model.units[0]
+        H = emb.emb.lin.out_features
+        I = model.units[1].interaction.lin_down.out_features if L else 0
+        c = not direct
+        calls += [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
+                  HookCall(0, "atoms_gather", H, pos=False),  # the embedding of z
+                  HookCall(0, "atoms_reduce", H, pos=c)]  # output block 0
+        for b in range(1, L + 1):
+            calls += [HookCall(b, "edges_gather", I, pos=c), HookCall(b, "atoms_reduce", H, pos=c)]
+        calls.append(HookCall(-1, "sum", num_structures, pos=False))
+        if direct:
+            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
+            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
+        else:
+            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
+        return calls
+    raise ConfigError(f"the atomistic cost model describes schnet and dimenet++; {type(model).__name__} has no "
+                      "description of its hook calls (add one to gnnpipe.costmodel.atomistic.hook_calls)")
+
+
+def _step(model: Any, plan: Any, num_structures: int, mode: str, element_size: int, backend: str, atoms_reduce: str,
+          training: bool) -> list[tuple[dict[int, float], int]]:
+    local = reduces_locally(plan, atoms_reduce)
+    direct = bool(getattr(model, "direct_forces", False))
+    calls = hook_calls(model, plan.num_nodes, num_structures)
+    out = []
+    for r in range(plan.num_ranks):
+        per: dict[int, float] = {}
+        n_coll = 0
+        for call in calls:
+            def b(backward: bool, call=call, r=r) -> float:
+                return plan_hook_bytes(plan, r, call.hook, call.width, element_size, mode=mode, backend=backend,
+                                       backward=backward, local_atoms_reduce=local)
+
+            fwd = b(False)
+            bwd = 0.0 if call.hook in ("sum", "replicated_grad") else b(True)
+            if call.forward_only:
+                k_f, k_b = 1, 0
+            elif call.pos and not direct:
+                k_f, k_b = (2, 2) if training else (1, 1)
+            else:
+                k_f, k_b = 1, (1 if call.grad and training and bwd else 0)
+            per[call.unit] = per.get(call.unit, 0.0) + k_f * fwd + k_b * bwd
+            n_coll += k_f * (fwd > 0) + k_b * (bwd > 0)
+        out.append((per, n_coll))
+    return out
+
+
+def step_bytes(model: Any, plan: Any, *, num_structures: int, mode: str = "allgather", element_size: int = 4,
+               backend: str = "gloo", atoms_reduce: str = "auto", training: bool = True) -> list[dict[int, float]]:
+    """Bytes each rank of ``plan`` sends (kind ``"gp"``) in one training step of ``model``, per unit.
+
+    Args:
+        model: a ``schnet`` or ``dimenet++`` zoo model (its sizes and force kind are read).
+        plan: the :class:`~gnnpipe.partitioners.GraphParallelPlan` of the batch.
+        num_structures: ``B``, the batch's structures. mode: ``allgather`` or ``halo``.
+        element_size: ``b``, bytes per value (4: float32, 8: float64). backend: ``gloo`` or ``nccl`` (the
+            reduce-scatter differs). atoms_reduce: as :class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm`.
+        training: a training step (the multiplicities of the module docstring); ``False``: one forward with
+            conservative forces and no second backward (evaluation: ``fwd + bwd`` for position-dependent calls).
+
+    Returns:
+        per rank, ``{unit: bytes}`` (unit ``-1``: the readout's energy and force reductions; with direct forces
+        also the trainer's gather of the owned forces, :func:`gnnpipe.tasks.s2ef.graph_parallel.replicate_owned`).
+    """
+    return [per for per, _ in _step(model, plan, num_structures, mode, element_size, backend, atoms_reduce,
+                                    training)]
+
+
+def step_collectives(model: Any, plan: Any, *, num_structures: int, mode: str = "allgather", element_size: int = 4,
+                     backend: str = "gloo", atoms_reduce: str = "auto") -> list[int]:
+    """Per rank, the collectives of one training step that move bytes (for the latency term of the time model)."""
+    return [n for _, n in _step(model, plan, num_structures, mode, element_size, backend, atoms_reduce, True)]
+
+
+# ---------------------------------------------------------------------------------------------- model sizes
+@attrs.frozen
+class UnitWidths:
+    """Values per element of one unit (activation widths) or multiply-adds per element (work).
+
+    Attributes:
+        edge: per edge the unit's rank owns. triplet: per owned triplet. atom: per owned atom. read_edge: per edge
+        row the rank's triplets read (``E_read``: all ``E`` edges in ``allgather`` mode, the owned and halo rows in
+        ``halo`` mode; DimeNet++'s spherical basis is computed on them).
+    """
+
+    edge: float = 0.0
+    triplet: float = 0.0
+    atom: float = 0.0
+    read_edge: float = 0.0
+
+    def total(self, edges: float, triplets: float, atoms: float, read_edges: float | None = None) -> float:
+        """``Σ width × count``; ``read_edges`` defaults to ``edges`` (a single process reads its own edges)."""
+        read = edges if read_edges is None else read_edges
+        return self.edge * edges + self.triplet * triplets + self.atom * atoms + self.read_edge * read
+
+    def __add__(self, other: UnitWidths) -> UnitWidths:
+        return UnitWidths(self.edge + other.edge, self.triplet + other.triplet, self.atom + other.atom,
+                          self.read_edge + other.read_edge)
+
+
+def _dimenet_sizes(model) -> dict:
+    emb, L = model.units[0], len(model.units) - 1
+    out = emb.output
+    sizes = {"H": emb.emb.lin.out_features, "R": emb.rbf.freq.numel(), "S": emb.sbf.num_spherical,
+             "O": out.lin_up.out_features, "n_out": len(out.lins), "L": L}
+    if L:
+        ib = model.units[1].interaction
+        sizes.update(I=ib.lin_down.out_features, B=ib.lin_rbf1.out_features, before=len(ib.layers_before_skip),
+                     after=len(ib.layers_after_skip))
+    else:
+        sizes.update(I=0, B=0, before=0, after=0)
+    return sizes
+
+
+def _schnet_sizes(model) -> dict:
+    L = len(model.units) - 1
+    conv = model.units[1].interaction.conv if L else None
+    return {"H": model.head.lin1.in_features, "F": conv.lin1.out_features if conv else 0,
+            "G": model.units[0].distance_expansion.offset.numel(), "L": L}
+
+
+def activation_widths(model: Any) -> list[UnitWidths]:
+    """Per unit, the values its forward keeps for the backward, per owned edge, triplet and atom (the readout's
+    atoms added to the last unit), counted from the models' code: each linear map's input, each activation's
+    input and sigmoid (swish) or input (softplus), each product's factors; tensors shared between units (the
+    bases, a unit's input that the previous unit counted as its output) once. See the module docstring (κ).
+
+    DimeNet++ (``H`` hidden, ``I`` int_emb_size, ``B`` basis_emb_size, ``R`` num_radial, ``S`` num_spherical,
+    ``O`` out_emb_channels, ``n`` output layers, ``b``/``a`` residual layers before/after the skip), per interaction
+    block: edge ``(14 + 6b + 6a)·H + B + 3I``, triplet ``2I + B``, atom ``H + (3n + 1)·O``; the embedding: edge
+    ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``13·SR`` (the
+    spherical basis's radial part, sympy-derived Bessel functions: 13 kept values per function, counted with
+    autograd's saved-tensor hooks), triplet ``2SR + 9S + 2`` (angles, the angular part: ~9 per degree, counted so). SchNet (``H`` hidden, ``F`` filters,
+    ``G`` Gaussians), per block: edge ``5F + 4``, atom ``3H + F``; the embedding: edge ``3G + 4``, atom ``H``;
+    readout atom ``2H``.
+
+    Raises:
+        ConfigError: a model other than schnet / dimenet++.
+    """
+    from ..errors import ConfigError
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.schnet import SchNet
+
+    if isinstance(model, DimeNetPlusPlus):
+        z = _dimenet_sizes(model)
+        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
+        SR = S * R
+        out_atom = H + (3 * n + 1) * O
+        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 13 * SR)]
+        units += [UnitWidths((14 + 6 * z["before"] + 6 * z["after"]) * H + B + 3 * I, 2 * I + B, out_atom)
+                  for _ in range(z["L"])]
+        return units
+    if isinstance(model, SchNet):
+        z = _schnet_sizes(model)
+        H, F, G = z["H"], z["F"], z["G"]
+        units = [UnitWidths(3 * G + 4, 0, H)] + [UnitWidths(5 * F + 4, 0, 3 * H + F) for _ in range(z["L"])]
+        units[-1] = units[-1] + UnitWidths(0, 0, 2 * H)
+        return units
+    raise ConfigError(f"the atomistic cost model describes schnet and dimenet++, not {type(model).__name__}")
+
+
+def work_weights(model: Any) -> list[UnitWidths]:
+    """Per unit, the forward's multiply-adds per owned edge, triplet and atom (linear maps: ``in·out``; element-wise
+    work: one per kept value, :func:`activation_widths`). A training step with conservative forces costs a
+    model-independent multiple of it (the profile measures the seconds per unit of work)."""
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+
+    acts = activation_widths(model)
+    if isinstance(model, DimeNetPlusPlus):
+        z = _dimenet_sizes(model)
+        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
+        out_atom = H * O + n * O * O + O
+        mac = [UnitWidths(3 * H * H + 2 * R * H, 0, out_atom)]
+        mac += [UnitWidths((3 + 2 * (z["before"] + z["after"])) * H * H + 2 * H * I + B * H + R * B + R * H,
+                           S * R * B + B * I, out_atom) for _ in range(z["L"])]
+    else:
+        z = _schnet_sizes(model)
+        H, F, G = z["H"], z["F"], z["G"]
+        mac = [UnitWidths(0, 0, 0)] + [UnitWidths(G * F + F * F, 0, 2 * H * F + H * H) for _ in range(z["L"])]
+        mac[-1] = mac[-1] + UnitWidths(0, 0, H * H // 2)
+    return [m + a for m, a in zip(mac, acts)]
+
+
+def num_parameters(model: Any) -> int:
+    """Trained parameters of ``model``."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def unit_parameters(model: Any) -> list[int]:
+    """Trained parameters per unit (the readout's head added to the last unit)."""
+    per = [sum(p.numel() for p in u.parameters() if p.requires_grad) for u in model.units]
+    per[-1] += sum(p.numel() for p in model.head.parameters() if p.requires_grad)
+    return [int(v) for v in per]
+
+
+# ---------------------------------------------------------------------------------------------- profile
+#: the double-backward factor κ (peak live bytes of a conservative-force step / the forward's counted kept bytes)
+#: when no profile measured it: measured 2.66 for dimenet++ (hidden 64, 3 blocks, a 75-atom Pt slab, float32) on this
+#: project's machine (docs/guides/atomistic-cost.md)
+DEFAULT_KAPPA = 2.7
+
+
+@attrs.define
+class AtomProfile:
+    """A short profile of an atomistic model's training step on this machine (:func:`profile_step`).
+
+    Attributes:
+        model: the zoo name. step_s: median seconds of a single-process step (energy + forces, the loss, its
+        backward) with ``threads`` torch threads. work: its multiply-adds (:func:`work_weights` on the sample).
+        kappa: the double-backward factor. peak_bytes: the step's peak live bytes above the state before it.
+        grad_bytes: the gradients' bytes. kept_bytes: the counted kept bytes (:func:`activation_widths`).
+        edges, triplets, atoms, structures: the sample. element_size: ``b``. floor_bytes: resident bytes of this
+        process before the step (runtime, model, sample). link: ``(latency_s, bandwidth_Bps)`` of an all-reduce
+        hop measured between two local ranks, or ``None``. step_cpu_s: the median step's CPU seconds of the main
+        thread (``step_s`` less the time other processes took the core).
+    """
+
+    model: str
+    step_s: float
+    work: float
+    kappa: float
+    peak_bytes: int
+    grad_bytes: int
+    kept_bytes: float
+    edges: int
+    triplets: int
+    atoms: int
+    structures: int
+    element_size: int
+    threads: int = 1
+    floor_bytes: int = 0
+    link: tuple | None = None
+    step_cpu_s: float = 0.0
+
+    @property
+    def seconds_per_work(self) -> float:
+        return self.step_s / max(self.work, 1.0)
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AtomProfile:
+        from ..errors import ConfigError
+
+        try:
+            return cls(**{k: (tuple(v) if k == "link" and v is not None else v) for k, v in d.items()})
+        except TypeError as exc:
+            raise ConfigError(f"not an atomistic profile ({exc}); write one with gnnpipe plan --profile-out") from None
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _train_step(model, batch, graph, comm=None):
+    out = model(batch, graph, comm, forces=True)
+    e, f = batch.energy.reshape(-1), batch.forces
+    loss = ((out["energy"] - e.to(out["energy"].dtype)) ** 2).sum() \
+        + 100.0 * ((out["forces"] - f.to(out["forces"].dtype)) ** 2).mean()
+    loss.backward()
+
+
+def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: int = 1, link: bool = False,
+                 name: str = "?") -> AtomProfile:
+    """Time ``steps`` single-process training steps of ``model`` on ``batch`` (after ``warmup``), measure one step's
+    peak of live bytes (:class:`~gnnpipe.costmodel.footprint.LiveBytes`) and, with ``link``, the all-reduce link
+    between two local ranks (:func:`~gnnpipe.costmodel.profile.profile_link`, a few seconds).
+
+    ``batch`` needs ``energy`` and ``forces`` (zeros do: only the cost is measured). Threads: torch's current
+    setting (the ranks of a run use ``--threads``).
+    """
+    import statistics
+    import time
+
+    import torch
+
+    from .footprint import LiveBytes
+
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    b = params[0].element_size()
+    floor = _rss()
+    times, cpus = [], []
+    for i in range(warmup + steps):
+        for p in params:
+            p.grad = None
+        t0, c0 = time.perf_counter(), time.thread_time()
+        _train_step(model, batch, graph)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+            cpus.append(time.thread_time() - c0)
+    for p in params:
+        p.grad = None
+    with LiveBytes() as lb:
+        _train_step(model, batch, graph)
+    peak = lb.peak - lb.base
+    grads = sum(p.numel() for p in params) * b
+    E, T, N = int(graph.num_edges), int(graph.num_triplets), int(batch.num_nodes)
+    kept = b * sum(w.total(E, T, N) for w in activation_widths(model))
+    work = sum(w.total(E, T, N) for w in work_weights(model))
+    for p in params:
+        p.grad = None
+    lk = None
+    if link:
+        from .profile.link import profile_link
+
+        _, ar, _ = profile_link("gloo", sizes=(4, 1 << 16, 1 << 20), reps=5)
+        lk = (ar.latency_s, ar.bandwidth_Bps)
+    return AtomProfile(model=name, step_s=statistics.median(times), work=float(work),
+                       kappa=max(peak - grads, 0) / max(kept, 1.0), peak_bytes=int(peak), grad_bytes=int(grads),
+                       kept_bytes=float(kept), edges=E, triplets=T, atoms=N, structures=int(getattr(batch, "num_graphs", 1)),
+                       element_size=b, threads=torch.get_num_threads(), floor_bytes=floor, link=lk,
+                       step_cpu_s=statistics.median(cpus))
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+@attrs.frozen
+class AtomLayout:
+    """``stages × gp × ways`` ranks (S pipeline stages, G graph-parallel ranks, D data-parallel replicas), ``chunks``
+    micro-batches of structures per replica (1 without a pipeline), the pipeline's ``scheduler``."""
+
+    stages: int
+    gp: int
+    ways: int
+    chunks: int = 1
+    scheduler: str = "gpipe"
+
+    @property
+    def ranks(self) -> int:
+        return self.stages * self.gp * self.ways
+
+    def label(self) -> str:
+        s = f"S{self.stages}xG{self.gp}xD{self.ways}"
+        return s + (f" C{self.chunks} {self.scheduler}" if self.stages > 1 else "")
+
+
+def enumerate_atom_layouts(ranks: int, num_units: int, num_structures: int, *, chunks_per_stage: Sequence[int] = (1, 4),
+                           schedulers: Sequence[str] = ("gpipe", "1f1b"), stages: bool = True) -> list[AtomLayout]:
+    """Every ``S × G × D = ranks`` with ``S ≤ num_units`` (a stage runs at least one unit), ``C = k·S`` micro-batches
+    for ``k`` in ``chunks_per_stage`` (at most ``num_structures``, the replica's batch; ``S = 1``: ``C = 1``) and each
+    scheduler (one when ``C = 1``); ``stages=False``: ``S = 1`` only (D × G).
+
+    Raises:
+        ConfigError: ``ranks < 1``.
+    """
+    from ..errors import ConfigError
+
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
+    out = []
+    for S in range(1, ranks + 1):
+        if ranks % S or S > num_units or (S > 1 and not stages):
+            continue
+        for G in range(1, ranks // S + 1):
+            if (ranks // S) % G:
+                continue
+            D = ranks // (S * G)
+            if S == 1:
+                out.append(AtomLayout(1, G, D))
+                continue
+            cs = sorted({min(k * S, num_structures) for k in chunks_per_stage})
+            out += [AtomLayout(S, G, D, C, sch) for C in cs for sch in (schedulers if C > 1 else schedulers[:1])]
+    return out
+
+
+def stage_bounds(num_units: int, stages: int) -> list[tuple[int, int]]:
+    """Units ``[lo, hi)`` of each stage: as equal as possible, the first stages one longer (the embedding is unit 0)."""
+    q, r = divmod(num_units, stages)
+    out, lo = [], 0
+    for s in range(stages):
+        hi = lo + q + (1 if s < r else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def bubble(stages: int, chunks: int) -> float:
+    """The idle share of a flushing (gpipe) pipeline: ``(S − 1)/(C + S − 1)`` (Huang et al. 2019)."""
+    return (stages - 1) / (chunks + stages - 1)
+
+
+@attrs.define
+class AtomRankMemory:
+    """Predicted bytes of one rank above the runtime floor, by kind (module docstring)."""
+
+    rank: int
+    stage: int
+    parameters: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    ema: int = 0
+    allreduce: int = 0
+    activations: int = 0
+
+    @property
+    def states(self) -> int:
+        """Parameters, gradients and optimizer state (with the EMA copy)."""
+        return self.parameters + self.gradients + self.optimizer + self.ema
+
+    @property
+    def peak(self) -> int:
+        return self.states + self.allreduce + self.activations
+
+    def to_dict(self) -> dict:
+        return {**attrs.asdict(self), "peak": self.peak}
+
+
+@attrs.define
+class AtomPrediction:
+    """Predictions for one layout: ``step_s`` seconds per training step (slowest rank, with the gradient
+    all-reduce), ``compute_s``/``comm_s`` per rank, ``bytes`` per step summed over ranks (``gp``: the graph-parallel
+    collectives, exact for ``S = 1``; ``grad``: the gradient all-reduce; ``boundary``: pipeline boundaries),
+    ``memory`` per rank, ``fits`` the hardware's memory, ``bubble`` (gpipe's idle share), ``work_s`` per rank the
+    predicted CPU seconds of its step's compute (from the profile's CPU seconds: compare with a run's CPU time when
+    other processes share the cores)."""
+
+    layout: AtomLayout
+    step_s: float
+    compute_s: list
+    comm_s: list
+    bytes: dict
+    memory: list
+    fits: bool
+    bubble: float = 0.0
+    floor_bytes: int = 0
+    structures: int = 0
+    work_s: list = attrs.field(factory=list)
+
+    @property
+    def throughput(self) -> float:
+        """Structures per second: ``D`` replicas' batches per step."""
+        return self.layout.ways * self.structures / self.step_s if self.step_s > 0 else float("inf")
+
+    @property
+    def max_rank_bytes(self) -> int:
+        return max(m.peak for m in self.memory) + self.floor_bytes
+
+    def to_record(self) -> dict:
+        L = self.layout
+        return {"layout": L.label(), "stages": L.stages, "gp": L.gp, "ways": L.ways, "chunks": L.chunks,
+                "scheduler": L.scheduler, "step_s": self.step_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
+                "bytes": self.bytes, "bubble": self.bubble, "fits": self.fits, "floor_bytes": self.floor_bytes,
+                "max_rank_bytes": self.max_rank_bytes,
+                "structures_per_s": self.throughput, "memory": [m.to_dict() for m in self.memory]}
+
+
+@attrs.frozen
+class AtomJob:
+    """What the cost model predicts for: a model, the global batch (``structures``: PyG ``Data``), the graph
+    settings, the graph-parallel partitioner and mode, dtype size, the optimizer's states.
+
+    Attributes:
+        model: the zoo model (may live on the ``meta`` device: only its sizes are read).
+        structures: one replica's batch (``--batch-size`` structures: every replica steps on a batch of this
+            size, the global batch is ``D`` of them, as the S2EF trainer does).
+        element_size: ``b`` of the training dtype. ema: the trainer keeps an EMA copy of the weights.
+        allreduce_element_size: bytes per value of the gradient all-reduce (the S2EF trainer's flat buffer is
+            float64: 8).
+    """
+
+    model: Any
+    structures: list
+    cutoff: float
+    max_neighbors: int | None
+    partitioner: str = "edge-chunk"
+    mode: str = "allgather"
+    element_size: int = 4
+    ema: bool = False
+    allreduce_element_size: int = 8
+    backend: str = "gloo"
+
+
+def job_graph(job: AtomJob, cache: dict | None = None):
+    """``(batch, graph)`` of the job's replica batch (built once per ``cache``)."""
+    cache = {} if cache is None else cache
+    if "graph" not in cache:
+        from torch_geometric.data import Batch
+
+        from ..data.atoms import build_graph
+
+        batch = Batch.from_data_list(job.structures)
+        cache["graph"] = (batch, build_graph(batch, job.cutoff, job.max_neighbors))
+    return cache["graph"]
+
+
+def _plan(job: AtomJob, G: int, cache: dict):
+    if ("plan", G) not in cache:
+        from ..partitioners import plan_graph_parallel
+
+        batch, graph = job_graph(job, cache)
+        cache[("plan", G)] = plan_graph_parallel(graph, G, job.partitioner, pos=batch.pos)
+    return cache[("plan", G)]
+
+
+def read_edges(plan: Any, mode: str) -> list[int]:
+    """Per rank, the edge rows its triplets read: all ``E`` (``allgather``; one rank: its own), or its own and its
+    halo rows (``halo``)."""
+    if plan.num_ranks == 1:
+        return [plan.num_edges]
+    if mode == "allgather":
+        return [plan.num_edges] * plan.num_ranks
+    return [int(e) + int(h.numel()) for e, h in zip(plan.edge_counts, plan.halo)]
+
+
+def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> list[AtomRankMemory]:
+    """Per rank of one replica (``S × G`` ranks; the other replicas' are alike or smaller), the predicted bytes
+    above the runtime floor (module docstring). Stage ``s`` trains its units' parameters; a gpipe stage keeps
+    every micro-batch's activations of its units until the flush, a 1f1b stage ``s`` at most ``S − s`` micro-batches'
+    (``C`` in all)."""
+    model, b = job.model, job.element_size
+    widths = activation_widths(model)
+    per_unit = unit_parameters(model)
+    bounds = stage_bounds(len(model.units), layout.stages)
+    world = layout.ranks
+    edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
+    reads = read_edges(plan, job.mode)
+    out = []
+    for s, (lo, hi) in enumerate(bounds):
+        P = sum(per_unit[lo:hi])
+        inflight = 1.0
+        if layout.stages > 1 and layout.scheduler == "1f1b":
+            inflight = min(layout.stages - s, layout.chunks) / layout.chunks
+        for g in range(layout.gp):
+            kept = b * sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in widths[lo:hi])
+            if lo > 0 and layout.stages > 1:  # a later stage recomputes the bases (parameter-free) it reads
+                bases = UnitWidths(widths[0].edge, widths[0].triplet, 0, widths[0].read_edge)
+                kept += b * bases.total(edges[g], triplets[g], 0, reads[g])
+            out.append(AtomRankMemory(
+                rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
+                ema=P * b if job.ema else 0, allreduce=(P + 1) * job.allreduce_element_size if world > 1 else 0,
+                activations=int(kappa * kept * inflight)))
+    return out
+
+
+#: a link for a prediction without a measured one or a hardware description's (loopback gloo, order of magnitude)
+FALLBACK_LINK = (50e-6, 1e9)
+#: the runtime floor per GPU rank assumed for projections (CUDA context, allocator reserve, NCCL buffers)
+GPU_FLOOR_BYTES = 2 * 2 ** 30
+
+
+def boundary_widths(model: Any) -> UnitWidths:
+    """Values per owned edge and atom crossing a stage boundary (forward; its gradient goes back): DimeNet++ the
+    edge messages ``x`` (``H``) and the running output ``P`` (1 per atom); SchNet the atom features ``h`` (``H``).
+    The geometry and bases are parameter-free and recomputed by each stage."""
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+
+    if isinstance(model, DimeNetPlusPlus):
+        return UnitWidths(_dimenet_sizes(model)["H"], 0, 1)
+    return UnitWidths(0, 0, _schnet_sizes(model)["H"])
+
+
+def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardware: Any = None, *,
+                   cache: dict | None = None, floor_bytes: int | None = None) -> AtomPrediction:
+    """Predict one layout (module docstring): step time, bytes, per-rank memory and whether it fits."""
+    from .hardware import Link, local_hardware
+
+    hw = hardware if hardware is not None else local_hardware()
+    cache = {} if cache is None else cache
+    S, G, D, C = layout.stages, layout.gp, layout.ways, layout.chunks
+    R = layout.ranks
+    model, b = job.model, job.element_size
+    plan = _plan(job, G, cache)
+    B = len(job.structures)
+    conservative = not bool(getattr(model, "direct_forces", False))
+    per_unit_bytes = step_bytes(model, plan, num_structures=B, mode=job.mode, element_size=b, backend=job.backend)
+    colls = step_collectives(model, plan, num_structures=B, mode=job.mode, element_size=b, backend=job.backend)
+    bounds = stage_bounds(len(model.units), S)
+    works = work_weights(model)
+    per_unit_p = unit_parameters(model)
+    edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
+    reads = read_edges(plan, job.mode)
+    measured = Link(*(profile.link or FALLBACK_LINK))
+    members = list(range(G))  # one GP group of the first replica (block placement: the tightest group)
+    gp_link = hw.group_link(members, R, measured)
+    grad_link = hw.group_link(list(range(0, R, S)) if S > 1 else list(range(R)), R, measured)
+    stage_link = hw.link(0, G, R, measured) if S > 1 else measured
+    slow = max(1.0, hw.oversubscription(R)) if hw.kind == "cpu" else 1.0
+    spw = profile.seconds_per_work / hw.speed
+    pipe = (C + S - 1) / C if S > 1 else 1.0
+    bw_unit = boundary_widths(model)
+    compute, comm, cpu = [], [], []
+    gp_total = bnd_total = grad_total = 0.0
+    step = 0.0
+    for s, (lo, hi) in enumerate(bounds):
+        P = sum(per_unit_p[lo:hi])
+        units = set(range(lo, hi)) | ({-1} if hi == len(model.units) else set())
+        ar_bytes = (P + 1) * job.allreduce_element_size
+        ar_s = grad_link.allreduce_time(ar_bytes, D * G)
+        grad_total += D * G * (2.0 * (D * G - 1) * ar_bytes / (D * G) if D * G > 1 else 0.0)
+        for g in range(G):
+            work = sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in works[lo:hi])
+            c = spw * work * slow * pipe
+            gb = sum(v for u, v in per_unit_bytes[g].items() if u in units)
+            share = (hi - lo) / len(model.units)
+            n_coll = colls[g] * share * (C if S > 1 else 1)
+            t_gp = gb / gp_link.bandwidth_Bps + n_coll * 2 * max(G - 1, 0) * gp_link.latency_s if G > 1 else 0.0
+            nb = 0.0
+            if S > 1:
+                sides = (s > 0) + (s < S - 1)
+                nb = sides * bw_unit.total(edges[g], 0, atoms[g]) * b * (2 if conservative else 1)
+            t_b = nb / stage_link.bandwidth_Bps + (C * (2 if conservative else 1) * sides * stage_link.latency_s
+                                                   if S > 1 else 0.0)
+            gp_total += D * gb
+            bnd_total += D * nb
+            compute.append(c)
+            cpu.append(profile.step_cpu_s / max(profile.work, 1.0) * work / hw.speed)
+            comm.append(t_gp + t_b + ar_s)
+            step = max(step, c + t_gp + t_b + ar_s)
+    mem = rank_memory(job, layout, plan, profile.kappa)
+    if floor_bytes is None:
+        floor_bytes = GPU_FLOOR_BYTES if hw.kind == "gpu" else profile.floor_bytes
+    fits = hw.fits([m.peak + floor_bytes for m in mem] * D)
+    return AtomPrediction(layout=layout, step_s=step, compute_s=compute, comm_s=comm,
+                          bytes={"gp": gp_total, "grad": grad_total, "boundary": bnd_total}, memory=mem, fits=fits,
+                          bubble=bubble(S, C) if S > 1 else 0.0, floor_bytes=int(floor_bytes), structures=B,
+                          work_s=cpu)
+
+
+def plan_atomistic(job: AtomJob, ranks: int, profile: AtomProfile, hardware: Any = None, *,
+                   chunks_per_stage: Sequence[int] = (1, 4), schedulers: Sequence[str] = ("gpipe", "1f1b"),
+                   stages: bool = True, floor_bytes: int | None = None) -> list[AtomPrediction]:
+    """Predict every ``S × G × D`` layout of ``ranks`` (:func:`enumerate_atom_layouts`); those that fit first, then by
+    step time.
+
+    Sorted by throughput (structures per second: ``D·B / step``), those that fit first.
+
+    Raises:
+        ConfigError: bad ``ranks``.
+    """
+    layouts = enumerate_atom_layouts(ranks, len(job.model.units), len(job.structures),
+                                     chunks_per_stage=chunks_per_stage, schedulers=schedulers, stages=stages)
+    cache: dict = {}
+    preds = [predict_layout(job, lay, profile, hardware, cache=cache, floor_bytes=floor_bytes) for lay in layouts]
+    return sorted(preds, key=lambda p: (not p.fits, p.step_s / p.layout.ways))
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2 ** 30:.2f}"
+
+
+def format_atom_ranking(preds: Sequence[AtomPrediction], hardware: Any = None, *, params: int | None = None) -> str:
+    """The ranking as a table: layout, step seconds, structures per second, MB per step (gp, gradient, boundary), the largest rank's
+    parameters+gradients+Adam (GiB), its activations (GiB), its total with the floor (GiB), fits."""
+    head = f"{'layout':<22} {'step s':>9} {'struct/s':>9} {'gp MB':>9} {'grad MB':>9} {'bnd MB':>8} {'states GiB':>10} " \
+           f"{'act GiB':>8} {'rank GiB':>9} {'bubble':>6}  fits"
+    lines = []
+    if hardware is not None:
+        lines.append(f"hardware: {hardware.name}" + (f"; {params:.3g} parameters" if params else ""))
+    lines.append(head)
+    for p in preds:
+        top = max(p.memory, key=lambda m: m.peak)
+        lines.append(f"{p.layout.label():<22} {p.step_s:>9.3g} {p.throughput:>9.3g} {p.bytes['gp'] / 1e6:>9.2f} {p.bytes['grad'] / 1e6:>9.1f} "
+                     f"{p.bytes['boundary'] / 1e6:>8.2f} {_gib(top.states + top.allreduce):>10} {_gib(top.activations):>8} "
+                     f"{_gib(p.max_rank_bytes):>9} {p.bubble:>6.2f}  {'yes' if p.fits else 'NO'}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- projections
+#: hidden widths by parameter count when a projection does not fix one: DimeNet++ with ``I = H/2``, ``O = H``
+PROJECTION_WIDTHS = ((3e8, 1024), (float("inf"), 2048))
+
+
+def size_for_params(name: str, params: float, *, hidden: int | None = None, **options: Any) -> tuple[Any, dict]:
+    """A ``name`` model (on the ``meta`` device: no memory) of about ``params`` trained parameters: the width
+    ``hidden`` (default :data:`PROJECTION_WIDTHS`; DimeNet++ also ``int_emb_size = H/2``, ``out_emb_channels = H``
+    unless given) and the number of interaction blocks that comes closest. Returns ``(model, build arguments)``.
+
+    Raises:
+        ConfigError: ``params`` not positive, or not reachable with at least one block.
+    """
+    import torch
+
+    from ..errors import ConfigError
+    from ..models import build_model
+
+    if not params or params <= 0:
+        raise ConfigError(f"--params must be a positive number of parameters, got {params!r}")
+    if hidden is None:
+        hidden = next(h for limit, h in PROJECTION_WIDTHS if params <= limit)
+    kw = dict(options)
+    if name == "dimenet++":
+        kw.setdefault("int_emb_size", max(hidden // 2, 1))
+        kw.setdefault("out_emb_channels", hidden)
+    with torch.device("meta"):
+        p1 = num_parameters(build_model(name, 0, 1, num_layers=1, hidden=hidden, **kw))
+        p2 = num_parameters(build_model(name, 0, 1, num_layers=2, hidden=hidden, **kw))
+        blocks = max(1, round((params - p1) / (p2 - p1)) + 1)
+        model = build_model(name, 0, 1, num_layers=blocks, hidden=hidden, **kw)
+    args = {"num_layers": blocks, "hidden": hidden, **kw}
+    return model, args
+
+
+def oc20_sized_structures(n: int, seed: int = 0, dtype=None) -> list:
+    """``n`` structures of OC20's size (no labels: costs only): a periodic (x, y) ``fcc111`` slab of 4 × 4 × 4
+    atoms of a metal (Cu, Ag, Au, Ni, Pd, Pt, Al) with an adsorbate (O, H, N, C, CO, OH) on the top layer, 8 Å
+    of vacuum: 65–66 atoms (OC20's S2EF structures: ~73 atoms on average, Chanussot et al. 2021)."""
+    import numpy as np
+    import torch
+    from ase import Atoms
+    from ase.build import add_adsorbate, fcc111, molecule
+    from torch_geometric.data import Data
+
+    rng = np.random.default_rng(seed)
+    dtype = dtype or torch.float32
+    out = []
+    for _ in range(int(n)):
+        metal = str(rng.choice(["Cu", "Ag", "Au", "Ni", "Pd", "Pt", "Al"]))
+        ads = str(rng.choice(["O", "H", "N", "C", "CO", "OH"]))
+        slab = fcc111(metal, size=(4, 4, 4), vacuum=8.0)
+        mol = molecule(ads) if len(ads) > 1 else Atoms(ads)
+        add_adsorbate(slab, mol, 1.8, str(rng.choice(["ontop", "fcc", "hcp"])))
+        slab.rattle(0.05, seed=int(rng.integers(1 << 30)))
+        k = len(slab)
+        out.append(Data(z=torch.as_tensor(slab.numbers, dtype=torch.long), pos=torch.as_tensor(slab.positions, dtype=dtype),
+                        cell=torch.as_tensor(np.array(slab.cell), dtype=dtype).reshape(1, 3, 3),
+                        pbc=torch.tensor([[True, True, False]]), energy=torch.zeros(1, dtype=dtype),
+                        forces=torch.zeros(k, 3, dtype=dtype), natoms=torch.tensor([k])))
+    return out

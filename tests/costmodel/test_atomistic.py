@@ -1,0 +1,206 @@
+"""The atomistic cost model (gnnpipe.costmodel.atomistic): bytes per interaction block equal the measured "gp"
+counters exactly (schnet and dimenet++, G ∈ {2, 3}, both edge-gather modes, conservative forces in the loss),
+the memory and time models' arithmetic, and the layout ranking."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnpipe.core.run.launch import spawn
+
+MODELS = {
+    "schnet": {"num_filters": 6, "num_gaussians": 6},
+    "dimenet++": {"int_emb_size": 4, "basis_emb_size": 3, "out_emb_channels": 6, "num_spherical": 3, "num_radial": 3},
+}
+#: (model, partitioner, mode): both modes and both partitioners for each model
+CASES = [("schnet", "edge-chunk", "allgather"), ("schnet", "atom-owner", "halo"),
+         ("dimenet++", "edge-chunk", "halo"), ("dimenet++", "atom-owner", "allgather"),
+         ("dimenet++", "edge-chunk", "allgather")]
+
+
+def _batch():
+    from torch_geometric.data import Batch
+
+    from tests.tasks.s2ef.toy import emt_clusters
+
+    return Batch.from_data_list(emt_clusters(3, seed=5))
+
+
+def _model(name: str, direct: bool = False):
+    from gnnpipe.models import build_model
+
+    torch.manual_seed(0)
+    return build_model(name, 0, 1, num_layers=2, hidden=8, cutoff=3.0, max_neighbors=8, direct_forces=direct,
+                       **MODELS[name]).double().train()
+
+
+def _measure(rank: int, world: int, cases: list) -> list:
+    """Bytes this rank's counter saw in one training step of each case (energy + conservative forces in the loss,
+    its backward), and the formula's prediction."""
+    from gnnpipe.core.ops.comm import Comm
+    from gnnpipe.core.ops.graph_parallel import GraphParallelComm
+    from gnnpipe.costmodel.atomistic import step_bytes
+    from gnnpipe.data.atoms import build_graph
+    from gnnpipe.partitioners import plan_graph_parallel
+    from gnnpipe.tasks.s2ef.graph_parallel import replicate_owned
+
+    batch = _batch()
+    graph = build_graph(batch, 3.0, 8)
+    out = []
+    for name, method, mode, direct in cases:
+        model = _model(name, direct)
+        plan = plan_graph_parallel(graph, world, method, pos=batch.pos)
+        counter = Comm("cpu")
+        comm = GraphParallelComm(plan, mode=mode, comm=counter)
+        pred = model(batch, comm.local_graph(graph), comm, forces=True)
+        forces = replicate_owned(pred["forces"], comm) if direct else pred["forces"]  # as the trainer does
+        loss = (pred["energy"] ** 2).sum() + (forces ** 2).sum()
+        loss.backward()
+        formula = step_bytes(model, plan, num_structures=batch.num_graphs, mode=mode, element_size=8)[rank]
+        out.append((counter.counters()["bytes_gp"], sum(formula.values())))
+    return out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("G", [2, pytest.param(3, marks=pytest.mark.slow)])
+def test_step_bytes_equal_the_measured_counters(G):
+    cases = [(*c, False) for c in CASES] + [("dimenet++", "edge-chunk", "halo", True)]
+    outs = spawn(_measure, G, (cases,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=280)
+    for r, rows in enumerate(outs):
+        for case, (measured, formula) in zip(cases, rows):
+            assert measured > 0, (case, r)
+            assert measured == pytest.approx(formula, rel=1e-12, abs=0), (case, r, measured, formula)  # sum order
+
+
+# ---------------------------------------------------------------------------------------------- memory, time, layouts
+SMALL_DIMENET = {"int_emb_size": 4, "basis_emb_size": 3, "out_emb_channels": 6, "num_spherical": 3, "num_radial": 3}
+
+
+def _profile(**kw):
+    from gnnpipe.costmodel.atomistic import AtomProfile
+
+    base = {"model": "dimenet++", "step_s": 1.0, "work": 1e9, "kappa": 2.5, "peak_bytes": 0, "grad_bytes": 0,
+            "kept_bytes": 1.0, "edges": 1, "triplets": 1, "atoms": 1, "structures": 1, "element_size": 4,
+            "step_cpu_s": 1.0}
+    return AtomProfile(**{**base, **kw})
+
+
+def _job(model, n: int = 3):
+    from gnnpipe.costmodel.atomistic import AtomJob
+    from tests.tasks.s2ef.toy import emt_clusters
+
+    return AtomJob(model, emt_clusters(n, seed=5, dtype=torch.float32), 3.0, 8)
+
+
+def test_layouts_cover_every_factorisation():
+    from gnnpipe.costmodel.atomistic import enumerate_atom_layouts, stage_bounds
+
+    lays = enumerate_atom_layouts(8, num_units=3, num_structures=4, chunks_per_stage=(1, 4))
+    assert all(x.ranks == 8 for x in lays)
+    assert {(x.stages, x.gp, x.ways) for x in lays} == {(1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4),
+                                                        (2, 2, 2), (2, 4, 1)}  # S = 4, 8 > 3 units
+    assert {x.chunks for x in lays if x.stages == 2} == {2, 4}  # k·S capped at the replica's 4 structures
+    assert not [x for x in enumerate_atom_layouts(8, 3, 4, stages=False) if x.stages > 1]
+    assert stage_bounds(5, 2) == [(0, 3), (3, 5)] and stage_bounds(3, 3) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_bubble_is_the_gpipe_idle_share():
+    from gnnpipe.costmodel.atomistic import bubble
+
+    assert bubble(1, 8) == 0 and bubble(4, 4) == pytest.approx(3 / 7) and bubble(2, 16) == pytest.approx(1 / 17)
+
+
+def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
+    from gnnpipe.costmodel.atomistic import (
+        AtomLayout,
+        activation_widths,
+        num_parameters,
+        predict_layout,
+        rank_memory,
+        unit_parameters,
+    )
+
+    model = _model("dimenet++")  # float64 built; the job says float32 (b = 4)
+    job = _job(model)
+    assert sum(unit_parameters(model)) == num_parameters(model)
+    cache: dict = {}
+    one = predict_layout(job, AtomLayout(1, 1, 1), _profile(), cache=cache)
+    m = one.memory[0]
+    P = num_parameters(model)
+    assert (m.parameters, m.gradients, m.optimizer, m.allreduce) == (4 * P, 4 * P, 8 * P, 0)  # no all-reduce alone
+    from gnnpipe.costmodel.atomistic import job_graph
+
+    _, graph = job_graph(job, cache)
+    kept = 4 * sum(w.total(graph.num_edges, graph.num_triplets, graph.num_nodes) for w in activation_widths(model))
+    assert m.activations == int(2.5 * kept)
+    gp = predict_layout(job, AtomLayout(1, 2, 1), _profile(), cache=cache)
+    read = 2.5 * 4 * sum(w.read_edge for w in activation_widths(model)) * graph.num_edges  # allgather: all rows
+    assert read > 0
+    assert sum(r.activations for r in gp.memory) == pytest.approx(m.activations + read, rel=1e-6)  # shares add up
+    assert all(r.allreduce == 8 * (P + 1) for r in gp.memory)  # the trainer's float64 flat buffer
+    pipe = predict_layout(job, AtomLayout(2, 1, 1, chunks=2), _profile(), cache=cache)
+    assert sum(r.parameters for r in pipe.memory) == 4 * P and len(pipe.memory) == 2
+    plan = cache[("plan", 2)]
+    again = rank_memory(job, AtomLayout(1, 2, 1), plan, 2.5)
+    assert [r.activations for r in again] == [r.activations for r in gp.memory]
+
+
+def test_time_model_splits_the_profiled_step_by_work_and_adds_the_bubble():
+    from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout, work_weights
+    from gnnpipe.costmodel.hardware import Hardware, Link
+
+    model = _model("dimenet++")
+    job = _job(model)
+    cache: dict = {}
+    _, graph = job_graph(job, cache)
+    work = sum(w.total(graph.num_edges, graph.num_triplets, graph.num_nodes) for w in work_weights(model))
+    hw = Hardware("test", nodes=1, devices_per_node=8, kind="gpu", speed=2.0, intra=Link(0.0, 1e30))
+    prof = _profile(step_s=4.0, work=float(work))
+    one = predict_layout(job, AtomLayout(1, 1, 1), prof, hw, cache=cache)
+    assert one.step_s == pytest.approx(2.0)  # the profiled step on a device twice as fast
+    two = predict_layout(job, AtomLayout(1, 2, 1), prof, hw, cache=cache)
+    assert max(two.compute_s) < 2.0 < sum(two.compute_s)  # halves, plus the edge rows both ranks read
+    pipe = predict_layout(job, AtomLayout(3, 1, 1, chunks=3), prof, hw, cache=cache)
+    assert pipe.bubble == pytest.approx(2 / 5)
+    assert sum(pipe.compute_s) == pytest.approx(2.0 * 5 / 3)  # (C + S − 1)/C of each stage's share
+    assert pipe.bytes["boundary"] > 0 and one.bytes["boundary"] == 0 and two.bytes["gp"] > 0
+
+
+def test_projection_fits_by_arithmetic():
+    """A 1e9-parameter DimeNet++ (meta device) needs 16 B/param of weights, gradients and Adam in fp32: 16 GB on
+    one rank, 8 GB with S = 2; the memory column shows it and an 8-GPU H200 node fits it."""
+    from gnnpipe.costmodel.atomistic import AtomLayout, num_parameters, predict_layout, size_for_params
+    from gnnpipe.costmodel.hardware import load_hardware
+
+    model, _ = size_for_params("dimenet++", 1e9, hidden=2048, **SMALL_DIMENET)
+    P = num_parameters(model)
+    assert abs(P - 1e9) / 1e9 < 0.05 and next(model.parameters()).device.type == "meta"
+    job = _job(model, 1)
+    hw = load_hardware("h200x8")
+    one = predict_layout(job, AtomLayout(1, 1, 1), _profile(), hw)
+    assert one.memory[0].parameters + one.memory[0].gradients + one.memory[0].optimizer == 16 * P
+    two = predict_layout(job, AtomLayout(2, 1, 1, chunks=1), _profile(), hw)
+    assert max(m.states for m in two.memory) < 0.6 * 16 * P and one.fits
+
+
+@pytest.mark.slow  # ~8 s on the loaded 2-core machine: the neighbour graph and triplets of an OC20-sized slab
+def test_plan_cli_for_an_atomistic_job(tmp_path, capsys):
+    """``gnnpipe plan --task s2ef`` with a saved profile (no profiling here) prints the S x G x D ranking."""
+    import json
+
+    from gnnpipe.cli.main import main
+
+    prof = tmp_path / "prof.json"
+    prof.write_text(json.dumps(_profile().to_dict()))
+    rc = main(["plan", "--task", "s2ef", "--model", "dimenet++", "--layers", "2", "--hidden", "8", "--ranks", "4", "--batch-size", "1",
+               "--plan-structures", "oc20-sized", "--hardware", "h200x8", "--profile-in", str(prof),
+               "--params", "1e8", "--projection-hidden", "1024", "--chunks-per-stage", "1",
+               *[f"--model-arg={k}={v}" for k, v in SMALL_DIMENET.items()], "--no-progress",
+               "--out", str(tmp_path / "plan.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "S1xG4xD1" in out and "S2xG2xD1" in out and "fits" in out
+    recs = json.loads((tmp_path / "plan.json").read_text())
+    assert {r["layout"] for r in recs} == {"S1xG1xD4", "S1xG2xD2", "S1xG4xD1", "S2xG1xD2 C1 gpipe",
+                                           "S2xG2xD1 C1 gpipe", "S4xG1xD1 C1 gpipe"}  # C ≤ the batch's 1 structure
