@@ -36,8 +36,8 @@ from .ir import STEP, Action, ActionKind, B, D, F, G, Schedule, check_chunk_orde
 from .order import ChunkOrder, FixedOrder, ShuffledOrder, order_policy
 from .render import to_ascii
 from .simulate import CommModel, CostModel, SimulationResult, simulate
-from .timeline import plot_timeline, to_chrome_trace
 from .staleness import StalenessReport, chunk_edge_counts, shuffled_staleness, staleness_report
+from .timeline import plot_timeline, to_chrome_trace
 from .validate import Violation, find_violations, validate
 
 __all__ = [
@@ -53,8 +53,8 @@ __all__ = [
     "CostModel",
     "D",
     "F",
-    "G",
     "FixedOrder",
+    "G",
     "GPipe",
     "Interval",
     "OneFOneB",

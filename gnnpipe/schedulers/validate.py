@@ -23,6 +23,7 @@ Rules (all checked; every violation is reported):
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -107,7 +108,7 @@ def find_violations(schedule: Schedule) -> list[Violation]:
                 if second:
                     chain = [(k, slot(k, s, c, e)) for k in (ActionKind.F, ActionKind.G, ActionKind.D, ActionKind.B)]
                     chain = [(k, t) for k, t in chain if t is not None]
-                    for (k0, t0), (k1, t1) in zip(chain, chain[1:]):
+                    for (_, t0), (_, t1) in pairwise(chain):
                         if t1 < t0:
                             out.append(Violation(s, t1, f"{schedule.stages[s][t1]} runs before "
                                                         f"{schedule.stages[s][t0]} (slot {t0}); a chunk runs F, G, D, "
