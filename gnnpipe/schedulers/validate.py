@@ -23,8 +23,8 @@ Rules (all checked; every violation is reported):
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ..errors import ScheduleError
 from .ir import ActionKind, Schedule
