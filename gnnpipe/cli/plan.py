@@ -45,8 +45,8 @@ def register(sub) -> None:
     a.add_argument("--plan-structures", choices=["dataset", "oc20-sized"], default="dataset",
                    help="the replica's batch of --batch-size structures: the dataset's first, or generated "
                         "OC20-sized slabs (65-66 atoms)")
-    a.add_argument("--no-stages", dest="stages", action="store_false",
-                   help="only D x G layouts (no pipeline stages)")
+    a.add_argument("--no-pipeline", dest="pipeline_layouts", action="store_false",
+                   help="rank only D x G layouts (no pipeline stages S)")
     p.add_argument("--out", default=None, help="write the ranking as JSON records")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress messages")
     p.set_defaults(func=run)
@@ -125,7 +125,7 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
         config, ranks=args.ranks, hardware=args.hardware, chunks_per_stage=args.chunks_per_stage,
         schedulers=schedulers, profile_in=args.profile_in, profile_out=args.profile_out, progress=args.progress,
         params=args.params, projection_hidden=args.projection_hidden, structures=args.plan_structures,
-        stages=args.stages)
+        stages=args.pipeline_layouts)
     print(f"model: {config.model} {build}; replica batch: {config.batch_size} structures; profile: "
           f"{prof.step_s:.3g} s/step on {prof.atoms} atoms, {prof.edges} edges, {prof.triplets} triplets, "
           f"kappa {prof.kappa:.2f}")
