@@ -40,8 +40,10 @@ def warn_layout_flags(config, why: str, names=("ways", "stages", "chunks", "sche
     chooses the layout itself ignores (``why``: what chooses it), when they were set away from their defaults."""
     import warnings
 
+    from ..core.settings.config import TrainConfig
+
     set_ = {"ways": config.ways != 1, "stages": config.stages != 1, "chunks": config.chunks is not None,
-            "scheduler": config.scheduler != "gpipe"}
+            "scheduler": config.scheduler != TrainConfig().scheduler}
     flags = ["--" + n for n in names if set_[n]]
     if flags:
         warnings.warn(f"ignored: {', '.join(flags)} ({why})", stacklevel=3)

@@ -163,7 +163,7 @@ class S2EF(Task):
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
         """Refuse an empty training split, a torchrun world that is not ``--ways × --stages × --gp-size``, what
-        cannot be pipelined (:func:`~gnnpipe.tasks.s2ef.pipeline.check_pipeline`), a graph-parallel
+        cannot be pipelined (``gnnpipe.tasks.s2ef.pipeline.check_pipeline``), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
         that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
 
