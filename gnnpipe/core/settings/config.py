@@ -52,6 +52,37 @@ def _correctors(value):
     return parse_spec(value)
 
 
+class _UnsetInt(int):
+    """An ``int`` field left at its default: a kind of work may replace it (:func:`is_unset`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+
+class _UnsetFloat(float):
+    """A ``float`` field left at its default: a kind of work may replace it (:func:`is_unset`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+
+def unset(value):
+    """``value`` (an int or a float) marked as "not given": it compares, hashes, computes and serialises as the
+    plain number, but :func:`is_unset` tells it from the same number given by the user, so a kind of work can put
+    its own default in its place (``gnnpipe.tasks.s2ef.defaults``: the S2EF defaults of each atomistic model).
+    Arithmetic on it, JSON round trips and every explicit value give plain numbers ("given")."""
+    return _UnsetFloat(value) if isinstance(value, float) else _UnsetInt(value)
+
+
+def is_unset(value) -> bool:
+    """Whether ``value`` is a field default marked by :func:`unset` (the user did not set it)."""
+    return isinstance(value, (_UnsetInt, _UnsetFloat))
+
+
 #: the floating dtypes a run may use (``TrainConfig.dtype``)
 DTYPE_NAMES = tuple(DTYPES)
 
@@ -208,8 +239,8 @@ class TrainConfig:
     normalize_features: bool = False
     # model
     model: str = "gcnii"
-    layers: int = attrs.field(default=8, validator=_int_pos("layers"))
-    hidden: int = attrs.field(default=64, validator=_int_pos("hidden"))
+    layers: int = attrs.field(default=unset(8), validator=_int_pos("layers"))
+    hidden: int = attrs.field(default=unset(64), validator=_int_pos("hidden"))
     dropout: Optional[float] = None
     bias: bool = False
     activation: str = "relu"
@@ -242,13 +273,13 @@ class TrainConfig:
     device: Optional[str] = None
     # atomistic structure → energy and forces (S2EF; names as fairchem's); in the config of S2EF runs only
     task: Optional[str] = None
-    energy_coef: float = attrs.field(default=1.0, validator=_rate("energy_coef"))
-    force_coef: float = attrs.field(default=100.0, validator=_rate("force_coef"))
+    energy_coef: float = attrs.field(default=unset(1.0), validator=_rate("energy_coef"))
+    force_coef: float = attrs.field(default=unset(100.0), validator=_rate("force_coef"))
     loss_fn: str = attrs.field(default="l1", validator=_choice("loss_fn", LOSS_FNS))
     direct_forces: bool = False
-    cutoff: float = attrs.field(default=6.0, validator=_positive("cutoff"))
-    max_neighbors: int = attrs.field(default=50, validator=_int_pos("max_neighbors"))
-    batch_size: int = attrs.field(default=8, validator=_int_pos("batch_size"))
+    cutoff: float = attrs.field(default=unset(6.0), validator=_positive("cutoff"))
+    max_neighbors: int = attrs.field(default=unset(50), validator=_int_pos("max_neighbors"))
+    batch_size: int = attrs.field(default=unset(8), validator=_int_pos("batch_size"))
     ema_decay: float = attrs.field(default=0.999, validator=_unit("ema_decay"))
     warmup_steps: int = attrs.field(default=100, validator=_nonneg("warmup_steps"))
     warmup_factor: float = attrs.field(default=0.2, validator=_unit("warmup_factor", closed=True))

@@ -21,6 +21,7 @@ import attrs
 from ..registry import register
 from ..base import Task
 from .data import is_structure_dataset
+from .defaults import apply_model_defaults
 from .graph_parallel import check_graph_parallel, gp_plan_info
 from .graph_parallel import worker as gp_worker
 from .normalizer import EnergyNormalizer
@@ -73,14 +74,20 @@ class S2EF(Task):
 
     name = "s2ef"
 
+    def __init__(self) -> None:
+        #: the fields :meth:`resolve` took from the model's S2EF defaults (:mod:`~gnnpipe.tasks.s2ef.defaults`)
+        self.defaults_chosen: dict = {}
+
     @classmethod
     def claims(cls, config: Any) -> bool:
         """A structure file or generated structure set as the dataset, or an atomistic model."""
         return is_structure_dataset(getattr(config, "dataset", None)) or _model_task(config.model) == "s2ef"
 
     def resolve(self, config: Any) -> Any:
-        """``task="s2ef"``; the model's recommended ``lr``, ``dropout``, ``weight_decay`` for those left unset;
-        its options with their defaults, ``cutoff``, ``max_neighbors`` and ``direct_forces`` from the config.
+        """``task="s2ef"``; the model's S2EF defaults (:mod:`~gnnpipe.tasks.s2ef.defaults`: layers, hidden,
+        cutoff, neighbour cap, batch size, ``lr``, loss coefficients) and recommended ``dropout``,
+        ``weight_decay`` for those left unset (the ones chosen in ``self.defaults_chosen``); its options with
+        their defaults, ``cutoff``, ``max_neighbors`` and ``direct_forces`` from the config.
 
         Raises:
             ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
@@ -97,6 +104,7 @@ class S2EF(Task):
         if config.dataset is not None and not is_structure_dataset(config.dataset):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
+        config, self.defaults_chosen = apply_model_defaults(config)
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
         clash = {k: v for k, v in config.model_args.items() if k in fixed and v != fixed[k]}
@@ -139,7 +147,12 @@ class S2EF(Task):
         s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
              f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
              f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
-             f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours; ")
+             f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours, loss "
+             f"{config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}), lr {config.lr:g}; ")
+        chosen = self.defaults_chosen
+        if chosen:
+            s = (f"{config.model}'s S2EF defaults for the flags not given "
+                 f"({', '.join('--' + k.replace('_', '-') for k in chosen)}); ") + s
         G = config.graph_parallel_group_size
         gp = (f"; each replica's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
               f"{config.graph_parallel_mode}), {config.ways * G} ranks in all") if G > 1 else ""
