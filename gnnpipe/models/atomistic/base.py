@@ -144,6 +144,8 @@ class AtomisticModel(ZooModel):
     task = "s2ef"
     #: runs under graph parallelism (``--gp-size``): every cross-shard access goes through the ``comm`` hooks
     graph_parallel: bool = True
+    #: reads the triplets ``idx_kj``, ``idx_ji`` of the graph (a model that does not lets training skip them)
+    uses_triplets: bool = True
     default_hparams: dict = {"lr": 5e-4, "dropout": 0.0, "weight_decay": 0.0, "weight_decay_conv": 0.0}
     direct_forces: bool = False
     cutoff: float = 6.0

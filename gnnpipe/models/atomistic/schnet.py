@@ -107,6 +107,8 @@ class SchNet(AtomisticModel):
         ConfigError: ``out_channels != 1``, ``dropout > 0``, ``bias=False``, sizes < 1, ``cutoff <= 0``.
     """
 
+    uses_triplets = False  # pairs only
+
     option_help = {
         "num_filters": "continuous-filter width", "num_gaussians": "Gaussians of the distance expansion",
         "cutoff": "neighbour cutoff (Å)", "max_neighbors": "per-atom neighbour cap of the graph",

@@ -129,6 +129,10 @@ class GraphParallelS2EFTrainer(S2EFTrainer):
         self.gp_comm = Comm(self.device)
         self.direct = bool(getattr(self.model, "direct_forces", False))
 
+    def needs_triplets(self) -> bool:
+        """Always: the graph-parallel partitioners balance the shards by triplets."""
+        return True
+
     def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
         d, g = grid(rank, self.group_size)
         return d, world // self.group_size, g == 0

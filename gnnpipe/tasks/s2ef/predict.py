@@ -48,7 +48,7 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16) -> tup
 
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
-    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"])
+    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"], bool(getattr(model, "uses_triplets", True)))
     p = next(model.parameters())
     structures = prepare_structures(structures, p.dtype, labelled=False)
     model.eval()

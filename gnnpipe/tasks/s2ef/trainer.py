@@ -52,11 +52,11 @@ def make_model(config: TrainConfig):
     return model.to(config.torch_dtype)
 
 
-def graph_builder(cutoff: float, max_neighbors: int) -> Callable:
-    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`)."""
+def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True) -> Callable:
+    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``)."""
     from ...data.atoms import build_graph
 
-    return lambda batch: build_graph(batch, cutoff, max_neighbors)
+    return lambda batch: build_graph(batch, cutoff, max_neighbors, with_triplets=with_triplets)
 
 
 def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
@@ -81,7 +81,8 @@ class S2EFTrainer:
             :mod:`~gnnpipe.tasks.s2ef.graph_parallel`): ``replica`` / ``replicas`` say which batch share a rank
             reads, ``reporting`` whether its loss and metrics count, :meth:`forward` how it computes them.
         model: a pre-built model (default :func:`make_model`). graph_fn: ``batch → graph`` (default
-            :func:`graph_builder` with the config's cutoff and neighbour cap).
+            :func:`graph_builder` with the config's cutoff and neighbour cap, triplets when
+            :meth:`needs_triplets`).
     """
 
     log_fields = REGRESSION_CSV_FIELDS
@@ -94,7 +95,7 @@ class S2EFTrainer:
         self.device = torch.device("cpu")
         self.model = model if model is not None else make_model(config)
         self.units = range(len(getattr(self.model, "units", ())))
-        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors)
+        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets())
         self.trained = self.trained_module()
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
@@ -109,6 +110,11 @@ class S2EFTrainer:
         """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
         model's): the whole model here; a pipeline stage's units (:mod:`~gnnpipe.tasks.s2ef.pipeline`)."""
         return self.model
+
+    def needs_triplets(self) -> bool:
+        """Whether the default graph builds triplets: when the model reads them (``uses_triplets``; SchNet does
+        not, so its steps skip the ``O(edges × neighbours)`` enumeration)."""
+        return bool(getattr(self.model, "uses_triplets", True))
 
     # ------------------------------------------------------------------ the checkpoint interface
     def checkpoint_modules(self) -> dict:

@@ -16,6 +16,7 @@ import torch
 from gnnpipe import api
 from gnnpipe.cli.main import main
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.s2ef.defaults import MODEL_DEFAULTS
 
 from .toy import emt_clusters, write_extxyz
 
@@ -37,7 +38,7 @@ def test_training_lowers_the_force_error_and_reports_s2ef_metrics():
     first, last = r.epochs[0], r.epochs[-1]
     assert last["train_force_mae"] < first["train_force_mae"]
     d = r.to_dict()
-    assert "best_val_acc" not in d and d["config"]["task"] == "s2ef" and d["config"]["force_coef"] == 100.0
+    assert "best_val_acc" not in d and d["config"]["task"] == "s2ef" and d["config"]["force_coef"] == MODEL_DEFAULTS["schnet"]["force_coef"]
     for k in ("val_energy_mae", "val_energy_mae_per_atom", "val_force_mae", "val_force_cos", "val_efwt",
               "test_force_mae"):
         assert k in d["best_metrics"] and k in last
