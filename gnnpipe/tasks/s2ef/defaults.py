@@ -3,13 +3,13 @@ for the flags not given.
 
 The node-classification defaults of :class:`~gnnpipe.core.settings.config.TrainConfig` (8 layers of 64 channels)
 and its generic S2EF values (cutoff 6 Å, 50 neighbours, fairchem's loss coefficients 1 : 100) are sized for large
-graphs and OC20's large models; on a CPU they make a DimeNet++ epoch of a few thousand small structures take
-many minutes, and with the 1 : 100 balance the energy is barely learned in a short run. The values here are the
-recipe that met issue 28's accuracy targets on the generated OC20-like set (``docs/RESULTS.md``, "Atomistic
-accuracy"): a few interaction blocks, a 5 Å cutoff with at most 16 neighbours per atom (the generated slabs'
-first and second neighbour shells), a higher learning rate, and the energy weighted as much as the forces
-(``energy_coef : force_coef`` = 1 : 1 on the normalised targets of :mod:`~.normalizer`, as MACE weights them late
-in training, instead of fairchem's 1 : 100 for OC20's relaxations).
+graphs and OC20's large models: on a CPU a DimeNet++ epoch of a few thousand small structures then takes many
+minutes, and with the 1 : 100 balance the energy is barely learned in a short run. The values here are the recipe
+that met issue 28's accuracy targets on the generated OC20-like set (``docs/RESULTS.md``, "Atomistic accuracy"):
+a few interaction blocks; for DimeNet++ a 4 Å cutoff with at most 12 neighbours per atom (the first shell; the
+triplets grow with its square), for SchNet, which has no triplets, 6 Å and 50 (EMT's reach, up to the third
+shell); and the energy weighted ten times more than fairchem's (``energy_coef : force_coef`` = 1 : 10 on the
+normalised targets of :mod:`~.normalizer`).
 
 A field counts as given when the user set it (any value on the command line or in :func:`gnnpipe.api.train`, also
 one equal to the generic default); fields left unset are marked by :func:`gnnpipe.core.settings.config.unset`.
@@ -25,10 +25,10 @@ import attrs
 #: per model, the S2EF default of each field (``TrainConfig`` names; ``lr`` in place of the model's
 #: ``default_hparams["lr"]``)
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "schnet": {"layers": 3, "hidden": 64, "cutoff": 5.0, "max_neighbors": 16, "batch_size": 16, "lr": 2e-3,
-               "energy_coef": 1.0, "force_coef": 1.0},
-    "dimenet++": {"layers": 2, "hidden": 64, "cutoff": 5.0, "max_neighbors": 16, "batch_size": 16, "lr": 2e-3,
-                  "energy_coef": 1.0, "force_coef": 1.0},
+    "schnet": {"layers": 3, "hidden": 64, "cutoff": 6.0, "max_neighbors": 50, "batch_size": 16, "lr": 2e-3,
+               "energy_coef": 1.0, "force_coef": 10.0},
+    "dimenet++": {"layers": 2, "hidden": 64, "cutoff": 4.0, "max_neighbors": 12, "batch_size": 16, "lr": 1e-3,
+                  "energy_coef": 1.0, "force_coef": 10.0},
 }
 
 #: the fields a model's S2EF defaults may set
