@@ -3,8 +3,8 @@ trivial predictors (zero force; the training mean energy) and the per-element li
 
 Usage (the models' S2EF defaults, ``gnnpipe.tasks.s2ef.defaults``, for every flag not given)::
 
-    python benchmarks/bench_atomistic_accuracy.py --frames 2000 --models schnet dimenet++ --epochs 30 15 \\
-        --out bench_s2ef.json
+    python benchmarks/bench_atomistic_accuracy.py --frames 2000 --models dimenet++ schnet --epochs 15 25 \\
+        --threads 1 --out bench_s2ef.json
 
 Baselines on the test split: the force MAE of predicting zero force (over free atoms' components), and the energy
 MAE per atom (``mean |E − Ê| / n_atoms``) of predicting the mean training energy for every structure (what the
@@ -46,8 +46,8 @@ def baselines(task_data) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=2000)
-    p.add_argument("--models", nargs="+", default=["schnet", "dimenet++"])
-    p.add_argument("--epochs", type=int, nargs="+", default=[30, 10], help="per model, in --models order")
+    p.add_argument("--models", nargs="+", default=["dimenet++", "schnet"])
+    p.add_argument("--epochs", type=int, nargs="+", default=[15, 25], help="per model, in --models order")
     given = "(default: the model's S2EF default, gnnpipe.tasks.s2ef.defaults)"
     for flag, typ in (("--layers", int), ("--hidden", int), ("--cutoff", float), ("--max-neighbors", int),
                       ("--batch-size", int), ("--lr", float), ("--energy-coef", float), ("--force-coef", float)):
