@@ -454,6 +454,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.steps = 0
 
     # ------------------------------------------------------------------ layout
+    def needs_triplets(self) -> bool:
+        """As a single process, and always with ``--gp-size G > 1`` (the partitioners balance by triplets)."""
+        return self.G > 1 or super().needs_triplets()
+
     def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
         d, _, g = grid3(rank, self.S, self.G)
         return d, world // (self.S * self.G), g == 0
