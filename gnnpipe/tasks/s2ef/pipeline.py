@@ -455,8 +455,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
 
     # ------------------------------------------------------------------ layout
     def needs_triplets(self) -> bool:
-        """As a single process, and always with ``--gp-size G > 1`` (the partitioners balance by triplets)."""
-        return self.G > 1 or super().needs_triplets()
+        """Always: the stages' boundary shapes count triplets, and the graph-parallel partitioners balance by them."""
+        return True
 
     def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
         d, _, g = grid3(rank, self.S, self.G)
