@@ -35,9 +35,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep self-loops (default: remove them)")
     m = p.add_argument_group("model")
     m.add_argument("--model", default=d.model, help="model name (gnnpipe.models.available())")
-    m.add_argument("--layers", type=int, default=d.layers, help="number of GNN layers L (default: %(default)s; atomistic models: the model's S2EF default, "
+    m.add_argument("--layers", type=int, default=d.layers,
+                   help="number of GNN layers L (default: %(default)s; atomistic models: their S2EF recipe, "
                         "gnnpipe.tasks.s2ef.defaults)")
-    m.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (default: %(default)s; atomistic models: the model's S2EF default)")
+    m.add_argument("--hidden", type=int, default=d.hidden,
+                   help="hidden width (default: %(default)s; atomistic models: their S2EF recipe)")
     m.add_argument("--dropout", type=float, default=None, help="dropout probability (default: the model's)")
     m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=d.bias, help="bias in the GNN layers")
     m.add_argument("--activation", default=d.activation, help="activation function")
@@ -45,7 +47,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="one of the model's own options (repeatable; `gnnpipe models` lists them): "
                    + _model_options_help())
     o = p.add_argument_group("optimisation")
-    o.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the model's; atomistic models: its S2EF default)")
+    o.add_argument("--lr", type=float, default=None,
+                   help="Adam learning rate (default: the model's; atomistic models: its S2EF recipe)")
     o.add_argument("--weight-decay", type=float, default=None, help="weight decay of dense layers (default: the model's)")
     o.add_argument("--weight-decay-conv", type=float, default=None,
                    help="weight decay of GNN layers (default: the model's)")
@@ -94,17 +97,21 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                      help="seconds after which a failed or stuck rank ends the run")
     a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --ways D = data-parallel replicas)")
-    a.add_argument("--energy-coef", type=float, default=d.energy_coef, help="weight of the energy loss (default: the model's S2EF default, else %(default)s)")
-    a.add_argument("--force-coef", type=float, default=d.force_coef, help="weight of the force loss (default: the model's S2EF default, else %(default)s)")
+    a.add_argument("--energy-coef", type=float, default=d.energy_coef,
+                   help="weight of the energy loss (default: the model's S2EF recipe, else %(default)s)")
+    a.add_argument("--force-coef", type=float, default=d.force_coef,
+                   help="weight of the force loss (default: the model's S2EF recipe, else %(default)s)")
     a.add_argument("--loss", dest="loss_fn", choices=["l1", "mse"], default=d.loss_fn,
                    help="loss per energy and force component: mean absolute (l1) or mean squared error (mse)")
     a.add_argument("--direct-forces", action="store_true",
                    help="forces from the model's force head (default: conservative, minus the energy's gradient)")
-    a.add_argument("--cutoff", type=float, default=d.cutoff, help="neighbour cutoff radius in Å (default: the model's S2EF default, else %(default)s)")
+    a.add_argument("--cutoff", type=float, default=d.cutoff,
+                   help="neighbour cutoff radius in Å (default: the model's S2EF recipe, else %(default)s)")
     a.add_argument("--max-neighbors", type=int, default=d.max_neighbors,
-                   help="at most this many (the nearest) neighbours per atom (default: the model's S2EF default, "
-                        "else %(default)s)")
-    a.add_argument("--batch-size", type=int, default=d.batch_size, help="structures per step and rank (default: the model's S2EF default, else %(default)s)")
+                   help="at most this many (the nearest) neighbours per atom (default: the model's S2EF "
+                        "recipe, else %(default)s)")
+    a.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="structures per step and rank (default: the model's S2EF recipe, else %(default)s)")
     a.add_argument("--ema-decay", type=float, default=d.ema_decay,
                    help="decay of the moving average of the weights used for evaluation (0: off)")
     a.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="steps of linear learning-rate warm-up")
