@@ -186,7 +186,7 @@ def test_graph_parallel_defaults_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_config(cfg, num_nodes=100, num_units=4)
-    given = resolve_config(TrainConfig(ways=4, stages=1, model="gcn", layers=2, correctors=["ema"], scheduler="1f1b"))
+    given = resolve_config(TrainConfig(ways=4, stages=1, model="gcn", layers=2, correctors=["ema"], scheduler="gpipe"))
     with pytest.warns(UserWarning, match="ignored: --correctors.*--scheduler"):
         check_config(given, num_nodes=100, num_units=4)
     assert config_module.ignored_options(TrainConfig(ways=4, correctors="none")) == []  # `--correctors none`: nothing to ignore
@@ -198,7 +198,7 @@ def test_single_process_warns_about_given_pipeline_options_only():
         api.train(TrainConfig(**SMALL, num_nodes=60), progress=False)
     assert not [w for w in rec if "ignored" in str(w.message)]
     with pytest.warns(UserWarning, match=r"ignored: --scheduler, --partitioner \(a single-process run"):
-        api.train(TrainConfig(**SMALL, num_nodes=60, scheduler="1f1b", partitioner="random"), progress=False)
+        api.train(TrainConfig(**SMALL, num_nodes=60, scheduler="gpipe", partitioner="random"), progress=False)
 
 
 # ---------------------------------------------------------------------------------- item 4: --out, dtype

@@ -208,7 +208,7 @@ class TrainConfig:
     exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` name the
     labels of a structure file; ``frames``: the size of the generated data set used when no file is given.
     ``layers``, ``hidden``, ``cutoff``, ``max_neighbors``, ``batch_size``, ``energy_coef`` and ``force_coef`` left
-    at their defaults are marked :func:`unset`, and ``lr`` is ``None``: the ``s2ef`` task replaces them by the
+    at their defaults are marked ``unset``, and ``lr`` is ``None``: the ``s2ef`` task replaces them by the
     model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``); the values above are the generic ones.
     Graph parallelism of atomistic models (Sriram et al., ICLR 2022): ``graph_parallel_group_size`` (``G``,
     ``--gp-size``) ranks share each replica's batch, its edges and triplets split by

@@ -75,7 +75,7 @@ class S2EF(Task):
     name = "s2ef"
 
     def __init__(self) -> None:
-        #: the fields :meth:`resolve` took from the model's S2EF defaults (:mod:`~gnnpipe.tasks.s2ef.defaults`)
+        #: the fields :meth:`resolve` took from the model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``)
         self.defaults_chosen: dict = {}
 
     @classmethod
@@ -84,7 +84,7 @@ class S2EF(Task):
         return is_structure_dataset(getattr(config, "dataset", None)) or _model_task(config.model) == "s2ef"
 
     def resolve(self, config: Any) -> Any:
-        """``task="s2ef"``; the model's S2EF defaults (:mod:`~gnnpipe.tasks.s2ef.defaults`: layers, hidden,
+        """``task="s2ef"``; the model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``: layers, hidden,
         cutoff, neighbour cap, batch size, ``lr``, loss coefficients) and recommended ``dropout``,
         ``weight_decay`` for those left unset (the ones chosen in ``self.defaults_chosen``); its options with
         their defaults, ``cutoff``, ``max_neighbors`` and ``direct_forces`` from the config.
