@@ -17,6 +17,7 @@ Public API::
     build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto", keep_ties=False)
         -> AtomGraph
     concat_graphs(graphs) -> AtomGraph                              # per-structure graphs → the batch's
+    split_graph(graph, sizes) -> list[AtomGraph]                    # the batch's graph → consecutive groups'
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
 """
@@ -31,7 +32,7 @@ from .generate import (
                        generated_file,
                        generated_structures,
 )
-from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, triplets
+from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, split_graph, triplets
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
 
@@ -51,6 +52,7 @@ __all__ = [
                        "generated_structures",
                        "neighbor_pairs",
                        "read_structures",
+                       "split_graph",
                        "split_structures",
                        "to_atoms",
                        "triplets",

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "EdgeGeometry", "build_graph", "concat_graphs", "neighbor_pairs", "triplets"]
+__all__ = ["AtomGraph", "EdgeGeometry", "build_graph", "concat_graphs", "neighbor_pairs", "split_graph",
+           "triplets"]
 
 
 class EdgeGeometry:
@@ -339,6 +340,51 @@ def concat_graphs(graphs: list[AtomGraph]) -> AtomGraph:
     return AtomGraph(torch.cat(ei, 1), torch.cat(off), torch.cat(batch), atoms,
                      torch.cat(kj) if has_triplets else None, torch.cat(ji) if has_triplets else None,
                      first.cutoff, first.max_neighbors, structures)
+
+
+def split_graph(graph: AtomGraph, sizes: list[int]) -> list[AtomGraph]:
+    """The graphs of consecutive groups of a batch's structures: the inverse of :func:`concat_graphs` (so a
+    pipeline builds one graph per step and hands each micro-batch its part).
+
+    Args:
+        graph: an :class:`AtomGraph` whose edges are sorted by target (as :func:`build_graph` returns them) and
+            whose triplets, if any, are sorted by ``idx_ji``.
+        sizes: structures per part, in order, each ≥ 0, summing to ``graph.num_structures``.
+
+    Returns:
+        One :class:`AtomGraph` per part, indices renumbered from 0 (atoms, edges, structures);
+        ``concat_graphs`` of the non-empty parts equals ``graph``.
+
+    Raises:
+        ValueError: ``sizes`` does not sum to the structures, or the edges or triplets are not in the order above.
+    """
+    if any(n < 0 for n in sizes) or sum(sizes) != graph.num_structures:
+        raise ValueError(f"split_graph: sizes {list(sizes)} must be >= 0 and sum to the graph's "
+                         f"{graph.num_structures} structures")
+    B = graph.num_structures
+    dst = graph.edge_index[1]
+    if dst.numel() and bool((dst[1:] < dst[:-1]).any()):
+        raise ValueError("split_graph needs edges sorted by target (as build_graph returns them)")
+    has_triplets = graph.idx_kj is not None
+    if has_triplets and graph.idx_ji.numel() and bool((graph.idx_ji[1:] < graph.idx_ji[:-1]).any()):
+        raise ValueError("split_graph needs triplets sorted by idx_ji (as build_graph returns them)")
+    zero = torch.zeros(1, dtype=torch.long, device=dst.device)
+    atom_ptr = torch.cat([zero, torch.bincount(graph.batch, minlength=B).cumsum(0)]).tolist()
+    edge_ptr = torch.cat([zero, torch.bincount(graph.batch[dst], minlength=B).cumsum(0)]).tolist()
+    if has_triplets:
+        tri_ptr = torch.searchsorted(graph.idx_ji, torch.tensor(edge_ptr, device=dst.device)).tolist()
+    parts, s0 = [], 0
+    for n in sizes:
+        s1 = s0 + n
+        a0, a1, e0, e1 = atom_ptr[s0], atom_ptr[s1], edge_ptr[s0], edge_ptr[s1]
+        kj = ji = None
+        if has_triplets:
+            t0, t1 = tri_ptr[s0], tri_ptr[s1]
+            kj, ji = graph.idx_kj[t0:t1] - e0, graph.idx_ji[t0:t1] - e0
+        parts.append(AtomGraph(graph.edge_index[:, e0:e1] - a0, graph.cell_offsets[e0:e1], graph.batch[a0:a1] - s0,
+                               a1 - a0, kj, ji, graph.cutoff, graph.max_neighbors, n))
+        s0 = s1
+    return parts
 
 
 # --------------------------------------------------------------------------------------------- triplets

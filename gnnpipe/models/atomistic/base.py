@@ -251,8 +251,11 @@ class AtomisticModel(ZooModel):
         parallelism), in its order."""
         ids = getattr(graph, "atom_ids", None)
         rows = {"atoms": int(graph.num_nodes) if ids is None else int(ids.numel()),
-                "edges": int(graph.edge_index.size(1)), "triplets": int(graph.idx_kj.numel())}
-        return {k: (rows[r], *tail) for k, (r, tail) in self.pipeline_boundary().items()}
+                "edges": int(graph.edge_index.size(1))}
+        boundary = self.pipeline_boundary()
+        if any(r == "triplets" for r, _ in boundary.values()):
+            rows["triplets"] = int(graph.idx_kj.numel())
+        return {k: (rows[r], *tail) for k, (r, tail) in boundary.items()}
 
     def readout_energy(self, state: State, graph, comm: Comm) -> Tensor:
         """The rank's partial per-structure energies ``[B]`` (before ``comm.sum``)."""

@@ -165,11 +165,11 @@ class _MicroBatch:
     """One micro-batch of structures as every rank of the replica sees it: the PyG batch, the (local) graph,
     the graph-parallel hooks, the boundary shapes, the normalised targets."""
 
-    def __init__(self, tr: PipelineS2EFTrainer, structures: list):
+    def __init__(self, tr: PipelineS2EFTrainer, structures: list, graph=None):
         from torch_geometric.data import Batch
 
         self.batch = batch = Batch.from_data_list(structures)
-        graph = tr.graph_fn(batch)
+        graph = tr.graph_fn(batch) if graph is None else graph
         self.comm = tr.make_comm(graph, batch)
         self.graph = graph if self.comm is None else self.comm.local_graph(graph)
         self.shapes = tr.model.boundary_shapes(self.graph)
@@ -229,8 +229,26 @@ class AtomisticStage:
     def set_batches(self, groups: list[list], num_structures: int, num_free: int, training: bool = True) -> None:
         """The micro-batches of the next schedule: ``groups[c]`` the structures of chunk ``c`` (may be empty);
         ``num_structures``, ``num_free``: the global batch's counts (loss normalisation)."""
-        self.mbs = [_MicroBatch(self.tr, g) if len(g) else None for g in groups]
+        graphs = self._graphs(groups)
+        self.mbs = [_MicroBatch(self.tr, g, gr) if len(g) else None for g, gr in zip(groups, graphs)]
         self.num_structures, self.num_free, self.training = num_structures, num_free, training
+
+    def _graphs(self, groups: list[list]) -> list:
+        """The micro-batches' graphs: one graph of the step's structures, split by micro-batch
+        (:func:`~gnnpipe.data.atoms.graph.split_graph`; one call per step, as the single process builds it), or,
+        when a custom ``graph_fn`` returns edges in another order, one graph per micro-batch (``None``)."""
+        from torch_geometric.data import Batch
+
+        from ...data.atoms.graph import AtomGraph, split_graph
+
+        flat = [s for g in groups for s in g]
+        graph = self.tr.graph_fn(Batch.from_data_list(flat)) if flat else None
+        if isinstance(graph, AtomGraph):
+            try:
+                return split_graph(graph, [len(g) for g in groups])
+            except ValueError:
+                pass
+        return [None] * len(groups)
 
     def recv_shape(self, kind: str, c: int) -> tuple[int] | None:
         """The flat shape of what action ``kind`` on chunk ``c`` receives (``None``: nothing)."""
@@ -455,8 +473,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
 
     # ------------------------------------------------------------------ layout
     def needs_triplets(self) -> bool:
-        """Always: the stages' boundary shapes count triplets, and the graph-parallel partitioners balance by them."""
-        return True
+        """When the model reads triplets, or under graph parallelism (its partitioners balance by them)."""
+        return self.G > 1 or super().needs_triplets()
 
     def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
         d, _, g = grid3(rank, self.S, self.G)

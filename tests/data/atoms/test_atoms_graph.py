@@ -12,7 +12,7 @@ from ase.build import add_adsorbate, bulk, fcc111, molecule
 from ase.neighborlist import neighbor_list
 from torch_geometric.data import Batch, Data
 
-from gnnpipe.data.atoms import build_graph, concat_graphs, triplets
+from gnnpipe.data.atoms import build_graph, concat_graphs, split_graph, triplets
 from gnnpipe.data.atoms.graph import AtomGraph
 
 
@@ -125,6 +125,34 @@ def test_batch_offsets_atom_indices_per_structure():
         concat_graphs([build_graph(datas[0], 3.1), build_graph(datas[1], 3.0)])
     torch.testing.assert_close(graph.distances(batch.pos, cells),
                                torch.cat([build_graph(d, 3.1).distances(d.pos, d.cell) for d in datas]))
+
+
+@pytest.mark.parametrize("with_triplets", [True, False])
+def test_split_graph_is_the_inverse_of_concat(with_triplets):
+    datas = [_data(a) for a in _structures()]
+    graph = build_graph(Batch.from_data_list(datas), 3.1, with_triplets=with_triplets)
+    sizes = [1, 0, len(datas) - 1]
+    parts = split_graph(graph, sizes)
+    assert [p.num_structures for p in parts] == sizes
+    expected = [build_graph(Batch.from_data_list(datas[:1]), 3.1, with_triplets=with_triplets), None,
+                build_graph(Batch.from_data_list(datas[1:]), 3.1, with_triplets=with_triplets)]
+    names = ("edge_index", "cell_offsets", "batch") + (("idx_kj", "idx_ji") if with_triplets else ())
+    for got, want in zip(parts, expected):
+        if want is None:
+            assert got.num_nodes == got.num_edges == 0
+            continue
+        for name in names:
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+        assert got.num_nodes == want.num_nodes
+    joined = concat_graphs([p for p in parts if p.num_structures])
+    for name in names:
+        assert torch.equal(getattr(joined, name), getattr(graph, name)), name
+    with pytest.raises(ValueError, match="sum to"):
+        split_graph(graph, [1])
+    flipped = AtomGraph(graph.edge_index.flip(1), graph.cell_offsets, graph.batch, graph.num_nodes,
+                        num_structures=graph.num_structures)
+    with pytest.raises(ValueError, match="sorted by target"):
+        split_graph(flipped, [len(datas)])
 
 
 def _brute_triplets(graph: AtomGraph, pos, cell):
