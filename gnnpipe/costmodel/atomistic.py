@@ -26,7 +26,10 @@ step keeps alive at its peak, ``κ·b·(w_E·E_r + w_T·T_r + w_N·N + w_A·N_r)
 written from the models' code) and ``κ`` is the double-backward factor: the step's peak of live bytes over the
 forward's saved bytes (measured by :func:`profile_step` on a sample of the job; :data:`DEFAULT_KAPPA` without a
 profile). Gathered edge rows (``allgather``: all ``E`` rows of the gathered width; ``halo``: the halo rows) add
-``κ·b·Σ width·rows`` to the rank's edges' share.
+``κ·b·Σ width·rows`` to the rank's edges' share. A pipeline stage counts its own units, the parameter-free geometry
+once where it runs an interaction block, in the force mode's widths (:func:`stage_widths`), and, outside ``κ``, the
+boundary tensors it receives and sends; a gpipe stage holds all ``C`` micro-batches until the flush, a 1f1b stage
+``s`` at most ``S − s``.
 
 **Step time** (:func:`predict_step`): the profiled single-process seconds of a step on this machine (a short
 profile: :func:`profile_step`) split by work: a rank computes ``t₁ · work(E_r, T_r, N_r) / work(E, T, N)`` with the
@@ -35,8 +38,8 @@ more ranks than cores share a CPU node and divided by the hardware's speed; plus
 group's link (latency per message) and the gradient all-reduce (``2(R−1)/R·P_s·b`` over the ``D·G`` ranks of a
 stage). Pipelining: the stage's share ``1/S`` of the blocks, the gpipe bubble ``(S−1)/(C+S−1)``
 (``step = (C+S−1)·t_stage/C``), and the boundary tensors (per micro-batch and boundary the edge messages
-``E·H``, the running per-atom output ``N`` and the forces' ``3N``, forward and back, twice with conservative
-forces) over the link.
+``E·H``, the radial basis ``E·R``, the running per-atom output ``N``, forward and back; with conservative forces
+again in ``G`` and ``D`` with the position gradients' ``3N``) over the link.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ __all__ = [
     "bubble",
     "enumerate_atom_layouts",
     "format_atom_ranking",
+    "geometry_widths",
     "hook_calls",
     "job_graph",
     "num_parameters",
@@ -71,6 +75,7 @@ __all__ = [
     "read_edges",
     "size_for_params",
     "stage_bounds",
+    "stage_widths",
     "step_bytes",
     "step_collectives",
     "unit_parameters",
@@ -265,11 +270,12 @@ def activation_widths(model: Any) -> list[UnitWidths]:
     DimeNet++ (``H`` hidden, ``I`` int_emb_size, ``B`` basis_emb_size, ``R`` num_radial, ``S`` num_spherical,
     ``O`` out_emb_channels, ``n`` output layers, ``b``/``a`` residual layers before/after the skip), per interaction
     block: edge ``(14 + 6b + 6a)·H + B + 3I``, triplet ``2I + B``, atom ``H + (3n + 1)·O``; the embedding: edge
-    ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``13·SR`` (the
-    spherical basis's radial part, sympy-derived Bessel functions: 13 kept values per function, counted with
-    autograd's saved-tensor hooks), triplet ``2SR + 9S + 2`` (angles, the angular part: ~9 per degree, counted so). SchNet (``H`` hidden, ``F`` filters,
-    ``G`` Gaussians), per block: edge ``5F + 4``, atom ``3H + F``; the embedding: edge ``3G + 4``, atom ``H``;
-    readout atom ``2H``.
+    ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``10·SR`` (the
+    spherical basis's radial part, sympy-derived Bessel functions of each order on all its roots: 10 kept values
+    per function, counted with autograd's saved-tensor hooks), triplet ``2SR + 9S + 2`` (angles, the angular part:
+    ~9 per degree, counted so). SchNet (``H`` hidden, ``F`` filters, ``G`` Gaussians), per block: edge ``5F + 4``,
+    atom ``3H + F``; the embedding: edge ``3G + 4``, atom ``H``; readout atom ``2H``. A pipeline stage's widths:
+    :func:`stage_widths`.
 
     Raises:
         ConfigError: a model other than schnet / dimenet++.
@@ -283,7 +289,7 @@ def activation_widths(model: Any) -> list[UnitWidths]:
         H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
         SR = S * R
         out_atom = H + (3 * n + 1) * O
-        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 13 * SR)]
+        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 10 * SR)]
         units += [UnitWidths((14 + 6 * z["before"] + 6 * z["after"]) * H + B + 3 * I, 2 * I + B, out_atom)
                   for _ in range(z["L"])]
         return units
@@ -294,6 +300,55 @@ def activation_widths(model: Any) -> list[UnitWidths]:
         units[-1] = units[-1] + UnitWidths(0, 0, 2 * H)
         return units
     raise ConfigError(f"the atomistic cost model describes schnet and dimenet++, not {type(model).__name__}")
+
+
+def _conservative(model: Any) -> bool:
+    return not bool(getattr(model, "direct_forces", False))
+
+
+def geometry_widths(model: Any, conservative: bool | None = None) -> UnitWidths:
+    """The kept values of the parameter-free geometry (edge vectors, lengths, angles, the bases computed from them)
+    that a stage running an interaction block holds: with conservative forces (``conservative``, default: the
+    model's force mode) the positions need a gradient, so autograd keeps the whole derivation (DimeNet++: edge
+    ``10``, read edge ``10·SR``, triplet ``2SR + 9S + 2``, as :func:`activation_widths` counts them in unit 0;
+    SchNet: edge ``3G + 4``); with direct forces only the bases the blocks' linear maps read (DimeNet++: the
+    spherical basis, triplet ``SR``; SchNet: the Gaussian expansion, edge ``G``)."""
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+
+    cons = _conservative(model) if conservative is None else bool(conservative)
+    if isinstance(model, DimeNetPlusPlus):
+        z = _dimenet_sizes(model)
+        SR, S = z["S"] * z["R"], z["S"]
+        return UnitWidths(10, 2 * SR + 9 * S + 2, 0, 10 * SR) if cons else UnitWidths(0, SR, 0, 0)
+    G = _schnet_sizes(model)["G"]
+    return UnitWidths(3 * G + 4, 0, 0) if cons else UnitWidths(G, 0, 0)
+
+
+def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None) -> tuple[UnitWidths, UnitWidths]:
+    """``(kept, boundary)`` of a stage running units ``[lo, hi)`` (the single process: ``0, len(model.units)``).
+
+    ``kept``: the values autograd keeps (scaled by ``κ`` in :func:`rank_memory`): the units' widths
+    (:func:`activation_widths`) with the geometry counted once, in its force mode (:func:`geometry_widths`), and
+    only where the stage runs an interaction block (a stage holding the embedding alone computes the bases for
+    nothing it keeps; a later stage recomputes them). ``boundary``: the stage's received boundary tensor (kept
+    whole: its views are the block's inputs) and its sent one (kept until its gradient arrives), each
+    :func:`boundary_widths` per micro-batch; zero for a single stage.
+    """
+    units = activation_widths(model)
+    n = len(units)
+    cons = _conservative(model) if conservative is None else bool(conservative)
+    kept = UnitWidths()
+    for u in range(lo, hi):
+        w = units[u]
+        if u == 0:  # unit 0's widths hold the conservative geometry: the embedding proper is the rest
+            g = geometry_widths(model, True)
+            w = UnitWidths(w.edge - g.edge, w.triplet - g.triplet, w.atom - g.atom, w.read_edge - g.read_edge)
+        kept = kept + w
+    if hi > max(lo, 1):
+        kept = kept + geometry_widths(model, cons)
+    bw = boundary_widths(model)
+    sides = (lo > 0) + (hi < n)
+    return kept, UnitWidths(sides * bw.edge, sides * bw.triplet, sides * bw.atom)
 
 
 def work_weights(model: Any) -> list[UnitWidths]:
@@ -441,7 +496,7 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     peak = lb.peak - lb.base
     grads = sum(p.numel() for p in params) * b
     E, T, N = int(graph.num_edges), int(graph.num_triplets), int(batch.num_nodes)
-    kept = b * sum(w.total(E, T, N) for w in activation_widths(model))
+    kept = b * stage_widths(model, 0, len(model.units))[0].total(E, T, N)
     work = sum(w.total(E, T, N) for w in work_weights(model))
     for p in params:
         p.grad = None
@@ -536,6 +591,7 @@ class AtomRankMemory:
     ema: int = 0
     allreduce: int = 0
     activations: int = 0
+    graph: int = 0
 
     @property
     def states(self) -> int:
@@ -544,7 +600,7 @@ class AtomRankMemory:
 
     @property
     def peak(self) -> int:
-        return self.states + self.allreduce + self.activations
+        return self.states + self.allreduce + self.activations + self.graph
 
     def to_dict(self) -> dict:
         return {**attrs.asdict(self), "peak": self.peak}
@@ -653,27 +709,32 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
     every micro-batch's activations of its units until the flush, a 1f1b stage ``s`` at most ``S − s`` micro-batches'
     (``C`` in all)."""
     model, b = job.model, job.element_size
-    widths = activation_widths(model)
     per_unit = unit_parameters(model)
     bounds = stage_bounds(len(model.units), layout.stages)
     world = layout.ranks
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
     reads = read_edges(plan, job.mode)
+    # the step's graph (int64): edge_index and cell offsets per edge, batch per atom, idx_kj / idx_ji per triplet
+    # (built when the model reads triplets or under graph parallelism), and a graph-parallel rank's local view
+    tri = bool(getattr(model, "uses_triplets", True)) or layout.gp > 1
+    E, T, N = plan.num_edges, plan.num_triplets, plan.num_nodes
     out = []
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit[lo:hi])
         inflight = 1.0
         if layout.stages > 1 and layout.scheduler == "1f1b":
             inflight = min(layout.stages - s, layout.chunks) / layout.chunks
+        widths, boundary = stage_widths(model, lo, hi)
         for g in range(layout.gp):
-            kept = b * sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in widths[lo:hi])
-            if lo > 0 and layout.stages > 1:  # a later stage recomputes the bases (parameter-free) it reads
-                bases = UnitWidths(widths[0].edge, widths[0].triplet, 0, widths[0].read_edge)
-                kept += b * bases.total(edges[g], triplets[g], 0, reads[g])
+            gbytes = 40 * E + 8 * N + (16 * T if tri else 0)
+            if layout.gp > 1:
+                gbytes += 40 * edges[g] + 16 * triplets[g]
+            kept = kappa * b * widths.total(edges[g], triplets[g], atoms[g], reads[g])
+            kept += b * boundary.total(edges[g], 0, atoms[g])
             out.append(AtomRankMemory(
                 rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
                 ema=P * b if job.ema else 0, allreduce=(P + 1) * job.allreduce_element_size if world > 1 else 0,
-                activations=int(kappa * kept * inflight)))
+                activations=int(kept * inflight), graph=int(gbytes)))
     return out
 
 
@@ -685,12 +746,14 @@ GPU_FLOOR_BYTES = 2 * 2 ** 30
 
 def boundary_widths(model: Any) -> UnitWidths:
     """Values per owned edge and atom crossing a stage boundary (forward; its gradient goes back): DimeNet++ the
-    edge messages ``x`` (``H``) and the running output ``P`` (1 per atom); SchNet the atom features ``h`` (``H``).
-    The geometry and bases are parameter-free and recomputed by each stage."""
+    edge messages ``x`` (``H``), the radial basis ``rbf`` (``R``: it depends on the learnable Bessel frequencies)
+    and the running output ``P`` (1 per atom); SchNet the atom features ``h`` (``H``). The geometry and the other
+    bases are parameter-free and recomputed by each stage."""
     from ..models.atomistic.dimenet import DimeNetPlusPlus
 
     if isinstance(model, DimeNetPlusPlus):
-        return UnitWidths(_dimenet_sizes(model)["H"], 0, 1)
+        z = _dimenet_sizes(model)
+        return UnitWidths(z["H"] + z["R"], 0, 1)
     return UnitWidths(0, 0, _schnet_sizes(model)["H"])
 
 
@@ -742,7 +805,10 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
             nb = 0.0
             if S > 1:
                 sides = (s > 0) + (s < S - 1)
-                nb = sides * bw_unit.total(edges[g], 0, atoms[g]) * b * (2 if conservative else 1)
+                # per side: F (or B) carries the boundary; with conservative forces G and D carry it again with
+                # the running position gradient (3 per atom)
+                nb = sides * b * (bw_unit.total(edges[g], 0, atoms[g]) * (2 if conservative else 1)
+                                  + (3 * atoms[g] if conservative else 0))
             t_b = nb / stage_link.bandwidth_Bps + (C * (2 if conservative else 1) * sides * stage_link.latency_s
                                                    if S > 1 else 0.0)
             gp_total += D * gb

@@ -146,6 +146,53 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     assert [r.activations for r in again] == [r.activations for r in gp.memory]
 
 
+@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
+    from gnnpipe.costmodel.atomistic import (
+        UnitWidths,
+        activation_widths,
+        boundary_widths,
+        geometry_widths,
+        stage_widths,
+    )
+
+    def add(ws):
+        out = UnitWidths()
+        for w in ws:
+            out = out + w
+        return out
+
+    cons, direct = _model(name), _model(name, direct=True)
+    n = len(cons.units)
+    units = activation_widths(cons)
+    assert stage_widths(cons, 0, n) == (add(units), UnitWidths())  # the single process: unit 0 holds the geometry
+    g_cons, g_direct = geometry_widths(cons), geometry_widths(direct)
+    assert g_cons == geometry_widths(direct, True) and g_direct.total(10, 100, 5) < g_cons.total(10, 100, 5)
+    kept_direct, _ = stage_widths(direct, 0, n)
+    assert kept_direct.total(10, 100, 5) == pytest.approx(
+        add(activation_widths(direct)).total(10, 100, 5) - g_cons.total(10, 100, 5) + g_direct.total(10, 100, 5))
+    bw = boundary_widths(cons)
+    emb, emb_boundary = stage_widths(cons, 0, 1)  # the embedding alone keeps no geometry
+    assert emb.total(10, 100, 5) == pytest.approx(units[0].total(10, 100, 5) - g_cons.total(10, 100, 5))
+    assert emb_boundary == bw
+    later, later_boundary = stage_widths(cons, 1, n)  # a later stage recomputes it
+    assert later == add(units[1:]) + g_cons and later_boundary == bw
+    middle = stage_widths(cons, 1, 2)[1]
+    assert middle.total(10, 0, 5) == 2 * bw.total(10, 0, 5)
+
+
+def test_rank_memory_counts_the_steps_graph():
+    from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout
+
+    model = _model("dimenet++")
+    job = _job(model)
+    cache: dict = {}
+    _, graph = job_graph(job, cache)
+    one = predict_layout(job, AtomLayout(1, 1, 1), _profile(), cache=cache).memory[0]
+    assert one.graph == 40 * graph.num_edges + 8 * graph.num_nodes + 16 * graph.num_triplets
+    assert one.peak == one.states + one.allreduce + one.activations + one.graph
+
+
 def test_time_model_splits_the_profiled_step_by_work_and_adds_the_bubble():
     from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout, work_weights
     from gnnpipe.costmodel.hardware import Hardware, Link

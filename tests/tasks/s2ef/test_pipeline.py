@@ -148,6 +148,25 @@ def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
             assert o["eval"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
     if cfg.stages > 1:
         assert outs[0]["rec"]["bytes_layer"] > 0
+    if cfg.stages > 1 and cfg.graph_parallel_group_size == 1 and D == 1:  # the cost model's boundary bytes
+        assert outs[0]["rec"]["bytes_layer"] == _predicted_boundary_bytes(cfg)
+
+
+def _predicted_boundary_bytes(cfg: TrainConfig) -> int:
+    """:func:`gnnpipe.costmodel.atomistic.predict_layout`'s boundary bytes of the epoch's batches."""
+    from gnnpipe.costmodel.atomistic import AtomJob, AtomLayout, AtomProfile, predict_layout
+
+    structures, splits, _ = _data()
+    model = T.make_model(cfg)
+    prof = AtomProfile(model=cfg.model, step_s=1.0, work=1.0, kappa=1.0, peak_bytes=0, grad_bytes=0, kept_bytes=1.0,
+                       edges=1, triplets=1, atoms=1, structures=1, element_size=8)
+    total = 0.0
+    for b in BATCHES:
+        job = AtomJob(model, [structures[i] for i in splits["train"][torch.tensor(b)].tolist()], cfg.cutoff,
+                      cfg.max_neighbors, element_size=8)
+        layout = AtomLayout(cfg.stages, 1, 1, cfg.chunks, cfg.scheduler)
+        total += predict_layout(job, layout, prof).bytes["boundary"]
+    return round(total)
 
 
 def _ranks(rank: int, world: int, cases: list) -> dict:
