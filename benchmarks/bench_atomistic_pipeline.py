@@ -5,11 +5,16 @@ Three measurements, each on gloo ranks of this machine (CPU, one torch thread pe
 1. **Parameter memory per rank** — bytes of weights + gradients + AdamW moments (and step counters) each rank
    holds after one training step of a deep DimeNet++ (``--blocks`` interaction blocks), ``--mem-stages`` stages
    against the single process.
-2. **Bubble** — one gpipe run with ``--stages`` stages and ``--chunks`` micro-batches (one structure each, direct
-   forces): each rank's idle share (seconds blocked in receives / seconds running the step's schedule) against the
-   discrete-event simulator's bubble for the same schedule with the measured mean duration of each stage's ``F``,
-   ``B`` and ``STEP``.
-3. **Step time** — the same pipeline's step against the single process (1 thread, and 2 threads) on the same batch.
+2. **Bubble** — one gpipe run with ``--stages`` stages and ``--chunks`` micro-batches (``--per-chunk`` structures
+   each, direct forces): each rank's bubble ``1 − busy / makespan`` (busy: seconds in its ``F``, ``B`` and ``STEP`` actions;
+   makespan: first schedule start to last schedule end over the ranks) against the discrete-event simulator's
+   bubble (the same definition) for the same schedule with the measured mean duration of each stage's ``F``,
+   ``B`` and ``STEP``; beside it the seconds blocked in receives over the rank's own schedule.
+3. **Step time** — the same pipeline's step against the single process (1 thread, and 2 threads) on the same batch,
+   and against the single process stepping through the same micro-batches in turn (its work without parallelism).
+4. **Memory model** (``--memory-model``) — each pipeline rank's peak of one step above its floor (resident set,
+   ``MALLOC_MMAP_THRESHOLD_=16384``) against :func:`gnnpipe.costmodel.atomistic.predict_layout`, for ``--mm-stages``
+   stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
 
     python benchmarks/bench_atomistic_pipeline.py                      # defaults below
     python benchmarks/bench_atomistic_pipeline.py --blocks 12 --mem-stages 4 --chunks 16 --json out.json
@@ -33,9 +38,9 @@ def _config(args, **kw):
     from gnnpipe.core.settings.config import TrainConfig
 
     base = dict(task="s2ef", model="dimenet++", layers=args.layers, hidden=args.hidden, dtype="float32",
-                dropout=0.0, lr=1e-3, epochs=1, batch_size=args.chunks, ema_decay=0.0, warmup_steps=0,
+                dropout=0.0, lr=1e-3, epochs=1, batch_size=args.chunks * args.per_chunk, ema_decay=0.0, warmup_steps=0,
                 lr_schedule="constant", clip_grad_norm=None, cutoff=args.cutoff, max_neighbors=args.max_neighbors,
-                direct_forces=True, frames=args.chunks + 8, dataset=args.dataset, threads=1,
+                direct_forces=True, frames=args.chunks * args.per_chunk + 8, dataset=args.dataset, threads=1,
                 model_args={"int_emb_size": 32, "basis_emb_size": 8, "out_emb_channels": 64, "num_spherical": 7,
                             "num_radial": 6})
     base.update(kw)
@@ -79,6 +84,32 @@ def _rank_memory(rank, world, cfg):
     return {"bytes": _state_bytes(tr), "bounds": tr.bounds, "params": sum(p.numel() for p in tr.params)}
 
 
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rank_peak(rank, world, cfg):
+    """One training step's peak resident set above the rank's floor (the trainer built: parameters, data), the
+    counter reset through ``/proc/self/clear_refs`` just before (run with ``MALLOC_MMAP_THRESHOLD_`` small, so
+    freed tensors leave the resident set at once)."""
+    from gnnpipe.tasks.s2ef import pipeline as P
+
+    torch.set_num_threads(1)
+    structures, splits, norm = _data(cfg)
+    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    _fixed_batches(P, list(range(cfg.batch_size)))
+    torch.distributed.barrier()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    floor = _status("VmRSS")
+    tr.train_step(0)
+    return {"peak": _status("VmHWM") - floor, "floor": floor, "bounds": tr.bounds}
+
+
 def _rank_timing(rank, world, cfg, steps):
     """``steps`` training steps of the pipeline on one fixed batch; per step: wall, idle (receive waits), and the
     mean duration of each action kind on this rank."""
@@ -107,7 +138,8 @@ def _rank_timing(rank, world, cfg, steps):
     def timed_schedule(*a):
         t0 = time.perf_counter()
         out = run_schedule(*a)
-        sched["s"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        sched.update(s=sched["s"] + t1 - t0, start=t0, end=t1)
         return out
 
     tr.executor.train_epoch = timed_schedule
@@ -122,7 +154,9 @@ def _rank_timing(rank, world, cfg, steps):
         t0 = time.perf_counter()
         rec = tr.train_step(i)
         wall = time.perf_counter() - t0
-        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank], "bytes_layer": rec["bytes_layer"],
+        out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
+                    "bytes_layer": rec["bytes_layer"], "start": sched["start"], "end": sched["end"],
+                    "busy": sum(sum(v) for v in spans.values()),
                     "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in spans.items()}})
     return out
 
@@ -143,6 +177,24 @@ def _single_step(cfg, steps, threads):
     return tr, walls, cpus
 
 
+def _chunked_single_step(cfg, steps):
+    """The single process stepping through the same micro-batches in turn (one stage, ``cfg.chunks`` chunks:
+    gradients accumulated, one optimizer step): the pipeline's work without its parallelism."""
+    from gnnpipe.tasks.s2ef import pipeline as P
+
+    torch.set_num_threads(1)
+    structures, splits, norm = _data(cfg)
+    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=0, world=1)
+    _fixed_batches(P, list(range(cfg.batch_size)))
+    walls, cpus = [], []
+    for i in range(steps):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        tr.train_step(i)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.thread_time() - c0)
+    return walls, cpus
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--blocks", type=int, default=12, help="interaction blocks of the memory model (>= 12)")
@@ -151,12 +203,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--layers", type=int, default=4, help="interaction blocks of the timing model")
     ap.add_argument("--hidden", type=int, default=128, help="hidden width of the timing model")
     ap.add_argument("--stages", type=int, default=2, help="stages of the timing runs")
-    ap.add_argument("--chunks", type=int, default=16, help="micro-batches (= structures) per step")
+    ap.add_argument("--chunks", type=int, default=16, help="micro-batches per step")
+    ap.add_argument("--per-chunk", type=int, default=1, help="structures per micro-batch")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (the first is a warm-up)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of fresh processes of the timing runs")
     ap.add_argument("--dataset", default="oc20-like", help="generated structures of the timing runs")
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--max-neighbors", type=int, default=30)
     ap.add_argument("--skip-memory", action="store_true", help="only the bubble and step-time measurements")
+    ap.add_argument("--memory-model", action="store_true",
+                    help="also measure each pipeline rank's peak against the memory model's prediction")
+    ap.add_argument("--mm-stages", type=int, nargs="+", default=[2, 4], help="stages of the memory-model runs")
+    ap.add_argument("--mm-chunks", type=int, default=8, help="structures (= micro-batches) of the memory-model runs")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
 
@@ -165,6 +223,8 @@ def main(argv=None) -> dict:
     # 1. parameter memory
     if not args.skip_memory:
         _memory(args, res)
+    if args.memory_model:
+        _memory_model(args, res)
     _timing(args, res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
@@ -190,48 +250,128 @@ def _memory(args, res: dict) -> None:
           + ", ".join(f"{b / 2**20:.2f}" for b in per) + f" MiB per rank, max {max(per) / single:.3f}x")
 
 
-def _timing(args, res: dict) -> None:
-    """2. and 3.: the bubble against the simulator, the step time against the single process."""
+def _memory_model(args, res: dict) -> None:
+    """4. Per-rank peak of a pipeline step above the floor, measured, against the atomistic memory model
+    (:func:`gnnpipe.costmodel.atomistic.predict_layout`: gradients + Adam moments + the all-reduce buffer +
+    activations + the step's graphs; the parameters are in the floor), for ``--mm-stages`` × gpipe / 1f1b."""
+    import os
+
+    from torch_geometric.data import Batch
+
+    from gnnpipe.core.run.launch import spawn
+    from gnnpipe.costmodel.atomistic import AtomJob, AtomLayout, predict_layout, profile_step
+    from gnnpipe.data.atoms import build_graph
+
+    C = args.mm_chunks
+    scfg = _config(args, chunks=C, batch_size=C, frames=C + 8)
+    tr, _, _ = _single_step(scfg, 1, 1)
+    batch_ids = list(range(C))
+    structures = [tr.structures[i] for i in tr.splits["train"][batch_ids].tolist()]
+    batch = Batch.from_data_list(structures)
+    graph = build_graph(batch, scfg.cutoff, scfg.max_neighbors)
+    prof = profile_step(tr.model, batch, graph, steps=1, warmup=1, name="dimenet++")
+    job = AtomJob(tr.model, structures, scfg.cutoff, scfg.max_neighbors, element_size=4, ema=False,
+                  allreduce_element_size=8)
+    rows = []
+    for S in args.mm_stages:
+        for sched in ("gpipe", "1f1b"):
+            pcfg = _config(args, chunks=C, batch_size=C, frames=C + 8, stages=S, scheduler=sched)
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = "16384"
+            try:
+                outs = spawn(_rank_peak, S, (pcfg,), backend="gloo", timeout_s=600, threads=1)
+            finally:
+                os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+            pred = predict_layout(job, AtomLayout(S, 1, 1, C, sched), prof)
+            for r, (o, m) in enumerate(zip(outs, pred.memory)):
+                pm = m.gradients + m.optimizer + m.allreduce + m.activations + m.graph
+                rows.append({"stages": S, "scheduler": sched, "rank": r, "measured_MiB": o["peak"] / 2**20,
+                             "predicted_MiB": pm / 2**20, "error": pm / o["peak"] - 1, "bounds": o["bounds"]})
+    res["memory_model"] = {"kappa": prof.kappa, "chunks": C, "rows": rows}
+    print(f"memory model: dimenet++ {args.layers} blocks hidden {args.hidden}, {C} structures in {C} micro-batches, "
+          f"kappa {prof.kappa:.2f} (single-process profile); peak of a step above the floor, MiB (error):")
+    for r in rows:
+        print(f"  S={r['stages']} {r['scheduler']:>5} rank {r['rank']}: measured {r['measured_MiB']:8.1f}, predicted "
+              f"{r['predicted_MiB']:8.1f} ({r['error']:+.1%})")
+
+
+def _single_rank(rank, world, cfg, steps, chunked):
+    """A fresh process's single-process steps: the whole batch (``chunked`` false) or its micro-batches in turn."""
+    if chunked:
+        return _chunked_single_step(cfg, steps)
+    _, w, c = _single_step(cfg, steps, torch.get_num_threads())
+    return w, c
+
+
+def _round(args) -> dict:
+    """One round in fresh processes: the pipeline, then the single process (1 and 2 threads) and the chunked
+    single process; each of this machine's processes runs the same step at its own speed (±25 % here), so rounds
+    of fresh processes, not steps of one, give the spread."""
     from gnnpipe import schedulers as gs
     from gnnpipe.core.run.launch import spawn
 
     S, C = args.stages, args.chunks
-    pcfg = _config(args, stages=S, chunks=C, scheduler="gpipe")
-    outs = spawn(_rank_timing, S, (pcfg, args.steps), backend="gloo", timeout_s=600, threads=1)
+    outs = spawn(_rank_timing, S, (_config(args, stages=S, chunks=C, scheduler="gpipe"), args.steps),
+                 backend="gloo", timeout_s=600, threads=1)
     timed = range(1, args.steps) if args.steps > 1 else range(args.steps)
-    sch = gs.build_schedule("gpipe", S, C)
     means = [{k: statistics.fmean(outs[s][i]["mean"][k] for i in timed) for k in ("F", "B", "STEP")}
              for s in range(S)]
+    sim = gs.simulate(gs.build_schedule("gpipe", S, C), lambda a: means[a.stage][a.kind.name])
+    # the simulator's definition, measured: 1 − (seconds in F, B, STEP) / (first schedule start to last schedule end
+    # over the ranks; perf_counter is the machine's monotonic clock, shared by the processes)
+    spans = [max(outs[s][i]["end"] for s in range(S)) - min(outs[s][i]["start"] for s in range(S)) for i in timed]
 
-    def cost(a):
-        return means[a.stage][{"F": "F", "B": "B", "STEP": "STEP"}[a.kind.name]]
+    def mean(key, s):
+        return statistics.fmean(outs[s][i][key] for i in timed)
 
-    sim = gs.simulate(sch, cost)
-    walls = [statistics.fmean(outs[s][i]["wall"] for i in timed) for s in range(S)]
-    idle = [statistics.fmean(outs[s][i]["idle"] / outs[s][i]["schedule"] for i in timed) for s in range(S)]
-    sched_s = [statistics.fmean(outs[s][i]["schedule"] for i in timed) for s in range(S)]
-    res["bytes_layer_per_step"] = outs[0][-1]["bytes_layer"]
-    res["bubble"] = {"measured_idle_share": idle, "simulated_bubble": sim.bubble_fraction, "schedule_s": sched_s,
-                     "simulated_makespan_s": sim.makespan, "measured_step_s": walls, "action_means_s": means}
-    print(f"bubble: gpipe S={S} C={C}: measured idle share " + ", ".join(f"{x:.1%}" for x in idle)
-          + "; simulated (measured action costs) " + ", ".join(f"{x:.1%}" for x in sim.bubble_fraction)
-          + f"; schedule {max(sched_s):.3f} s of a {max(walls):.3f} s step, simulated makespan {sim.makespan:.3f} s; "
-          f"{res['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step")
-    cpu = [statistics.fmean(outs[s][i]["cpu"] for i in timed) for s in range(S)]
-    scfg = _config(args)
-    speed, single_cpu = {}, {}
-    for threads in (1, 2):
-        _, w, c = _single_step(scfg, args.steps, threads)
-        speed[threads] = statistics.fmean(w[i] for i in timed)
-        single_cpu[threads] = statistics.fmean(c[i] for i in timed)
-    res["speed"] = {"pipeline_step_s": max(walls), "single_step_s": speed,
-                    "speedup_vs_1_thread": speed[1] / max(walls), "speedup_vs_2_threads": speed[2] / max(walls),
-                    "pipeline_rank_cpu_s": cpu, "single_cpu_s": single_cpu[1],
-                    "cpu_bound_speedup": single_cpu[1] / max(cpu)}
-    print(f"step time: single {speed[1]:.3f} s (1 thread), {speed[2]:.3f} s (2 threads); {S}-stage pipeline "
-          f"{max(walls):.3f} s: {speed[1] / max(walls):.2f}x / {speed[2] / max(walls):.2f}x; thread CPU seconds "
-          f"per step: single {single_cpu[1]:.3f}, pipeline ranks " + ", ".join(f"{x:.3f}" for x in cpu)
-          + f" ({single_cpu[1] / max(cpu):.2f}x)")
+    r = {"pipeline_s": max(mean("wall", s) for s in range(S)),
+         "rank_cpu_s": [mean("cpu", s) for s in range(S)],
+         "measured_bubble": [statistics.fmean(1 - outs[s][i]["busy"] / sp for i, sp in zip(timed, spans))
+                             for s in range(S)],
+         "simulated_bubble": list(sim.bubble_fraction),
+         "receive_wait_share": [statistics.fmean(outs[s][i]["idle"] / outs[s][i]["schedule"] for i in timed)
+                                for s in range(S)],
+         "busy_s": [mean("busy", s) for s in range(S)], "receive_wait_s": [mean("idle", s) for s in range(S)],
+         "schedule_s": [mean("schedule", s) for s in range(S)], "makespan_s": statistics.fmean(spans),
+         "simulated_makespan_s": sim.makespan, "action_means_s": means,
+         "bytes_layer_per_step": outs[0][-1]["bytes_layer"]}
+    for key, threads, chunked, cfg in (("single", 1, False, _config(args)), ("single_2_threads", 2, False, _config(args)),
+                                       ("chunked", 1, True, _config(args, stages=1, chunks=C))):
+        w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked), backend="gloo", timeout_s=600, threads=threads)[0]
+        r[key + "_s"] = statistics.fmean(w[i] for i in timed)
+        r[key + "_cpu_s"] = statistics.fmean(c[i] for i in timed)
+    r["speedup"] = r["single_s"] / r["pipeline_s"]
+    r["speedup_vs_chunked"] = r["chunked_s"] / r["pipeline_s"]
+    return r
+
+
+def _timing(args, res: dict) -> None:
+    """2. and 3.: the bubble against the simulator, the step time against the single process, ``--rounds`` rounds."""
+    S, C = args.stages, args.chunks
+    rounds = []
+    for k in range(args.rounds):
+        r = _round(args)
+        rounds.append(r)
+        print(f"round {k + 1}: step single {r['single_s']:.3f} s (2 threads {r['single_2_threads_s']:.3f}), "
+              f"chunked {r['chunked_s']:.3f}, {S}-stage pipeline {r['pipeline_s']:.3f}: {r['speedup']:.2f}x "
+              f"({r['speedup_vs_chunked']:.2f}x the chunked); bubble measured "
+              + ", ".join(f"{x:.1%}" for x in r["measured_bubble"]) + ", simulated "
+              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble"]) + "; per rank s in F/B/STEP, receives, neither "
+              + ", ".join(f"{b:.3f}/{w:.3f}/{t - b - w:.3f}"
+                          for b, w, t in zip(r["busy_s"], r["receive_wait_s"], r["schedule_s"])), flush=True)
+    med = statistics.median
+    diff = [max(abs(m - s) for m, s in zip(r["measured_bubble"], r["simulated_bubble"])) for r in rounds]
+    res["rounds"] = rounds
+    res["summary"] = {"speedup_median": med(r["speedup"] for r in rounds),
+                      "speedup_range": [min(r["speedup"] for r in rounds), max(r["speedup"] for r in rounds)],
+                      "speedup_vs_chunked_median": med(r["speedup_vs_chunked"] for r in rounds),
+                      "bubble_gap_points_median": 100 * med(diff), "bubble_gap_points_max": 100 * max(diff),
+                      "bytes_layer_per_step": rounds[0]["bytes_layer_per_step"]}
+    sm = res["summary"]
+    print(f"gpipe S={S} C={C} ({args.per_chunk} structure(s) per micro-batch), {args.rounds} rounds: speed-up "
+          f"{sm['speedup_median']:.2f}x median ({sm['speedup_range'][0]:.2f}-{sm['speedup_range'][1]:.2f}), "
+          f"{sm['speedup_vs_chunked_median']:.2f}x the chunked single process; bubble measured - simulated: "
+          f"{sm['bubble_gap_points_median']:.1f} points median, {sm['bubble_gap_points_max']:.1f} max; "
+          f"{sm['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step")
 
 
 if __name__ == "__main__":

@@ -175,6 +175,10 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--timeout", type=float, default=600.0, help="process-group timeout (s)")
+    p.add_argument("--contention", action="store_true",
+                   help="also run two whole single-process steps at once (D = 2 replicas of G = 1, their gradients "
+                        "all-reduced): the slowdown two processes cause each other on this machine bounds what "
+                        "G = 2 can gain (2 / that ratio)")
     p.add_argument("--out", help="write the results as JSON")
     args = p.parse_args(argv)
     results = {}
@@ -194,10 +198,22 @@ def main(argv=None) -> int:
         for o in outs:
             print(f"{o['rank']:>4} {o['edges']:>7} {o['triplets']:>9} {o['peak_MiB']:>9.1f} {o['step_s']:>8.3f} "
                   f"{o['compute_s']:>8.3f} {o['comm_s']:>8.3f} {o['idle_s']:>8.3f} {o['bytes_gp'] / 2**20:>9.2f}")
+    if args.contention:
+        outs = launch.spawn(run_rank, 2, (args, 1), backend="gloo", timeout_s=args.timeout, threads=args.threads)
+        results["2x1"] = outs
+        print("two single-process steps at once (D = 2, G = 1): compute "
+              + ", ".join(f"{o['compute_s']:.3f}" for o in outs) + " s per rank")
     if 1 in results and 2 in results:
         s1 = results[1][0]["step_s"]
         s2 = max(o["step_s"] for o in results[2])
-        print(f"training step: single process {s1:.3f} s, G = 2 {s2:.3f} s (slowest rank); ratio {s2 / s1:.2f}")
+        print(f"training step: single process {s1:.3f} s, G = 2 {s2:.3f} s (slowest rank); speed-up {s1 / s2:.2f}x")
+        c1 = results[1][0]["compute_s"]
+        c2 = max(o["compute_s"] for o in results[2])
+        print(f"compute per rank at G = 2 / half the single's: {c2 / (c1 / 2):.2f}")
+        if "2x1" in results:
+            k = max(o["compute_s"] for o in results["2x1"]) / c1
+            print(f"two processes at once slow each other by {k:.2f}x: G = 2 can gain at most {2 / k:.2f}x here; the "
+                  f"split work itself costs {c2 / (c1 / 2) / k:.2f}x half the single's")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "results": {str(k): v for k, v in results.items()}}, f, indent=1)
