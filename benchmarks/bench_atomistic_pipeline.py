@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _config(args, **kw):
@@ -84,18 +85,12 @@ def _rank_memory(rank, world, cfg):
     return {"bytes": _state_bytes(tr), "bounds": tr.bounds, "params": sum(p.numel() for p in tr.params)}
 
 
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _rank_peak(rank, world, cfg):
     """One training step's peak resident set above the rank's floor (the trainer built: parameters, data), the
     counter reset through ``/proc/self/clear_refs`` just before (run with ``MALLOC_MMAP_THRESHOLD_`` small, so
     freed tensors leave the resident set at once)."""
+    from bench_graph_parallel import _status
+
     from gnnpipe.tasks.s2ef import pipeline as P
 
     torch.set_num_threads(1)
@@ -161,6 +156,16 @@ def _rank_timing(rank, world, cfg, steps):
     return out
 
 
+def _timed_steps(tr, steps):
+    walls, cpus = [], []
+    for i in range(steps):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        tr.train_step(i)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.thread_time() - c0)
+    return walls, cpus
+
+
 def _single_step(cfg, steps, threads):
     from gnnpipe.tasks.s2ef import trainer as T
 
@@ -168,13 +173,7 @@ def _single_step(cfg, steps, threads):
     structures, splits, norm = _data(cfg)
     tr = T.S2EFTrainer(cfg, structures, splits, norm)
     _fixed_batches(T, list(range(cfg.batch_size)))
-    walls, cpus = [], []
-    for i in range(steps):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        tr.train_step(i)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.thread_time() - c0)
-    return tr, walls, cpus
+    return (tr, *_timed_steps(tr, steps))
 
 
 def _chunked_single_step(cfg, steps):
@@ -186,13 +185,7 @@ def _chunked_single_step(cfg, steps):
     structures, splits, norm = _data(cfg)
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=0, world=1)
     _fixed_batches(P, list(range(cfg.batch_size)))
-    walls, cpus = [], []
-    for i in range(steps):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        tr.train_step(i)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.thread_time() - c0)
-    return walls, cpus
+    return _timed_steps(tr, steps)
 
 
 def main(argv=None) -> dict:
