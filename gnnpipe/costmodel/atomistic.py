@@ -29,7 +29,9 @@ profile). Gathered edge rows (``allgather``: all ``E`` rows of the gathered widt
 ``κ·b·Σ width·rows`` to the rank's edges' share. A pipeline stage counts its own units, the parameter-free geometry
 once where it runs an interaction block, in the force mode's widths (:func:`stage_widths`), and, outside ``κ``, the
 boundary tensors it receives and sends; a gpipe stage holds all ``C`` micro-batches until the flush, a 1f1b stage
-``s`` at most ``S − s``.
+``s`` at most ``S − s``. ``graph``: the step's graph, ``40·E + 8·N`` bytes (int64 edge index and cell offsets,
+batch) and ``16·T`` when triplets are built (the model reads them, or graph parallelism balances by them), plus a
+graph-parallel rank's local view.
 
 **Step time** (:func:`predict_step`): the profiled single-process seconds of a step on this machine (a short
 profile: :func:`profile_step`) split by work: a rank computes ``t₁ · work(E_r, T_r, N_r) / work(E, T, N)`` with the
@@ -328,12 +330,16 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
     """``(kept, boundary)`` of a stage running units ``[lo, hi)`` (the single process: ``0, len(model.units)``).
 
     ``kept``: the values autograd keeps (scaled by ``κ`` in :func:`rank_memory`): the units' widths
-    (:func:`activation_widths`) with the geometry counted once, in its force mode (:func:`geometry_widths`), and
-    only where the stage runs an interaction block (a stage holding the embedding alone computes the bases for
-    nothing it keeps; a later stage recomputes them). ``boundary``: the stage's received boundary tensor (kept
-    whole: its views are the block's inputs) and its sent one (kept until its gradient arrives), each
-    :func:`boundary_widths` per micro-batch; zero for a single stage.
+    (:func:`activation_widths`) with the geometry counted once, in its force mode (:func:`geometry_widths`), where
+    the stage runs an interaction block (a later stage recomputes it); a stage holding the embedding alone keeps
+    only, with conservative forces, the edge vectors and lengths DimeNet++'s radial basis derives from. ``boundary``: the
+    stage's received boundary tensor (kept whole: its views are the block's inputs) and its sent one (kept until
+    its gradient arrives), each :func:`boundary_widths` per micro-batch; with conservative forces a stage that
+    sends forward also keeps the received ``G`` seed (the boundary's gradient and 3 position-gradient values per
+    atom) until ``B``; zero for a single stage.
     """
+    from ..models.atomistic.dimenet import DimeNetPlusPlus
+
     units = activation_widths(model)
     n = len(units)
     cons = _conservative(model) if conservative is None else bool(conservative)
@@ -346,9 +352,12 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
         kept = kept + w
     if hi > max(lo, 1):
         kept = kept + geometry_widths(model, cons)
+    elif lo == 0 and cons and isinstance(model, DimeNetPlusPlus):  # the embedding alone: its radial basis keeps
+        kept = kept + UnitWidths(geometry_widths(model, True).edge)   # the edge geometry's derivation
     bw = boundary_widths(model)
     sides = (lo > 0) + (hi < n)
-    return kept, UnitWidths(sides * bw.edge, sides * bw.triplet, sides * bw.atom)
+    seed = (hi < n) and cons
+    return kept, UnitWidths((sides + seed) * bw.edge, 0, (sides + seed) * bw.atom + 3 * seed)
 
 
 def work_weights(model: Any) -> list[UnitWidths]:

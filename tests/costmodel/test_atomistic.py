@@ -172,13 +172,16 @@ def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
     assert kept_direct.total(10, 100, 5) == pytest.approx(
         add(activation_widths(direct)).total(10, 100, 5) - g_cons.total(10, 100, 5) + g_direct.total(10, 100, 5))
     bw = boundary_widths(cons)
-    emb, emb_boundary = stage_widths(cons, 0, 1)  # the embedding alone keeps no geometry
-    assert emb.total(10, 100, 5) == pytest.approx(units[0].total(10, 100, 5) - g_cons.total(10, 100, 5))
-    assert emb_boundary == bw
+    emb, emb_boundary = stage_widths(cons, 0, 1)  # the embedding alone: DimeNet++'s rbf keeps the edge geometry
+    kept_edge = g_cons.edge * 10 if name == "dimenet++" else 0
+    assert emb.total(10, 100, 5) == pytest.approx(units[0].total(10, 100, 5) - g_cons.total(10, 100, 5) + kept_edge)
+    assert stage_widths(direct, 0, 1)[0].total(10, 100, 5) == pytest.approx(emb.total(10, 100, 5) - kept_edge)
+    seed = UnitWidths(bw.edge, 0, bw.atom + 3)  # conservative: the G seed received from the next stage, kept until B
+    assert emb_boundary == bw + seed and stage_widths(direct, 0, 1)[1] == boundary_widths(direct)
     later, later_boundary = stage_widths(cons, 1, n)  # a later stage recomputes it
     assert later == add(units[1:]) + g_cons and later_boundary == bw
     middle = stage_widths(cons, 1, 2)[1]
-    assert middle.total(10, 0, 5) == 2 * bw.total(10, 0, 5)
+    assert middle.total(10, 0, 5) == 2 * bw.total(10, 0, 5) + seed.total(10, 0, 5)
 
 
 def test_rank_memory_counts_the_steps_graph():

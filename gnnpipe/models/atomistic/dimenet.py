@@ -73,7 +73,8 @@ class CachedSphericalBasis(SphericalBasisLayer):
 
 #: num_spherical -> (j_0 … j_{S−1}) lambdified spherical Bessel functions (PyG's ``spherical_bessel_formulas``)
 _SPHERICAL_BESSEL: dict[int, list] = {}
-#: (num_spherical, num_radial) -> (zeros, normalizer), float64 ``[S, R]`` (PyG's ``Jn_zeros`` and its normalizer)
+#: (num_spherical, num_radial) -> (zeros, normalizer) ``[S, R]``: PyG's ``Jn_zeros`` and its normalizer, the values PyG
+#: computes (float32 roots), cast to the input's dtype when used
 _BESSEL_ROOTS: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
 
 

@@ -220,6 +220,7 @@ class AtomisticStage:
         self.version = 0
         self.eval_energy: dict[int, Tensor] = {}
         self.eval_forces: dict[int, Tensor] = {}
+        self.split_graphs = True  # one graph per step, split by micro-batch (:meth:`_graphs`)
 
     @property
     def params(self) -> list:
@@ -235,19 +236,22 @@ class AtomisticStage:
 
     def _graphs(self, groups: list[list]) -> list:
         """The micro-batches' graphs: one graph of the step's structures, split by micro-batch
-        (:func:`~gnnpipe.data.atoms.graph.split_graph`; one call per step, as the single process builds it), or,
-        when a custom ``graph_fn`` returns edges in another order, one graph per micro-batch (``None``)."""
+        (:func:`~gnnpipe.data.atoms.graph.split_graph`; one ``graph_fn`` call per step, as the single process
+        builds it). A custom ``graph_fn`` whose result is not a plain ``AtomGraph`` or cannot be split (edges or
+        triplets in another order) gets one call per micro-batch instead (``None`` here), from then on."""
         from torch_geometric.data import Batch
 
         from ...data.atoms.graph import AtomGraph, split_graph
 
         flat = [s for g in groups for s in g]
-        graph = self.tr.graph_fn(Batch.from_data_list(flat)) if flat else None
-        if isinstance(graph, AtomGraph):
-            try:
-                return split_graph(graph, [len(g) for g in groups])
-            except ValueError:
-                pass
+        if self.split_graphs and flat:
+            graph = self.tr.graph_fn(Batch.from_data_list(flat))
+            if type(graph) is AtomGraph:
+                try:
+                    return split_graph(graph, [len(g) for g in groups])
+                except ValueError:
+                    pass
+            self.split_graphs = False
         return [None] * len(groups)
 
     def recv_shape(self, kind: str, c: int) -> tuple[int] | None:

@@ -349,3 +349,38 @@ def test_no_triplet_sized_tensor_crosses_a_stage():
         assert torch.equal(again[k], full[k]), k
     sizes = model.boundary_shapes(graph)
     assert set(sizes) == {"rbf", "x", "P"} and sizes["x"][0] == graph.edge_index.size(1)
+
+
+def test_a_step_builds_one_graph_and_splits_it_by_micro_batch():
+    """One ``graph_fn`` call per step on each stage (the single process's count), split by micro-batch; a
+    ``graph_fn`` whose graphs cannot be split gets one call per micro-batch from then on, with the same losses."""
+    import dataclasses
+
+    from gnnpipe.data.atoms.graph import AtomGraph
+
+    torch.set_num_threads(1)
+    cfg = _config("dimenet++", 1, 3, "gpipe", True)
+    structures, splits, norm = _data()
+    build = T.graph_builder(cfg.cutoff, cfg.max_neighbors, True)
+    calls: list[int] = []
+
+    class Unsplittable(AtomGraph):
+        pass
+
+    def counting(batch, wrap=False):
+        calls.append(int(batch.num_graphs))
+        g = build(batch)
+        return Unsplittable(**{f.name: getattr(g, f.name) for f in dataclasses.fields(AtomGraph)}) if wrap else g
+
+    losses = []
+    for wrap in (False, True):
+        calls.clear()
+        tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, graph_fn=lambda b, w=wrap: counting(b, w))
+        original = P.epoch_batches
+        P.epoch_batches = _patched_batches(BATCHES[:2])
+        try:
+            losses.append(tr.train_step(0)["loss"])
+        finally:
+            P.epoch_batches = original
+        assert calls == ([3, 3] if not wrap else [3, 1, 1, 1, 1, 1, 1]), calls
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12)
