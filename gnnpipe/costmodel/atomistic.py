@@ -399,6 +399,9 @@ def unit_parameters(model: Any) -> list[int]:
 #: when no profile measured it: measured 2.66 for dimenet++ (hidden 64, 3 blocks, a 75-atom Pt slab, float32) on this
 #: project's machine (docs/guides/atomistic-cost.md)
 DEFAULT_KAPPA = 2.7
+#: the version of :func:`activation_widths` / :func:`stage_widths` a profile's κ was fitted against (2: the geometry in
+#: the force mode's widths, 10·S·R per read edge); a saved profile of another version is refused on load
+WIDTHS_VERSION = 2
 
 
 @attrs.define
@@ -413,7 +416,8 @@ class AtomProfile:
         edges, triplets, atoms, structures: the sample. element_size: ``b``. floor_bytes: resident bytes of this
         process before the step (runtime, model, sample). link: ``(latency_s, bandwidth_Bps)`` of an all-reduce
         hop measured between two local ranks, or ``None``. step_cpu_s: the median step's CPU seconds of the main
-        thread (``step_s`` less the time other processes took the core).
+        thread (``step_s`` less the time other processes took the core). widths_version: :data:`WIDTHS_VERSION`
+        of the widths κ was fitted against.
     """
 
     model: str
@@ -432,6 +436,7 @@ class AtomProfile:
     floor_bytes: int = 0
     link: tuple | None = None
     step_cpu_s: float = 0.0
+    widths_version: int = WIDTHS_VERSION
 
     @property
     def seconds_per_work(self) -> float:
@@ -444,6 +449,10 @@ class AtomProfile:
     def from_dict(cls, d: dict) -> AtomProfile:
         from ..errors import ConfigError
 
+        if isinstance(d, dict) and "kappa" in d and d.get("widths_version", 1) != WIDTHS_VERSION:
+            raise ConfigError(f"this atomistic profile's kappa was fitted against the activation widths of an older "
+                              f"gnnpipe (version {d.get('widths_version', 1)}, now {WIDTHS_VERSION}); profile again "
+                              f"with gnnpipe plan --task s2ef --profile-out (seconds)")
         try:
             return cls(**{k: (tuple(v) if k == "link" and v is not None else v) for k, v in d.items()})
         except TypeError as exc:

@@ -184,6 +184,17 @@ def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
     assert middle.total(10, 0, 5) == 2 * bw.total(10, 0, 5) + seed.total(10, 0, 5)
 
 
+def test_a_profile_fitted_against_older_widths_is_refused():
+    from gnnpipe.costmodel.atomistic import WIDTHS_VERSION, AtomProfile
+    from gnnpipe.errors import ConfigError
+
+    d = _profile().to_dict()
+    assert AtomProfile.from_dict(d).widths_version == WIDTHS_VERSION
+    old = {k: v for k, v in d.items() if k != "widths_version"}  # saved before the version existed
+    with pytest.raises(ConfigError, match="profile again"):
+        AtomProfile.from_dict(old)
+
+
 def test_rank_memory_counts_the_steps_graph():
     from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout
 
