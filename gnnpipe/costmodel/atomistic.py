@@ -582,14 +582,12 @@ def enumerate_atom_layouts(ranks: int, num_units: int, num_structures: int, *, c
 
 
 def stage_bounds(num_units: int, stages: int) -> list[tuple[int, int]]:
-    """Units ``[lo, hi)`` of each stage: as equal as possible, the first stages one longer (the embedding is unit 0)."""
-    q, r = divmod(num_units, stages)
-    out, lo = [], 0
-    for s in range(stages):
-        hi = lo + q + (1 if s < r else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    """Units ``[lo, hi)`` of each stage: the ``equal`` layer partitioner the S2EF pipeline runs
+    (:func:`~gnnpipe.partitioners.split_layers`; the first stages one longer, the embedding is unit 0)."""
+    from ..partitioners import split_layers
+
+    b = list(split_layers(int(num_units), int(stages), "equal").bounds)
+    return list(zip(b[:-1], b[1:]))
 
 
 def bubble(stages: int, chunks: int) -> float:
