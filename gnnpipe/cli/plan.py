@@ -113,7 +113,8 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
             raise ConfigError(f"--task s2ef needs an atomistic model (schnet, dimenet++), not --model {config.model}")
         config = attrs.evolve(config, model="dimenet++", model_args={})
     config = tasks.get("s2ef")().resolve(config)
-    warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks")
+    warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks",
+                      names=("ways", "stages", "chunks", "scheduler", "gp-size"))
     if args.out:
         check_writable(args.out)
     if args.ranks is None:

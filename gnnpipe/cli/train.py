@@ -36,14 +36,16 @@ def check_writable(path: str) -> None:
 
 
 def warn_layout_flags(config, why: str, names=("ways", "stages", "chunks", "scheduler")) -> None:
-    """Warn about layout flags (``names`` of ``--ways``, ``--stages``, ``--chunks``, ``--scheduler``) a command that
-    chooses the layout itself ignores (``why``: what chooses it), when they were set away from their defaults."""
+    """Warn about layout flags (``names`` of ``--ways``, ``--stages``, ``--chunks``, ``--scheduler``, ``--gp-size``) a
+    command that chooses the layout itself ignores (``why``: what chooses it), when they were set away from their
+    defaults."""
     import warnings
 
     from ..core.settings.config import TrainConfig
 
     set_ = {"ways": config.ways != 1, "stages": config.stages != 1, "chunks": config.chunks is not None,
-            "scheduler": config.scheduler != TrainConfig().scheduler}
+            "scheduler": config.scheduler != TrainConfig().scheduler,
+            "gp-size": config.graph_parallel_group_size != 1}
     flags = ["--" + n for n in names if set_[n]]
     if flags:
         warnings.warn(f"ignored: {', '.join(flags)} ({why})", stacklevel=3)

@@ -246,3 +246,17 @@ def test_train_names_only_the_ignored_flags_given_and_warns_about_checkpoint_eve
     msgs = [str(w.message) for w in rec]
     assert any(m.startswith("ignored: --ranks (") for m in msgs), msgs  # not "--ranks, --hardware"
     assert any(m.startswith("ignored: --checkpoint-every 1 (no --checkpoint-dir") for m in msgs), msgs
+
+
+def test_plan_of_an_atomistic_job_names_an_ignored_gp_size():
+    import warnings
+
+    from gnnpipe.cli.train import warn_layout_flags
+    from gnnpipe.core.settings.config import TrainConfig
+
+    names = ("ways", "stages", "chunks", "scheduler", "gp-size")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        warn_layout_flags(TrainConfig(graph_parallel_group_size=2), "plan chooses", names=names)
+        warn_layout_flags(TrainConfig(), "plan chooses", names=names)
+    assert [str(w.message) for w in got] == ["ignored: --gp-size (plan chooses)"]
