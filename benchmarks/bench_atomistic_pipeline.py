@@ -6,10 +6,12 @@ Three measurements, each on gloo ranks of this machine (CPU, one torch thread pe
    holds after one training step of a deep DimeNet++ (``--blocks`` interaction blocks), ``--mem-stages`` stages
    against the single process.
 2. **Bubble** — one gpipe run with ``--stages`` stages and ``--chunks`` micro-batches (``--per-chunk`` structures
-   each, direct forces): each rank's bubble ``1 − busy / makespan`` (busy: seconds in its ``F``, ``B`` and ``STEP`` actions;
-   makespan: first schedule start to last schedule end over the ranks) against the discrete-event simulator's
-   bubble (the same definition) for the same schedule with the measured mean duration of each stage's ``F``,
-   ``B`` and ``STEP``; beside it the seconds blocked in receives over the rank's own schedule.
+   each, direct forces): each rank's bubble ``1 − busy / makespan`` (busy: seconds in its ``F``, ``B`` and ``STEP``
+   actions, each the whole action on the rank — compute, posting its send, the interpreter — less its wait in
+   receives; makespan: first schedule start to last schedule end over the ranks) against the discrete-event
+   simulator's bubble (the same definition) for the same schedule with the measured duration of each action (mean
+   over the timed steps; micro-batches differ in size), and beside it with each stage's mean ``F``, ``B`` and
+   ``STEP``; per rank the seconds computing, in the actions besides, blocked in receives, and between actions.
 3. **Step time** — the same pipeline's step against the single process (1 thread, and 2 threads) on the same batch,
    and against the single process stepping through the same micro-batches in turn (its work without parallelism).
 4. **Memory model** (``--memory-model``) — each pipeline rank's peak of one step above its floor (resident set,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -33,6 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_graph_parallel import set_allocator  # noqa: E402
 
 
 def _config(args, **kw):
@@ -105,16 +110,20 @@ def _rank_peak(rank, world, cfg):
     return {"peak": _status("VmHWM") - floor, "floor": floor, "bounds": tr.bounds}
 
 
-def _rank_timing(rank, world, cfg, steps):
+def _rank_timing(rank, world, cfg, steps, malloc="system"):
     """``steps`` training steps of the pipeline on one fixed batch; per step: wall, idle (receive waits), and the
     mean duration of each action kind on this rank."""
     from gnnpipe.tasks.s2ef import pipeline as P
 
     torch.set_num_threads(1)
+    set_allocator(malloc)
     structures, splits, norm = _data(cfg)
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
-    st = tr.pipe_stage
-    spans: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}
+    st, ex = tr.pipe_stage, tr.executor
+    spans: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the stage's compute
+    acts: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the whole action less its receive wait
+    per: dict[str, float] = {}  # the same per action, "F3" (micro-batch 3's F), "STEP"
+    line: list[tuple] = []  # (action, start, end, receive wait) on the shared clock
 
     def timed(kind, fn):
         def run(*a):
@@ -124,9 +133,20 @@ def _rank_timing(rank, world, cfg, steps):
             return out
         return run
 
+    def action(kind, fn):
+        def run(*a):
+            t0, w0 = time.perf_counter(), tr.comm.idle_s
+            out = fn(*a)
+            acts[kind].append(time.perf_counter() - t0 - (tr.comm.idle_s - w0))
+            per[kind + (str(a[0]) if a else "")] = acts[kind][-1]
+            line.append((kind + (str(a[0]) if a else ""), t0, time.perf_counter(), tr.comm.idle_s - w0))
+            return out
+        return run
+
     st.forward_chunk = timed("F", st.forward_chunk)
     st.backward_chunk = timed("B", st.backward_chunk)
     st.step = timed("STEP", st.step)
+    ex.forward, ex.backward, ex.step = action("F", ex.forward), action("B", ex.backward), action("STEP", ex.step)
     sched = {"s": 0.0}
     run_schedule = tr.executor.train_epoch
 
@@ -141,7 +161,7 @@ def _rank_timing(rank, world, cfg, steps):
     _fixed_batches(P, list(range(cfg.batch_size)))
     out = []
     for i in range(steps):
-        for v in spans.values():
+        for v in (*spans.values(), *acts.values(), line):
             v.clear()
         tr.comm.reset()
         sched["s"] = 0.0
@@ -151,8 +171,9 @@ def _rank_timing(rank, world, cfg, steps):
         wall = time.perf_counter() - t0
         out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
                     "bytes_layer": rec["bytes_layer"], "start": sched["start"], "end": sched["end"],
-                    "busy": sum(sum(v) for v in spans.values()),
-                    "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in spans.items()}})
+                    "compute": sum(sum(v) for v in spans.values()), "busy": sum(sum(v) for v in acts.values()),
+                    "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in acts.items()}, "action": dict(per),
+                    "timeline": list(line)})
     return out
 
 
@@ -208,6 +229,9 @@ def main(argv=None) -> dict:
                     help="also measure each pipeline rank's peak against the memory model's prediction")
     ap.add_argument("--mm-stages", type=int, nargs="+", default=[2, 4], help="stages of the memory-model runs")
     ap.add_argument("--mm-chunks", type=int, default=8, help="structures (= micro-batches) of the memory-model runs")
+    ap.add_argument("--malloc", choices=["system", "retain"], default="system",
+                    help="allocator of the timing runs' processes (bench_graph_parallel.set_allocator): glibc's "
+                         "defaults, or 'retain' freed memory for reuse, so steps after the first fault no page in")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
 
@@ -247,7 +271,6 @@ def _memory_model(args, res: dict) -> None:
     """4. Per-rank peak of a pipeline step above the floor, measured, against the atomistic memory model
     (:func:`gnnpipe.costmodel.atomistic.predict_layout`: gradients + Adam moments + the all-reduce buffer +
     activations + the step's graphs; the parameters are in the floor), for ``--mm-stages`` × gpipe / 1f1b."""
-    import os
 
     from torch_geometric.data import Batch
 
@@ -287,8 +310,9 @@ def _memory_model(args, res: dict) -> None:
               f"{r['predicted_MiB']:8.1f} ({r['error']:+.1%})")
 
 
-def _single_rank(rank, world, cfg, steps, chunked):
+def _single_rank(rank, world, cfg, steps, chunked, malloc="system"):
     """A fresh process's single-process steps: the whole batch (``chunked`` false) or its micro-batches in turn."""
+    set_allocator(malloc)
     if chunked:
         return _chunked_single_step(cfg, steps)
     _, w, c = _single_step(cfg, steps, torch.get_num_threads())
@@ -303,14 +327,20 @@ def _round(args) -> dict:
     from gnnpipe.core.run.launch import spawn
 
     S, C = args.stages, args.chunks
-    outs = spawn(_rank_timing, S, (_config(args, stages=S, chunks=C, scheduler="gpipe"), args.steps),
+    outs = spawn(_rank_timing, S, (_config(args, stages=S, chunks=C, scheduler="gpipe"), args.steps, args.malloc),
                  backend="gloo", timeout_s=600, threads=1)
     timed = range(1, args.steps) if args.steps > 1 else range(args.steps)
     means = [{k: statistics.fmean(outs[s][i]["mean"][k] for i in timed) for k in ("F", "B", "STEP")}
              for s in range(S)]
-    sim = gs.simulate(gs.build_schedule("gpipe", S, C), lambda a: means[a.stage][a.kind.name])
-    # the simulator's definition, measured: 1 − (seconds in F, B, STEP) / (first schedule start to last schedule end
-    # over the ranks; perf_counter is the machine's monotonic clock, shared by the processes)
+    # each action's measured duration (mean over the timed steps): micro-batches differ in size
+    per = [{k: statistics.fmean(outs[s][i]["action"][k] for i in timed) for k in outs[s][timed[0]]["action"]}
+           for s in range(S)]
+    sched = gs.build_schedule("gpipe", S, C)
+    sim = gs.simulate(sched, lambda a: per[a.stage][a.kind.name + ("" if a.kind.name == "STEP" else str(a.chunk))])
+    sim_mean = gs.simulate(sched, lambda a: means[a.stage][a.kind.name])
+    # the simulator's definition, measured: 1 − (seconds in F, B, STEP: each action's whole time on the rank, its
+    # compute, posting its send and the interpreter's share, less its receive wait) / (first schedule start to last
+    # schedule end over the ranks; perf_counter is the machine's monotonic clock, shared by the processes)
     spans = [max(outs[s][i]["end"] for s in range(S)) - min(outs[s][i]["start"] for s in range(S)) for i in timed]
 
     def mean(key, s):
@@ -320,16 +350,19 @@ def _round(args) -> dict:
          "rank_cpu_s": [mean("cpu", s) for s in range(S)],
          "measured_bubble": [statistics.fmean(1 - outs[s][i]["busy"] / sp for i, sp in zip(timed, spans))
                              for s in range(S)],
-         "simulated_bubble": list(sim.bubble_fraction),
+         "simulated_bubble": list(sim.bubble_fraction), "simulated_bubble_mean_times": list(sim_mean.bubble_fraction),
          "receive_wait_share": [statistics.fmean(outs[s][i]["idle"] / outs[s][i]["schedule"] for i in timed)
                                 for s in range(S)],
-         "busy_s": [mean("busy", s) for s in range(S)], "receive_wait_s": [mean("idle", s) for s in range(S)],
+         "busy_s": [mean("busy", s) for s in range(S)], "compute_s": [mean("compute", s) for s in range(S)],
+         "receive_wait_s": [mean("idle", s) for s in range(S)],
          "schedule_s": [mean("schedule", s) for s in range(S)], "makespan_s": statistics.fmean(spans),
+         "start_s": [statistics.fmean(outs[s][i]["start"] - min(outs[q][i]["start"] for q in range(S)) for i in timed)
+                     for s in range(S)],
          "simulated_makespan_s": sim.makespan, "action_means_s": means,
          "bytes_layer_per_step": outs[0][-1]["bytes_layer"]}
     for key, threads, chunked, cfg in (("single", 1, False, _config(args)), ("single_2_threads", 2, False, _config(args)),
                                        ("chunked", 1, True, _config(args, stages=1, chunks=C))):
-        w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked), backend="gloo", timeout_s=600, threads=threads)[0]
+        w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked, args.malloc), backend="gloo", timeout_s=600, threads=threads)[0]
         r[key + "_s"] = statistics.fmean(w[i] for i in timed)
         r[key + "_cpu_s"] = statistics.fmean(c[i] for i in timed)
     r["speedup"] = r["single_s"] / r["pipeline_s"]
@@ -348,9 +381,12 @@ def _timing(args, res: dict) -> None:
               f"chunked {r['chunked_s']:.3f}, {S}-stage pipeline {r['pipeline_s']:.3f}: {r['speedup']:.2f}x "
               f"({r['speedup_vs_chunked']:.2f}x the chunked); bubble measured "
               + ", ".join(f"{x:.1%}" for x in r["measured_bubble"]) + ", simulated "
-              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble"]) + "; per rank s in F/B/STEP, receives, neither "
-              + ", ".join(f"{b:.3f}/{w:.3f}/{t - b - w:.3f}"
-                          for b, w, t in zip(r["busy_s"], r["receive_wait_s"], r["schedule_s"])), flush=True)
+              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble"]) + " (mean times "
+              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble_mean_times"]) + "); schedule starts +" + "/".join(f"{x * 1e3:.0f}" for x in r["start_s"])
+              + " ms; per rank s computing, in the actions besides, blocked in receives, between actions "
+              + ", ".join(f"{c:.3f}/{b - c:.3f}/{w:.3f}/{t - b - w:.3f}" for c, b, w, t in
+                                             zip(r["compute_s"], r["busy_s"], r["receive_wait_s"], r["schedule_s"])),
+              flush=True)
     med = statistics.median
     diff = [max(abs(m - s) for m, s in zip(r["measured_bubble"], r["simulated_bubble"])) for r in rounds]
     res["rounds"] = rounds

@@ -21,6 +21,7 @@ For each ``G`` of ``--gp-sizes`` (1: a single process, no process group) the scr
 Usage::
 
     python benchmarks/bench_graph_parallel.py --gp-sizes 1 2 4 --steps 5 --out bench_gp.json
+    python benchmarks/bench_graph_parallel.py --gp-sizes 1 2 --hidden 128 --malloc retain   # no page faults
     python benchmarks/bench_graph_parallel.py --size 4 --layers 3 --hidden 32 --steps 2 --gp-sizes 1 2   # smoke
 
 Times on a shared CPU are load-dependent: report the machine's load (``uptime``) with them.
@@ -51,6 +52,19 @@ def slab(size: int, layers: int, dtype: torch.dtype):
     atoms.calc = EMT()
     atoms.get_forces()
     return Batch.from_data_list(from_atoms([atoms], dtype=dtype))
+
+
+def set_allocator(kind: str) -> None:
+    """This process's allocator from now on: glibc's defaults (``system``), or ``retain`` — no fresh mappings for
+    large blocks and no trimming (``mallopt(M_MMAP_MAX, 0)``, ``mallopt(M_TRIM_THRESHOLD, -1)``), so freed memory
+    is reused as PyTorch's CUDA caching allocator reuses it and a step after the first faults no page in. On a VM
+    a page fault can cost tens of microseconds, and then the allocator, not the model, sets the step time."""
+    if kind == "retain":
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        if not (libc.mallopt(-4, 0) and libc.mallopt(-1, -1)):  # M_MMAP_MAX, M_TRIM_THRESHOLD (SIZE_MAX)
+            raise RuntimeError("mallopt refused the retain settings")
 
 
 def _peak_reset(device: torch.device) -> float:
@@ -94,6 +108,7 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, gp_size: int | Non
     from gnnpipe.partitioners import plan_graph_parallel
 
     torch.set_num_threads(args.threads)
+    set_allocator(args.malloc)
     device = torch.device(args.device if args.device != "cuda" else f"cuda:{rank % torch.cuda.device_count()}")
     dtype = getattr(torch, args.dtype)
     batch = slab(args.size, args.layers, dtype)
@@ -179,6 +194,8 @@ def main(argv=None) -> int:
                    help="also run two whole single-process steps at once (D = 2 replicas of G = 1, their gradients "
                         "all-reduced): the slowdown two processes cause each other on this machine bounds what "
                         "G = 2 can gain (2 / that ratio)")
+    p.add_argument("--malloc", choices=["system", "retain"], default="system",
+                   help="each rank's allocator (set_allocator): glibc's defaults, or retain freed memory for reuse")
     p.add_argument("--out", help="write the results as JSON")
     args = p.parse_args(argv)
     results = {}

@@ -14,10 +14,11 @@ Bytes are counted as the payload a rank *sends* (``numel · element_size``), by 
   formula of each op is there). An all-gather of ``G`` equal blocks of ``P`` bytes is counted as the ring
   algorithm sends it, ``(G−1)·P`` per rank; a reduce-scatter of ``G`` blocks of ``P`` bytes likewise ``(G−1)·P``.
 
-Time is split as: ``comm`` = seconds inside send/collective calls (including waiting for sends to
-complete), ``idle`` = seconds blocked in receives waiting for a peer (pipeline bubbles appear here),
-and the caller derives ``compute`` = wall − comm − idle. A receive posted early (:meth:`Comm.irecv`)
-counts as idle only the time its :meth:`Comm.wait_recv` blocks.
+Time is split as: ``comm`` = seconds inside send/collective calls, ``idle`` = seconds blocked waiting for a
+peer — in receives, and in waits for point-to-point sends the receiver has not taken yet (gloo completes a send
+once the peer posts its receive; pipeline bubbles appear here) — and the caller derives ``compute`` = wall −
+comm − idle. A receive posted early (:meth:`Comm.irecv`) counts as idle only the time its :meth:`Comm.wait_recv`
+blocks.
 """
 
 from __future__ import annotations
@@ -112,12 +113,16 @@ class Comm:
             tensor = _host_copy(tensor)
         self._reap_sends()
         self._pending.append((dist.isend(tensor, dst, tag=tag), tensor))
-        if not self._pollable:
+        waited = 0.0
+        if not self._pollable and len(self._pending) > MAX_PENDING_SENDS:
+            t1 = time.perf_counter()
             while len(self._pending) > MAX_PENDING_SENDS:
                 work, _ = self._pending.pop(0)
                 work.wait()
+            waited = time.perf_counter() - t1
         self.bytes[kind] += tensor.numel() * tensor.element_size()
-        self.comm_s += time.perf_counter() - t0
+        self.idle_s += waited
+        self.comm_s += time.perf_counter() - t0 - waited
 
     def recv(self, shape: tuple[int, ...], dtype: torch.dtype, src: int, tag: int) -> Tensor:
         """Blocking receive of a tensor of known ``shape`` and ``dtype`` from global rank ``src``."""
@@ -195,12 +200,12 @@ class Comm:
             self._pending = keep
 
     def wait_sends(self) -> None:
-        """Wait for every outstanding :meth:`isend`."""
+        """Wait for every outstanding :meth:`isend` (the wait counts as idle: the receiver has not taken them)."""
         t0 = time.perf_counter()
         for work, _ in self._pending:
             work.wait()
         self._pending.clear()
-        self.comm_s += time.perf_counter() - t0
+        self.idle_s += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, tensor: Tensor, group=None, kind: str = "weight") -> Tensor:

@@ -570,7 +570,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
     def train_step(self, epoch: int) -> dict:
         """One epoch of steps, each one schedule through the stages; returns ``loss`` (mean over steps of the
         global batch's loss), ``lr``, ``train_energy_mae`` / ``train_force_mae`` (eV, eV/Å), ``bytes_layer`` (boundary
-        bytes sent, summed over ranks), ``idle_s`` (per rank: seconds blocked in receives)."""
+        bytes sent, summed over ranks), ``idle_s`` (per rank: seconds blocked waiting for a peer, in receives and in
+        sends not yet taken)."""
         c0 = time.thread_time()
         cfg = self.config
         self.model.train()
