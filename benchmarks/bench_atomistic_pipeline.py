@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_graph_parallel import set_allocator  # noqa: E402
+from bench_graph_parallel import set_allocator
 
 
 def _config(args, **kw):
@@ -121,9 +121,7 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     st, ex = tr.pipe_stage, tr.executor
     spans: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the stage's compute
-    acts: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the whole action less its receive wait
-    per: dict[str, float] = {}  # the same per action, "F3" (micro-batch 3's F), "STEP"
-    line: list[tuple] = []  # (action, start, end, receive wait) on the shared clock
+    line: list[tuple] = []  # (kind, action, start, end, receive wait) on the shared clock; action "F3", "STEP"
 
     def timed(kind, fn):
         def run(*a):
@@ -137,9 +135,7 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         def run(*a):
             t0, w0 = time.perf_counter(), tr.comm.idle_s
             out = fn(*a)
-            acts[kind].append(time.perf_counter() - t0 - (tr.comm.idle_s - w0))
-            per[kind + (str(a[0]) if a else "")] = acts[kind][-1]
-            line.append((kind + (str(a[0]) if a else ""), t0, time.perf_counter(), tr.comm.idle_s - w0))
+            line.append((kind, _action_name(kind, a[0] if a else None), t0, time.perf_counter(), tr.comm.idle_s - w0))
             return out
         return run
 
@@ -161,7 +157,7 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
     _fixed_batches(P, list(range(cfg.batch_size)))
     out = []
     for i in range(steps):
-        for v in (*spans.values(), *acts.values(), line):
+        for v in (*spans.values(), line):
             v.clear()
         tr.comm.reset()
         sched["s"] = 0.0
@@ -169,12 +165,19 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         t0 = time.perf_counter()
         rec = tr.train_step(i)
         wall = time.perf_counter() - t0
+        acts = {k: [b - a - w for kind, _, a, b, w in line if kind == k] for k in spans}  # the action less its wait
         out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
                     "bytes_layer": rec["bytes_layer"], "start": sched["start"], "end": sched["end"],
                     "compute": sum(sum(v) for v in spans.values()), "busy": sum(sum(v) for v in acts.values()),
-                    "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in acts.items()}, "action": dict(per),
+                    "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in acts.items()},
+                    "action": {n: b - a - w for _, n, a, b, w in line},
                     "timeline": list(line)})
     return out
+
+
+def _action_name(kind: str, chunk: int | None) -> str:
+    """``"F3"`` (micro-batch 3's ``F``), ``"STEP"``: the key of one action's measured time."""
+    return kind if chunk is None else f"{kind}{chunk}"
 
 
 def _timed_steps(tr, steps):
@@ -336,7 +339,8 @@ def _round(args) -> dict:
     per = [{k: statistics.fmean(outs[s][i]["action"][k] for i in timed) for k in outs[s][timed[0]]["action"]}
            for s in range(S)]
     sched = gs.build_schedule("gpipe", S, C)
-    sim = gs.simulate(sched, lambda a: per[a.stage][a.kind.name + ("" if a.kind.name == "STEP" else str(a.chunk))])
+    sim = gs.simulate(sched, lambda a: per[a.stage][_action_name(a.kind.name,
+                                                                  None if a.kind.name == "STEP" else a.chunk)])
     sim_mean = gs.simulate(sched, lambda a: means[a.stage][a.kind.name])
     # the simulator's definition, measured: 1 − (seconds in F, B, STEP: each action's whole time on the rank, its
     # compute, posting its send and the interpreter's share, less its receive wait) / (first schedule start to last
@@ -362,7 +366,8 @@ def _round(args) -> dict:
          "bytes_layer_per_step": outs[0][-1]["bytes_layer"]}
     for key, threads, chunked, cfg in (("single", 1, False, _config(args)), ("single_2_threads", 2, False, _config(args)),
                                        ("chunked", 1, True, _config(args, stages=1, chunks=C))):
-        w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked, args.malloc), backend="gloo", timeout_s=600, threads=threads)[0]
+        w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked, args.malloc), backend="gloo", timeout_s=600,
+                     threads=threads)[0]
         r[key + "_s"] = statistics.fmean(w[i] for i in timed)
         r[key + "_cpu_s"] = statistics.fmean(c[i] for i in timed)
     r["speedup"] = r["single_s"] / r["pipeline_s"]
@@ -382,11 +387,11 @@ def _timing(args, res: dict) -> None:
               f"({r['speedup_vs_chunked']:.2f}x the chunked); bubble measured "
               + ", ".join(f"{x:.1%}" for x in r["measured_bubble"]) + ", simulated "
               + ", ".join(f"{x:.1%}" for x in r["simulated_bubble"]) + " (mean times "
-              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble_mean_times"]) + "); schedule starts +" + "/".join(f"{x * 1e3:.0f}" for x in r["start_s"])
+              + ", ".join(f"{x:.1%}" for x in r["simulated_bubble_mean_times"]) + "); schedule starts +"
+              + "/".join(f"{x * 1e3:.0f}" for x in r["start_s"])
               + " ms; per rank s computing, in the actions besides, blocked in receives, between actions "
               + ", ".join(f"{c:.3f}/{b - c:.3f}/{w:.3f}/{t - b - w:.3f}" for c, b, w, t in
-                                             zip(r["compute_s"], r["busy_s"], r["receive_wait_s"], r["schedule_s"])),
-              flush=True)
+                          zip(r["compute_s"], r["busy_s"], r["receive_wait_s"], r["schedule_s"])), flush=True)
     med = statistics.median
     diff = [max(abs(m - s) for m, s in zip(r["measured_bubble"], r["simulated_bubble"])) for r in rounds]
     res["rounds"] = rounds
