@@ -154,6 +154,30 @@ def test_sigterm_stops_every_rank(tmp_path):
     assert not alive, f"ranks left running: {alive}"
 
 
+def test_sigterm_during_start_up_stops_a_launcher_started_with_sigint_ignored():
+    """A background job (``cmd &`` in a script) starts with SIGINT ignored, and an ignored signal stays ignored
+    through exec: the SIGINT the launcher forwards must still reach ranks that are still starting up."""
+    proc = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--stages", "2", "--num-nodes", "300",
+                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    t0, children = time.monotonic(), []
+    while len(children) < 2 and time.monotonic() - t0 < 120:  # the ranks exist; they are importing, not training
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)])
+    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    time.sleep(1)
+    alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+    assert not alive, f"ranks left running: {alive}"
+
+
 def _share_split(rank, world, config, plan):
     from gnnpipe.core.training.runner import share_profiled_split
 

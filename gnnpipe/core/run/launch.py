@@ -165,6 +165,23 @@ def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[in
     return dist.get_rank(), dist.get_world_size()
 
 
+@contextlib.contextmanager
+def _interruptible_children():
+    """Start child processes able to receive SIGINT. An ignored signal stays ignored through fork and exec, and a
+    launcher started as a background job (``cmd &`` in a script) ignores SIGINT: its ranks would then drop the
+    SIGINT it forwards on a stop until they install their own handler, and a stop during their start-up would be
+    lost. A handled signal is reset to its default in the child, where Python raises ``KeyboardInterrupt``."""
+    main = threading.current_thread() is threading.main_thread()
+    ignored = main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float, threads: int,
            fn: Callable, args: tuple, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -246,7 +263,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, pipes[r][1]),
                          daemon=True, name=f"gnnpipe-rank{r}") for r in range(world_size)]
-    with _main_not_reimported(unreadable_main):
+    with _main_not_reimported(unreadable_main), _interruptible_children():
         for p in procs:
             p.start()
     for _, w in pipes:
