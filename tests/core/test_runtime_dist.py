@@ -149,6 +149,7 @@ def test_sigterm_stops_every_rank(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
+    assert "SIGINT" not in err and "stopped by signal SIGTERM" in err, err[-2000:]  # the signal sent, named
     time.sleep(1)
     alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
     assert not alive, f"ranks left running: {alive}"

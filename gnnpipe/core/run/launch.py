@@ -291,6 +291,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
 
     previous: dict = {}
     stop_at: list[float] = []
+    stop_name: list[str] = []
 
     def on_signal(signum, frame):
         now = time.monotonic()
@@ -299,10 +300,11 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         if stop_at:
             raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
         stop_at.append(now)
-        for p in procs:  # a `kill` of the launcher alone reaches no rank: forward it
+        stop_name.append(signal.Signals(signum).name)
+        for p in procs:  # a `kill` of the launcher alone reaches no rank: forward it (the same signal)
             if p.is_alive() and p.pid is not None:
                 try:
-                    os.kill(p.pid, signal.SIGINT)
+                    os.kill(p.pid, signum)
                 except OSError:
                     pass
 
@@ -322,7 +324,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                     if len(out) < world_size:
                         poll(0.2)
                         if not [m for _, m in errors.values() if not m.startswith("KeyboardInterrupt")] and not deaths:
-                            raise KeyboardInterrupt("stopped by signal")
+                            raise KeyboardInterrupt(f"stopped by signal {stop_name[0]}")
                         break
                 continue
             for r, p in enumerate(procs):
