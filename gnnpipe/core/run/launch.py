@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 from multiprocessing import connection as mp_connection
 
 from ...errors import ConfigError, DistributedError, GnnpipeError
+from . import stopping
 
 #: seconds ranks may take to start and meet on the store (independent of the communication timeout)
 RENDEZVOUS_S = 300.0
@@ -295,7 +296,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
 
     def on_signal(signum, frame):
         now = time.monotonic()
-        if stop_at and now - stop_at[0] < 2.0:
+        if stop_at and now - stop_at[0] < stopping.DEBOUNCE_S:
             return  # the same Ctrl-C, seen by the ranks directly (the ranks debounce likewise)
         if stop_at:
             raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
