@@ -7,13 +7,16 @@ Three measurements, each on gloo ranks of this machine (CPU, one torch thread pe
    against the single process.
 2. **Bubble** — one gpipe run with ``--stages`` stages and ``--chunks`` micro-batches (``--per-chunk`` structures
    each, direct forces): each rank's bubble ``1 − busy / makespan`` (busy: seconds in its ``F``, ``B`` and ``STEP``
-   actions, each the whole action on the rank — compute, posting its send, the interpreter — less its wait in
-   receives; makespan: first schedule start to last schedule end over the ranks) against the discrete-event
-   simulator's bubble (the same definition) for the same schedule with the measured duration of each action (mean
-   over the timed steps; micro-batches differ in size), and beside it with each stage's mean ``F``, ``B`` and
-   ``STEP``; per rank the seconds computing, in the actions besides, blocked in receives, and between actions.
+   actions, each the whole time since the rank's action before — compute, posting its send and the next receive,
+   the interpreter — less its receive waits; makespan: first schedule start to last schedule end over the ranks)
+   against the discrete-event simulator's bubble (the same definition) for the same schedule with the measured
+   duration of each action, step by step (micro-batches differ in size), and beside it with each stage's mean
+   ``F``, ``B`` and ``STEP``; per rank the seconds computing, in the actions besides, blocked in receives, and
+   between actions.
 3. **Step time** — the same pipeline's step against the single process (1 thread, and 2 threads) on the same batch,
-   and against the single process stepping through the same micro-batches in turn (its work without parallelism).
+   and against the single process stepping through the same micro-batches in turn (its work without parallelism);
+   with ``--contention``, two of those at once against one alone: how much two processes slow each other on this
+   machine (two vCPUs may share one core), which bounds what two stages can gain.
 4. **Memory model** (``--memory-model``) — each pipeline rank's peak of one step above its floor (resident set,
    ``MALLOC_MMAP_THRESHOLD_=16384``) against :func:`gnnpipe.costmodel.atomistic.predict_layout`, for ``--mm-stages``
    stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
@@ -135,7 +138,8 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         def run(*a):
             t0, w0 = time.perf_counter(), tr.comm.idle_s
             out = fn(*a)
-            line.append((kind, _action_name(kind, a[0] if a else None), t0, time.perf_counter(), tr.comm.idle_s - w0))
+            line.append((kind, _action_name(kind, a[0] if a else None), t0, time.perf_counter(), tr.comm.idle_s - w0,
+                         tr.comm.idle_s))
             return out
         return run
 
@@ -147,10 +151,10 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
     run_schedule = tr.executor.train_epoch
 
     def timed_schedule(*a):
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), tr.comm.idle_s
         out = run_schedule(*a)
         t1 = time.perf_counter()
-        sched.update(s=sched["s"] + t1 - t0, start=t0, end=t1)
+        sched.update(s=sched["s"] + t1 - t0, start=t0, end=t1, idle0=w0)
         return out
 
     tr.executor.train_epoch = timed_schedule
@@ -165,13 +169,23 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         t0 = time.perf_counter()
         rec = tr.train_step(i)
         wall = time.perf_counter() - t0
-        acts = {k: [b - a - w for kind, _, a, b, w in line if kind == k] for k in spans}  # the action less its wait
+        # each action's time on the rank: from the end of the one before (the schedule's start for the first) to
+        # its end, less the receive waits in between: its compute, posting its send and the next action's receive,
+        # the interpreter; what is left of the schedule is waiting (receives, the final wait for sends) and the
+        # tail after the last action
+        lead = {}
+        prev_t, prev_w = sched["start"], sched["idle0"]
+        for _, n, a, b, w, w_end in line:
+            lead[n] = (b - prev_t) - (w_end - prev_w)
+            prev_t, prev_w = b, w_end
+        inside = {k: [b - a - w for kind, _, a, b, w, _ in line if kind == k] for k in spans}  # the action alone
         out.append({"wall": wall, "idle": tr.comm.idle_s, "schedule": sched["s"], "cpu": rec["cpu_s"][rank],
                     "bytes_layer": rec["bytes_layer"], "start": sched["start"], "end": sched["end"],
-                    "compute": sum(sum(v) for v in spans.values()), "busy": sum(sum(v) for v in acts.values()),
-                    "mean": {k: statistics.fmean(v) if v else 0.0 for k, v in acts.items()},
-                    "action": {n: b - a - w for _, n, a, b, w in line},
-                    "timeline": list(line)})
+                    "compute": sum(sum(v) for v in spans.values()), "inside": sum(sum(v) for v in inside.values()),
+                    "busy": sum(lead.values()),
+                    "mean": {k: statistics.fmean(v) if (v := [lead[n] for kind, n, *_ in line if kind == k]) else 0.0
+                             for k in spans},
+                    "action": lead, "timeline": list(line)})
     return out
 
 
@@ -235,6 +249,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--malloc", choices=["system", "retain"], default="system",
                     help="allocator of the timing runs' processes (bench_graph_parallel.set_allocator): glibc's "
                          "defaults, or 'retain' freed memory for reuse, so steps after the first fault no page in")
+    ap.add_argument("--contention", action="store_true",
+                    help="each round also runs two chunked single processes at once: how much two processes slow "
+                         "each other on this machine (2 / that ratio bounds what S = 2 can gain)")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
 
@@ -322,6 +339,15 @@ def _single_rank(rank, world, cfg, steps, chunked, malloc="system"):
     return w, c
 
 
+def _pair_rank(rank, world, cfg, steps, malloc="system"):
+    """Contention control: each of two processes, started together, steps through the micro-batches in turn alone
+    (no process group: nothing is exchanged), as ``_chunked_single_step``."""
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    set_allocator(malloc)
+    return _chunked_single_step(cfg, steps)
+
+
 def _round(args) -> dict:
     """One round in fresh processes: the pipeline, then the single process (1 and 2 threads) and the chunked
     single process; each of this machine's processes runs the same step at its own speed (±25 % here), so rounds
@@ -335,16 +361,19 @@ def _round(args) -> dict:
     timed = range(1, args.steps) if args.steps > 1 else range(args.steps)
     means = [{k: statistics.fmean(outs[s][i]["mean"][k] for i in timed) for k in ("F", "B", "STEP")}
              for s in range(S)]
-    # each action's measured duration (mean over the timed steps): micro-batches differ in size
-    per = [{k: statistics.fmean(outs[s][i]["action"][k] for i in timed) for k in outs[s][timed[0]]["action"]}
-           for s in range(S)]
     sched = gs.build_schedule("gpipe", S, C)
-    sim = gs.simulate(sched, lambda a: per[a.stage][_action_name(a.kind.name,
-                                                                  None if a.kind.name == "STEP" else a.chunk)])
+
+    def key(a):
+        return _action_name(a.kind.name, None if a.kind.name == "STEP" else a.chunk)
+
+    # each step simulated with the duration each of its actions took (micro-batches differ in size, and a process's
+    # speed drifts from step to step), against the same step measured
+    sims = [gs.simulate(sched, lambda a, i=i: outs[a.stage][i]["action"][key(a)]) for i in timed]
     sim_mean = gs.simulate(sched, lambda a: means[a.stage][a.kind.name])
     # the simulator's definition, measured: 1 − (seconds in F, B, STEP: each action's whole time on the rank, its
-    # compute, posting its send and the interpreter's share, less its receive wait) / (first schedule start to last
-    # schedule end over the ranks; perf_counter is the machine's monotonic clock, shared by the processes)
+    # compute, posting its send, the interpreter's share and the time since the action before, less the receive
+    # waits) / (first schedule start to last schedule end over the ranks; perf_counter is the machine's monotonic
+    # clock, shared by the processes)
     spans = [max(outs[s][i]["end"] for s in range(S)) - min(outs[s][i]["start"] for s in range(S)) for i in timed]
 
     def mean(key, s):
@@ -354,7 +383,9 @@ def _round(args) -> dict:
          "rank_cpu_s": [mean("cpu", s) for s in range(S)],
          "measured_bubble": [statistics.fmean(1 - outs[s][i]["busy"] / sp for i, sp in zip(timed, spans))
                              for s in range(S)],
-         "simulated_bubble": list(sim.bubble_fraction), "simulated_bubble_mean_times": list(sim_mean.bubble_fraction),
+         "simulated_bubble": [statistics.fmean(sim.bubble_fraction[s] for sim in sims) for s in range(S)],
+         "simulated_bubble_mean_times": list(sim_mean.bubble_fraction),
+         "inside_s": [mean("inside", s) for s in range(S)],
          "receive_wait_share": [statistics.fmean(outs[s][i]["idle"] / outs[s][i]["schedule"] for i in timed)
                                 for s in range(S)],
          "busy_s": [mean("busy", s) for s in range(S)], "compute_s": [mean("compute", s) for s in range(S)],
@@ -362,7 +393,7 @@ def _round(args) -> dict:
          "schedule_s": [mean("schedule", s) for s in range(S)], "makespan_s": statistics.fmean(spans),
          "start_s": [statistics.fmean(outs[s][i]["start"] - min(outs[q][i]["start"] for q in range(S)) for i in timed)
                      for s in range(S)],
-         "simulated_makespan_s": sim.makespan, "action_means_s": means,
+         "simulated_makespan_s": statistics.fmean(sim.makespan for sim in sims), "action_means_s": means,
          "bytes_layer_per_step": outs[0][-1]["bytes_layer"]}
     for key, threads, chunked, cfg in (("single", 1, False, _config(args)), ("single_2_threads", 2, False, _config(args)),
                                        ("chunked", 1, True, _config(args, stages=1, chunks=C))):
@@ -370,6 +401,11 @@ def _round(args) -> dict:
                      threads=threads)[0]
         r[key + "_s"] = statistics.fmean(w[i] for i in timed)
         r[key + "_cpu_s"] = statistics.fmean(c[i] for i in timed)
+    if args.contention:
+        pair = spawn(_pair_rank, 2, (_config(args, stages=1, chunks=C), args.steps, args.malloc), backend="gloo",
+                     timeout_s=600, threads=1)
+        r["pair_s"] = statistics.fmean(statistics.fmean(w[i] for i in timed) for w, _ in pair)
+        r["contention"] = r["pair_s"] / r["chunked_s"]
     r["speedup"] = r["single_s"] / r["pipeline_s"]
     r["speedup_vs_chunked"] = r["chunked_s"] / r["pipeline_s"]
     return r
@@ -391,7 +427,9 @@ def _timing(args, res: dict) -> None:
               + "/".join(f"{x * 1e3:.0f}" for x in r["start_s"])
               + " ms; per rank s computing, in the actions besides, blocked in receives, between actions "
               + ", ".join(f"{c:.3f}/{b - c:.3f}/{w:.3f}/{t - b - w:.3f}" for c, b, w, t in
-                          zip(r["compute_s"], r["busy_s"], r["receive_wait_s"], r["schedule_s"])), flush=True)
+                          zip(r["compute_s"], r["inside_s"], r["receive_wait_s"], r["schedule_s"]))
+              + (f"; two chunked copies at once {r['contention']:.2f}x slower than one alone" if "contention" in r
+                 else ""), flush=True)
     med = statistics.median
     diff = [max(abs(m - s) for m, s in zip(r["measured_bubble"], r["simulated_bubble"])) for r in rounds]
     res["rounds"] = rounds
@@ -400,12 +438,16 @@ def _timing(args, res: dict) -> None:
                       "speedup_vs_chunked_median": med(r["speedup_vs_chunked"] for r in rounds),
                       "bubble_gap_points_median": 100 * med(diff), "bubble_gap_points_max": 100 * max(diff),
                       "bytes_layer_per_step": rounds[0]["bytes_layer_per_step"]}
+    if args.contention:
+        res["summary"]["contention_range"] = [min(r["contention"] for r in rounds), max(r["contention"] for r in rounds)]
     sm = res["summary"]
     print(f"gpipe S={S} C={C} ({args.per_chunk} structure(s) per micro-batch), {args.rounds} rounds: speed-up "
           f"{sm['speedup_median']:.2f}x median ({sm['speedup_range'][0]:.2f}-{sm['speedup_range'][1]:.2f}), "
           f"{sm['speedup_vs_chunked_median']:.2f}x the chunked single process; bubble measured - simulated: "
           f"{sm['bubble_gap_points_median']:.1f} points median, {sm['bubble_gap_points_max']:.1f} max; "
-          f"{sm['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step")
+          f"{sm['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step"
+          + ("; two processes at once {:.2f}-{:.2f}x slower than one".format(*sm["contention_range"])
+             if args.contention else ""))
 
 
 if __name__ == "__main__":
