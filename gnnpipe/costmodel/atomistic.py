@@ -414,7 +414,8 @@ class AtomProfile:
         kappa: the double-backward factor. peak_bytes: the step's peak live bytes above the state before it.
         grad_bytes: the gradients' bytes. kept_bytes: the counted kept bytes (:func:`activation_widths`).
         edges, triplets, atoms, structures: the sample. element_size: ``b``. floor_bytes: resident bytes of this
-        process before the step (runtime, model, sample). link: ``(latency_s, bandwidth_Bps)`` of an all-reduce
+        process before the step less the model's weights and the sample's batch and graph (the runtime, the data
+        set), which a rank counts per layout. link: ``(latency_s, bandwidth_Bps)`` of an all-reduce
         hop measured between two local ranks, or ``None``. step_cpu_s: the median step's CPU seconds of the main
         thread (``step_s`` less the time other processes took the core). widths_version: :data:`WIDTHS_VERSION`
         of the widths κ was fitted against.
@@ -470,6 +471,26 @@ def _rss() -> int:
     return 0
 
 
+def _held_bytes(*objs) -> int:
+    """Bytes of the distinct tensor storages held by ``objs``: modules (parameters and buffers), PyG data (its
+    tensors) and objects whose attributes are tensors (an :class:`~gnnpipe.data.atoms.AtomGraph`)."""
+    import torch
+
+    seen: dict[int, int] = {}
+    for obj in objs:
+        if isinstance(obj, torch.nn.Module):
+            tensors = [*obj.parameters(), *obj.buffers()]
+        elif hasattr(obj, "to_dict"):
+            tensors = list(obj.to_dict().values())
+        else:
+            tensors = list(vars(obj).values())
+        for t in tensors:
+            if torch.is_tensor(t) and t.device.type == "cpu" and not t.is_meta:
+                st = t.untyped_storage()
+                seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+    return sum(seen.values())
+
+
 def _train_step(model, batch, graph, comm=None):
     out = model(batch, graph, comm, forces=True)
     e, f = batch.energy.reshape(-1), batch.forces
@@ -497,7 +518,9 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     b = params[0].element_size()
-    floor = _rss()
+    # the runtime floor: what this process holds less the model's weights and the sample's batch and graph, which
+    # the plan counts per rank (``parameters``, ``graph``)
+    floor = max(_rss() - _held_bytes(model, batch, graph), 0)
     times, cpus = [], []
     for i in range(warmup + steps):
         for p in params:

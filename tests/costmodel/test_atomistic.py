@@ -207,6 +207,23 @@ def test_rank_memory_counts_the_steps_graph():
     assert one.peak == one.states + one.allreduce + one.activations + one.graph
 
 
+def test_the_profiled_floor_leaves_out_the_weights_batch_and_graph_the_plan_counts_per_rank():
+    """The plan adds each rank's parameters and graph to the floor; a floor read with the profiled model's weights
+    and the sample's batch and graph resident would count them twice (256 MiB of tensors here)."""
+    from gnnpipe.costmodel.atomistic import _held_bytes, job_graph, profile_step
+
+    model = _model("schnet").float()
+    batch, graph = job_graph(_job(model))
+    batch.energy, batch.forces = torch.zeros(batch.num_graphs), torch.zeros_like(batch.pos)
+    bare = profile_step(model, batch, graph, steps=1, warmup=0).floor_bytes
+    batch.extra = torch.ones(16 << 20, dtype=torch.float64)  # 128 MiB, resident
+    graph.extra = torch.ones(8 << 20, dtype=torch.float64)
+    model.register_buffer("extra", torch.ones(8 << 20, dtype=torch.float64))
+    assert _held_bytes(model, batch, graph) > 256 << 20
+    heavy = profile_step(model, batch, graph, steps=1, warmup=0).floor_bytes
+    assert abs(heavy - bare) < 48 << 20, (bare, heavy)  # without the correction: +256 MiB
+
+
 def test_time_model_splits_the_profiled_step_by_work_and_adds_the_bubble():
     from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout, work_weights
     from gnnpipe.costmodel.hardware import Hardware, Link
