@@ -1,6 +1,6 @@
 """The S2EF pipeline (issue #30): per-rank parameter memory, the bubble against the schedule simulator, step time.
 
-Three measurements, each on gloo ranks of this machine (CPU, one torch thread per rank):
+Four measurements, each on gloo ranks of this machine (CPU, one torch thread per rank):
 
 1. **Parameter memory per rank** — bytes of weights + gradients + AdamW moments (and step counters) each rank
    holds after one training step of a deep DimeNet++ (``--blocks`` interaction blocks), ``--mem-stages`` stages
@@ -124,7 +124,9 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     st, ex = tr.pipe_stage, tr.executor
     spans: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the stage's compute
-    line: list[tuple] = []  # (kind, action, start, end, receive wait) on the shared clock; action "F3", "STEP"
+    # (kind, action, start, end, receive wait inside it, the rank's receive waits so far) on the shared clock;
+    # action "F3", "STEP"
+    line: list[tuple] = []
 
     def timed(kind, fn):
         def run(*a):
@@ -363,12 +365,12 @@ def _round(args) -> dict:
              for s in range(S)]
     sched = gs.build_schedule("gpipe", S, C)
 
-    def key(a):
+    def action_key(a):
         return _action_name(a.kind.name, None if a.kind.name == "STEP" else a.chunk)
 
     # each step simulated with the duration each of its actions took (micro-batches differ in size, and a process's
     # speed drifts from step to step), against the same step measured
-    sims = [gs.simulate(sched, lambda a, i=i: outs[a.stage][i]["action"][key(a)]) for i in timed]
+    sims = [gs.simulate(sched, lambda a, i=i: outs[a.stage][i]["action"][action_key(a)]) for i in timed]
     sim_mean = gs.simulate(sched, lambda a: means[a.stage][a.kind.name])
     # the simulator's definition, measured: 1 − (seconds in F, B, STEP: each action's whole time on the rank, its
     # compute, posting its send, the interpreter's share and the time since the action before, less the receive
