@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import attrs
 import pytest
@@ -200,3 +201,39 @@ def test_torchrun_ranks_run_rank_0s_profiled_split():
                    num_features=1, num_classes=2, info={})
     outs = launch.spawn(_share_split, 2, (config, plan), timeout_s=60, threads=1, max_runtime_s=120)
     assert outs == [([0, 1, 4], [0, 1, 4])] * 2
+
+
+_REPEAT_SCRIPT = r"""
+import os, signal, sys, threading, time
+from gnnpipe.core.run import stopping
+from gnnpipe.core.run.launch import spawn
+
+def rank(r, world):
+    with stopping.installed(announce=False):
+        while not stopping.requested():
+            time.sleep(0.02)
+    raise KeyboardInterrupt("stopped")
+
+if __name__ == "__main__":
+    def press():
+        time.sleep(float(sys.argv[1]))
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1.0)  # the stop has ended the ranks by now: a second press within the debounce window
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press, daemon=True).start()
+    try:
+        spawn(rank, 2, backend="gloo", timeout_s=60, graceful=True)
+    except KeyboardInterrupt as exc:
+        time.sleep(1.5)  # the caller writes the partial results
+        print("saved after", exc, flush=True)
+"""
+
+
+def test_a_repeated_stop_signal_within_the_debounce_window_does_not_interrupt_the_caller_afterwards(tmp_path):
+    """A second Ctrl-C within ``DEBOUNCE_S`` of the first is the same stop, also when it arrives after the ranks
+    have ended, while the caller (``gnnpipe train --out``) writes the partial results."""
+    script = tmp_path / "repeat.py"
+    script.write_text(_REPEAT_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), "8"], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0 and "saved after" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr[-2000:])

@@ -356,6 +356,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
                 timed_out = True
                 break
     finally:
+        rest = stop_at[0] + stopping.DEBOUNCE_S - time.monotonic() if stop_at else 0.0
+        if rest > 0:  # a repeat within the debounce window is the same stop: it must not interrupt the caller
+            time.sleep(rest)  # writing the partial results once the previous handlers are back
         for s, h in previous.items():
             signal.signal(s, h)
         # who had reported nothing when the run was stopped: what a rank says after the termination below
