@@ -402,6 +402,9 @@ DEFAULT_KAPPA = 2.7
 #: the version of :func:`activation_widths` / :func:`stage_widths` a profile's κ was fitted against (2: the geometry in
 #: the force mode's widths, 10·S·R per read edge); a saved profile of another version is refused on load
 WIDTHS_VERSION = 2
+#: the fields of an :class:`AtomProfile` that are measured quantities (numbers >= 0)
+_PROFILE_NUMBERS = ("step_s", "work", "kappa", "peak_bytes", "grad_bytes", "kept_bytes", "edges", "triplets", "atoms",
+                    "structures", "element_size", "threads", "floor_bytes", "step_cpu_s")
 
 
 @attrs.define
@@ -448,16 +451,32 @@ class AtomProfile:
 
     @classmethod
     def from_dict(cls, d: dict) -> AtomProfile:
+        """The profile :meth:`to_dict` wrote (a saved ``--profile-out``).
+
+        Raises:
+            ConfigError: not a JSON object, unknown or missing fields, a measured field that is not a number
+                >= 0, or κ fitted against older activation widths (the message says to profile again).
+        """
         from ..errors import ConfigError
 
         if isinstance(d, dict) and "kappa" in d and d.get("widths_version", 1) != WIDTHS_VERSION:
             raise ConfigError(f"this atomistic profile's kappa was fitted against the activation widths of an older "
                               f"gnnpipe (version {d.get('widths_version', 1)}, now {WIDTHS_VERSION}); profile again "
                               f"with gnnpipe plan --task s2ef --profile-out (seconds)")
+        if not isinstance(d, dict):
+            raise ConfigError(f"not an atomistic profile (a JSON {type(d).__name__}, not an object); write one with "
+                              f"gnnpipe plan --profile-out")
         try:
-            return cls(**{k: (tuple(v) if k == "link" and v is not None else v) for k, v in d.items()})
+            prof = cls(**{k: (tuple(v) if k == "link" and v is not None else v) for k, v in d.items()})
         except TypeError as exc:
             raise ConfigError(f"not an atomistic profile ({exc}); write one with gnnpipe plan --profile-out") from None
+        bad = [f for f in _PROFILE_NUMBERS if isinstance(getattr(prof, f), bool)
+               or not isinstance(getattr(prof, f), (int, float)) or not getattr(prof, f) >= 0]
+        if bad:
+            raise ConfigError(f"not an atomistic profile: {', '.join(f'{f}={getattr(prof, f)!r}' for f in bad)} must "
+                              f"be numbers >= 0; write one with gnnpipe plan --profile-out")
+        return prof
+
 
 
 def _rss() -> int:

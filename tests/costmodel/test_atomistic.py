@@ -4,6 +4,8 @@ the memory and time models' arithmetic, and the layout ranking."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -193,6 +195,21 @@ def test_a_profile_fitted_against_older_widths_is_refused():
     old = {k: v for k, v in d.items() if k != "widths_version"}  # saved before the version existed
     with pytest.raises(ConfigError, match="profile again"):
         AtomProfile.from_dict(old)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: [1, 2], "a JSON list, not an object"),
+    (lambda d: {**d, "step_s": "abc"}, "step_s='abc' must be numbers >= 0"),
+    (lambda d: {**d, "kappa": -1}, "kappa=-1 must be numbers >= 0"),
+    (lambda d: {**d, "edges": None}, "edges=None"),
+    (lambda d: {**d, "bogus": 1}, "not an atomistic profile"),
+])
+def test_a_malformed_profile_is_refused_with_a_message(edit, match):
+    from gnnpipe.costmodel.atomistic import AtomProfile
+    from gnnpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        AtomProfile.from_dict(edit(_profile().to_dict()))
 
 
 def test_rank_memory_counts_the_steps_graph():
