@@ -228,8 +228,12 @@ def _chunked_single_step(cfg, steps):
     return _timed_steps(tr, steps)
 
 
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and each option's default."""
+
+
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=_Help)
     ap.add_argument("--blocks", type=int, default=12, help="interaction blocks of the memory model (>= 12)")
     ap.add_argument("--mem-hidden", type=int, default=128, help="hidden width of the memory model")
     ap.add_argument("--mem-stages", type=int, default=4, help="stages of the memory measurement")
@@ -241,8 +245,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=3, help="timed steps (the first is a warm-up)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of fresh processes of the timing runs")
     ap.add_argument("--dataset", default="oc20-like", help="generated structures of the timing runs")
-    ap.add_argument("--cutoff", type=float, default=6.0)
-    ap.add_argument("--max-neighbors", type=int, default=30)
+    ap.add_argument("--cutoff", type=float, default=6.0, help="neighbour radius (Å) of the timing runs")
+    ap.add_argument("--max-neighbors", type=int, default=30, help="neighbours per atom at most, timing runs")
     ap.add_argument("--skip-memory", action="store_true", help="only the bubble and step-time measurements")
     ap.add_argument("--memory-model", action="store_true",
                     help="also measure each pipeline rank's peak against the memory model's prediction")
@@ -256,6 +260,8 @@ def main(argv=None) -> dict:
                          "each other on this machine (2 / that ratio bounds what S = 2 can gain)")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
+    if args.steps < 2:
+        ap.error(f"--steps {args.steps}: give 2 or more (the first step is a warm-up, not timed)")
 
 
     res: dict = {"args": vars(args)}
@@ -360,7 +366,7 @@ def _round(args) -> dict:
     S, C = args.stages, args.chunks
     outs = spawn(_rank_timing, S, (_config(args, stages=S, chunks=C, scheduler="gpipe"), args.steps, args.malloc),
                  backend="gloo", timeout_s=600, threads=1)
-    timed = range(1, args.steps) if args.steps > 1 else range(args.steps)
+    timed = range(1, args.steps)
     means = [{k: statistics.fmean(outs[s][i]["mean"][k] for i in timed) for k in ("F", "B", "STEP")}
              for s in range(S)]
     sched = gs.build_schedule("gpipe", S, C)
@@ -445,7 +451,7 @@ def _timing(args, res: dict) -> None:
     sm = res["summary"]
     print(f"gpipe S={S} C={C} ({args.per_chunk} structure(s) per micro-batch), {args.rounds} rounds: speed-up "
           f"{sm['speedup_median']:.2f}x median ({sm['speedup_range'][0]:.2f}-{sm['speedup_range'][1]:.2f}), "
-          f"{sm['speedup_vs_chunked_median']:.2f}x the chunked single process; bubble measured - simulated: "
+          f"{sm['speedup_vs_chunked_median']:.2f}x the chunked single process; bubble |measured - simulated|: "
           f"{sm['bubble_gap_points_median']:.1f} points median, {sm['bubble_gap_points_max']:.1f} max; "
           f"{sm['bytes_layer_per_step'] / 2**20:.2f} MiB of boundary tensors per step"
           + ("; two processes at once {:.2f}-{:.2f}x slower than one".format(*sm["contention_range"])
