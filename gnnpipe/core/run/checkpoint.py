@@ -422,21 +422,21 @@ class Checkpointer:
         """Write the checkpoint of loop state ``st`` (collective): at an epoch boundary, or inside an epoch when
         ``st.next_step > 0`` (``st.partial`` then holds the epoch's sums so far)."""
         t0 = time.perf_counter()
-        n, k = _position(st)
+        n, steps = _position(st)
         sd = executor_checkpoint(self.ex, self.rank)
         best = self.session.best_state if self.session is not None else None
         for k, v in (best or {}).items():
             sd["best." + k] = v
         sd["loop"] = _obj(st.to_dict())
         meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "layout": layout_of(self.config, self.plan_info),
-                "plan": self.plan_info, "world": self.world, "epochs": n, "steps_in_epoch": k,
+                "plan": self.plan_info, "world": self.world, "epochs": n, "steps_in_epoch": steps,
                 "steps": int(getattr(st, "step", 0)),
                 "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype),
                 "data_paths": data_paths(self.config)}
         if callable(getattr(compute_of(self.ex), "task_meta", None)):
             meta["task_meta"] = compute_of(self.ex).task_meta()
         sd["meta"] = _obj(meta)
-        name = checkpoint_name(n, k)
+        name = checkpoint_name(n, steps)
         tmp, final = self.dir / f".tmp-{name}", self.dir / name
         stall = os.environ.get(STALL_ENV) == f"{n}:{self.rank}"
         ctx = _quiet()
@@ -452,7 +452,7 @@ class Checkpointer:
             (final / "meta.json").write_text(json.dumps({f: meta[f] for f in keys}, indent=1, default=str))
             for _, old in list_checkpoints(self.dir)[:-2]:
                 shutil.rmtree(old, ignore_errors=True)
-        self.last_saved = (n, k)
+        self.last_saved = (n, steps)
         self.pending = False
         self.seconds.append(time.perf_counter() - t0)
         return final
