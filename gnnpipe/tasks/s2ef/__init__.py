@@ -145,8 +145,10 @@ class S2EF(Task):
         atoms = sum(int(d.z.numel()) for d in data.structures)
         sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
         s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
-             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
-             f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
+             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for "
+             + (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs)" if config.max_steps else
+                f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}")
+             + f": energy and {'direct' if config.direct_forces else 'conservative'}"
              f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours, loss "
              f"{config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}), lr {config.lr:g}; ")
         chosen = self.defaults_chosen

@@ -28,6 +28,7 @@ Epoch records, epoch lines and epoch checkpoints stay as they are.
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from typing import Optional
@@ -214,7 +215,7 @@ def check_steps(config, splits: dict, options=None) -> None:
         raise ConfigError(f"--eval-every-steps {config.eval_every_steps} needs validation data, and the validation "
                           f"split is empty ({n_train + n_val + len(splits['test'])} structures); give a larger set "
                           f"or drop --eval-every-steps")
-    if config.max_steps:
+    if config.max_steps and os.environ.get("RANK", "0") == "0":  # said once, also under torchrun
         spe = max(math.ceil(n_train / (config.batch_size * config.ways)), 1)
         if config.max_steps > config.epochs * spe:
             warnings.warn(f"--max-steps {config.max_steps} exceeds the {config.epochs * spe} steps of --epochs "
