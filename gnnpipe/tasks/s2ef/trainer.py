@@ -343,7 +343,7 @@ class S2EFTrainer:
                     records.send(rec)
             self.steps_loop = StepLoop(self, session.options, session, state, SELECTION, lead=lead,
                                        progress=progress)
-            with stopping.installed(announce=lead):
+            with stopping.installed(announce=lead, unit="step" if self.steps_loop.watch else "epoch"):
                 if self.steps_loop.spent():  # a resumed run already at --max-steps
                     if lead:
                         warnings.warn(f"nothing to train: the resumed run has already done {state.step} step(s) and "
