@@ -475,6 +475,9 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.steps = 0
 
     # ------------------------------------------------------------------ layout
+    def comms(self) -> list:
+        return [self.comm, self.gp_comm]
+
     def needs_triplets(self) -> bool:
         """When the model reads triplets, or under graph parallelism (its partitioners balance by them)."""
         return self.G > 1 or super().needs_triplets()

@@ -177,12 +177,15 @@ class StepLoop:
     def _record(self, epoch: int, k: int, loss: float, evaluate: bool, t_rec: float) -> None:
         st, tr = self.st, self.tr
         rec = {"step": k, "epoch": epoch, "loss": loss, "lr": tr.lr, "time_s": t_rec - self._mark}
-        if evaluate:
+        if evaluate:  # the epoch's training sums and bytes stay the training steps' alone
             kept = tr.metrics
+            counters = [(c, c.bytes.copy(), c.comm_s, c.idle_s) for c in tr.comms()]
             try:
                 ev = tr.evaluate(size=self.val_size)
             finally:
                 tr.metrics = kept
+                for c, b, cs, idle in counters:
+                    c.bytes, c.comm_s, c.idle_s = b, cs, idle
                 tr.model.train()
             n = min(self.val_size, len(tr.splits["val"]))
             rec.update(ev, val_size=n)

@@ -246,20 +246,49 @@ class S2EFTrainer:
         self.epoch_losses.extend(float(v) for v in self._pending)
         self._pending = []
 
+    def comms(self) -> list:
+        """The communication wrappers (:class:`~gnnpipe.core.ops.comm.Comm`) whose byte counters the epoch record
+        reports (none here; graph parallelism and the pipeline have theirs)."""
+        return []
+
+    def _rank_sums(self) -> Tensor:
+        from ...core.ops.comm import KINDS
+
+        parts = [self.metrics.totals()]
+        parts += [torch.tensor([float(c.bytes.get(k, 0.0)) for k in KINDS], dtype=torch.float64) for c in self.comms()]
+        return torch.cat(parts)
+
     def partial_state(self, time_s: float) -> dict:
         """Collective: the sums of the epoch in progress for a checkpoint written inside it (``LoopState.partial``):
-        ``losses`` (each step's global loss), ``metrics`` (the training metric sums over every rank), ``lr``,
-        ``time_s`` (its training seconds)."""
+        ``losses`` (each step's global loss), ``ranks`` (each rank's training metric sums and bytes sent, in rank
+        order), ``lr``, ``time_s`` (its training seconds)."""
         self.flush_losses()
-        sums = self._all_reduce(self.metrics.totals().clone())
-        return {"losses": list(self.epoch_losses), "metrics": sums.tolist(), "lr": self.lr, "time_s": float(time_s)}
+        mine = self._rank_sums()
+        rows = [torch.zeros_like(mine) for _ in range(self.world)] if self.world > 1 else [mine]
+        if self.world > 1:
+            dist.all_gather(rows, mine)
+        return {"losses": list(self.epoch_losses), "ranks": [r.tolist() for r in rows], "lr": self.lr,
+                "time_s": float(time_s)}
 
     def restore_partial(self, part: dict) -> None:
-        """Continue the sums of a checkpoint written inside an epoch (:meth:`partial_state`): the metric sums are
-        added on rank 0 only (the epoch's all-reduce counts them once)."""
+        """Continue the sums of a checkpoint written inside an epoch (:meth:`partial_state`): each rank its own
+        (so the epoch record equals an uninterrupted run's, bit for bit); into another world size, rank 0 all of
+        them (the epoch's all-reduce counts them once)."""
+        from ...core.ops.comm import KINDS
+
         self.epoch_losses = [float(v) for v in part["losses"]]
-        if self.rank == 0:
-            self.metrics.sums += torch.tensor(part["metrics"], dtype=torch.float64)
+        rows = torch.tensor(part["ranks"], dtype=torch.float64)
+        if len(rows) == self.world:
+            mine = rows[self.rank]
+        else:
+            mine = rows.sum(0) if self.rank == 0 else torch.zeros_like(rows[0])
+        n = len(S2EFMetrics.FIELDS)
+        self.metrics.sums += mine[:n]
+        for i, c in enumerate(self.comms()):
+            for j, k in enumerate(KINDS):
+                v = float(mine[n + i * len(KINDS) + j])
+                if v:
+                    c.bytes[k] = c.bytes.get(k, 0.0) + v
         self.lr = float(part["lr"])
 
     def _sync_grads(self, loss_value: Tensor, losses: list) -> None:

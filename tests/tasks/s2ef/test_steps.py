@@ -44,7 +44,7 @@ def _losses(result) -> list[float]:
 
 
 def _strip(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in ("time_s", "cpu_s")} for r in records]
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in records]  # timings (time_s, idle_s, …)
 
 
 def _assert_same_run(resumed, full) -> None:
