@@ -282,6 +282,8 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
         print(task.describe(config, data, given), file=sys.stderr)
     plan = task.plan(config, data)                    # one process, or the ranks and what each holds
+    if auto is not None and getattr(plan, "run", None) is not None:  # bounds the ranks' wait limit (launch.wait_limit)
+        plan.run.info["predicted_epoch_s"] = auto["chosen"]["predicted_epoch_s"]
     task.check(config, plan, options)                 # ignored options, schedule, memory: before any rank starts
     result = task.launch(config, plan, progress, options)  # run here or start the ranks; rank 0's result
     return _collect(result, auto, given)

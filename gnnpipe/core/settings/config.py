@@ -219,6 +219,10 @@ class TrainConfig:
     ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.core.training.trainer.resolve_config`` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
+    ``timeout_s``: how long a rank may wait on a peer before the run is ended as hung (``--timeout``); ``None``
+    (the default) derives it (``gnnpipe.core.run.launch.wait_limit``: torch's default, or more when the cost
+    model predicts slower epochs). A rank that dies ends the run at once whatever this is.
+
     ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
     :class:`~gnnpipe.errors.TrainingDivergedError`).
 
@@ -270,7 +274,8 @@ class TrainConfig:
     recompute: Optional[bool] = attrs.field(default=None, converter=_recompute)
     threads: int = attrs.field(default=1, validator=_pos("threads"))
     backend: Optional[str] = attrs.field(default=None, validator=_backend)
-    timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
+    # seconds a rank may wait on a peer; None: derived (gnnpipe.core.run.launch.wait_limit)
+    timeout_s: Optional[float] = attrs.field(default=None, validator=[_rate("timeout_s"), _pos("timeout_s")])
     dtype: str = attrs.field(default="float32", validator=_dtype)
     history_dtype: Optional[str] = None
     device: Optional[str] = None

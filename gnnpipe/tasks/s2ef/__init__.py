@@ -231,7 +231,7 @@ class S2EF(Task):
         if launch.under_torchrun():
             import torch.distributed as dist
 
-            rank, world = launch.init_env_process_group("gloo", config.timeout_s)
+            rank, world = launch.init_env_process_group("gloo", config.timeout_s)  # None: torch's default
             out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
             dist.barrier()
             dist.destroy_process_group()
@@ -254,11 +254,14 @@ class S2EF(Task):
         else:
             print(f"graph parallel: {config.ways} replica(s) x {G} ranks = {config.ways * G} ranks (gloo), "
                   f"{config.batch_size} structures per replica and step", file=sys.stderr)
+        wait_s, why = launch.wait_limit(config.timeout_s, "gloo")
+        plan.info["wait_limit"] = {"seconds": wait_s, "why": why}
+        print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
         records = RecordCollector().start()
         try:
             outs = launch.spawn(run_rank, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
                                                             options, records.send_end),
-                                backend="gloo", timeout_s=config.timeout_s, threads=config.threads, graceful=True)
+                                backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)
             exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
