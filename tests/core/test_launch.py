@@ -203,6 +203,15 @@ def test_both_kinds_of_work_start_their_ranks_with_the_derived_wait_limit(monkey
     assert "wait limit 1,800 s (torch's default for gloo; --timeout sets it)" in capsys.readouterr().err
 
 
+def _default_wait(config):
+    """``config`` with the wait limit of default flags (``TrainConfig``'s default ``timeout_s``)."""
+    import attrs
+
+    from gnnpipe.core.settings.config import TrainConfig
+
+    return attrs.evolve(config, timeout_s=TrainConfig().timeout_s)
+
+
 class _Probe(Corrector):
     """Test corrector: each rank writes its process group's timeout (seconds) to ``folder/rank{r}`` and, when
     ``die_stage`` is its stage, ends its process without a word (``os._exit``) in epoch 1, mid-epoch."""
@@ -227,7 +236,7 @@ class _Probe(Corrector):
 def test_ranks_wait_on_live_peers_for_the_derived_limit_and_a_rank_that_exits_ends_the_run_at_once(tmp_path):
     """Default flags: every rank's process group waits 30 min (gloo's default) on a live peer; a rank that exits
     mid-epoch without a word still ends every rank within seconds, named in the message."""
-    cfg = base_config(stages=2, chunks=4, epochs=3, correctors=[_Probe(tmp_path, die_stage=1)], timeout_s=None)
+    cfg = _default_wait(base_config(stages=2, chunks=4, epochs=3, correctors=[_Probe(tmp_path, die_stage=1)]))
     with pytest.raises(DistributedError) as err:
         api.train(cfg, data=small_graph(), progress=False)
     took = time.time() - float((tmp_path / "died").read_text())  # from the rank's exit to every rank ended
@@ -243,7 +252,7 @@ def test_ranks_wait_on_live_peers_for_the_derived_limit_and_a_rank_that_exits_en
 def test_a_rank_slower_than_a_minute_under_default_flags_finishes(capsys):
     """One rank sleeps 90 s inside an action (after a chunk's forward); its peer waits on it. With the old default
     wait limit of 60 s the run ended with "Timed out waiting 60000ms for recv operation"."""
-    cfg = base_config(stages=2, chunks=4, epochs=3, correctors=[_Stall(1, 1, 90.0)], timeout_s=None)
+    cfg = _default_wait(base_config(stages=2, chunks=4, epochs=3, correctors=[_Stall(1, 1, 90.0)]))
     t0 = time.monotonic()
     result = api.train(cfg, data=small_graph(), progress=False)
     assert time.monotonic() - t0 > 90
