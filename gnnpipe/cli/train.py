@@ -158,8 +158,8 @@ def demo_keeping_flags(args: argparse.Namespace) -> Optional[list[str]]:
     chosen = [d for d in dests if getattr(given, d) is not sentinel and d not in ("func", "flags_parser")]
     if any(d not in DEMO_KEEPING for d in chosen):
         return None
-    spelled = {d: next(o for o in a.option_strings if o.startswith("--")) for a in parser._actions
-               for d in [a.dest] if a.option_strings}
+    spelled = {a.dest: next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+               for a in parser._actions if a.option_strings}
     return sorted(spelled.get(d, d) for d in chosen)
 
 
