@@ -226,7 +226,8 @@ class TrainConfig:
     ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
     :class:`~gnnpipe.errors.TrainingDivergedError`).
 
-    Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
+    Raises (on construction): ConfigError for a bad size or rate, ``energy_coef`` and ``force_coef`` both 0 (an S2EF
+    loss that trains nothing), an unsupported ``dtype`` (lists
     ``DTYPE_NAMES``), an unknown ``backend`` (lists ``BACKENDS``), or ``model_args`` that the
     model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
     ``check_names`` when a run starts, so that components registered later still count.
@@ -299,6 +300,11 @@ class TrainConfig:
     graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
+
+    def __attrs_post_init__(self) -> None:
+        if self.energy_coef == 0 and self.force_coef == 0:  # S2EF: a loss that is zero trains nothing
+            raise ConfigError("energy_coef and force_coef are both 0 (--energy-coef 0 --force-coef 0): the loss is "
+                              "zero and nothing would be trained; give one of them > 0")
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
