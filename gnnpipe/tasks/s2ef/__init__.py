@@ -91,6 +91,38 @@ def check_structures_for(config: Any, structures: list) -> None:
                                                                          "with its square)" if triplets else ""))
 
 
+def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
+    """Refuse resuming a checkpoint written inside an epoch in another layout; warn of an epoch checkpoint resumed
+    in another layout (what carries over and what restarts).
+
+    A checkpoint inside an epoch holds each rank's sums of the epoch so far and the position in the epoch's batches
+    of its ``--ways`` (the global batch is ``--batch-size × --ways``): it continues only in the layout that wrote it.
+
+    Raises:
+        ConfigError: ``meta`` is a checkpoint inside an epoch and the layout or world size differs.
+    """
+    import warnings
+
+    from ...errors import ConfigError
+
+    world, old_world = config.world_size, meta.get("world")
+    if not changed and (old_world is None or old_world == world):
+        return
+    old = meta.get("config", {})
+    was = f"--ways {old.get('ways')} --stages {old.get('stages')} --gp-size {old.get('graph_parallel_group_size')}"
+    steps = int(meta.get("steps_in_epoch", 0) or 0)
+    if steps:
+        epochs = int(meta.get("epochs", 0))
+        raise ConfigError(f"{path} was written inside epoch {epochs + 1} (after {steps} step(s) of it) by {was} "
+                          f"({old_world} rank(s)); a checkpoint inside an epoch resumes only in the layout that wrote "
+                          f"it (now --ways {config.ways} --stages {config.stages} --gp-size "
+                          f"{config.graph_parallel_group_size}): resume with {was}, or from an epoch checkpoint "
+                          f"(ckpt-{epochs:06d}) in the new layout")
+    warnings.warn(f"resuming {path} in another layout ({', '.join(changed) or 'world size'} changed; written by "
+                  f"{was}): weights, optimizer state and the epoch records carry over; random states restart, so "
+                  f"the continuation is not bit-identical to an uninterrupted run", stacklevel=3)
+
+
 @register("s2ef")
 class S2EF(Task):
     """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
@@ -270,7 +302,7 @@ class S2EF(Task):
         check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0,
                              meta.get("steps_in_epoch", 0) if meta else 0)
         if meta is not None:
-            check_resume(config, meta)
+            _check_resume_layout(options.resume, config, meta, check_resume(config, meta))
         d = plan.data
         norm = d.normalizer.to_dict()
         G = config.graph_parallel_group_size

@@ -222,5 +222,5 @@ def check_steps(config, splits: dict, options=None) -> None:
         spe = max(math.ceil(n_train / (config.batch_size * config.ways)), 1)
         if config.max_steps > config.epochs * spe:
             warnings.warn(f"--max-steps {config.max_steps} exceeds the {config.epochs * spe} steps of --epochs "
-                          f"{config.epochs} ({spe} per epoch): the run ends after {config.epochs} epochs; raise "
+                          f"{config.epochs} ({spe} per epoch): the run ends after {config.epochs} epoch{'s' if config.epochs != 1 else ''}; raise "
                           f"--epochs to train {config.max_steps} steps", stacklevel=3)
