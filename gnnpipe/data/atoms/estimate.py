@@ -119,6 +119,8 @@ class GraphEstimate:
     triplets: np.ndarray
     atoms: np.ndarray
     batch_size: int
+    #: ``[estimated]`` index in ``structures`` of each estimated structure
+    ids: np.ndarray | None = None
 
     def _batch(self) -> np.ndarray:
         return np.argsort(-self.pairs, kind="stable")[: max(1, min(self.batch_size, self.structures))]
@@ -186,7 +188,8 @@ def estimate_graph(structures: Sequence, cutoff: float, max_neighbors: int | Non
         trip.append(float(np.clip(d * (d - 1.0), 0.0, None).sum()) * scale if with_triplets else 0.0)
         atoms.append(n)
     return GraphEstimate(float(cutoff), max_neighbors, with_triplets, total, len(pairs), np.asarray(pairs, float),
-                         np.asarray(edges, float), np.asarray(trip, float), np.asarray(atoms, float), int(batch_size))
+                         np.asarray(edges, float), np.asarray(trip, float), np.asarray(atoms, float), int(batch_size),
+                         np.asarray(list(ids), dtype=np.int64))
 
 
 def _num(x: float) -> str:
@@ -199,6 +202,27 @@ def _bytes(n: float) -> str:
 
 def _time(s: float) -> str:
     return f"{s:.2g} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.0f} h"
+
+
+def _fitting_cutoff(structures: Sequence, est: GraphEstimate, avail: int | None, iterations: int = 12) -> float:
+    """The largest cutoff (to ~0.1 %) whose batch graph stays within both refusal limits: bisection on the estimate
+    of the structures of the batch ``est`` refused (pairs grow as the cube of the cutoff in a bulk cell, as its
+    square in a slab, and stop growing in a molecule, so no one power law holds)."""
+    batch = [structures[int(est.ids[i])] for i in est._batch()] if est.ids is not None else list(structures)
+
+    def fits(r: float) -> bool:
+        e = estimate_graph(batch, r, est.max_neighbors, with_triplets=est.with_triplets, batch_size=len(batch))
+        return ((avail is None or e.batch_bytes <= MEMORY_FRACTION * avail)
+                and e.batch_seconds <= MAX_BUILD_SECONDS)
+
+    lo, hi = 0.0, est.cutoff
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo > 0:  # rounded down to the 3 digits the message prints: the cutoff said fits
+        q = 10.0 ** (math.floor(math.log10(lo)) - 2)
+        lo = math.floor(lo / q) * q
+    return lo
 
 
 def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | None = None, *,
@@ -252,10 +276,7 @@ def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | N
             limits.append(f"{MEMORY_FRACTION:.0%} of the {_bytes(avail)} available")
         if over_time:
             limits.append(f"{MAX_BUILD_SECONDS:g} s")
-        # pairs grow as the cube of the cutoff: the cutoff that would fit both limits
-        ratio = min((MEMORY_FRACTION * avail / mem) if over_mem else 1.0, (MAX_BUILD_SECONDS / secs) if over_time
-                    else 1.0)
-        fits = est.cutoff * ratio ** (1.0 / 3.0)
+        fits = _fitting_cutoff(structures, est, avail)
         raise ConfigError(f"{text}, beyond the limit ({' and '.join(limits)}); {fix.format(cutoff=f'{fits:.3g}')}")
     warnings.warn(text, DataWarning, stacklevel=2)
     return est

@@ -193,3 +193,24 @@ def test_a_pipeline_refused_for_its_stages_prints_no_header(xyz, capsys):
     with pytest.raises(ConfigError, match="--stages 9 exceeds"):
         api.train(dataset=xyz, stages=9, epochs=1, progress=True, **small)
     assert "training schnet" not in capsys.readouterr().err
+
+
+def test_the_cutoff_said_to_fit_a_refused_slab_fits():
+    """Pairs grow as the square of the cutoff in a slab (periodic in x, y), not its cube: the cutoff the message
+    names must pass the same check (a cube-root rule named 572 Å here, itself refused)."""
+    import re
+
+    from ase.build import fcc111
+
+    from gnnpipe.data.atoms import from_atoms
+    from gnnpipe.data.atoms.estimate import MAX_BUILD_SECONDS, check_graph_size, estimate_graph
+
+    slabs = from_atoms([fcc111("Cu", size=(2, 2, 3), vacuum=10.0) for _ in range(4)])
+    with pytest.raises(ConfigError, match=r"--cutoff 1000 Å.*beyond the limit") as info:
+        check_graph_size(slabs, 1000.0, 12, batch_size=4)
+    fit = float(re.search(r"lower --cutoff to about ([0-9.e+]+) Å or less", str(info.value)).group(1))
+    assert 300 < fit < 1000
+    assert estimate_graph(slabs, fit, 12, batch_size=4).batch_seconds <= MAX_BUILD_SECONDS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        check_graph_size(slabs, fit, 12, batch_size=4)  # not refused
