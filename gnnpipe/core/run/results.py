@@ -92,7 +92,10 @@ class TrainResult:
         n = len(self.epochs)
         if self.steps:
             lines.append(f"optimizer steps       {self.steps[-1]['step']:,}")
-        lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n} epoch{'' if n == 1 else 's'}")
+        if n:
+            lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n} epoch{'' if n == 1 else 's'}")
+        else:  # --max-steps inside the first epoch, or stopped in it: no mean of nothing ("nan ms over 0 epochs")
+            lines.append("mean epoch time       none (no epoch completed)")
         for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
                            ("bytes_gp", "gp groups")):
             last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may

@@ -171,3 +171,14 @@ def test_a_checkpoint_inside_an_epoch_is_refused_in_another_layout(tmp_path, dat
                                        else "graph_parallel_group_size": 2}))
     with pytest.warns(UserWarning, match="the run ends after 1 epoch; raise --epochs"):  # not "1 epochs"
         api.train(data=data, max_steps=6, epochs=1, progress=False, **SMALL)
+
+
+def test_a_run_ended_inside_its_first_epoch_prints_no_nan_epoch_time():
+    from gnnpipe.core.run.results import TrainResult
+
+    r = TrainResult(config={}, steps=[{"step": 3, "epoch": 0, "loss": 1.0}])  # --max-steps 3 in a 5-step epoch
+    text = r.summary()
+    assert "optimizer steps       3" in text and "nan" not in text
+    assert "mean epoch time       none (no epoch completed)" in text
+    r.epochs, r.mean_epoch_time_s = [{"time_s": 0.5}], 0.5
+    assert "mean epoch time       500.0 ms over 1 epoch" in r.summary()
