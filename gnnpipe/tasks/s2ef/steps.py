@@ -218,9 +218,15 @@ def check_steps(config, splits: dict, options=None) -> None:
         raise ConfigError(f"--eval-every-steps {config.eval_every_steps} needs validation data, and the validation "
                           f"split is empty ({n_train + n_val + len(splits['test'])} structures); give a larger set "
                           f"or drop --eval-every-steps")
-    if config.max_steps and os.environ.get("RANK", "0") == "0":  # said once, also under torchrun
+    lead = os.environ.get("RANK", "0") == "0"  # said once, also under torchrun
+    if config.val_size is not None and not (config.eval_every_steps or config.max_steps) and lead:
+        warnings.warn(f"ignored: --val-size {config.val_size} (it sizes the evaluations at steps, of "
+                      f"--eval-every-steps and --max-steps; the epoch evaluations read the whole validation split)",
+                      stacklevel=3)
+    if config.max_steps and lead:
         spe = max(math.ceil(n_train / (config.batch_size * config.ways)), 1)
         if config.max_steps > config.epochs * spe:
             warnings.warn(f"--max-steps {config.max_steps} exceeds the {config.epochs * spe} steps of --epochs "
-                          f"{config.epochs} ({spe} per epoch): the run ends after {config.epochs} epoch{'s' if config.epochs != 1 else ''}; raise "
-                          f"--epochs to train {config.max_steps} steps", stacklevel=3)
+                          f"{config.epochs} ({spe} per epoch): the run ends after {config.epochs} "
+                          f"epoch{'s' if config.epochs != 1 else ''}; raise --epochs to train {config.max_steps} steps",
+                          stacklevel=3)

@@ -182,3 +182,18 @@ def test_a_run_ended_inside_its_first_epoch_prints_no_nan_epoch_time():
     assert "mean epoch time       none (no epoch completed)" in text
     r.epochs, r.mean_epoch_time_s = [{"time_s": 0.5}], 0.5
     assert "mean epoch time       500.0 ms over 1 epoch" in r.summary()
+
+
+def test_val_size_without_step_evaluations_is_said_to_be_ignored():
+    import warnings
+
+    from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.tasks.s2ef.steps import check_steps
+
+    splits = {"train": list(range(8)), "val": list(range(4)), "test": list(range(4))}
+    with pytest.warns(UserWarning, match="ignored: --val-size 4 \\(it sizes the evaluations at steps"):
+        check_steps(TrainConfig(model="schnet", val_size=4), splits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # used: no word
+        check_steps(TrainConfig(model="schnet", val_size=4, eval_every_steps=2), splits)
+        check_steps(TrainConfig(model="schnet", val_size=4, max_steps=2, epochs=1, batch_size=4), splits)
