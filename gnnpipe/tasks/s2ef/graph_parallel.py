@@ -129,6 +129,8 @@ class GraphParallelS2EFTrainer(S2EFTrainer):
         self.gp_comm = Comm(self.device)
         self.direct = bool(getattr(self.model, "direct_forces", False))
 
+    graph_in_loader = False  # each rank builds the graph and its plan from the structures the workers read
+
     def needs_triplets(self) -> bool:
         """Always: the graph-parallel partitioners balance the shards by triplets."""
         return True

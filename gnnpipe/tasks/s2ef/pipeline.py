@@ -476,6 +476,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.steps = 0
 
     # ------------------------------------------------------------------ layout
+    graph_in_loader = False  # a step's graph is built once from all its micro-batches (AtomisticStage._graphs)
+
     def needs_triplets(self) -> bool:
         """When the model reads triplets, or under graph parallelism (its partitioners balance by them)."""
         return self.G > 1 or super().needs_triplets()
@@ -563,9 +565,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.schedule.load_state_dict(state["schedule"])
 
     # ------------------------------------------------------------------ training
-    def _groups(self, ids: Tensor) -> list[list]:
-        mine = self.share(ids)
-        return [[self.structures[i] for i in part.tolist()] for part in torch.tensor_split(mine, self.C)]
+    def _groups(self, structures: list) -> list[list]:
+        """A replica's share (the structures a loader step read) cut into ``C`` micro-batches."""
+        return [[structures[i] for i in part.tolist()]
+                for part in torch.tensor_split(torch.arange(len(structures)), self.C)]
 
     def train_step(self, epoch: int) -> dict:
         """One epoch of steps, each one schedule through the stages; returns ``loss`` (mean over steps of the
@@ -581,9 +584,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         train = self.splits["train"]
         losses = []
         self.lr = float("nan")
-        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
-            ids = train[gb]
-            self.pipe_stage.set_batches(self._groups(ids), len(ids), int(self.free_counts[ids].sum()))
+        batches = epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch)
+        for gb, step in zip(batches, self.loader.iterate([self.share(train[gb]) for gb in batches])):
+            num_structures, num_free, _ = self.global_counts(train[gb], step)
+            self.pipe_stage.set_batches(self._groups(step.structures), num_structures, num_free)
             out = self.executor.train_epoch(self.steps)
             self.steps += 1
             losses.append(torch.tensor(out["loss"], dtype=torch.float64))
@@ -641,9 +645,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         energies and forces are together (direct: the last stage; conservative: stage 0)."""
         cfg = self.config
         st, ex = self.pipe_stage, self.executor
-        num_free = int(self.free_counts[ids].sum())
-        for k, gb in enumerate(ids.split(cfg.batch_size * self.replicas)):
-            st.set_batches(self._groups(gb), len(ids), num_free, training=False)
+        parts = [self.share(gb) for gb in ids.split(cfg.batch_size * self.replicas)]
+        num_structures, num_free = self.eval_counts(ids, parts)
+        for k, step in enumerate(self.loader.iterate(parts)):
+            st.set_batches(self._groups(step.structures), num_structures, num_free, training=False)
             st.eval_energy, st.eval_forces = {}, {}
             for c in range(self.C):
                 ex.forward(c, k)

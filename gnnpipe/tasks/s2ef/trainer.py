@@ -26,7 +26,7 @@ from torch import Tensor
 from ...core.settings.config import TrainConfig
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
 from ...core.run.results import Selection, TrainResult
-from .data import epoch_batches, share
+from .data import MIN_STEPS_FOR_WORKERS, StructureLoader, default_num_workers, epoch_batches, share
 from .loss import S2EFMetrics, s2ef_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
@@ -104,7 +104,42 @@ class S2EFTrainer:
         self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
-        self.free_counts = torch.tensor([int((~d.fixed).sum()) for d in structures])
+        # free atoms per structure when they are in memory; a lazy set's counts come with its batches
+        self.free_counts = (torch.tensor([int((~d.fixed).sum()) for d in structures])
+                            if isinstance(structures, list) else None)
+        self.loader = StructureLoader(structures, self.num_workers(),
+                                      self.graph_fn if self.graph_in_loader and graph_fn is None else None)
+
+    #: whether the loader's workers build each step's batch and graph (the single process and data parallelism);
+    #: graph parallelism and the pipeline build them from the structures the workers read
+    graph_in_loader = True
+
+    def num_workers(self) -> int:
+        """Loader workers of this rank: ``--num-workers``, else :func:`~.data.default_num_workers` (0 for an epoch of
+        fewer than :data:`~.data.MIN_STEPS_FOR_WORKERS` steps)."""
+        n = getattr(self.config, "num_workers", None)
+        if n is None:  # starting workers costs about what a few steps do: none for short epochs
+            return default_num_workers(self.config) if self.steps_per_epoch >= MIN_STEPS_FOR_WORKERS else 0
+        return int(n)
+
+    def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
+        """``(B, n_free, skipped)`` of the global batch ``ids``: from the in-memory counts, or summed over the
+        replicas' shares (one all-reduce; every rank of a replica read the same share)."""
+        if self.free_counts is not None:
+            return len(ids), int(self.free_counts[ids].sum()), 0
+        t = torch.tensor([len(step.structures), step.num_free, step.skipped], dtype=torch.int64)
+        if self.world > 1:
+            dist.all_reduce(t)
+            t = t // (self.world // self.replicas)
+        return int(t[0]), int(t[1]), int(t[2])
+
+    def forward_step(self, step) -> tuple[Tensor, Tensor, object]:
+        """:meth:`forward` of a loader step's structures (which finds the batch and graph its worker built)."""
+        self._step = step
+        try:
+            return self.forward(step.structures)
+        finally:
+            self._step = None
 
     def trained_module(self) -> torch.nn.Module:
         """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
@@ -155,7 +190,12 @@ class S2EFTrainer:
         return share(ids, self.replica, self.replicas)
 
     def forward(self, structures: list) -> tuple[Tensor, Tensor, object]:
-        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`)."""
+        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`; on the batch and graph a loader worker
+        built, when these are the structures of the step :meth:`forward_step` runs)."""
+        step = getattr(self, "_step", None)
+        if step is not None and step.graph is not None and structures is step.structures:
+            out = self.model(step.batch, step.graph, forces=True)
+            return out["energy"].reshape(-1), out["forces"], step.batch
         return forward(self.model, structures, self.graph_fn)
 
     def _all_reduce(self, t: Tensor) -> Tensor:
@@ -173,17 +213,18 @@ class S2EFTrainer:
         metrics = S2EFMetrics()
         losses = []
         lr = float("nan")
-        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
-            ids = train[gb]
-            num_free = int(self.free_counts[ids].sum())
-            mine = self.share(ids)
+        skipped = 0
+        batches = epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch)
+        for gb, step in zip(batches, self.loader.iterate([self.share(train[gb]) for gb in batches])):
+            num_structures, num_free, skip = self.global_counts(train[gb], step)
+            skipped += skip
             self.optimizer.zero_grad(set_to_none=True)
             loss_value = torch.zeros((), dtype=torch.float64)
-            if len(mine):
-                e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
+            if step.structures:
+                e_hat, f_hat, batch = self.forward_step(step)
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
-                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
                                  energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
                 loss.backward()
                 if self.reporting:
@@ -200,8 +241,11 @@ class S2EFTrainer:
             self.ema.update(self.trained)
         sums = self._all_reduce(metrics.totals().clone())
         m = metrics.compute(sums)
-        return {"loss": sum(losses) / max(len(losses), 1), "lr": lr, "train_energy_mae": m["energy_mae"],
-                "train_force_mae": m["force_mae"], "cpu_s": [time.thread_time() - c0]}
+        out = {"loss": sum(losses) / max(len(losses), 1), "lr": lr, "train_energy_mae": m["energy_mae"],
+               "train_force_mae": m["force_mae"], "cpu_s": [time.thread_time() - c0]}
+        if getattr(cfg, "skip_invalid", False):
+            out["skipped_structures"] = skipped
+        return out
 
     def _sync_grads(self, loss_value: Tensor, losses: list) -> None:
         """Every parameter's gradient (zeros where this rank had none) summed over the ranks, with the loss."""
@@ -225,18 +269,35 @@ class S2EFTrainer:
         return copy.deepcopy(self.model)
 
     # ------------------------------------------------------------------ evaluation
+    def eval_counts(self, ids: Tensor, parts: list) -> tuple[int, int]:
+        """``(B, n_free)`` of a whole split ``ids`` (this rank's ``parts`` of it): the in-memory counts, or one pass
+        of the loader over the parts (structures only, no graphs) and an all-reduce."""
+        if self.free_counts is not None:
+            return len(ids), int(self.free_counts[ids].sum())
+        counter = StructureLoader(self.structures, self.loader.num_workers)
+        n = torch.zeros(2, dtype=torch.int64)
+        for step in counter.iterate(parts):
+            n += torch.tensor([len(step.structures), step.num_free])
+        if self.world > 1:
+            dist.all_reduce(n)
+            n = n // (self.world // self.replicas)
+        return int(n[0]), int(n[1])
+
     def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
         cfg = self.config
         mine = self.share(ids)
-        num_free = int(self.free_counts[ids].sum())
-        for chunk in mine.split(cfg.batch_size) if len(mine) else ():
+        parts = list(mine.split(cfg.batch_size)) if len(mine) else []
+        num_structures, num_free = self.eval_counts(ids, parts)
+        for step in self.loader.iterate(parts):
+            if not step.structures:
+                continue
             with torch.no_grad():
-                e_hat, f_hat, batch = self.forward([self.structures[i] for i in chunk.tolist()])
+                e_hat, f_hat, batch = self.forward_step(step)
                 if not self.reporting:
                     continue
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
-                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
                                  energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
                 s = self.normalizer.std
                 metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
