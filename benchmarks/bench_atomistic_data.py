@@ -3,17 +3,20 @@ structure sets on disk read lazily by loader workers (:mod:`gnnpipe.data.atoms.s
 :class:`gnnpipe.tasks.s2ef.data.StructureLoader`), against the in-memory path that reads and validates every
 structure before the first step.
 
-The sets are cheap on purpose: ``--base`` oc20-like structures are generated and labelled by EMT once, then each
-structure of the set is one of them with its positions rattled (Gaussian, ``--rattle`` Å) and its labels copied
-(not physical: the measurement is of reading, validating and graph building, not of chemistry). They are written
-as fairchem LMDB files (``.lmdb``, the format OC20 S2EF ships in) under ``--dir``.
+The sets are cheap on purpose: ``--base`` oc20-like structures are generated and labelled by EMT once, then
+``--variants`` copies of them have their positions rattled (Gaussian, ``--rattle`` Å) and keep their labels (not
+physical: the measurement is of reading, validating and graph building, not of chemistry); structure ``k`` of a set
+is variant ``k mod variants``, each record pickled once and its bytes stored again under every index that holds it
+(every read still unpickles and validates a whole record). They are written as fairchem LMDB files (``.lmdb``, the
+format OC20 S2EF ships in) under ``--dir``.
 
 Each measurement runs in a fresh process (``--child``), DimeNet++ at its S2EF defaults (2 blocks, hidden 64,
 4 Å, 12 neighbours, batch 16), float32, ``--steps`` training steps:
 
 * time to the first step: from the start of loading (the set opened, split, the energy reference fitted on its
   bounded sample) to the end of the first optimizer step, less the model's construction (the same on every path);
-* resident memory (VmRSS) after the steps, for ``--small`` and ``--large`` structures;
+* resident memory (VmRSS) before the steps (the set opened, the reference fitted, the model built) and after
+  them, for ``--small`` and ``--large`` structures (the steps' batches, hence their activations, differ);
 * data wait: per step, the time the training loop waited for the loader's next batch (1 worker), against the
   step's compute (forward, backward, optimizer), steps after the first;
 * the in-memory path (``load_structures`` of an extended-XYZ file of ``--old`` structures: every structure read
@@ -45,27 +48,45 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def write_set(path: Path, n: int, base: int, rattle: float, fmt: str) -> float:
-    """``n`` rattled copies of ``base`` generated structures in ``path`` (fairchem LMDB or extended XYZ)."""
+def write_set(path: Path, n: int, base: int, variants: int, rattle: float) -> float:
+    """``n`` structures in ``path`` (fairchem LMDB, or extended XYZ): ``variants`` rattled copies of ``base`` generated
+    structures, cycled (an LMDB record is pickled once per variant and its bytes stored ``n / variants`` times)."""
+    import pickle
+
     import numpy as np
     import torch
 
     from gnnpipe.data.atoms import generated_structures
-    from gnnpipe.data.atoms.sets import write_structures
+    from gnnpipe.data.atoms.sets import fairchem_record, write_structures
 
     if path.exists():
         return 0.0
     t0 = time.perf_counter()
     src = generated_structures("oc20", base, 0, dtype=torch.float64)
     rng = np.random.default_rng(0)
+    copies = []
+    for k in range(min(n, variants)):
+        d = src[k % base].clone()
+        d.pos = d.pos + torch.from_numpy(rng.normal(0.0, rattle, tuple(d.pos.shape)))
+        copies.append(d)
+    if path.suffix == ".extxyz":
+        write_structures(path, (copies[k % len(copies)] for k in range(n)))
+        return time.perf_counter() - t0
+    import lmdb
 
-    def items():
-        for k in range(n):
-            d = src[k % base].clone()
-            d.pos = d.pos + torch.from_numpy(rng.normal(0.0, rattle, tuple(d.pos.shape)))
-            yield d
-
-    write_structures(path, items())
+    blobs = [pickle.dumps(fairchem_record(d, k), protocol=4) for k, d in enumerate(copies)]
+    tmp = path.with_name(f".{path.name}.tmp")
+    env = lmdb.open(str(tmp), subdir=False, map_size=1 << 40, meminit=False, map_async=True)
+    for lo in range(0, n, 50_000):
+        with env.begin(write=True) as txn:
+            for k in range(lo, min(n, lo + 50_000)):
+                txn.put(f"{k}".encode("ascii"), blobs[k % len(blobs)])
+    with env.begin(write=True) as txn:
+        txn.put(b"length", pickle.dumps(n, protocol=4))
+    env.sync()
+    env.close()
+    os.replace(tmp, path)
+    Path(f"{tmp}-lock").unlink(missing_ok=True)
     return time.perf_counter() - t0
 
 
@@ -101,6 +122,7 @@ def child(args) -> dict:
     tb = time.perf_counter()
     tr = S2EFTrainer(config, structures, splits, norm)
     t_model = time.perf_counter() - tb  # the model's construction: the same on every data path, left out below
+    rss_loaded = rss_mib()  # the set opened, split, the reference fitted, the model built: before any step
     train = splits["train"]
     batches = epoch_batches(len(train), config.batch_size, config.seed, 0)[:args.steps]
     it = tr.loader.iterate([train[gb] for gb in batches])
@@ -127,7 +149,7 @@ def child(args) -> dict:
         waits.append(w)
         computes.append(c)
     return {"path": args.child, "structures": len(structures), "workers": tr.loader.num_workers,
-            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first, "first_batch_s": first_batch, "rss0_mib": rss0,
+            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first, "first_batch_s": first_batch, "rss0_mib": rss0, "rss_loaded_mib": rss_loaded,
             "rss_mib": rss_mib(), "wait_s": waits[1:], "compute_s": computes[1:], "batch_size": config.batch_size}
 
 
@@ -148,6 +170,8 @@ def main() -> None:
     ap.add_argument("--old", type=int, default=5_000,
                     help="structures of the extended-XYZ set read by the in-memory path (default %(default)s)")
     ap.add_argument("--base", type=int, default=40, help="EMT-labelled structures the sets rattle (default %(default)s)")
+    ap.add_argument("--variants", type=int, default=400,
+                    help="distinct rattled structures the sets cycle through (default %(default)s)")
     ap.add_argument("--rattle", type=float, default=0.02, help="Å, the positions' rattle (default %(default)s)")
     ap.add_argument("--steps", type=int, default=8, help="training steps measured (default %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the training process (default %(default)s)")
@@ -162,13 +186,13 @@ def main() -> None:
 
     d = Path(args.dir) if args.dir else default_cache_dir() / "bench-data"
     d.mkdir(parents=True, exist_ok=True)
-    sets = {n: d / f"rattled-{n}-b{args.base}.lmdb" for n in (args.small, args.large)}
+    sets = {n: d / f"rattled-{n}-b{args.base}-v{args.variants}.lmdb" for n in (args.small, args.large)}
     for n, p in sets.items():
-        w = write_set(p, n, args.base, args.rattle, "lmdb")
+        w = write_set(p, n, args.base, args.variants, args.rattle)
         if w:
             print(f"wrote {n:,} structures to {p} in {w:.1f} s ({p.stat().st_size / 2**20:.0f} MiB)")
-    old = d / f"rattled-{args.old}-b{args.base}.extxyz"
-    w = write_set(old, args.old, args.base, args.rattle, "extxyz")
+    old = d / f"rattled-{args.old}-b{args.base}-v{args.variants}.extxyz"
+    w = write_set(old, args.old, args.base, args.variants, args.rattle)
     if w:
         print(f"wrote {args.old:,} structures to {old} in {w:.1f} s")
     out = {}
@@ -178,10 +202,12 @@ def main() -> None:
         comp = sum(r["compute_s"]) / max(len(r["compute_s"]), 1)
         print(f"lazy {n:>9,}: first step {r['first_step_s']:.2f} s after loading began (loading {r['load_s']:.2f} s, "
               f"first batch {r['first_batch_s']:.2f} s; "
-              f"imports {r['import_s']:.1f} s before), RSS {r['rss_mib']:.0f} MiB, data wait {wait * 1e3:.1f} ms "
+              f"imports {r['import_s']:.1f} s before), RSS {r['rss_loaded_mib']:.0f} MiB before the steps, "
+              f"{r['rss_mib']:.0f} MiB after, data wait {wait * 1e3:.1f} ms "
               f"of a {comp:.2f} s step ({100 * wait / comp:.1f} %, {r['workers']} worker)")
-    grow = out[args.large]["rss_mib"] - out[args.small]["rss_mib"]
-    print(f"RSS growth {args.small:,} -> {args.large:,} structures: {grow:+.0f} MiB")
+    grow = [out[args.large][k] - out[args.small][k] for k in ("rss_loaded_mib", "rss_mib")]
+    print(f"RSS growth {args.small:,} -> {args.large:,} structures: {grow[0]:+.0f} MiB before the steps, "
+          f"{grow[1]:+.0f} MiB after them (the steps' batches differ between the sets)")
     r = run_child(old, args, 0)
     rate = r["load_s"] / r["structures"]
     print(f"in-memory {args.old:>6,}: first step {r['first_step_s']:.2f} s (reading and validating {r['load_s']:.2f} s, "

@@ -41,7 +41,7 @@ def register(sub) -> None:
     c.add_argument("--energy-key", default=None, help="the energy label of IN (default: energy)")
     c.add_argument("--forces-key", default=None, help="the force label of IN (default: forces)")
     c.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     c.set_defaults(func=run_convert)
     k = commands.add_parser("check", help="validate every structure of a file or folder and summarise it",
                             description=__doc__, formatter_class=HelpFormatter)
@@ -53,7 +53,7 @@ def register(sub) -> None:
     k.add_argument("--forces-key", default=None, help="the force label (default: forces)")
     k.add_argument("--skip-invalid", action="store_true",
                    help="count malformed structures and go on (default: stop at the first, naming it)")
-    k.add_argument("--no-progress", action="store_true", help="no progress bar")
+    k.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     k.set_defaults(func=run_check)
 
 
@@ -84,7 +84,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
     src = open_structures(args.input, energy_key=args.energy_key, forces_key=args.forces_key)
     start = time.perf_counter()
-    bar = progress_bar(total=len(src), desc="convert", unit="structure", enabled=not args.no_progress)
+    bar = progress_bar(total=len(src), desc="convert", unit="structure", enabled=args.progress)
     try:
         n = write_structures(args.output, (src[i] for i in range(len(src))), overwrite=args.overwrite, progress=bar)
     except FileExistsError as exc:
@@ -109,7 +109,7 @@ def run_check(args: argparse.Namespace) -> int:
     n, atoms, invalid, elements = 0, 0, 0, set()
     e_lo, e_hi, neigh, neigh_max = float("inf"), float("-inf"), 0, 0
     start = time.perf_counter()
-    for i in progress_bar(range(len(data)), desc="check", unit="structure", enabled=not args.no_progress):
+    for i in progress_bar(range(len(data)), desc="check", unit="structure", enabled=args.progress):
         d = data[i]
         if d is None:
             invalid += 1
