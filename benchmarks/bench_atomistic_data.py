@@ -15,7 +15,8 @@ Each measurement runs in a fresh process (``--child``), DimeNet++ at its S2EF de
 
 * time to the first step: from the start of loading (the set opened, split, the energy reference fitted on its
   bounded sample) to the end of the first optimizer step, less the model's construction (the same on every path);
-* resident memory (VmRSS) before the steps (the set opened, the reference fitted, the model built) and after
+* resident memory (VmRSS, split into the process's own RssAnon and the RssFile pages of the mapped LMDB file)
+  before the steps (the set opened, the reference fitted, the model built) and after
   them, for ``--small`` and ``--large`` structures (the steps' batches, hence their activations, differ);
 * data wait: per step, the time the training loop waited for the loader's next batch (1 worker), against the
   step's compute (forward, backward, optimizer), steps after the first;
@@ -41,9 +42,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def rss_mib() -> float:
+def rss_mib(kind: str = "VmRSS") -> float:
+    """MiB resident: ``VmRSS`` (all), ``RssAnon`` (the process's own memory) or ``RssFile`` (pages of mapped files:
+    the LMDB file's pages the reads touched, shared with the page cache and dropped by the kernel under pressure)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(kind + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -122,7 +125,7 @@ def child(args) -> dict:
     tb = time.perf_counter()
     tr = S2EFTrainer(config, structures, splits, norm)
     t_model = time.perf_counter() - tb  # the model's construction: the same on every data path, left out below
-    rss_loaded = rss_mib()  # the set opened, split, the reference fitted, the model built: before any step
+    rss_loaded = {k: rss_mib(k) for k in ("VmRSS", "RssAnon", "RssFile")}  # before any step
     train = splits["train"]
     batches = epoch_batches(len(train), config.batch_size, config.seed, 0)[:args.steps]
     it = tr.loader.iterate([train[gb] for gb in batches])
@@ -149,7 +152,8 @@ def child(args) -> dict:
         waits.append(w)
         computes.append(c)
     return {"path": args.child, "structures": len(structures), "workers": tr.loader.num_workers,
-            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first, "first_batch_s": first_batch, "rss0_mib": rss0, "rss_loaded_mib": rss_loaded,
+            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first, "first_batch_s": first_batch, "rss0_mib": rss0, "rss_loaded": rss_loaded, "rss_loaded_mib": rss_loaded["VmRSS"],
+            "rss_anon_mib": rss_mib("RssAnon"), "rss_file_mib": rss_mib("RssFile"),
             "rss_mib": rss_mib(), "wait_s": waits[1:], "compute_s": computes[1:], "batch_size": config.batch_size}
 
 
@@ -205,9 +209,12 @@ def main() -> None:
               f"imports {r['import_s']:.1f} s before), RSS {r['rss_loaded_mib']:.0f} MiB before the steps, "
               f"{r['rss_mib']:.0f} MiB after, data wait {wait * 1e3:.1f} ms "
               f"of a {comp:.2f} s step ({100 * wait / comp:.1f} %, {r['workers']} worker)")
-    grow = [out[args.large][k] - out[args.small][k] for k in ("rss_loaded_mib", "rss_mib")]
-    print(f"RSS growth {args.small:,} -> {args.large:,} structures: {grow[0]:+.0f} MiB before the steps, "
-          f"{grow[1]:+.0f} MiB after them (the steps' batches differ between the sets)")
+    a, b = out[args.small], out[args.large]
+    g = {k: b["rss_loaded"][k] - a["rss_loaded"][k] for k in a["rss_loaded"]}
+    print(f"RSS growth {args.small:,} -> {args.large:,} structures before the steps: {g['VmRSS']:+.0f} MiB "
+          f"(own memory RssAnon {g['RssAnon']:+.0f}, mapped file pages RssFile {g['RssFile']:+.0f}); after the steps "
+          f"{b['rss_mib'] - a['rss_mib']:+.0f} MiB (RssAnon {b['rss_anon_mib'] - a['rss_anon_mib']:+.0f}, RssFile "
+          f"{b['rss_file_mib'] - a['rss_file_mib']:+.0f}; the steps' batches differ between the sets)")
     r = run_child(old, args, 0)
     rate = r["load_s"] / r["structures"]
     print(f"in-memory {args.old:>6,}: first step {r['first_step_s']:.2f} s (reading and validating {r['load_s']:.2f} s, "
