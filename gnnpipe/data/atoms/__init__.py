@@ -24,6 +24,8 @@ Public API::
     write_structures(out, structures, *, overwrite=False) -> int    # the format of out's suffix
     PreparedSet(set, dtype, cutoff=None, skip_invalid=False)        # cast and validated when indexed
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
+    estimate_graph(structures, cutoff, max_neighbors=None, *, with_triplets=False, batch_size=1) -> GraphEstimate
+    check_graph_size(structures, cutoff, max_neighbors=None, ..., available=None) -> GraphEstimate   # or raises
 """
 
 from .generate import (
@@ -36,6 +38,7 @@ from .generate import (
                        generated_file,
                        generated_structures,
 )
+from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, split_graph, triplets
 from .sets import FORMATS, PreparedSet, StructureSet, open_structures, write_structures
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
@@ -53,8 +56,11 @@ __all__ = [
                        "OC20_SITES",
                        "STRUCTURE_SUFFIXES",
                        "AtomGraph",
+                       "GraphEstimate",
                        "build_graph",
+                       "check_graph_size",
                        "concat_graphs",
+                       "estimate_graph",
                        "from_atoms",
                        "generate_md17_like",
                        "generate_oc20_like",

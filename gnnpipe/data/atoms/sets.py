@@ -504,6 +504,7 @@ class PreparedSet(torch.utils.data.Dataset):
     def __init__(self, base, dtype: torch.dtype = torch.float32, cutoff: Optional[float] = None,
                  skip_invalid: bool = False):
         self.base, self.dtype, self.cutoff, self.skip_invalid = base, dtype, cutoff, skip_invalid
+        self.max_z: Optional[int] = None  #: the largest atomic number the model embeds (``None``: 118)
 
     def __len__(self) -> int:
         return len(self.base)
@@ -522,7 +523,7 @@ class PreparedSet(torch.utils.data.Dataset):
             d = prepare_one(d, self.dtype, src, int(k))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DataWarning)  # a structure without edges trains (per-atom terms)
-                validate_one(d, self.dtype, None, src, int(k))  # geometry; the graph finds the neighbours
+                validate_one(d, self.dtype, None, src, int(k), max_z=self.max_z)  # the graph finds neighbours
         except DataValidationError:
             if self.skip_invalid:
                 return None
@@ -544,11 +545,12 @@ def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
     return d
 
 
-def validate_one(d: Data, dtype: torch.dtype, cutoff: Optional[float], source: str, k: int) -> None:
+def validate_one(d: Data, dtype: torch.dtype, cutoff: Optional[float], source: str, k: int,
+                 max_z: Optional[int] = None) -> None:
     """:func:`~gnnpipe.data.atoms.validate_structures` of one structure, named ``"{source} {k}"``."""
     from .validate import validate_structures
 
-    validate_structures([d], dtype, cutoff=cutoff, source=source, start=k)
+    validate_structures([d], dtype, cutoff=cutoff, source=source, start=k, max_z=max_z)
 
 
 # ---------------------------------------------------------------------------------------------------- writing
