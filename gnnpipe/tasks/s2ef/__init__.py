@@ -20,7 +20,7 @@ import attrs
 
 from ..registry import register
 from ..base import Task
-from .data import is_structure_dataset, reference_sample
+from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
 from .graph_parallel import check_graph_parallel, gp_plan_info
 from .graph_parallel import worker as gp_worker
@@ -202,8 +202,13 @@ class S2EF(Task):
             check_structures_for(config, structures)
         splits = split(config, len(structures))
         sample = _reference_structures(structures, reference_sample(splits["train"], config.seed))
-        if lazy_set:  # judged on the sample; each structure's atomic numbers are checked when a worker reads it
-            check_structures_for(config, sample)
+        if lazy_set:  # every structure of a set no larger than the sample, else the sample; each structure's
+            # atomic numbers are checked again when a worker reads it
+            import torch
+
+            n = len(structures)
+            check_structures_for(config, sample if n > REFERENCE_SAMPLE else
+                                 _reference_structures(structures, torch.arange(n)))
             structures.max_z = config.model_args.get("max_z")
         normalizer = EnergyNormalizer.fit(sample)
         mean_atoms = sum(int(d.z.numel()) for d in sample) / max(len(sample), 1)
