@@ -159,6 +159,23 @@ def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path
     return json.loads(out.read_text())
 
 
+def network_deltas(rows: list[dict]) -> list[dict]:
+    """Per job, rank count and layout: each slower rate's epoch minus the fastest rate's, measured and predicted."""
+    out = []
+    for key in sorted({(r["job"], r["ranks"], r["layout"]) for r in rows}):
+        sel = sorted((r for r in rows if (r["job"], r["ranks"], r["layout"]) == key), key=lambda r: -r["rate_Bps"])
+        if len(sel) < 2:
+            continue
+        top = sel[0]
+        for r in sel[1:]:
+            def diff(k):
+                return r[k] - top[k] if r.get(k) is not None and top.get(k) is not None else None
+            out.append({"job": key[0], "ranks": key[1], "layout": key[2], "mbit": r["mbit"],
+                        "measured_s": diff("epoch_s"), "predicted_s": diff("pred_epoch_s"),
+                        "predicted_x_s": diff("pred_x_epoch_s")})
+    return out
+
+
 def write_outputs(rows: list[dict], links: list[dict], meta: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "network_regime.json").write_text(json.dumps({"meta": meta, "links": links, "rows": rows}, indent=1))
@@ -190,6 +207,16 @@ def write_outputs(rows: list[dict], links: list[dict], meta: dict, out_dir: Path
         md.append(f"| {lk['ranks']} | {lk['mbit']:g} | "
                   + ", ".join(f"{m['nodes'][0]}-{m['nodes'][1]}: {m['ratio']:.3f}" for m in lk["measured"]) + " | "
                   + ", ".join(f"{m.get('exchange_ratio', float('nan')):.3f}" for m in lk["measured"]) + " |")
+    deltas = network_deltas(rows)
+    if deltas:
+        md += ["", "Time the slower links add (epoch at a rate − epoch at the fastest rate; on a loaded machine the "
+                   "compute both include is inflated alike, the difference much less):", "",
+               "| job | ranks | layout | Mbit/s | measured + s | predicted + s (full duplex) | (measured exchange) |",
+               "|---|--:|---|--:|--:|--:|--:|"]
+        for d in deltas:
+            f = (lambda v: f"{v:,.2f}" if v is not None else "-")
+            md.append(f"| {d['job']} | {d['ranks']} | {d['layout']} | {d['mbit']:g} | {f(d['measured_s'])} "
+                      f"| {f(d['predicted_s'])} | {f(d['predicted_x_s'])} |")
     if meta.get("crossovers"):
         md += ["", "| job | ranks | GP = GNNPipe at: measured | predicted (full duplex) | predicted (measured "
                    "exchange) |", "|---|--:|--:|--:|--:|"]

@@ -153,6 +153,14 @@ def test_layouts_prediction_pick_and_crossover():
     assert bench.crossover({"gp": [(1e6, 1.0), (2e6, 0.5)], "gnnpipe": [(1e6, 2.0), (2e6, 1.5)]}) is None
 
 
+def test_network_deltas_subtract_the_fastest_rate():
+    rows = [{"job": "j", "ranks": 2, "layout": "GP 2x1", "rate_Bps": r, "mbit": r * 8 / 1e6, "epoch_s": e,
+             "pred_epoch_s": p} for r, e, p in [(1e6, 5.0, 3.0), (4e6, 2.0, 1.5), (16e6, 1.0, 1.0)]]
+    d = bench.network_deltas(rows)
+    assert [(x["mbit"], x["measured_s"], x["predicted_s"], x["predicted_x_s"]) for x in d] == [
+        (32.0, 1.0, 0.5, None), (8.0, 4.0, 2.0, None)]
+
+
 def test_measured_row_skips_the_first_epoch():
     eps = [{"time_s": t, "idle_s": [0.1 * t, 0.0], "bytes_layer": 10, "bytes_graph": 20, "bytes_weight": 1}
            for t in (9.0, 2.0, 4.0)]
