@@ -38,6 +38,7 @@ import os
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -305,7 +306,7 @@ class Mesh:
         """Each link between nodes (``pairs`` of nodes, default all) by the profile's ping-pong
         (``gnnpipe.costmodel.profile.link``: one-way time of 4 B … 8 MiB messages, fitted as latency + bytes /
         bandwidth), with one rank in each of the two namespaces; then an exchange of :data:`EXCHANGE_BYTES` both
-        ways at once (the best of 3; ``exchange_Bps``: bytes per second in each direction). Returns ``[{"nodes",
+        ways at once (the median of 5; ``exchange_Bps``: bytes per second in each direction). Returns ``[{"nodes",
         "set_Bps", "measured_Bps", "latency_s", "ratio", "exchange_Bps", "exchange_ratio"}]``."""
         out = []
         for a, b in (pairs if pairs is not None else self.links()):
@@ -377,7 +378,7 @@ def _probe_main(reps: int) -> int:
     t = torch.zeros(EXCHANGE_BYTES // 4)
     buf = torch.empty_like(t)
     times = []
-    for i in range(4):
+    for i in range(6):
         dist.barrier()
         t0 = time.perf_counter()
         ops = [dist.P2POp(dist.isend, t, 1 - rank), dist.P2POp(dist.irecv, buf, 1 - rank)]
@@ -390,7 +391,7 @@ def _probe_main(reps: int) -> int:
     if rank == 0:
         link = _fit_link(out["p2p"])
         print(json.dumps({"measured_Bps": link.bandwidth_Bps, "latency_s": link.latency_s,
-                          "exchange_Bps": EXCHANGE_BYTES / min(times),
+                          "exchange_Bps": EXCHANGE_BYTES / statistics.median(times),
                           "points": [list(p) for p in out["p2p"]]}))
     return 0
 
