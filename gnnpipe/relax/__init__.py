@@ -21,12 +21,13 @@ from .metrics import (
     mean_distances,
     oracle_max_forces,
 )
-from .optimizers import FIRE, LBFGS, OPTIMIZERS
+from .optimizers import FIRE, LBFGS, OPTIMIZERS, BatchOptimizer
 from .relaxer import RelaxResult, relax, relax_file, write_trajectories
 
 __all__ = [
     "ADWT_THRESHOLDS",
     "AFBT_THRESHOLDS",
+    "BatchOptimizer",
     "FIRE",
     "LBFGS",
     "OPTIMIZERS",

@@ -103,7 +103,7 @@ def mean_distances(predicted: Sequence, reference: Sequence) -> np.ndarray:
     no free atom counts all of its atoms.
 
     Raises:
-        DataValidationError: the two lists do not hold the same structures in order (:func:`check_pairs`).
+        DataValidationError: the two lists do not hold the same structures in order (``check_pairs``).
     """
     check_pairs(predicted, reference)
     out = np.zeros(len(predicted))
@@ -140,7 +140,7 @@ def afbt(max_forces: np.ndarray, thresholds: np.ndarray = AFBT_THRESHOLDS) -> fl
 
 
 def get_oracle(oracle="emt"):
-    """An ASE calculator: a name of :data:`ORACLES`, ``"module:Class"`` (built with no arguments), or a calculator.
+    """An ASE calculator: a name of ``ORACLES``, ``"module:Class"`` (built with no arguments), or a calculator.
 
     Raises:
         ConfigError: an unknown name, or a class that cannot be imported or built.
@@ -211,7 +211,7 @@ def evaluate_is2rs(relaxed: Sequence, reference: Sequence, *, oracle="emt", init
         initial: the initial structures, when given checked against ``reference`` too.
 
     Returns:
-        a JSON-ready dict: ``task`` (``"is2rs"``), ``structures``, ``adwt``, ``fbt``, ``afbt``, ``fbt_threshold``
+        dict: JSON-ready, ``task`` (``"is2rs"``), ``structures``, ``adwt``, ``fbt``, ``afbt``, ``fbt_threshold``
         (eV/Å), ``energy_mae`` (eV), ``ewt``, ``ewt_threshold`` (eV), ``mean_distance`` (Å, mean over structures),
         ``distances`` and ``max_forces`` (per structure), ``curves`` (``adwt``: thresholds Å and fractions;
         ``fbt``: thresholds eV/Å and fractions), ``oracle``.

@@ -3,7 +3,7 @@
 Every step builds one neighbour graph and runs one forward (energies and conservative or direct forces) over all
 structures still running; each structure leaves the batch when the largest force on its free atoms falls below
 ``fmax`` or after ``steps`` steps, exactly where ASE's ``Optimizer.run(fmax, steps)`` would stop it (the same
-checks in the same order: forces, convergence, step). The optimizers are :mod:`gnnpipe.relax.optimizers`'.
+checks in the same order: forces, convergence, step). The optimizers are ``gnnpipe.relax.optimizers``'.
 
 As fairchem's batched relaxations (``OptimizableBatch`` and its L-BFGS; Chanussot et al., *Open Catalyst 2020*,
 ACS Catal. 2021, §IS2RS), but with each structure's trajectory the one ASE gives it alone.
@@ -87,9 +87,9 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     Args:
         model: an S2EF model (a training result's model, or one loaded by :func:`gnnpipe.models.load` from a file of
             ``gnnpipe export``), or the path of such a file.
-        structures: PyG ``Data`` as :func:`gnnpipe.data.atoms.read_structures` gives them (``z``, ``pos``, ``cell``,
+        structures: PyG ``Data`` as ``gnnpipe.data.atoms.read_structures`` gives them (``z``, ``pos``, ``cell``,
             ``pbc``, ``fixed``; labels ignored), or ``ase.Atoms`` (``FixAtoms`` read as ``fixed``).
-        optimizer: ``"fire"`` or ``"lbfgs"`` (:mod:`gnnpipe.relax.optimizers`); ``options`` are its parameters
+        optimizer: ``"fire"`` or ``"lbfgs"`` (``gnnpipe.relax.optimizers``); ``options`` are its parameters
             (ASE's names: ``dt``, ``maxstep``, ``downhill_check``, ``memory``, ``alpha``, …).
         fmax: eV/Å; a structure stops when the largest force norm on its free atoms is below it (> 0).
         steps: the most optimizer steps per structure (≥ 0).
