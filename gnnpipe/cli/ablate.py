@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from ..experiments.report import make_report
 
-        rep = make_report(results, description=study.description, order=study.variant_names())
+        rep = make_report(results, description=study.description, order=study.variant_names(), sweep=study.report)
         print(rep.markdown)
         print(f"wrote {rep.markdown_path}" + "".join(f", {p.name}" for p in rep.plots), file=sys.stderr)
     return 1 if prog.failed else 0
