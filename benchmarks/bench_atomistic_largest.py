@@ -41,7 +41,8 @@ def gnnpipe(args: list[str], log: Path) -> float:
     print("$ gnnpipe " + " ".join(args), flush=True)
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        subprocess.run([sys.executable, "-m", "gnnpipe", *args], stdout=fh, stderr=subprocess.STDOUT, check=True)
+        subprocess.run([sys.executable, "-m", "gnnpipe", *args], stdout=fh, stderr=subprocess.STDOUT, check=True,
+                       env=dict(os.environ, PYTHONUNBUFFERED="1"))
     return time.perf_counter() - t0
 
 
