@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
 
@@ -93,7 +94,7 @@ def register(sub) -> None:
                         "ranks (the cost model of `gnnpipe plan`), print the ranking, train the best that fits")
     add_plan_arguments(p)
     add_run_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flags_parser=p)  # flags_parser: which flags were given (demo_keeping_flags)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -126,9 +127,40 @@ def options_from_args(args: argparse.Namespace):
                       memory_check=args.memory_check)
 
 
-#: what ``gnnpipe train`` with no flag at all trains: the main job, a GNNPipe pipeline of 2 stages, on the synthetic
-#: default graph (learnable: GCNII reaches ~75 % test accuracy on its 5 classes, majority 20 %), in under a minute
+#: what ``gnnpipe train`` with no flag that chooses the job trains: the main job, a GNNPipe pipeline of 2 stages, on
+#: the synthetic default graph (learnable: GCNII reaches ~75 % test accuracy on its 5 classes, majority 20 %), in
+#: under a minute
 DEMO = {"stages": 2, "epochs": 100}
+
+#: flags (by ``dest``) that say how a run is reported, saved, checked or waited on, not what is trained: given alone
+#: they keep :data:`DEMO` (``--resume`` too, so that a demo's checkpoint continues as the demo). Every other flag
+#: chooses the job (data, model, optimisation, layout, threads, device, …) and leaves the demo: the flags' defaults
+#: apply.
+DEMO_KEEPING = ("out", "progress", "keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every",
+                "resume", "memory_check", "timeout_s")
+
+
+class _NotGiven(list):
+    """The value of a flag not given (a list: ``append`` flags copy and extend it, making another object)."""
+
+
+def demo_keeping_flags(args: argparse.Namespace) -> Optional[list[str]]:
+    """Whether ``gnnpipe train`` trains :data:`DEMO`: the flags given (as spelled, e.g. ``["--out"]``; ``[]``:
+    none) when every one is in :data:`DEMO_KEEPING`, else ``None`` (a flag chooses the job, or the words given
+    are unknown: a call of :func:`run` without the command line's ``argv``)."""
+    argv, parser = getattr(args, "argv", None), getattr(args, "flags_parser", None)
+    if not argv or argv[0] != "train" or parser is None:
+        return None
+    sentinel = _NotGiven()
+    dests = {a.dest for a in parser._actions if a.dest != argparse.SUPPRESS}
+    # argparse fills in a default only where the namespace has no value yet: what keeps the sentinel was not given
+    given, _ = parser.parse_known_args(argv[1:], argparse.Namespace(**{d: sentinel for d in dests}))
+    chosen = [d for d in dests if getattr(given, d) is not sentinel and d not in ("func", "flags_parser")]
+    if any(d not in DEMO_KEEPING for d in chosen):
+        return None
+    spelled = {a.dest: next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+               for a in parser._actions if a.option_strings}
+    return sorted(spelled.get(d, d) for d in chosen)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,9 +173,12 @@ def run(args: argparse.Namespace) -> int:
     from ..core.run.launch import _interrupt, under_torchrun
 
     config = config_from_args(args)
-    if getattr(args, "demo", False) and not under_torchrun():
+    kept = demo_keeping_flags(args)
+    if kept is not None and not under_torchrun():
         config = attrs.evolve(config, **DEMO)
-        print("gnnpipe: no flags given: training a 2-stage GNNPipe pipeline (--stages 2, 2 local processes, "
+        why = (f"no flag choosing the job given ({', '.join(kept)} only say how to report, save or check it)" if kept
+               else "no flags given")
+        print(f"gnnpipe: {why}: training the demo, a 2-stage GNNPipe pipeline (--stages 2, 2 local processes, "
               "--epochs 100) on the synthetic default graph; `gnnpipe train --help` lists the flags, "
               "`--stages 1` trains in one process", file=sys.stderr)
     options = options_from_args(args)

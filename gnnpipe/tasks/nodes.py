@@ -168,6 +168,8 @@ class NodeClassification(Task):
         from ..core.run import launch
 
         run, plan.run = plan.run, None  # the caller's plan no longer holds the graph
+        seconds, why = launch.wait_limit(config.timeout_s, run.info["backend"], run.info.get("predicted_epoch_s"))
+        run.info["wait_limit"] = {"seconds": seconds, "why": why}  # printed with the plan
         if launch.under_torchrun():
             return _join_torchrun(config, run, progress, options)
         return _spawn(config, run, progress, options)
@@ -182,7 +184,7 @@ def _join_torchrun(config: TrainConfig, plan, progress: bool, options) -> TrainR
     from ..core.run import launch
     from ..core.training.runner import file_backed, format_plan, share_profiled_split, worker
 
-    rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
+    rank, world = launch.init_env_process_group(plan.info["backend"], plan.info["wait_limit"]["seconds"])
     share_profiled_split(config, plan)
     if rank == 0:
         print(format_plan(plan.info), file=sys.stderr)
@@ -214,7 +216,8 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
         del plan
         try:
             outs = launch.spawn(worker, config.world_size, (config, shipped, progress, None, options, records.send_end),
-                                backend=shipped.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
+                                backend=shipped.info["backend"], timeout_s=shipped.info["wait_limit"]["seconds"],
+                                threads=config.threads,
                                 graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)

@@ -95,7 +95,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                      help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
                           "on the CPU, or with --device cuda through pinned CPU buffers)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
-                     help="seconds after which a failed or stuck rank ends the run")
+                     help="wait limit: seconds a rank may wait on a live peer before the run is ended as hung "
+                          "(default: derived, printed in the plan: torch's 1800 for gloo, 600 for nccl, or 10 x the "
+                          "cost model's predicted epoch with --layout auto when longer); a rank that dies ends the run "
+                          "at once, a slow one does not")
     a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --ways D = data-parallel replicas)")
     a.add_argument("--energy-coef", type=float, default=d.energy_coef,
                    help="weight of the energy loss (default: the model's S2EF recipe, else %(default)s)")

@@ -219,10 +219,15 @@ class TrainConfig:
     ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.core.training.trainer.resolve_config`` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
+    ``timeout_s``: how long a rank may wait on a peer before the run is ended as hung (``--timeout``); ``None``
+    (the default) derives it (``gnnpipe.core.run.launch.wait_limit``: torch's default, or more when the cost
+    model predicts slower epochs). A rank that dies ends the run at once whatever this is.
+
     ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
     :class:`~gnnpipe.errors.TrainingDivergedError`).
 
-    Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
+    Raises (on construction): ConfigError for a bad size or rate, ``energy_coef`` and ``force_coef`` both 0 (an S2EF
+    loss that trains nothing), an unsupported ``dtype`` (lists
     ``DTYPE_NAMES``), an unknown ``backend`` (lists ``BACKENDS``), or ``model_args`` that the
     model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
     ``check_names`` when a run starts, so that components registered later still count.
@@ -270,7 +275,8 @@ class TrainConfig:
     recompute: Optional[bool] = attrs.field(default=None, converter=_recompute)
     threads: int = attrs.field(default=1, validator=_pos("threads"))
     backend: Optional[str] = attrs.field(default=None, validator=_backend)
-    timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
+    # seconds a rank may wait on a peer; None: derived (gnnpipe.core.run.launch.wait_limit)
+    timeout_s: Optional[float] = attrs.field(default=None, validator=[_rate("timeout_s"), _pos("timeout_s")])
     dtype: str = attrs.field(default="float32", validator=_dtype)
     history_dtype: Optional[str] = None
     device: Optional[str] = None
@@ -294,6 +300,11 @@ class TrainConfig:
     graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
+
+    def __attrs_post_init__(self) -> None:
+        if self.energy_coef == 0 and self.force_coef == 0:  # S2EF: a loss that is zero trains nothing
+            raise ConfigError("energy_coef and force_coef are both 0 (--energy-coef 0 --force-coef 0): the loss is "
+                              "zero and nothing would be trained; give one of them > 0")
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
