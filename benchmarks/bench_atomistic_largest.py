@@ -23,8 +23,8 @@ Steps, each a ``gnnpipe`` command printed before it runs (so each can be run by 
 Cost (a 2-core machine shared with other jobs): ``gnnpipe plan`` profiles one single-process step (27 s); every
 rank draws the whole model's weights before keeping its stage's (43 s of CPU each: the 2048-wide output layers'
 orthogonal initialisation). In the first epoch of the pipelined run the ranks' resident memory reached 2.8, 7.1,
-2.9 and 3.2 GB (the memory model predicts 1.25 GiB each): have 16 GB free. A run to the end of step 6 has not
-been measured yet. Writes ``summary.json`` in ``--out-dir``.
+2.9 and 3.2 GB, still rising (the memory model predicts 1.25 GiB each): have 16 GB free. The sequence has not
+been run to its end yet. Writes ``summary.json`` in ``--out-dir``.
 """
 
 from __future__ import annotations
