@@ -257,7 +257,7 @@ def _check_writable(path, what: str) -> None:
 
 
 _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume",
-                  "memory_check"}
+                  "memory_check", "checkpoint_every_steps", "log_every_steps"}
 
 
 def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,

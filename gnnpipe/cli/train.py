@@ -112,6 +112,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="write checkpoints (torch.distributed.checkpoint) into this folder")
     g.add_argument("--checkpoint-every", type=int, default=0,
                    help="checkpoint every k epochs (0: only at the end; needs --checkpoint-dir)")
+    g.add_argument("--checkpoint-every-steps", type=int, default=0,
+                   help="atomistic S2EF: also checkpoint every k optimizer steps, inside epochs (0: off; needs "
+                        "--checkpoint-dir); --resume continues at the next batch, exactly")
+    g.add_argument("--log-every-steps", type=int, default=None,
+                   help="atomistic S2EF: when stdout is not a terminal, print a step line every k optimizer steps "
+                        "(0: never; default: every 10%% of --max-steps, at most 1000, when it is given)")
     g.add_argument("--resume", default=None, help="continue the run of this checkpoint folder")
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    help="start the run even when the memory model predicts more memory than is available "
@@ -124,7 +130,9 @@ def options_from_args(args: argparse.Namespace):
 
     return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      memory_check=args.memory_check)
+                      memory_check=args.memory_check,
+                      checkpoint_every_steps=getattr(args, "checkpoint_every_steps", 0),
+                      log_every_steps=getattr(args, "log_every_steps", None))
 
 
 #: what ``gnnpipe train`` with no flag that chooses the job trains: the main job, a GNNPipe pipeline of 2 stages, on
@@ -202,11 +210,13 @@ def run(args: argparse.Namespace) -> int:
         flags = ", ".join(f for f, v in (("--ranks", args.ranks), ("--hardware", args.hardware)) if v is not None)
         warnings.warn(f"ignored: {flags} (they choose a layout only with --layout auto; the layout is "
                       "--ways x --stages)", stacklevel=2)
-    if args.checkpoint_every and not args.checkpoint_dir and not args.resume:
-        import warnings
+    for flag, every in (("--checkpoint-every", args.checkpoint_every),
+                        ("--checkpoint-every-steps", args.checkpoint_every_steps)):
+        if every and not args.checkpoint_dir and not args.resume:
+            import warnings
 
-        warnings.warn(f"ignored: --checkpoint-every {args.checkpoint_every} (no --checkpoint-dir: no checkpoints are "
-                      "written; give --checkpoint-dir DIR)", stacklevel=2)
+            warnings.warn(f"ignored: {flag} {every} (no --checkpoint-dir: no checkpoints are written; give "
+                          "--checkpoint-dir DIR)", stacklevel=2)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C

@@ -108,6 +108,13 @@ class NodeClassification(Task):
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
                               f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism), or an "
                               f"atomistic model (--model {' / '.join(_atomistic_models())})")
+        steps = [f for f, v in (("--max-steps", config.max_steps), ("--eval-every-steps", config.eval_every_steps),
+                                ("--val-size", config.val_size)) if v is not None]
+        if steps:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{', '.join(steps)} train atomistic models by optimizer steps (S2EF); node "
+                              f"classification takes one step per epoch: use --epochs and --eval-every")
         check_names(config)
         return resolve_config(config)
 
@@ -137,6 +144,9 @@ class NodeClassification(Task):
         Raises:
             ConfigError: not enough memory. ScheduleError: an invalid schedule.
         """
+        if options is not None and (options.checkpoint_every_steps or options.log_every_steps):
+            warnings.warn("ignored: --checkpoint-every-steps, --log-every-steps (node classification takes one step "
+                          "per epoch: use --checkpoint-every, --log-every)", stacklevel=3)
         if plan.single_process:
             import torch
 

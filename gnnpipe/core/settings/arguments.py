@@ -139,6 +139,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    default=d.graph_parallel_mode,
                    help="how a graph-parallel group moves the edge rows triplets read: every edge (allgather) or "
                         "only the rows read (halo)")
+    a.add_argument("--max-steps", type=int, default=None,
+                   help="stop after N optimizer steps (or --epochs, whichever comes first), with the result and "
+                        "checkpoint as at the end of an epoch; the learning-rate schedule still spans --epochs")
+    a.add_argument("--eval-every-steps", type=int, default=None,
+                   help="evaluate every k optimizer steps (and at --max-steps) on the first --val-size structures "
+                        "of the validation and test splits (needs a validation split)")
+    a.add_argument("--val-size", type=int, default=None,
+                   help="structures of the validation (and test) split a step evaluation reads (default: 1000; "
+                        "the whole split when smaller)")
 
 
 def _model_options_help() -> str:

@@ -185,8 +185,10 @@ class S2EF(Task):
         atoms = sum(int(d.z.numel()) for d in data.structures)
         sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
         s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
-             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
-             f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
+             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for "
+             + (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs)" if config.max_steps else
+                f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}")
+             + f": energy and {'direct' if config.direct_forces else 'conservative'}"
              f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours, loss "
              f"{config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}), lr {config.lr:g}; ")
         chosen = self.defaults_chosen
@@ -215,7 +217,9 @@ class S2EF(Task):
         return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
-        """Refuse an empty training split, a torchrun world that is not ``--ways × --stages × --gp-size``, what
+        """Refuse an empty training split, ``--eval-every-steps`` without a validation split
+        (``gnnpipe.tasks.s2ef.steps.check_steps``, which also warns of a ``--max-steps`` beyond ``--epochs``),
+        a torchrun world that is not ``--ways × --stages × --gp-size``, what
         cannot be pipelined (``gnnpipe.tasks.s2ef.pipeline.check_pipeline``), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
         that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
@@ -229,6 +233,9 @@ class S2EF(Task):
         if len(plan.data.splits["train"]) == 0:
             raise ConfigError(f"{plan.data.name} has too few structures for a training split "
                               f"({len(plan.data.structures)}); give at least 3")
+        from .steps import check_steps
+
+        check_steps(config, plan.data.splits, options)
         G = config.graph_parallel_group_size
         world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
         if _pipelined(config):
@@ -261,7 +268,8 @@ class S2EF(Task):
         options = options or RunOptions()
         nparams = num_parameters(config)
         meta = read_meta(options.resume) if options.resume else None
-        check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
+        check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0,
+                             meta.get("steps_in_epoch", 0) if meta else 0)
         if meta is not None:
             check_resume(config, meta)
         d = plan.data
