@@ -32,7 +32,7 @@ from .generate import (
                        generated_file,
                        generated_structures,
 )
-from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, split_graph, triplets
+from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, reverse_edges, split_graph, triplets
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
 
@@ -52,6 +52,7 @@ __all__ = [
                        "generated_structures",
                        "neighbor_pairs",
                        "read_structures",
+                       "reverse_edges",
                        "split_graph",
                        "split_structures",
                        "to_atoms",
