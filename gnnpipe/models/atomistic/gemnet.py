@@ -283,7 +283,8 @@ class GemNetEmbedding(AtomisticUnit):
         K = int(counts.max()) if counts.numel() else 0
         first = torch.cumsum(counts, 0) - counts
         pad = idx_ji * K + (torch.arange(idx_ji.numel(), device=idx_ji.device) - first.index_select(0, idx_ji))
-        sph = Y.new_zeros(E * K, self.num_spherical).index_copy(0, pad, Y).view(E, K, -1).transpose(1, 2)
+        L = self.num_spherical
+        sph = Y.new_zeros(E * K, L).index_copy(0, pad, Y).view(E, K, L).transpose(1, 2)
         return {"vec": vec, "dist": dist, "sph": sph, "pad": pad}
 
     def forward(self, state, graph, comm: Comm):
@@ -347,7 +348,8 @@ class TripletInteraction(nn.Module):
         x_kj = comm.edges_gather(x).index_select(0, graph.idx_kj)     # [T, trip], the in-edges k → j
         sph, pad = state["sph"], state["pad"]                         # [E, L, K], [T]
         E, K = sph.size(0), sph.size(2)
-        padded = x_kj.new_zeros(E * K, x_kj.size(1)).index_copy(0, pad, x_kj).view(E, K, -1)
+        D = x_kj.size(1)
+        padded = x_kj.new_zeros(E * K, D).index_copy(0, pad, x_kj).view(E, K, D)
         sum_k = torch.bmm(sph, padded)                                # [E, L, trip]
         t = torch.bmm(state["rbf_W1"], sum_k)                         # [E, cbf, trip]
         agg = t.reshape(E, -1) @ self.mlp_cbf.weight                  # [E, bil]
