@@ -402,9 +402,8 @@ def geometry_widths(model: Any, conservative: bool | None = None) -> UnitWidths:
         z = _dimenet_sizes(model)
         SR, S = z["S"] * z["R"], z["S"]
         return UnitWidths(10, 2 * SR + 9 * S + 2, 0, 10 * SR) if cons else UnitWidths(0, SR, 0, 0)
-    if isinstance(model, GemNetT):  # edge vectors, lengths, the envelope and Gaussians' derivation; the cosines
-        z = _gemnet_sizes(model)
-        return UnitWidths(9 + 2 * z["R"], 3 * z["S"] + 10) if cons else UnitWidths()
+    if isinstance(model, GemNetT):  # edge vectors and lengths; the cosines, their Legendre recurrence
+        return UnitWidths(4, 3 * _gemnet_sizes(model)["S"] + 10) if cons else UnitWidths()
     G = _schnet_sizes(model)["G"]
     return UnitWidths(3 * G + 4, 0, 0) if cons else UnitWidths(G, 0, 0)
 
@@ -435,8 +434,6 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
         kept = kept + w
     if hi > max(lo, 1):
         kept = kept + geometry_widths(model, cons)
-        if lo == 0 and cons and isinstance(model, GemNetT):  # the Gaussians' derivation stays with unit 0
-            kept = kept + UnitWidths(2 * _gemnet_sizes(model)["R"])
     elif lo == 0 and cons and isinstance(model, (DimeNetPlusPlus, GemNetT)):  # the embedding alone: its radial
         kept = kept + UnitWidths(geometry_widths(model, True).edge)         # basis keeps the edge geometry's derivation
     bw = boundary_widths(model)
