@@ -116,7 +116,7 @@ class ScaleFactor(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.register_buffer("scale_factor", torch.tensor(1.0))
+        self.register_buffer("scale_factor", torch.tensor(1.0, dtype=torch.float64))  # exact until cast
         self.fitting = False
 
     def forward(self, x: Tensor, ref: Optional[Tensor] = None) -> Tensor:
