@@ -35,6 +35,12 @@ def test_scale_factors_are_fitted_recorded_and_reused(trained, tmp_path):
     path = tmp_path / "m.pt"
     save(r.model, path)
     assert load(path).scale_factor_values() == values  # the model file carries them
+    import json
+
+    from gnnpipe.cli.main import main
+
+    assert main(["atoms", "scales", str(path), "--out", str(tmp_path / "s.json")]) == 0  # the CLI writes them
+    assert json.loads((tmp_path / "s.json").read_text()) == values
     # the same factors whatever the batch size (fitted on epoch 0's first structures, not on batches)
     other = api.train(data=data, epochs=1, model_args=ARGS, **{**KW, "batch_size": 3})
     first = api.train(data=data, epochs=1, model_args=ARGS, **KW)
@@ -93,3 +99,14 @@ def test_nve_molecular_dynamics_conserves_the_energy(trained):
     print(f"NVE: max |E_total - E_0| = {drift * 1e3:.2e} meV/atom over 100 fs")
     assert np.abs(atoms.get_forces()).max() > 1e-3  # not vacuous
     assert drift <= 1e-5, f"{drift * 1e3:.4f} meV/atom"
+
+
+def test_a_bad_scale_file_is_refused(tmp_path):
+    from gnnpipe.errors import ConfigError
+    from gnnpipe.models import build_model
+
+    with pytest.raises(ConfigError, match="no scale file"):
+        build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "missing.json"), **ARGS)
+    (tmp_path / "s.json").write_text('{"units.0.output.energy.scale_sum": 1.5}')
+    with pytest.raises(ConfigError, match="must map this model's 5 scale factors"):
+        build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "s.json"), **ARGS)
