@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                   **{k: getattr(args, k) for k in flags if getattr(args, k) is not None})
     t0 = time.perf_counter()
     task = S2EF()
-    data = task.load(task.resolve(TrainConfig(model=args.models[0], **common)))
+    data = task.load(task.resolve(TrainConfig(model=ALIASES.get(args.models[0], (args.models[0],))[0], **common)))
     base = baselines(data)
     print(f"{args.frames} frames ({time.perf_counter() - t0:.0f} s to load); test split {len(data.splits['test'])}: "
           f"zero-force MAE {base['zero_force_mae']:.4f} eV/Å, training-mean energy MAE/atom "
