@@ -352,7 +352,7 @@ class TripletInteraction(nn.Module):
         padded = x_kj.new_zeros(E * K, D).index_copy(0, pad, x_kj).view(E, K, D)
         sum_k = torch.bmm(sph, padded)                                # [E, L, trip]
         t = torch.bmm(state["rbf_W1"], sum_k)                         # [E, cbf, trip]
-        agg = t.reshape(E, -1) @ self.mlp_cbf.weight                  # [E, bil]
+        agg = t.reshape(E, t.size(1) * t.size(2)) @ self.mlp_cbf.weight  # [E, bil]
         agg = self.scale_cbf_sum(agg, ref=x_kj)
         # the edge's own aggregate (over the in-edges of its source) plus its reverse edge's
         rows = _swap_rows(graph)

@@ -115,3 +115,17 @@ def test_permuting_atoms_permutes_forces(name, direct):
     assert float(out["forces"].abs().max()) > 1e-6
     torch.testing.assert_close(out_p["energy"], out["energy"], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(out_p["forces"], out["forces"][perm], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("name", PERIODIC)
+def test_a_structure_without_edges(name):
+    """Atoms farther apart than the cutoff (no edge, no triplet: an empty shard under graph parallelism too)."""
+    b = molecules((2,), seed=0)
+    b.pos = torch.tensor([[0.0, 0.0, 0.0], [9.0, 0.0, 0.0]], dtype=torch.float64)
+    for direct in (False, True):
+        model = _model(name, 3.0, direct)
+        graph = _graph(b, model)
+        assert graph.num_edges == 0
+        out = model(b, graph, forces=True)
+        assert out["forces"].shape == (2, 3) and float(out["forces"].abs().max()) == 0.0
+        assert bool(torch.isfinite(out["energy"]).all())
