@@ -84,11 +84,20 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
     parameters (:func:`~gnnpipe.costmodel.atomistic.size_for_params`, built on the ``meta`` device), from the
     profile of ``config``'s model (seconds per unit of work and the double-backward factor carry over).
 
+    ``config.graph_parallel_group_size`` (``--gp-size G``) above 1 keeps the layouts with ``G`` graph-parallel
+    ranks only (``G`` must divide ``ranks``). A ``profile_in`` must have been taken for this model, with this
+    ``config``'s threads, dtype and force mode (a profile written before the force mode was recorded is not
+    checked for it).
+
     Returns:
-        ``(predictions best first, hardware, profile, predicted model's build arguments)``.
+        ``(predictions best first, hardware, profile, predicted model's build arguments)``; the build arguments'
+        ``"batch"`` holds the planned replica batch's ``structures``, ``atoms``, ``edges`` and ``triplets``.
 
     Raises:
-        ConfigError: bad ranks, hardware, profile file or ``structures``; a model the cost model does not describe.
+        ConfigError: bad ranks, hardware, profile file or ``structures``; a model the cost model does not describe;
+            a ``--gp-size`` that does not divide ``ranks``; a ``profile_in`` taken for another model, thread count,
+            dtype or force mode; a cutoff whose graph cannot be built here
+            (:func:`gnnpipe.data.atoms.estimate.check_graph_size`).
     """
     import json
     from pathlib import Path
@@ -102,6 +111,11 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
 
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
+    G = config.graph_parallel_group_size
+    if ranks % G:
+        raise ConfigError(f"--gp-size {G} does not divide --ranks {ranks}: every layout is S x G x D = {ranks} ranks; "
+                          f"give a --gp-size among {', '.join(str(g) for g in range(1, ranks + 1) if ranks % g == 0)}, "
+                          "or leave it out to rank every G")
     hw = hardware if isinstance(hardware, Hardware) else (local_hardware() if hardware is None
                                                           else load_hardware(hardware))
     if profile_out:
@@ -111,7 +125,10 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
         data = tasks.get("s2ef")().load(config, None)
         batch_structs = [data.structures[int(i)] for i in data.splits["train"][: config.batch_size]]
     elif structures == "oc20-sized":
+        from .tasks.s2ef import check_structures_for
+
         batch_structs = A.oc20_sized_structures(config.batch_size, seed=config.seed, dtype=dtype)
+        check_structures_for(config, batch_structs)
     else:
         raise ConfigError(f"--plan-structures must be 'dataset' or 'oc20-sized', got {structures!r}")
     model = make_model(config)
@@ -136,6 +153,7 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
             raise ConfigError(f"cannot read the profile {str(profile_in)!r}: {exc}") from None
         if prof.model != config.model:
             raise ConfigError(f"the profile {str(profile_in)!r} was taken for {prof.model!r}, not {config.model!r}")
+        _check_atom_profile(prof, str(profile_in), config)
     else:
         if progress:
             print("gnnpipe: profiling the model's training step on the batch…", file=sys.stderr)
@@ -147,7 +165,40 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
         Path(profile_out).write_text(json.dumps(prof.to_dict(), indent=1))
     preds = A.plan_atomistic(job, ranks, prof, hw, chunks_per_stage=chunks_per_stage, schedulers=schedulers,
                              stages=stages)
+    if G > 1:
+        preds = [p for p in preds if p.layout.gp == G]
+    batch, graph = A.job_graph(job)
+    build["batch"] = {"structures": len(batch_structs), "atoms": int(batch.num_nodes), "edges": graph.num_edges,
+                      "triplets": graph.num_triplets}
     return preds, hw, prof, build
+
+
+def _check_atom_profile(prof, name: str, config: TrainConfig) -> None:
+    """Refuse an atomistic profile taken with other threads, dtype or force mode than ``config`` asks: its step
+    time and memory would not apply (a profile without a recorded force mode is not checked for it).
+
+    Raises:
+        ConfigError: naming each difference and the fix.
+    """
+    import torch
+
+    from .errors import ConfigError
+
+    b = torch.empty((), dtype=config.torch_dtype).element_size()
+    names = {2: "16-bit", 4: "float32", 8: "float64"}
+    forces = {True: "--direct-forces", False: "conservative forces"}
+    diffs = []
+    if prof.threads != config.threads:
+        diffs.append(f"--threads {prof.threads} (this plan: --threads {config.threads})")
+    if prof.element_size != b:
+        diffs.append(f"{names.get(prof.element_size, f'{prof.element_size}-byte')} values (this plan: --dtype "
+                     f"{config.dtype})")
+    if prof.direct_forces is not None and bool(prof.direct_forces) != bool(config.direct_forces):
+        diffs.append(f"{forces[bool(prof.direct_forces)]} (this plan: {forces[bool(config.direct_forces)]})")
+    if diffs:
+        raise ConfigError(f"the profile {name!r} was taken with {'; '.join(diffs)}: its step time and memory do not "
+                          "apply to this plan; profile again (leave out --profile-in, or write a new profile with "
+                          "--profile-out)")
 
 
 def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),
@@ -206,7 +257,7 @@ def _check_writable(path, what: str) -> None:
 
 
 _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every", "resume",
-                  "memory_check"}
+                  "memory_check", "checkpoint_every_steps", "log_every_steps"}
 
 
 def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,
@@ -282,6 +333,8 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
         print(task.describe(config, data, given), file=sys.stderr)
     plan = task.plan(config, data)                    # one process, or the ranks and what each holds
+    if auto is not None and getattr(plan, "run", None) is not None:  # bounds the ranks' wait limit (launch.wait_limit)
+        plan.run.info["predicted_epoch_s"] = auto["chosen"]["predicted_epoch_s"]
     task.check(config, plan, options)                 # ignored options, schedule, memory: before any rank starts
     result = task.launch(config, plan, progress, options)  # run here or start the ranks; rank 0's result
     return _collect(result, auto, given)

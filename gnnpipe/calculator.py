@@ -22,15 +22,29 @@ class Calculator(_AseCalculator):
         model: a model file (``gnnpipe export`` / :func:`gnnpipe.models.save` of a training result's model) or the
             model itself (``result.model``). The file carries the energy reference and normalisation, the
             cutoff and the neighbour cap of its training run.
+        unseen_elements: elements absent from the model's training split (its file records them): ``"warn"``
+            (default: one warning naming them, the first time a structure has them), ``"error"`` (the calculation
+            raises :class:`~gnnpipe.errors.DataValidationError`), ``"ignore"``. Model files written before the
+            elements were recorded carry no record: nothing is said. Atomic numbers beyond the model's ``max_z``
+            are always refused, and a structure whose graph at the model's cutoff cannot be built here too
+            (:func:`gnnpipe.tasks.s2ef.predict.predict_structures`).
 
     Raises:
-        ConfigError: the file is not a gnnpipe model file, or its model was not trained for S2EF.
+        ConfigError: the file is not a gnnpipe model file, or its model was not trained for S2EF; an unknown
+            ``unseen_elements``.
     """
 
     implemented_properties = ["energy", "free_energy", "forces"]
 
-    def __init__(self, model, **kwargs):
+    def __init__(self, model, unseen_elements: str = "warn", **kwargs):
         super().__init__(**kwargs)
+        from .tasks.s2ef.predict import UNSEEN_ELEMENTS
+
+        if unseen_elements not in UNSEEN_ELEMENTS:
+            from .errors import ConfigError
+
+            raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
+        self.unseen_elements = unseen_elements
         if isinstance(model, (str, Path)):
             from .models import load
 
@@ -48,6 +62,7 @@ class Calculator(_AseCalculator):
 
         super().calculate(atoms, properties, system_changes)
         # positions read in float64 (ASE's), then cast to the model's dtype: no float32 rounding on the way
-        energy, forces = predict_structures(self.model, from_atoms([self.atoms], dtype=torch.float64))
+        energy, forces = predict_structures(self.model, from_atoms([self.atoms], dtype=torch.float64),
+                                            unseen_elements=self.unseen_elements)
         e = float(energy[0])
         self.results = {"energy": e, "free_energy": e, "forces": forces[0].numpy()}

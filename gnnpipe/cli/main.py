@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     given = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    args.demo = given == ["train"]  # `gnnpipe train` alone: the demo (cli/train.py, DEMO)
+    args.argv = given  # the words given: `gnnpipe train` without a flag that chooses the job trains the demo
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

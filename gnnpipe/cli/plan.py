@@ -113,8 +113,8 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
             raise ConfigError(f"--task s2ef needs an atomistic model (schnet, dimenet++), not --model {config.model}")
         config = attrs.evolve(config, model="dimenet++", model_args={})
     config = tasks.get("s2ef")().resolve(config)
-    warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks",
-                      names=("ways", "stages", "chunks", "scheduler", "gp-size"))
+    warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks; --gp-size keeps those "
+                      "of its G", names=("ways", "stages", "chunks", "scheduler"))
     if args.out:
         check_writable(args.out)
     if args.ranks is None:
@@ -127,9 +127,11 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
         schedulers=schedulers, profile_in=args.profile_in, profile_out=args.profile_out, progress=args.progress,
         params=args.params, projection_hidden=args.projection_hidden, structures=args.plan_structures,
         stages=args.pipeline_layouts)
-    print(f"model: {config.model} {build}; replica batch: {config.batch_size} structures; profile: "
-          f"{prof.step_s:.3g} s/step on {prof.atoms} atoms, {prof.edges} edges, {prof.triplets} triplets, "
-          f"kappa {prof.kappa:.2f}")
+    batch = build.pop("batch")
+    sizes = f"{batch['atoms']:,} atoms, {batch['edges']:,} edges, {batch['triplets']:,} triplets"
+    taken = f"{prof.atoms:,} atoms, {prof.edges:,} edges, {prof.triplets:,} triplets"
+    print(f"model: {config.model} {build}; replica batch: {batch['structures']} structures ({sizes}); profile: "
+          f"{prof.step_s:.3g} s/step" + (f" taken on {taken}" if taken != sizes else "") + f", kappa {prof.kappa:.2f}")
     print(format_atom_ranking(preds, hw, params=build["parameters"]))
     if not any(p.fits for p in preds):
         print("gnnpipe plan: no layout fits the hardware's memory", file=sys.stderr)

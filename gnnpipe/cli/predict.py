@@ -36,6 +36,9 @@ def register(sub) -> None:
                         "gnnpipe export --keep chose)")
     p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save (an S2EF model: the "
                    "structures with predicted energy and forces as .extxyz/.xyz, or {'energy', 'forces'} with torch.save)")
+    p.add_argument("--unseen-elements", choices=["warn", "error", "ignore"], default="warn",
+                   help="S2EF models: elements absent from the model's training split (its file records them; files "
+                        "written before that carry no record): warn naming them, refuse, or say nothing")
     p.set_defaults(func=run)
 
 
@@ -183,7 +186,8 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
         cfg = resolve_data_paths(cfg, meta, base)
         data = S2EF().load(TrainConfig(**cfg))
         structures, groups = data.structures, data.splits
-    energy, forces = predict_structures(model, structures)
+    source = f"{Path(args.dataset).name}: structure" if args.dataset is not None else "structure"
+    energy, forces = predict_structures(model, structures, unseen_elements=args.unseen_elements, source=source)
     labelled = all(getattr(d, "energy", None) is not None and getattr(d, "forces", None) is not None
                    for d in structures)
     print(f"{'split':<6} {'structures':>10} {'E-MAE eV':>10} {'meV/atom':>9} {'F-MAE eV/Å':>11}")

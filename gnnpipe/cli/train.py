@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
 
@@ -93,7 +94,7 @@ def register(sub) -> None:
                         "ranks (the cost model of `gnnpipe plan`), print the ranking, train the best that fits")
     add_plan_arguments(p)
     add_run_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flags_parser=p)  # flags_parser: which flags were given (demo_keeping_flags)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,6 +112,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="write checkpoints (torch.distributed.checkpoint) into this folder")
     g.add_argument("--checkpoint-every", type=int, default=0,
                    help="checkpoint every k epochs (0: only at the end; needs --checkpoint-dir)")
+    g.add_argument("--checkpoint-every-steps", type=int, default=0,
+                   help="atomistic S2EF: also checkpoint every k optimizer steps, inside epochs (0: off; needs "
+                        "--checkpoint-dir); --resume continues at the next batch, exactly")
+    g.add_argument("--log-every-steps", type=int, default=None,
+                   help="atomistic S2EF: when stdout is not a terminal, print a step line every k optimizer steps "
+                        "(0: never; default: every 10%% of --max-steps, at most 1000, when it is given)")
     g.add_argument("--resume", default=None, help="continue the run of this checkpoint folder")
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    help="start the run even when the memory model predicts more memory than is available "
@@ -123,12 +130,45 @@ def options_from_args(args: argparse.Namespace):
 
     return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      memory_check=args.memory_check)
+                      memory_check=args.memory_check,
+                      checkpoint_every_steps=getattr(args, "checkpoint_every_steps", 0),
+                      log_every_steps=getattr(args, "log_every_steps", None))
 
 
-#: what ``gnnpipe train`` with no flag at all trains: the main job, a GNNPipe pipeline of 2 stages, on the synthetic
-#: default graph (learnable: GCNII reaches ~75 % test accuracy on its 5 classes, majority 20 %), in under a minute
+#: what ``gnnpipe train`` with no flag that chooses the job trains: the main job, a GNNPipe pipeline of 2 stages, on
+#: the synthetic default graph (learnable: GCNII reaches ~75 % test accuracy on its 5 classes, majority 20 %), in
+#: under a minute
 DEMO = {"stages": 2, "epochs": 100}
+
+#: flags (by ``dest``) that say how a run is reported, saved, checked or waited on, not what is trained: given alone
+#: they keep :data:`DEMO` (``--resume`` too, so that a demo's checkpoint continues as the demo). Every other flag
+#: chooses the job (data, model, optimisation, layout, threads, device, …) and leaves the demo: the flags' defaults
+#: apply.
+DEMO_KEEPING = ("out", "progress", "keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir", "checkpoint_every",
+                "resume", "memory_check", "timeout_s")
+
+
+class _NotGiven(list):
+    """The value of a flag not given (a list: ``append`` flags copy and extend it, making another object)."""
+
+
+def demo_keeping_flags(args: argparse.Namespace) -> Optional[list[str]]:
+    """Whether ``gnnpipe train`` trains :data:`DEMO`: the flags given (as spelled, e.g. ``["--out"]``; ``[]``:
+    none) when every one is in :data:`DEMO_KEEPING`, else ``None`` (a flag chooses the job, or the words given
+    are unknown: a call of :func:`run` without the command line's ``argv``)."""
+    argv, parser = getattr(args, "argv", None), getattr(args, "flags_parser", None)
+    if not argv or argv[0] != "train" or parser is None:
+        return None
+    sentinel = _NotGiven()
+    dests = {a.dest for a in parser._actions if a.dest != argparse.SUPPRESS}
+    # argparse fills in a default only where the namespace has no value yet: what keeps the sentinel was not given
+    given, _ = parser.parse_known_args(argv[1:], argparse.Namespace(**{d: sentinel for d in dests}))
+    chosen = [d for d in dests if getattr(given, d) is not sentinel and d not in ("func", "flags_parser")]
+    if any(d not in DEMO_KEEPING for d in chosen):
+        return None
+    spelled = {a.dest: next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+               for a in parser._actions if a.option_strings}
+    return sorted(spelled.get(d, d) for d in chosen)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,9 +181,12 @@ def run(args: argparse.Namespace) -> int:
     from ..core.run.launch import _interrupt, under_torchrun
 
     config = config_from_args(args)
-    if getattr(args, "demo", False) and not under_torchrun():
+    kept = demo_keeping_flags(args)
+    if kept is not None and not under_torchrun():
         config = attrs.evolve(config, **DEMO)
-        print("gnnpipe: no flags given: training a 2-stage GNNPipe pipeline (--stages 2, 2 local processes, "
+        why = (f"no flag choosing the job given ({', '.join(kept)} only say how to report, save or check it)" if kept
+               else "no flags given")
+        print(f"gnnpipe: {why}: training the demo, a 2-stage GNNPipe pipeline (--stages 2, 2 local processes, "
               "--epochs 100) on the synthetic default graph; `gnnpipe train --help` lists the flags, "
               "`--stages 1` trains in one process", file=sys.stderr)
     options = options_from_args(args)
@@ -167,11 +210,13 @@ def run(args: argparse.Namespace) -> int:
         flags = ", ".join(f for f, v in (("--ranks", args.ranks), ("--hardware", args.hardware)) if v is not None)
         warnings.warn(f"ignored: {flags} (they choose a layout only with --layout auto; the layout is "
                       "--ways x --stages)", stacklevel=2)
-    if args.checkpoint_every and not args.checkpoint_dir and not args.resume:
-        import warnings
+    for flag, every in (("--checkpoint-every", args.checkpoint_every),
+                        ("--checkpoint-every-steps", args.checkpoint_every_steps)):
+        if every and not args.checkpoint_dir and not args.resume:
+            import warnings
 
-        warnings.warn(f"ignored: --checkpoint-every {args.checkpoint_every} (no --checkpoint-dir: no checkpoints are "
-                      "written; give --checkpoint-dir DIR)", stacklevel=2)
+            warnings.warn(f"ignored: {flag} {every} (no --checkpoint-dir: no checkpoints are written; give "
+                          "--checkpoint-dir DIR)", stacklevel=2)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C

@@ -514,7 +514,8 @@ class AtomProfile:
         set), which a rank counts per layout. link: ``(latency_s, bandwidth_Bps)`` of an all-reduce
         hop measured between two local ranks, or ``None``. step_cpu_s: the median step's CPU seconds of the main
         thread (``step_s`` less the time other processes took the core). widths_version: :data:`WIDTHS_VERSION`
-        of the widths κ was fitted against.
+        of the widths κ was fitted against. direct_forces: the force mode profiled (``None``: a profile written
+        before it was recorded).
     """
 
     model: str
@@ -534,6 +535,7 @@ class AtomProfile:
     link: tuple | None = None
     step_cpu_s: float = 0.0
     widths_version: int = WIDTHS_VERSION
+    direct_forces: bool | None = None
 
     @property
     def seconds_per_work(self) -> float:
@@ -664,7 +666,7 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
                        kappa=max(peak - grads, 0) / max(kept, 1.0), peak_bytes=int(peak), grad_bytes=int(grads),
                        kept_bytes=float(kept), edges=E, triplets=T, atoms=N, structures=int(getattr(batch, "num_graphs", 1)),
                        element_size=b, threads=torch.get_num_threads(), floor_bytes=floor, link=lk,
-                       step_cpu_s=statistics.median(cpus))
+                       step_cpu_s=statistics.median(cpus), direct_forces=not _conservative(model))
 
 
 # ---------------------------------------------------------------------------------------------- layouts

@@ -108,6 +108,13 @@ class NodeClassification(Task):
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
                               f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism), or an "
                               f"atomistic model (--model {' / '.join(_atomistic_models())})")
+        steps = [f for f, v in (("--max-steps", config.max_steps), ("--eval-every-steps", config.eval_every_steps),
+                                ("--val-size", config.val_size)) if v is not None]
+        if steps:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{', '.join(steps)} train atomistic models by optimizer steps (S2EF); node "
+                              f"classification takes one step per epoch: use --epochs and --eval-every")
         check_names(config)
         return resolve_config(config)
 
@@ -137,6 +144,9 @@ class NodeClassification(Task):
         Raises:
             ConfigError: not enough memory. ScheduleError: an invalid schedule.
         """
+        if options is not None and (options.checkpoint_every_steps or options.log_every_steps):
+            warnings.warn("ignored: --checkpoint-every-steps, --log-every-steps (node classification takes one step "
+                          "per epoch: use --checkpoint-every, --log-every)", stacklevel=3)
         if plan.single_process:
             import torch
 
@@ -168,6 +178,8 @@ class NodeClassification(Task):
         from ..core.run import launch
 
         run, plan.run = plan.run, None  # the caller's plan no longer holds the graph
+        seconds, why = launch.wait_limit(config.timeout_s, run.info["backend"], run.info.get("predicted_epoch_s"))
+        run.info["wait_limit"] = {"seconds": seconds, "why": why}  # printed with the plan
         if launch.under_torchrun():
             return _join_torchrun(config, run, progress, options)
         return _spawn(config, run, progress, options)
@@ -182,7 +194,7 @@ def _join_torchrun(config: TrainConfig, plan, progress: bool, options) -> TrainR
     from ..core.run import launch
     from ..core.training.runner import file_backed, format_plan, share_profiled_split, worker
 
-    rank, world = launch.init_env_process_group(plan.info["backend"], config.timeout_s)
+    rank, world = launch.init_env_process_group(plan.info["backend"], plan.info["wait_limit"]["seconds"])
     share_profiled_split(config, plan)
     if rank == 0:
         print(format_plan(plan.info), file=sys.stderr)
@@ -214,7 +226,8 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
         del plan
         try:
             outs = launch.spawn(worker, config.world_size, (config, shipped, progress, None, options, records.send_end),
-                                backend=shipped.info["backend"], timeout_s=config.timeout_s, threads=config.threads,
+                                backend=shipped.info["backend"], timeout_s=shipped.info["wait_limit"]["seconds"],
+                                threads=config.threads,
                                 graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)

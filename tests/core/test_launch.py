@@ -161,3 +161,121 @@ def test_a_stdin_script_whose_ranks_need_its_own_objects_is_told_how_to_proceed(
     assert r.returncode != 0
     assert "ConfigError" in r.stderr and "standard input" in r.stderr and name in r.stderr
     assert "python script.py" in r.stderr and "FileNotFoundError" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ dead or slow
+# A rank that dies ends the run at once (the launcher watches the processes); the wait limit (the process group's
+# timeout) only ends a run whose ranks are alive and one waits forever, so it is long by default and a slow rank
+# (a large chunk, an evaluation, a loaded machine) is not taken for a dead one.
+def test_the_wait_limit_is_derived_unless_given():
+    from gnnpipe.core.settings.config import TrainConfig
+
+    assert TrainConfig().timeout_s is None  # derived, not 60 s
+    assert launch.wait_limit(None, "gloo") == (1800.0, "torch's default for gloo")
+    assert launch.wait_limit(None, "nccl")[0] == 600.0
+    assert launch.wait_limit(None, "gloo", predicted_epoch_s=20.0)[0] == 1800.0  # never below torch's default
+    s, why = launch.wait_limit(None, "gloo", predicted_epoch_s=400.0)
+    assert s == 4000.0 and why == "10 × the predicted epoch of 400 s"
+    assert launch.wait_limit(5.0, "gloo", predicted_epoch_s=400.0) == (5.0, "--timeout")  # the user's override
+
+
+class _Launched(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kw", [
+    dict(num_nodes=120, layers=2, hidden=8, stages=2, chunks=2),                          # GNNPipe
+    dict(num_nodes=120, layers=2, hidden=8, ways=2),                                      # graph parallelism
+    dict(model="schnet", frames=6, layers=1, hidden=8, batch_size=2, graph_parallel_group_size=2),  # S2EF GP
+    dict(model="schnet", frames=6, layers=1, hidden=8, batch_size=2, stages=2, chunks=2),           # S2EF pipeline
+], ids=["gnnpipe", "gp", "s2ef-gp", "s2ef-pipeline"])
+def test_both_kinds_of_work_start_their_ranks_with_the_derived_wait_limit(monkeypatch, capsys, kw):
+    seen = {}
+
+    def fake_spawn(fn, world_size, args=(), **opts):
+        seen.update(opts)
+        raise _Launched
+
+    monkeypatch.setattr(launch, "spawn", fake_spawn)
+    with pytest.raises(_Launched):
+        api.train(epochs=1, progress=False, **kw)
+    assert seen["timeout_s"] == 1800.0  # was 60 s: any action slower than a minute ended the run
+    assert "wait limit 1,800 s (torch's default for gloo; --timeout sets it)" in capsys.readouterr().err
+
+
+def _default_wait(config):
+    """``config`` with the wait limit of default flags (``TrainConfig``'s default ``timeout_s``)."""
+    import attrs
+
+    from gnnpipe.core.settings.config import TrainConfig
+
+    return attrs.evolve(config, timeout_s=TrainConfig().timeout_s)
+
+
+class _Probe(Corrector):
+    """Test corrector: each rank writes its process group's timeout (seconds) to ``folder/rank{r}`` and, when
+    ``die_stage`` is its stage, ends its process without a word (``os._exit``) in epoch 1, mid-epoch."""
+
+    def __init__(self, folder, die_stage=None):
+        self.folder, self.die_stage = str(folder), die_stage
+
+    def after_forward(self, epoch, chunk):
+        import torch
+        import torch.distributed as dist
+
+        pg = dist.distributed_c10d._get_default_group()
+        timeout = pg._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+        with open(os.path.join(self.folder, f"rank{dist.get_rank()}"), "w") as fh:
+            fh.write(str(timeout))
+        if self.ctx.stage == self.die_stage and epoch == 1 and chunk >= 0:
+            with open(os.path.join(self.folder, "died"), "w") as fh:
+                fh.write(repr(time.time()))
+            os._exit(3)
+
+
+def test_ranks_wait_on_live_peers_for_the_derived_limit_and_a_rank_that_exits_ends_the_run_at_once(tmp_path):
+    """Default flags: every rank's process group waits 30 min (gloo's default) on a live peer; a rank that exits
+    mid-epoch without a word still ends every rank within seconds, named in the message."""
+    cfg = _default_wait(base_config(stages=2, chunks=4, epochs=3, correctors=[_Probe(tmp_path, die_stage=1)]))
+    with pytest.raises(DistributedError) as err:
+        api.train(cfg, data=small_graph(), progress=False)
+    took = time.time() - float((tmp_path / "died").read_text())  # from the rank's exit to every rank ended
+    assert float((tmp_path / "rank0").read_text()) == 1800.0 and float((tmp_path / "rank1").read_text()) == 1800.0
+    msg = str(err.value)
+    assert "rank 1 exited with code 3 without reporting a result" in msg and "all 2 ranks were stopped" in msg
+    assert took < 30, took
+    print(f"every rank ended {took:.1f} s after rank 1 exited")
+
+
+@pytest.mark.slow  # sleeps 90 s
+@pytest.mark.timeout(600)
+def test_a_rank_slower_than_a_minute_under_default_flags_finishes(capsys):
+    """One rank sleeps 90 s inside an action (after a chunk's forward); its peer waits on it. With the old default
+    wait limit of 60 s the run ended with "Timed out waiting 60000ms for recv operation"."""
+    cfg = _default_wait(base_config(stages=2, chunks=4, epochs=3, correctors=[_Stall(1, 1, 90.0)]))
+    t0 = time.monotonic()
+    result = api.train(cfg, data=small_graph(), progress=False)
+    assert time.monotonic() - t0 > 90
+    assert len(result.epochs) == 3 and result.status == "completed"
+    assert "wait limit 1,800 s" in capsys.readouterr().err
+
+
+def test_layout_auto_derives_the_wait_limit_from_the_predicted_epoch(monkeypatch, capsys):
+    """A layout whose epoch the cost model predicts at 400 s waits 10 × that on a live peer (above torch's 30 min)."""
+    import attrs
+
+    seen = {}
+
+    def fake_auto(config, data, ranks, hardware, progress, plan_options):
+        return attrs.evolve(config, stages=2, chunks=2), {"chosen": {"predicted_epoch_s": 400.0}, "ranking": []}
+
+    def fake_spawn(fn, world_size, args=(), **opts):
+        seen.update(opts)
+        raise _Launched
+
+    monkeypatch.setattr(api, "_auto_layout", fake_auto)
+    monkeypatch.setattr(launch, "spawn", fake_spawn)
+    with pytest.raises(_Launched):
+        api.train(num_nodes=120, layers=2, hidden=8, epochs=1, progress=False, layout="auto", ranks=2)
+    assert seen["timeout_s"] == 4000.0
+    assert "wait limit 4,000 s (10 × the predicted epoch of 400 s; --timeout sets it)" in capsys.readouterr().err

@@ -3,7 +3,9 @@
 One checkpoint is one DCP folder ``DIR/ckpt-EEEEEE`` (``EEEEEE`` = epochs completed), written by all
 ranks together into ``DIR/.tmp-ckpt-EEEEEE`` and renamed into place by rank 0 once DCP has written its
 ``.metadata`` — so a run killed while writing leaves the previous checkpoint complete and the torn one
-under a name :func:`find_checkpoint` never picks. The two newest checkpoints are kept.
+under a name :func:`find_checkpoint` never picks. The two newest checkpoints (by epoch, then step) are kept.
+Inside an epoch (S2EF's ``--checkpoint-every-steps``, ``--max-steps``) the folder is ``DIR/ckpt-EEEEEE-sSSSSSS``
+(``SSSSSS`` = optimizer steps of epoch ``EEEEEE`` done): a resume continues at that epoch's next batch.
 
 Keys of the flat state (DCP deduplicates keys that several ranks write, e.g. graph-parallel replicas):
 
@@ -67,7 +69,7 @@ FORMAT_VERSION = 1
 LAYOUT_FIELDS = ("ways", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
                  "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
-FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute")
+FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute", "max_steps")
 #: test hook: ``"EPOCHS:RANK"`` makes that rank stall forever inside the write of that checkpoint
 STALL_ENV = "GNNPIPE_TEST_STALL_CHECKPOINT"
 
@@ -120,25 +122,40 @@ def _obj(v) -> bytes:
     return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def checkpoint_name(epochs: int, steps: int = 0) -> str:
+    """The folder name of the checkpoint at ``epochs`` completed and ``steps`` optimizer steps into the next
+    epoch: ``ckpt-EEEEEE`` at an epoch boundary, ``ckpt-EEEEEE-sSSSSSS`` inside an epoch."""
+    return f"{_PREFIX}{epochs:06d}" + (f"-s{steps:06d}" if steps else "")
+
+
+def checkpoint_position(name: str) -> Optional[tuple[int, int]]:
+    """``(epochs, steps)`` of a checkpoint folder name (:func:`checkpoint_name`), ``None`` for another name."""
+    if not name.startswith(_PREFIX):
+        return None
+    head, _, tail = name[len(_PREFIX):].partition("-s")
+    try:
+        return int(head), int(tail) if tail else 0
+    except ValueError:
+        return None
+
+
 def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints in ``directory`` as ``(epochs completed, folder)``, oldest first (``[]`` if none)."""
+    """The complete checkpoints in ``directory`` as ``(epochs completed, folder)``, oldest first by epoch, then
+    by the steps into the next epoch (``[]`` if none)."""
     d = Path(directory).expanduser()
     out = []
     for c in d.glob(_PREFIX + "*") if d.is_dir() else []:
-        try:
-            n = int(c.name[len(_PREFIX):])
-        except ValueError:
-            continue
-        if (c / ".metadata").is_file():
-            out.append((n, c))
-    return sorted(out)
+        pos = checkpoint_position(c.name)
+        if pos is not None and (c / ".metadata").is_file():
+            out.append((pos, c))
+    return [(pos[0], c) for pos, c in sorted(out)]
 
 
-def check_checkpoint_dir(directory: Optional[str | Path], start_epoch: int = 0) -> None:
+def check_checkpoint_dir(directory: Optional[str | Path], start_epoch: int = 0, start_step: int = 0) -> None:
     """Refuse a ``--checkpoint-dir`` whose checkpoints this run would not continue: one written after the epoch the
-    run starts from (``start_epoch``: 0, or the epochs of the ``--resume`` checkpoint) would make this run's newest
-    checkpoints look older (the pruning of all but the two newest would delete them) and would be what a later
-    ``--resume DIR`` picks.
+    run starts from (``start_epoch``: 0, or the epochs of the ``--resume`` checkpoint; ``start_step``: its steps
+    into the next epoch) would make this run's newest checkpoints look older (the pruning of all but the two newest
+    would delete them) and would be what a later ``--resume DIR`` picks.
 
     Raises:
         ConfigError: ``directory`` is a file, or holds such checkpoints (the message names them and the fix).
@@ -148,9 +165,10 @@ def check_checkpoint_dir(directory: Optional[str | Path], start_epoch: int = 0) 
     d = Path(directory).expanduser()
     if d.exists() and not d.is_dir():
         raise ConfigError(f"--checkpoint-dir {d} is a file; give a folder (it is created if missing)")
-    later = [p.name for n, p in list_checkpoints(d) if n > start_epoch]
+    later = [p.name for _, p in list_checkpoints(d) if checkpoint_position(p.name) > (start_epoch, start_step)]
     if later:
-        what = "an earlier run's checkpoints" if start_epoch == 0 else f"checkpoints after epoch {start_epoch}"
+        what = ("an earlier run's checkpoints" if (start_epoch, start_step) == (0, 0) else
+                f"checkpoints after epoch {start_epoch}" + (f", step {start_step}" if start_step else ""))
         raise ConfigError(f"--checkpoint-dir {d} already holds {what} ({', '.join(later)}); continue that run with "
                           f"--resume {d}, or give an empty or new folder")
 
@@ -379,7 +397,7 @@ class Checkpointer:
         self.dir = Path(directory).expanduser()
         self.every, self.ex, self.config, self.plan_info = every, executor, config, plan_info
         self.rank, self.world, self.session = rank, world, session
-        self.last_saved: Optional[int] = None
+        self.last_saved: Optional[tuple[int, int]] = None  # (epochs, steps into the next) of the last save
         self.pending = False
         self.seconds: list[float] = []  # write time of each save on this rank
         if rank == 0:
@@ -396,26 +414,30 @@ class Checkpointer:
             self.save(st)
 
     def finish(self, st) -> None:
-        """The checkpoint at the end of the run (unless the last epoch's is written already)."""
-        if self.last_saved != st.next_epoch and can_checkpoint(self.ex):
+        """The checkpoint at the end of the run (unless the last epoch's, or step's, is written already)."""
+        if self.last_saved != _position(st) and can_checkpoint(self.ex):
             self.save(st)
 
     def save(self, st) -> Path:
+        """Write the checkpoint of loop state ``st`` (collective): at an epoch boundary, or inside an epoch when
+        ``st.next_step > 0`` (``st.partial`` then holds the epoch's sums so far)."""
         t0 = time.perf_counter()
-        n = st.next_epoch
+        n, steps = _position(st)
         sd = executor_checkpoint(self.ex, self.rank)
         best = self.session.best_state if self.session is not None else None
         for k, v in (best or {}).items():
             sd["best." + k] = v
         sd["loop"] = _obj(st.to_dict())
         meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "layout": layout_of(self.config, self.plan_info),
-                "plan": self.plan_info, "world": self.world, "epochs": n,
+                "plan": self.plan_info, "world": self.world, "epochs": n, "steps_in_epoch": steps,
+                "steps": int(getattr(st, "step", 0)),
                 "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype),
                 "data_paths": data_paths(self.config)}
         if callable(getattr(compute_of(self.ex), "task_meta", None)):
             meta["task_meta"] = compute_of(self.ex).task_meta()
         sd["meta"] = _obj(meta)
-        tmp, final = self.dir / f"{_TMP}{n:06d}", self.dir / f"{_PREFIX}{n:06d}"
+        name = checkpoint_name(n, steps)
+        tmp, final = self.dir / f".tmp-{name}", self.dir / name
         stall = os.environ.get(STALL_ENV) == f"{n}:{self.rank}"
         ctx = _quiet()
         try:
@@ -426,14 +448,19 @@ class Checkpointer:
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)  # atomic: a reader sees the whole checkpoint or none
-            (final / "meta.json").write_text(json.dumps({k: meta[k] for k in ("epochs", "world", "layout", "config")},
-                                                        indent=1, default=str))
-            for old in sorted(self.dir.glob(_PREFIX + "*"))[:-2]:
+            keys = ("epochs", "steps_in_epoch", "steps", "world", "layout", "config")
+            (final / "meta.json").write_text(json.dumps({f: meta[f] for f in keys}, indent=1, default=str))
+            for _, old in list_checkpoints(self.dir)[:-2]:
                 shutil.rmtree(old, ignore_errors=True)
-        self.last_saved = n
+        self.last_saved = (n, steps)
         self.pending = False
         self.seconds.append(time.perf_counter() - t0)
         return final
+
+
+def _position(st) -> tuple[int, int]:
+    """``(epochs done, steps into the next epoch)`` of a loop state."""
+    return int(st.next_epoch), int(getattr(st, "next_step", 0) or 0)
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -525,6 +552,8 @@ def load_checkpoint(path: str | Path, ex, rank: int, config: TrainConfig, plan_i
 __all__ = [
     "FORMAT_VERSION",
     "Checkpointer",
+    "checkpoint_name",
+    "checkpoint_position",
     "check_resume",
     "find_checkpoint",
     "layout_of",

@@ -21,15 +21,16 @@ CSV_FIELDS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "val_loss", "
               "bytes_layer", "bytes_graph", "bytes_weight", "comm_s", "idle_s"]
 
 
-#: the columns of ``--log-csv`` of a regression (S2EF) run: energies in eV, forces in eV/Å, EFwT a fraction
+#: the columns of ``--log-csv`` of a regression (S2EF) run: energies in eV, forces in eV/Å, EFwT a fraction; a row
+#: with ``step`` set is a step record (training by steps: ``epoch`` is the epoch in progress, ``loss`` the step's)
 REGRESSION_CSV_FIELDS = ["epoch", "loss", "lr", "train_energy_mae", "train_force_mae", "val_loss", "val_energy_mae",
                          "val_energy_mae_per_atom", "val_force_mae", "val_force_cos", "val_efwt", "test_energy_mae",
                          "test_energy_mae_per_atom", "test_force_mae", "test_force_cos", "test_efwt", "bytes_gp",
-                         "time_s", "bytes_weight", "comm_s"]
+                         "time_s", "bytes_weight", "comm_s", "step"]
 
 #: what TensorBoard receives (the keys a record has)
 _TB_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s", "bytes_layer", "bytes_graph",
-            "bytes_weight", *REGRESSION_CSV_FIELDS[2:-3])
+            "bytes_weight", *REGRESSION_CSV_FIELDS[2:-4])
 
 
 def default_log_every(epochs: int) -> int:
@@ -56,6 +57,18 @@ def format_record(rec: dict, epochs: int) -> str:
     if any(k in rec for k in ("bytes_layer", "bytes_graph", "bytes_weight", "bytes_gp")):
         s += f"  sent {b / 2**20:.2f} MiB"
     return s
+
+
+def format_step(rec: dict, max_steps=None) -> str:
+    """One step line (training by steps): the step (of ``max_steps``), the epoch in progress (counted from 1),
+    the step's loss and learning rate, the validation metrics of a step evaluation, the training seconds since
+    the previous step line."""
+    total = f"/{max_steps:,}" if max_steps else ""
+    s = f"step {rec['step']:,}{total} (epoch {rec['epoch'] + 1})  loss {rec['loss']:.4f}  lr {rec['lr']:.3g}"
+    if "val_force_mae" in rec:
+        s += (f"  val E-MAE {rec['val_energy_mae']:.4f} eV  F-MAE {rec['val_force_mae']:.4f} eV/Å  "
+              f"F-cos {rec['val_force_cos']:.3f} ({rec.get('val_size', '?')} structures)")
+    return s + f"  time {rec['time_s']:.2f} s"
 
 
 def _scalar(v):
@@ -88,6 +101,7 @@ class EpochLogger:
         self.stream = stream if stream is not None else sys.stdout
         every = default_log_every(epochs) if log_every is None else int(log_every)
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = tty
         self.every = 0 if tty else every
         self.fields = list(fields or CSV_FIELDS)
         self._csv_file = None
@@ -128,6 +142,24 @@ class EpochLogger:
                 v = rec.get(k)
                 if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                     self._tb.add_scalar(k, v, epoch)
+
+    def step(self, rec: dict, max_steps=None, line: bool = True) -> None:
+        """A step record (training by steps, :mod:`gnnpipe.tasks.s2ef.steps`): a step line when ``line`` and the
+        stream is not a terminal (:func:`format_step`), a CSV row with ``step`` set, TensorBoard scalars
+        ``step/<key>`` at the step."""
+        if line and not self.tty:
+            try:
+                print(format_step(rec, max_steps), file=self.stream, flush=True)
+            except BrokenPipeError:
+                self.tty = True  # the reader left: no more lines
+        if self._csv is not None:
+            self._csv.writerow({k: _scalar(rec[k]) for k in self.fields if k in rec})
+            self._csv_file.flush()
+        if self._tb is not None:
+            for k in _TB_KEYS:
+                v = rec.get(k)
+                if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                    self._tb.add_scalar(f"step/{k}", v, rec["step"])
 
     def close(self) -> None:
         if self._csv_file is not None:

@@ -3,10 +3,17 @@
 Failure handling: every rank runs its function inside ``try``; an exception is reported to the
 parent with the rank's traceback. The parent watches the ranks' result pipes *and* the processes' exit codes: as
 soon as one rank fails or dies (e.g. killed by a signal), it terminates every other rank and raises
-:class:`~gnnpipe.errors.DistributedError` naming the failing rank and its error. Ranks blocked in a
-receive on a dead peer are ended by the parent; under ``torchrun`` (no parent of ours) the process
-group's timeout (``timeout_s``) makes them fail instead of hanging. When every failure is such a timeout,
-the message names the ranks that reported nothing as the likely stalled ones and points at ``--timeout``.
+:class:`~gnnpipe.errors.DistributedError` naming the failing rank and its error.
+
+Dead or slow: death is detected by liveness, not by waiting. Here the parent sees a rank's process end (within
+seconds, however long the others would wait); under ``torchrun`` its agent does the same (it watches its worker
+processes and stops the others when one fails), and a gloo peer of a process that ended loses its connection at
+once. The process group's timeout (the *wait limit*, :func:`wait_limit`) is only what ends a run whose ranks are
+all alive but one waits forever (a hang, a deadlock, a lost machine): so it is long by default — torch's own (30
+min for gloo, 10 for nccl), or more when the cost model predicts slower epochs — and a rank that is merely slow (a
+large chunk, an evaluation, a checkpoint, a loaded machine) is never taken for a dead one. ``--timeout``
+(``timeout_s``) sets it explicitly. When every failure is such a timeout, the message names the ranks that
+reported nothing as the likely stalled ones and points at ``--timeout``.
 
 Rendezvous: the parent opens the ``TCPStore`` itself on a port the OS picks (port 0) and holds it for the
 whole run; ranks join it as clients. No port is chosen, released and bound again later, so two launches
@@ -40,6 +47,51 @@ from . import stopping
 
 #: seconds ranks may take to start and meet on the store (independent of the communication timeout)
 RENDEZVOUS_S = 300.0
+#: a derived wait limit is at least this many times the cost model's predicted epoch (which bounds every action in
+#: it: a chunk's pass, an evaluation's forward, the optimizer step), when that exceeds torch's default
+WAIT_FACTOR = 10.0
+
+
+def torch_default_wait_s(backend: str) -> float:
+    """torch's own process-group timeout for ``backend`` in seconds (``torch.distributed.constants``): 1800 (30
+    min) for gloo, 600 (10 min) for nccl."""
+    from torch.distributed import constants
+
+    if backend == "nccl":
+        return (getattr(constants, "default_pg_nccl_timeout", None) or datetime.timedelta(minutes=10)).total_seconds()
+    return constants.default_pg_timeout.total_seconds()
+
+
+def wait_limit(timeout_s: Optional[float], backend: str, predicted_epoch_s: Optional[float] = None) -> tuple[float, str]:
+    """How long a rank may wait on a peer (the process group's timeout) before the run is ended as hung, and why.
+
+    A rank that dies ends the run at once whatever this is (module docstring): the limit only bounds a wait on a
+    live rank, so it is generous. Explicit ``timeout_s`` (``--timeout``) wins; else the larger of torch's default
+    (:func:`torch_default_wait_s`) and :data:`WAIT_FACTOR` × the cost model's predicted epoch (``--layout auto``).
+
+    Args:
+        timeout_s: seconds given by the user, or ``None`` (derive it).
+        backend: ``gloo`` or ``nccl``.
+        predicted_epoch_s: the cost model's predicted seconds per epoch of the layout, if any.
+
+    Returns:
+        ``(seconds, why)``, e.g. ``(1800.0, "torch's default for gloo")``.
+    """
+    if timeout_s is not None:
+        return float(timeout_s), "--timeout"
+    base = torch_default_wait_s(backend)
+    if predicted_epoch_s is not None and WAIT_FACTOR * predicted_epoch_s > base:
+        return WAIT_FACTOR * predicted_epoch_s, f"{WAIT_FACTOR:g} × the predicted epoch of {predicted_epoch_s:,.0f} s"
+    return base, f"torch's default for {backend}"
+
+
+def format_wait_limit(seconds: float, why: str) -> str:
+    """The plan's line about the wait limit (:func:`wait_limit`)."""
+    if why == "--timeout":
+        return (f"wait limit {seconds:g} s (--timeout): a rank waiting longer on a peer ends the run; a rank that "
+                "dies ends it at once")
+    return (f"wait limit {seconds:,.0f} s ({why}; --timeout sets it): only a rank waiting that long on a live peer "
+            "ends the run (a hang); a rank that dies ends it at once, a slow one does not")
 
 
 def free_port() -> int:
@@ -154,9 +206,12 @@ def check_torchrun_world(world_size: int, what: str) -> None:
     raise ConfigError(msg)
 
 
-def init_env_process_group(backend: Optional[str], timeout_s: float) -> tuple[int, int]:
-    """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``."""
+def init_env_process_group(backend: Optional[str], timeout_s: Optional[float]) -> tuple[int, int]:
+    """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``. ``timeout_s``: the
+    wait limit in seconds, ``None``: derived (:func:`wait_limit`). A rank that dies is seen by torchrun's agent,
+    which stops the other ranks (and their gloo peers lose their connections at once)."""
     backend = backend or default_backend(local_world_size(int(os.environ.get("WORLD_SIZE", 1))))
+    timeout_s = wait_limit(timeout_s, backend)[0]
     if not dist.is_initialized():
         kw = {}
         if backend == "nccl":
@@ -229,7 +284,7 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
 
 
 def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: Optional[str] = None,
-          timeout_s: float = 60.0, threads: int = 1, max_runtime_s: Optional[float] = None,
+          timeout_s: Optional[float] = None, threads: int = 1, max_runtime_s: Optional[float] = None,
           graceful: bool = False) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh local processes joined in one process group.
 
@@ -237,7 +292,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
         fn: a picklable (module-level) function; its return value must be picklable.
         backend: ``gloo`` or ``nccl``; default :func:`default_backend` for ``world_size`` local ranks
             (nccl only with one GPU per rank).
-        timeout_s: process-group timeout in seconds (a blocked collective or receive fails after it).
+        timeout_s: the wait limit: process-group timeout in seconds (a collective or receive blocked that long on
+            a live peer fails); ``None``: derived (:func:`wait_limit`, torch's default). A rank that dies ends
+            the run within seconds whatever it is: the launcher watches the processes.
         threads: ``torch.set_num_threads`` in each rank.
         max_runtime_s: optional hard limit on the whole run (seconds).
         graceful: the ranks stop cleanly on a signal (:mod:`gnnpipe.core.run.stopping`): the first SIGINT/SIGTERM
@@ -252,6 +309,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
             names the first failing rank and its error.
     """
     backend = backend or default_backend(world_size)
+    timeout_s = wait_limit(timeout_s, backend)[0]
     ctx = mp.get_context("spawn")
     unreadable_main = _unreadable_main()
     if unreadable_main:

@@ -33,6 +33,11 @@ class TrainResult:
         model: the trained single-process :class:`~gnnpipe.models.GNNModel` (weights of the best-validation
             epoch by default, see ``RunOptions.keep``); not part of ``to_dict``. ``None`` for
             interrupted and failed runs.
+        steps: step records of a run that trains by steps (S2EF ``--max-steps``, ``--eval-every-steps``,
+            ``--log-every-steps``): ``step`` (optimizer steps done, counted from 1), ``epoch`` (the epoch in
+            progress, from 0), ``loss`` (of that step's global batch), ``lr``, ``time_s`` (training seconds since
+            the previous step record) and, at evaluations, the ``val_*`` / ``test_*`` metrics of the
+            ``val_size`` structures evaluated; written as ``"steps"`` when there are any.
     """
 
     config: dict
@@ -46,6 +51,7 @@ class TrainResult:
     status: str = "completed"
     error: Optional[str] = None
     model: Any = attrs.field(default=None, eq=False, repr=False)
+    steps: list[dict] = attrs.field(factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -63,6 +69,8 @@ class TrainResult:
             d["best_metrics"] = self.best_metrics
         if self.error is not None:
             d["error"] = self.error
+        if self.steps:
+            d["steps"] = self.steps
         d.update(self.extra)
         return d
 
@@ -82,6 +90,8 @@ class TrainResult:
                 f"test acc at best val  {_pct(self.test_acc_at_best_val)}",
             ]
         n = len(self.epochs)
+        if self.steps:
+            lines.append(f"optimizer steps       {self.steps[-1]['step']:,}")
         lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n} epoch{'' if n == 1 else 's'}")
         for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
                            ("bytes_gp", "gp groups")):
@@ -107,6 +117,11 @@ class LoopState:
         result: the records so far. next_epoch: the first epoch still to run.
         best: ``(score, val_loss)`` of the best evaluation (score: :meth:`Selection.score`, higher is better). best_loss: lowest validation loss.
         since: epochs since either improved (early stopping counter).
+        next_step: optimizer steps of epoch ``next_epoch`` already done (``0`` at an epoch boundary; a checkpoint
+            written inside an epoch resumes at its next batch). step: optimizer steps done in all.
+        partial: what the epoch in progress has summed so far (``next_step > 0``): the kind of work's own record
+            (S2EF: its step losses and metric sums, ``gnnpipe.tasks.s2ef.steps.StepLoop``).
+        budget_spent: the step budget (``--max-steps``) ended the run (not stored: a resumed run decides anew).
     """
 
     result: TrainResult
@@ -114,21 +129,33 @@ class LoopState:
     best: tuple = (-float("inf"), float("inf"))
     best_loss: float = float("inf")
     since: int = 0
+    next_step: int = 0
+    step: int = 0
+    partial: Optional[dict] = None
+    budget_spent: bool = False
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(next_epoch, next_step)``: where the run stands (what a checkpoint's name encodes)."""
+        return self.next_epoch, self.next_step
 
     def to_dict(self) -> dict:
         r = self.result
         return {"next_epoch": self.next_epoch, "best": list(self.best), "best_loss": self.best_loss,
                 "since": self.since, "epochs": r.epochs, "best_val_acc": r.best_val_acc,
                 "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch,
-                "best_metrics": r.best_metrics}
+                "best_metrics": r.best_metrics, "next_step": self.next_step, "step": self.step,
+                "partial": self.partial, "steps": r.steps}
 
     @classmethod
     def from_dict(cls, d: dict, config) -> "LoopState":
         r = TrainResult(config=config.to_dict(), epochs=[dict(e) for e in d["epochs"]],
                         best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
-                        best_epoch=d["best_epoch"], best_metrics=dict(d.get("best_metrics") or {}))
+                        best_epoch=d["best_epoch"], best_metrics=dict(d.get("best_metrics") or {}),
+                        steps=[dict(s) for s in d.get("steps") or []])
         return cls(result=r, next_epoch=d["next_epoch"], best=tuple(d["best"]), best_loss=d["best_loss"],
-                   since=d["since"])
+                   since=d["since"], next_step=int(d.get("next_step", 0)), step=int(d.get("step", 0)),
+                   partial=d.get("partial"))
 
 
 @attrs.define(frozen=True)
@@ -172,6 +199,8 @@ _REGRESSION = (("energy_mae", "energy MAE", "eV", 1.0), ("energy_mae_per_atom", 
 
 def _regression_lines(best: dict, epoch: int) -> list[str]:
     at = f" (epoch {epoch + 1}, counted from 1 as the epoch lines)" if epoch >= 0 else ""
+    if "step" in best:  # selected at a step evaluation (S2EF --eval-every-steps / --max-steps)
+        at = f" (step {best['step']:,}, {best.get('val_size', '?')} validation structures)"
     lines = []
     for split in ("val", "test"):
         parts = [f"{label} {best[f'{split}_{k}'] * scale:.4g}{(' ' + unit) if unit else ''}"

@@ -42,7 +42,8 @@ class RunSession:
         self.loop_state = None
         self.read_s: Optional[float] = None  # seconds this rank took to load the resumed checkpoint
         self.logger = None
-        if lead and (self.options.log_every != 0 or self.options.log_csv or self.options.tensorboard):
+        if lead and (self.options.log_every != 0 or self.options.log_csv or self.options.tensorboard
+                     or self.options.log_every_steps):
             self.logger = EpochLogger(config.epochs, self.options.log_every, self.options.log_csv,
                                       self.options.tensorboard, fields=getattr(executor, "log_fields", None))
         self.hooks = [self.logger] if self.logger is not None else []
@@ -95,11 +96,13 @@ class RunSession:
             self.loop_state = LoopState.from_dict(loop, self.config)
             self.read_s = time.perf_counter() - t0
             if self.checkpointer is not None:
-                self.checkpointer.last_saved = self.loop_state.next_epoch
+                self.checkpointer.last_saved = self.loop_state.position
             if self.lead and self.options.log_every != 0:
                 import sys
 
-                print(f"resumed from {self.options.resume}: {self.loop_state.next_epoch} epoch(s) done, "
+                k = self.loop_state.next_step
+                inside = f" and {k} step(s) of epoch {self.loop_state.next_epoch + 1}" if k else ""
+                print(f"resumed from {self.options.resume}: {self.loop_state.next_epoch} epoch(s){inside} done, "
                       f"training to {self.config.epochs} (read in {self.read_s:.1f} s)", file=sys.stderr)
         else:
             self.loop_state = LoopState(result=TrainResult(config=self.config.to_dict()))

@@ -18,7 +18,7 @@ from typing import Optional
 
 DEBOUNCE_S = 2.0
 
-_state = {"at": None, "signame": "", "announce": True}
+_state = {"at": None, "signame": "", "announce": True, "unit": "epoch"}
 
 
 def requested() -> bool:
@@ -40,7 +40,7 @@ def _handler(signum, frame):
     if _state["at"] is None:
         _state["at"], _state["signame"] = now, name
         if _state["announce"]:  # one line per run, not one per rank a terminal's Ctrl-C reaches
-            print(f"gnnpipe: {name}: stopping after this epoch (again, {DEBOUNCE_S:g} s or more later, to stop at "
+            print(f"gnnpipe: {name}: stopping after this {_state['unit']} (again, {DEBOUNCE_S:g} s or more later, to stop at "
                   "once)", file=sys.stderr, flush=True)
         return
     if now - _state["at"] < DEBOUNCE_S:
@@ -61,16 +61,19 @@ class installed:
 
     Args:
         announce: print the "stopping after this epoch" line on the first signal (``False`` on every rank of a
-            distributed run but rank 0: the signal reaches each of them)."""
+            distributed run but rank 0: the signal reaches each of them).
+        unit: what the run finishes before it stops: ``"epoch"``, or ``"step"`` (a run that watches the flag after
+            every optimizer step, S2EF's training by steps)."""
 
-    def __init__(self, announce: bool = True):
+    def __init__(self, announce: bool = True, unit: str = "epoch"):
         self.announce = announce
+        self.unit = unit
 
     def __enter__(self):
         self.previous: dict = {}
         if threading.current_thread() is threading.main_thread():
             reset()
-            _state["announce"] = self.announce
+            _state["announce"], _state["unit"] = self.announce, self.unit
             for s in (signal.SIGINT, signal.SIGTERM):
                 self.previous[s] = signal.signal(s, _handler)
             unblock_stop_signals()

@@ -95,7 +95,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                      help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
                           "on the CPU, or with --device cuda through pinned CPU buffers)")
     par.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
-                     help="seconds after which a failed or stuck rank ends the run")
+                     help="wait limit: seconds a rank may wait on a live peer before the run is ended as hung "
+                          "(default: derived, printed in the plan: torch's 1800 for gloo, 600 for nccl, or 10 x the "
+                          "cost model's predicted epoch with --layout auto when longer); a rank that dies ends the run "
+                          "at once, a slow one does not")
     a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --ways D = data-parallel replicas)")
     a.add_argument("--energy-coef", type=float, default=d.energy_coef,
                    help="weight of the energy loss (default: the model's S2EF recipe, else %(default)s)")
@@ -136,6 +139,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    default=d.graph_parallel_mode,
                    help="how a graph-parallel group moves the edge rows triplets read: every edge (allgather) or "
                         "only the rows read (halo)")
+    a.add_argument("--max-steps", type=int, default=None,
+                   help="stop after N optimizer steps (or --epochs, whichever comes first), with the result and "
+                        "checkpoint as at the end of an epoch; the learning-rate schedule still spans --epochs")
+    a.add_argument("--eval-every-steps", type=int, default=None,
+                   help="evaluate every k optimizer steps (and at --max-steps) on the first --val-size structures "
+                        "of the validation and test splits (needs a validation split)")
+    a.add_argument("--val-size", type=int, default=None,
+                   help="structures of the validation (and test) split a step evaluation reads (default: 1000; "
+                        "the whole split when smaller)")
 
 
 def _model_options_help() -> str:

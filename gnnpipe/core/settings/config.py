@@ -28,6 +28,18 @@ def _int_pos(name):
     return check
 
 
+def _opt_int_pos(name):
+    def check(inst, attr, value):
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+
+    return check
+
+
 def _num_classes(inst, attr, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"num_classes must be an integer, got {value!r}")
@@ -153,7 +165,9 @@ LR_SCHEDULES = ("cosine", "plateau", "constant")
 S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
                "energy_key", "forces_key", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
-               "graph_parallel_mode")
+               "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size")
+#: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
+DEFAULT_VAL_SIZE = 1000
 #: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
 GP_MODES = ("allgather", "halo")
 
@@ -214,15 +228,24 @@ class TrainConfig:
     ``--gp-size``) ranks share each replica's batch, its edges and triplets split by
     ``graph_parallel_partitioner`` (``edge-chunk`` or ``atom-owner``), edge rows moved by ``graph_parallel_mode``
     (``allgather`` or ``halo``); the world is ``ways × G`` ranks.
+    Training by steps (S2EF): ``max_steps`` ends the run after that many optimizer steps (or ``epochs``, whichever
+    comes first; ``None``: by epochs only; free to change on resume: the learning-rate schedule spans ``epochs``);
+    ``eval_every_steps`` evaluates every k optimizer steps (and at ``max_steps``) on the first ``val_size``
+    structures of the validation and of the test split (``None``: ``DEFAULT_VAL_SIZE``, 1000).
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
     ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.core.training.trainer.resolve_config`` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
+    ``timeout_s``: how long a rank may wait on a peer before the run is ended as hung (``--timeout``); ``None``
+    (the default) derives it (``gnnpipe.core.run.launch.wait_limit``: torch's default, or more when the cost
+    model predicts slower epochs). A rank that dies ends the run at once whatever this is.
+
     ``nan_ok``: keep training after an epoch whose loss is NaN or infinite (default: the run stops there with
     :class:`~gnnpipe.errors.TrainingDivergedError`).
 
-    Raises (on construction): ConfigError for a bad size or rate, an unsupported ``dtype`` (lists
+    Raises (on construction): ConfigError for a bad size or rate, ``energy_coef`` and ``force_coef`` both 0 (an S2EF
+    loss that trains nothing), an unsupported ``dtype`` (lists
     ``DTYPE_NAMES``), an unknown ``backend`` (lists ``BACKENDS``), or ``model_args`` that the
     model does not have (lists its options). Component names (scheduler, partitioner, …) are checked by
     ``check_names`` when a run starts, so that components registered later still count.
@@ -270,7 +293,8 @@ class TrainConfig:
     recompute: Optional[bool] = attrs.field(default=None, converter=_recompute)
     threads: int = attrs.field(default=1, validator=_pos("threads"))
     backend: Optional[str] = attrs.field(default=None, validator=_backend)
-    timeout_s: float = attrs.field(default=60.0, validator=[_rate("timeout_s"), _pos("timeout_s")])
+    # seconds a rank may wait on a peer; None: derived (gnnpipe.core.run.launch.wait_limit)
+    timeout_s: Optional[float] = attrs.field(default=None, validator=[_rate("timeout_s"), _pos("timeout_s")])
     dtype: str = attrs.field(default="float32", validator=_dtype)
     history_dtype: Optional[str] = None
     device: Optional[str] = None
@@ -294,6 +318,15 @@ class TrainConfig:
     graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
+    max_steps: Optional[int] = attrs.field(default=None, validator=_opt_int_pos("max_steps (--max-steps)"))
+    eval_every_steps: Optional[int] = attrs.field(default=None,
+                                                  validator=_opt_int_pos("eval_every_steps (--eval-every-steps)"))
+    val_size: Optional[int] = attrs.field(default=None, validator=_opt_int_pos("val_size (--val-size)"))
+
+    def __attrs_post_init__(self) -> None:
+        if self.energy_coef == 0 and self.force_coef == 0:  # S2EF: a loss that is zero trains nothing
+            raise ConfigError("energy_coef and force_coef are both 0 (--energy-coef 0 --force-coef 0): the loss is "
+                              "zero and nothing would be trained; give one of them > 0")
 
     def resolved(self, model_defaults: dict) -> "TrainConfig":
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""

@@ -37,6 +37,11 @@ class RunOptions:
             with ``torch.utils.tensorboard``.
         checkpoint_dir: write checkpoints into this folder (``torch.distributed.checkpoint``), every
             ``checkpoint_every`` epochs (``0``: only at the end) and at the end.
+        checkpoint_every_steps: also every k optimizer steps, inside epochs (S2EF; ``0``: off): a resume
+            continues at the next batch, exactly.
+        log_every_steps: a step line (and a step record in the result) every k optimizer steps when stdout is
+            not a terminal (S2EF; ``None``: every 10 % of ``--max-steps``, at most every 1000 steps, when it is
+            given and ``log_every`` is not ``0``, else never; ``0``: never).
         resume: continue the run of this checkpoint folder (or one ``ckpt-*`` folder in it).
         memory_check: refuse a run that the memory model says cannot fit in the memory available here,
             before it starts: a single process (:func:`gnnpipe.costmodel.predict.check_single_process_memory`)
@@ -50,5 +55,7 @@ class RunOptions:
     tensorboard: Optional[str] = None
     checkpoint_dir: Optional[str] = None
     checkpoint_every: int = attrs.field(default=0, validator=_nonneg_int)
+    checkpoint_every_steps: int = attrs.field(default=0, validator=_nonneg_int)
+    log_every_steps: Optional[int] = attrs.field(default=None, validator=_nonneg_int)
     resume: Optional[str] = None
     memory_check: bool = True

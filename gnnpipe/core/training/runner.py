@@ -246,6 +246,10 @@ def format_plan(info: dict) -> str:
         s += f"; scheduler {info['scheduler']}"
     if "backend" in info:
         s += f"; backend {info['backend']} ({info['backend_reason']})"
+    if info.get("wait_limit"):
+        from ..run.launch import format_wait_limit
+
+        s += "\n  " + format_wait_limit(info["wait_limit"]["seconds"], info["wait_limit"]["why"])
     if info.get("recompute"):
         s += f"\n  recompute: {'on' if info['recompute']['on'] else 'off'} ({info['recompute']['why']})"
     if info.get("rank_holds"):

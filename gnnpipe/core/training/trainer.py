@@ -151,6 +151,10 @@ def epoch_loop(
         warn: warn when a resumed ``state`` has no epoch left to run (``False`` on every rank of a distributed
             run but rank 0, so the warning is printed once).
 
+    Training by steps (S2EF ``--max-steps``; ``gnnpipe.tasks.s2ef.steps.StepLoop``): ``train_step`` may end
+    the run inside an epoch, leaving ``state.next_step > 0`` (no record of that epoch; its checkpoint resumes at the
+    next batch), or at the end of one with ``state.budget_spent`` (evaluated and recorded as the last epoch).
+
     Divergence: an epoch whose training loss is NaN or infinite stops the run before it is evaluated or recorded
     (no ``after_epoch`` hook sees it, so no checkpoint holds its weights), unless ``config.nan_ok``. In a
     distributed run the loss is the one every rank gathered, so all ranks stop at the same epoch.
@@ -179,12 +183,14 @@ def epoch_loop(
             t0 = time.perf_counter()
             rec = {"epoch": epoch}
             rec.update(train_step(epoch))
+            if st.next_step:  # the step budget or a stop ended the run inside this epoch: no epoch record
+                break
             if not config.nan_ok and not math.isfinite(rec["loss"]):
                 from ...errors import TrainingDivergedError
 
                 raise TrainingDivergedError(diverged_message(epoch, rec["loss"], config))
             rec.setdefault("time_s", time.perf_counter() - t0)
-            if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1:
+            if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1 or st.budget_spent:
                 ev = evaluate()
                 rec.update(ev)
                 if sel.better(ev, st.best):
@@ -202,6 +208,8 @@ def epoch_loop(
             st.next_epoch = epoch + 1
             for fn in after_epoch:
                 fn(epoch, rec, st)
+            if st.budget_spent:  # the last step of the step budget (--max-steps) ended this epoch
+                break
             if sel.monitor in rec and config.patience and st.since > config.patience:
                 result.extra["early_stop"] = {"epoch": epoch, "patience": config.patience,
                                               "best_epoch": result.best_epoch}

@@ -51,7 +51,7 @@ def _co_runner(one_pass, threads: int, run, stop, ready) -> None:
 
 
 def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: Optional[int] = None,
-                       threads: int = 1, timeout_s: float = 120.0) -> tuple[Optional[list], int]:
+                       threads: int = 1, timeout_s: Optional[float] = 120.0) -> tuple[Optional[list], int]:
     """How much slower ``model``'s units run on the chunks ``ptr`` of ``data`` while the node's other cores run the
     same passes: ``(ratios, processes)`` — ``ratios[i] = (forward, backward)`` of unit ``i``, loaded over alone —
     or ``(None, 0)`` where it cannot be measured.
@@ -116,7 +116,7 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
                   for r in readies]
         for pr in procs:
             pr.start()
-        deadline = time.monotonic() + float(timeout_s)
+        deadline = time.monotonic() + float(timeout_s if timeout_s is not None else 120.0)  # None: config's derived
         for r, pr in zip(readies, procs):
             while not r.wait(0.2):
                 if not pr.is_alive() or time.monotonic() > deadline:

@@ -20,6 +20,8 @@ Public API::
     split_graph(graph, sizes) -> list[AtomGraph]                    # the batch's graph → consecutive groups'
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
+    estimate_graph(structures, cutoff, max_neighbors=None, *, with_triplets=False, batch_size=1) -> GraphEstimate
+    check_graph_size(structures, cutoff, max_neighbors=None, ..., available=None) -> GraphEstimate   # or raises
 """
 
 from .generate import (
@@ -32,6 +34,7 @@ from .generate import (
                        generated_file,
                        generated_structures,
 )
+from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, reverse_edges, split_graph, triplets
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
@@ -43,8 +46,11 @@ __all__ = [
                        "OC20_SITES",
                        "STRUCTURE_SUFFIXES",
                        "AtomGraph",
+                       "GraphEstimate",
                        "build_graph",
+                       "check_graph_size",
                        "concat_graphs",
+                       "estimate_graph",
                        "from_atoms",
                        "generate_md17_like",
                        "generate_oc20_like",

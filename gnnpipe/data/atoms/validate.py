@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 from ...errors import DataValidationError
 from ..validation import DataWarning
 
-__all__ = ["MAX_ATOMIC_NUMBER", "validate_structures"]
+__all__ = ["MAX_ATOMIC_NUMBER", "check_max_z", "validate_structures"]
 
 #: the largest atomic number (oganesson)
 MAX_ATOMIC_NUMBER = 118
@@ -48,6 +48,32 @@ def _finite(k: int, source: str, name: str, value: torch.Tensor, dtype: torch.dt
         f"{_where(k, source)}: {name}{at} is {float(orig)} (not finite; {int(bad.sum())} such value(s)); {fix}")
 
 
+def _symbol(z: int) -> str:
+    from ase.data import chemical_symbols
+
+    return f" ({chemical_symbols[z]})" if 0 < z < len(chemical_symbols) else ""
+
+
+def check_max_z(structures: Sequence[Data], max_z: int, *, source: str = "structure",
+                model: str = "the model") -> None:
+    """Refuse an atomic number beyond what ``model`` embeds (``max_z``), naming the first structure that has one
+    (its index in ``structures``, ``source`` saying where they came from: ``"FILE: structure"``), the element and
+    the fix; before any process starts (the model's own check would fail the run at its first step).
+
+    Raises:
+        DataValidationError: a structure with ``z > max_z``.
+    """
+    top = int(max_z)
+    for k, data in enumerate(structures):
+        z = data.z
+        if z.numel() and int(z.max()) > top:
+            bad = sorted({int(v) for v in z[z > top].tolist()})
+            names = ", ".join(f"{_symbol(v).strip(' ()')} (Z = {v})" for v in bad)
+            raise DataValidationError(
+                f"{_where(k, source)} has {names}, beyond the atomic numbers 1 … {top} {model} embeds (max_z); "
+                f"remove the structure, or use a model with a larger embedding (--model-arg max_z={max(bad)})")
+
+
 def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:
     rows = cell[pbc]
     if not len(rows):
@@ -57,6 +83,24 @@ def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:
         return True
     gram = np.linalg.det(rows @ rows.T)            # squared length / area / volume of the periodic vectors
     return not gram > (1e-8 * np.prod(norms)) ** 2
+
+
+#: Å: the reach of the first search for a pair within the cutoff (a wider one follows only when it finds none)
+ISOLATION_PROBE = 4.0
+
+
+def _pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, start: float, cutoff: float) -> bool:
+    """Whether some pair (periodic images counted) is closer than ``cutoff``, known to have none closer than
+    ``start``: searched at a doubling reach, so the search stops at about twice the nearest pair's distance instead
+    of enumerating every pair within a large cutoff."""
+    from .graph import neighbor_pairs
+
+    reach = start
+    while reach < cutoff:
+        reach = min(2.0 * reach, cutoff)
+        if len(neighbor_pairs(pos, cell, pbc, reach)[3]):
+            return True
+    return False
 
 
 def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.float32, *,
@@ -104,7 +148,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
             bad = int(z[(z < 1) | (z > top)][0])
             fix = ("the model embeds atomic numbers 1.." + str(top) + "; use a model with a larger embedding "
                    "(max_z) or remove the structure") if max_z is not None else "atomic numbers are 1..118"
-            raise DataValidationError(f"{where}: atomic number {bad} is out of range; {fix}")
+            raise DataValidationError(f"{where}: atomic number {bad}{_symbol(bad)} is out of range; {fix}")
         if tuple(pos.shape) != (n, 3):
             raise DataValidationError(f"{where}: pos must be [{n}, 3] (one row per atom), got {list(pos.shape)}")
         _finite(k, source, "pos", pos, dtype, "Å")
@@ -142,10 +186,13 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
                                           "column belongs to this structure")
             _finite(k, source, "forces", forces, dtype, "eV/Å")
         pos_np = pos.detach().double().numpy()
-        reach = max(min_distance, cutoff or 0.0)
+        # the duplicate check and a first look for a pair within the cutoff read the pairs within a short reach
+        # only: a search at a large cutoff would enumerate every pair in it (millions, for a periodic cell)
+        reach = max(min_distance, min(cutoff, ISOLATION_PROBE) if cutoff else 0.0)
         if reach > 0:
             i, j, off, d = neighbor_pairs(pos_np, cell_np, pbc_np, reach)
-            if cutoff is not None and not bool(np.any(d < cutoff)):
+            if cutoff is not None and not bool(np.any(d < cutoff)) \
+                    and not _pair_within(pos_np, cell_np, pbc_np, reach, cutoff):
                 isolated.append(k)
             if len(d) and d.min() < min_distance:
                 e = int(np.argmin(d))
@@ -155,7 +202,11 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
                     f"{min_distance} Å (a duplicated atom, or a cell too small for its atoms); remove the duplicate "
                     "or fix the cell")
     if isolated:
-        shown = ", ".join(map(str, isolated[:10])) + (" ..." if len(isolated) > 10 else "")
-        warnings.warn(f"{len(isolated)} {source}(s) ({shown}) have no pair of atoms within the cutoff {cutoff} Å: "
-                      "their graphs have no edges, so a model sees only per-atom terms; raise the cutoff if this is "
-                      "unintended", DataWarning, stacklevel=2)
+        one = len(isolated) == 1
+        shown = ", ".join(map(str, isolated[:10])) + (", …" if len(isolated) > 10 else "")
+        origin = source[: -len("structure")].rstrip(": ") if source.endswith("structure") else source
+        of = f" of {origin}" if origin else ""
+        warnings.warn(f"{len(isolated)} structure{'' if one else 's'}{of} ({'index' if one else 'indices'} {shown}) "
+                      f"{'has' if one else 'have'} no pair of atoms within the cutoff {cutoff} Å: "
+                      f"{'its graph has' if one else 'their graphs have'} no edges, so a model sees only per-atom "
+                      "terms; raise the cutoff if this is unintended", DataWarning, stacklevel=2)

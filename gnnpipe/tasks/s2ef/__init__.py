@@ -65,6 +65,32 @@ def _model_task(name: str) -> Optional[str]:
         return None
 
 
+def check_structures_for(config: Any, structures: list) -> None:
+    """Refuse, before any process starts, structures the model of ``config`` cannot read: an atomic number beyond
+    its embedding (``max_z``; :func:`gnnpipe.data.atoms.validate.check_max_z`), or a cutoff whose graph cannot be
+    built here (:func:`gnnpipe.data.atoms.estimate.check_graph_size`, which warns about one that is merely large).
+
+    Raises:
+        DataValidationError: an atomic number beyond ``max_z``. ConfigError: a graph too large to build.
+    """
+    from pathlib import Path
+
+    from ... import models
+    from ...costmodel.predict import available_memory_bytes
+    from ...data.atoms.estimate import check_graph_size
+    from ...data.atoms.validate import check_max_z
+
+    ds = config.dataset
+    source = f"{Path(ds).name}: structure" if is_structure_dataset(ds) and "." in str(ds) else "structure"
+    if config.model_args.get("max_z") is not None:
+        check_max_z(structures, config.model_args["max_z"], source=source, model=config.model)
+    triplets = bool(getattr(models.get(config.model), "uses_triplets", True)) or config.graph_parallel_group_size > 1
+    check_graph_size(structures, config.cutoff, config.max_neighbors, with_triplets=triplets,
+                     batch_size=config.batch_size, available=available_memory_bytes(),
+                     fix="lower --cutoff to about {cutoff} Å or less" + (" (or --max-neighbors: the triplets grow "
+                                                                         "with its square)" if triplets else ""))
+
+
 @register("s2ef")
 class S2EF(Task):
     """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
@@ -136,17 +162,33 @@ class S2EF(Task):
                 items = from_atoms(items)
             structures = prepare_structures(items, config.torch_dtype, cutoff=config.cutoff)
             name = "the given structures"
+        check_structures_for(config, structures)
         splits = split(config, len(structures))
         normalizer = EnergyNormalizer.fit([structures[i] for i in splits["train"].tolist()])
         return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name)
 
     def describe(self, config: Any, data: S2EFData, given: bool = False) -> str:
+        """The run's header line; a layout that cannot run is refused here, before the line is printed
+        (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``, ``gnnpipe.tasks.s2ef.pipeline.check_pipeline``;
+        outside torchrun).
+
+        Raises:
+            ConfigError, UnknownComponentError: as those checks.
+        """
+        from ...core.run import launch
+
+        if not launch.under_torchrun():  # torchrun's ranks refuse in check(), recording the message for its summary
+            check_graph_parallel(config, None)
+            if _pipelined(config):
+                check_pipeline(config)
         n = len(data.structures)
         atoms = sum(int(d.z.numel()) for d in data.structures)
         sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
         s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
-             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for {config.epochs} "
-             f"epoch{'s' if config.epochs != 1 else ''}: energy and {'direct' if config.direct_forces else 'conservative'}"
+             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for "
+             + (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs)" if config.max_steps else
+                f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}")
+             + f": energy and {'direct' if config.direct_forces else 'conservative'}"
              f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours, loss "
              f"{config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}), lr {config.lr:g}; ")
         chosen = self.defaults_chosen
@@ -175,7 +217,9 @@ class S2EF(Task):
         return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
-        """Refuse an empty training split, a torchrun world that is not ``--ways × --stages × --gp-size``, what
+        """Refuse an empty training split, ``--eval-every-steps`` without a validation split
+        (``gnnpipe.tasks.s2ef.steps.check_steps``, which also warns of a ``--max-steps`` beyond ``--epochs``),
+        a torchrun world that is not ``--ways × --stages × --gp-size``, what
         cannot be pipelined (``gnnpipe.tasks.s2ef.pipeline.check_pipeline``), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
         that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
@@ -189,6 +233,9 @@ class S2EF(Task):
         if len(plan.data.splits["train"]) == 0:
             raise ConfigError(f"{plan.data.name} has too few structures for a training split "
                               f"({len(plan.data.structures)}); give at least 3")
+        from .steps import check_steps
+
+        check_steps(config, plan.data.splits, options)
         G = config.graph_parallel_group_size
         world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
         if _pipelined(config):
@@ -220,7 +267,8 @@ class S2EF(Task):
 
         options = options or RunOptions()
         meta = read_meta(options.resume) if options.resume else None
-        check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
+        check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0,
+                             meta.get("steps_in_epoch", 0) if meta else 0)
         if meta is not None:
             check_resume(config, meta)
         d = plan.data
@@ -231,7 +279,7 @@ class S2EF(Task):
         if launch.under_torchrun():
             import torch.distributed as dist
 
-            rank, world = launch.init_env_process_group("gloo", config.timeout_s)
+            rank, world = launch.init_env_process_group("gloo", config.timeout_s)  # None: torch's default
             out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
             dist.barrier()
             dist.destroy_process_group()
@@ -254,11 +302,14 @@ class S2EF(Task):
         else:
             print(f"graph parallel: {config.ways} replica(s) x {G} ranks = {config.ways * G} ranks (gloo), "
                   f"{config.batch_size} structures per replica and step", file=sys.stderr)
+        wait_s, why = launch.wait_limit(config.timeout_s, "gloo")
+        plan.info["wait_limit"] = {"seconds": wait_s, "why": why}
+        print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
         records = RecordCollector().start()
         try:
             outs = launch.spawn(run_rank, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
                                                             options, records.send_end),
-                                backend="gloo", timeout_s=config.timeout_s, threads=config.threads, graceful=True)
+                                backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)
             exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]

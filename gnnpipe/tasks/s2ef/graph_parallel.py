@@ -129,6 +129,9 @@ class GraphParallelS2EFTrainer(S2EFTrainer):
         self.gp_comm = Comm(self.device)
         self.direct = bool(getattr(self.model, "direct_forces", False))
 
+    def comms(self) -> list:
+        return [self.gp_comm]
+
     def needs_triplets(self) -> bool:
         """Always: the graph-parallel partitioners balance the shards by triplets."""
         return True

@@ -9,7 +9,7 @@ conservative forces ``−∂ê/∂pos`` predicts ``F = σ · F̂`` in eV/Å: the
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import attrs
 import torch
@@ -24,11 +24,15 @@ class EnergyNormalizer:
     Attributes:
         coef: ``[Z_max + 1]`` float64 list (0 for elements absent from the training split).
         mean, std: floats in eV (``std`` is 1 when the referenced energies do not vary).
+        elements: the atomic numbers of the training split, ascending: the elements whose reference was fitted
+            and whose embedding was trained (what a model file records of them; ``None`` in files written before
+            it was recorded).
     """
 
     coef: list
     mean: float = 0.0
     std: float = 1.0
+    elements: Optional[list] = None
 
     @classmethod
     def fit(cls, structures: Sequence, max_z: int = 118) -> "EnergyNormalizer":
@@ -54,7 +58,8 @@ class EnergyNormalizer:
         coef[present] = sol
         resid = energy - counts @ coef
         std = float(resid.std()) if len(structures) > 1 else 0.0
-        return cls(coef=coef.tolist(), mean=float(resid.mean()), std=std if std > 1e-8 else 1.0)
+        return cls(coef=coef.tolist(), mean=float(resid.mean()), std=std if std > 1e-8 else 1.0,
+                   elements=torch.nonzero(present).flatten().tolist())
 
     def reference(self, z: Tensor, batch: Tensor, num_structures: int) -> Tensor:
         """``[B]`` float64: ``E_ref`` of each structure of a batch (``z``, ``batch`` ``[N]``)."""
@@ -72,8 +77,13 @@ class EnergyNormalizer:
         return e_hat * self.std + (ref + self.mean).to(e_hat.dtype)
 
     def to_dict(self) -> dict:
-        return {"coef": list(self.coef), "mean": self.mean, "std": self.std}
+        out = {"coef": list(self.coef), "mean": self.mean, "std": self.std}
+        if self.elements is not None:
+            out["elements"] = [int(z) for z in self.elements]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "EnergyNormalizer":
-        return cls(coef=list(d["coef"]), mean=float(d["mean"]), std=float(d["std"]))
+        elements = d.get("elements")
+        return cls(coef=list(d["coef"]), mean=float(d["mean"]), std=float(d["std"]),
+                   elements=None if elements is None else [int(z) for z in elements])

@@ -55,7 +55,6 @@ from torch import Tensor, nn
 
 from ...core.settings.config import TrainConfig
 from ...errors import ConfigError
-from .data import epoch_batches
 from .loss import S2EFMetrics, energy_loss, force_loss
 from .normalizer import EnergyNormalizer
 from .trainer import S2EFTrainer, plan_info
@@ -476,6 +475,9 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.steps = 0
 
     # ------------------------------------------------------------------ layout
+    def comms(self) -> list:
+        return [self.comm, self.gp_comm]
+
     def needs_triplets(self) -> bool:
         """When the model reads triplets, or under graph parallelism (its partitioners balance by them)."""
         return self.G > 1 or super().needs_triplets()
@@ -568,30 +570,17 @@ class PipelineS2EFTrainer(S2EFTrainer):
         return [[self.structures[i] for i in part.tolist()] for part in torch.tensor_split(mine, self.C)]
 
     def train_step(self, epoch: int) -> dict:
-        """One epoch of steps, each one schedule through the stages; returns ``loss`` (mean over steps of the
-        global batch's loss), ``lr``, ``train_energy_mae`` / ``train_force_mae`` (eV, eV/Å), ``bytes_layer`` (boundary
-        bytes sent, summed over ranks), ``idle_s`` (per rank: seconds blocked waiting for a peer, in receives and in
-        sends not yet taken)."""
-        c0 = time.thread_time()
-        cfg = self.config
-        self.model.train()
+        """One epoch of steps, each one schedule through the stages (from the resumed batch of a checkpoint written
+        inside it); returns ``loss`` (mean over steps of the global batch's loss), ``lr``, ``train_energy_mae`` /
+        ``train_force_mae`` (eV, eV/Å), ``bytes_layer`` (boundary bytes sent, summed over ranks), ``idle_s`` (per
+        rank: seconds blocked waiting for a peer, in receives and in sends not yet taken); ``{"loss": nan}`` when the
+        run ended inside the epoch (``--max-steps``)."""
+        c0, t0 = time.thread_time(), time.perf_counter()
         self.comm.reset()
         self.gp_comm.reset()
-        self.metrics = S2EFMetrics()
-        train = self.splits["train"]
-        losses = []
-        self.lr = float("nan")
-        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
-            ids = train[gb]
-            self.pipe_stage.set_batches(self._groups(ids), len(ids), int(self.free_counts[ids].sum()))
-            out = self.executor.train_epoch(self.steps)
-            self.steps += 1
-            losses.append(torch.tensor(out["loss"], dtype=torch.float64))
-        loss_sum = torch.stack(losses) if losses else torch.zeros(0, dtype=torch.float64)
-        vec = torch.cat([loss_sum, self.metrics.totals()])
-        self._all_reduce(vec)
-        n = len(losses)
-        m = self.metrics.compute(vec[n:])
+        if not self.epoch_steps(epoch):
+            return {"loss": float("nan")}
+        m = self.metrics.compute(self._all_reduce(self.metrics.totals().clone()))
         c = self.comm.counters()
         per = torch.tensor([c["bytes_layer"], c["idle_s"], self.gp_comm.counters()["bytes_gp"],
                             time.thread_time() - c0], dtype=torch.float64)
@@ -599,9 +588,32 @@ class PipelineS2EFTrainer(S2EFTrainer):
         if self.world > 1:
             dist.all_gather(rows, per)
         r = torch.stack(rows)
-        return {"loss": float(vec[:n].mean()) if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
-                "train_force_mae": m["force_mae"], "bytes_layer": round(float(r[:, 0].sum())),
-                "idle_s": r[:, 1].tolist(), "bytes_gp": round(float(r[:, 2].sum())), "cpu_s": r[:, 3].tolist()}
+        n = len(self.epoch_losses)
+        out = {"loss": sum(self.epoch_losses) / n if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
+               "train_force_mae": m["force_mae"], "bytes_layer": round(float(r[:, 0].sum())),
+               "idle_s": r[:, 1].tolist(), "bytes_gp": round(float(r[:, 2].sum())), "cpu_s": r[:, 3].tolist()}
+        if self.steps_loop is not None:
+            out["time_s"] = self.steps_loop.epoch_time(t0)
+        return out
+
+    def train_batch(self, ids: Tensor) -> float:
+        """One step on the global batch ``ids``: this replica's share in ``C`` micro-batches through the schedule
+        (its ``STEP``: :meth:`optimizer_step`); returns this rank's part of the loss (made global by
+        :meth:`flush_losses`)."""
+        self.pipe_stage.set_batches(self._groups(ids), len(ids), int(self.free_counts[ids].sum()))
+        out = self.executor.train_epoch(self.steps)
+        self.steps += 1
+        return float(out["loss"])
+
+    def flush_losses(self) -> None:
+        """Collective: the step losses since the last call summed over the ranks (each stage's and replica's part)
+        and appended to :attr:`epoch_losses`."""
+        if not self._pending:
+            return
+        vec = torch.tensor(self._pending, dtype=torch.float64)
+        self._all_reduce(vec)
+        self.epoch_losses.extend(vec.tolist())
+        self._pending = []
 
     def optimizer_step(self) -> None:
         """The interpreter's ``STEP``: gradients summed over the stage's ``D·G`` ranks, clipped at the global norm
@@ -680,15 +692,16 @@ class PipelineS2EFTrainer(S2EFTrainer):
                     + st.ctx[c]["force_loss"])
             st._record(mb, st.eval_energy[c], st.eval_forces[c], float(loss.detach()))
 
-    def evaluate(self) -> dict:
-        """Validation and test metrics with the averaged weights (as :meth:`S2EFTrainer.evaluate`)."""
+    def evaluate(self, size: int | None = None) -> dict:
+        """Validation and test metrics with the averaged weights (as :meth:`S2EFTrainer.evaluate`; ``size``: the
+        first ``size`` structures of each split)."""
         out = {}
         with self.ema.averaged(self.trained):
             self.model.eval()
             totals = []
             for k in ("val", "test"):
                 self.metrics = S2EFMetrics()
-                self._eval_split(self.splits[k])
+                self._eval_split(self.splits[k][:size])
                 totals.append(self.metrics.totals())
             sums = self._all_reduce(torch.stack(totals))
             for j, k in enumerate(("val", "test")):

@@ -30,28 +30,95 @@ def task_meta(model) -> dict:
     return meta
 
 
+#: what :func:`predict_structures` does with elements the model was not trained on (``unseen_elements``)
+UNSEEN_ELEMENTS = ("warn", "error", "ignore")
+
+
+def check_elements(model, structures: Sequence, unseen_elements: str = "warn", source: str = "structure") -> None:
+    """Check ``structures`` against what ``model`` can read: atomic numbers beyond its embedding (``max_z``) are
+    refused; elements absent from its training split (its file records them:
+    ``task_meta["normalizer"]["elements"]``) are warned about once, naming them, or refused with
+    ``unseen_elements="error"`` (``"ignore"``: neither). A model file written before the elements were recorded
+    carries no record: nothing can be said of them.
+
+    Raises:
+        DataValidationError: an atomic number beyond ``max_z``; an unseen element with ``"error"``.
+        ConfigError: an unknown ``unseen_elements``.
+    """
+    import warnings
+
+    from ase.data import chemical_symbols
+
+    from ...data.atoms.validate import check_max_z
+    from ...data.validation import DataWarning
+    from ...errors import ConfigError, DataValidationError
+
+    if unseen_elements not in UNSEEN_ELEMENTS:
+        raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
+    max_z = getattr(model, "max_z", None)
+    if max_z is not None:
+        check_max_z(structures, max_z, source=source)
+    seen = (task_meta(model).get("normalizer") or {}).get("elements")
+    if seen is None or unseen_elements == "ignore":
+        return
+    seen = set(int(z) for z in seen)
+    where: dict[int, list[int]] = {}
+    for k, d in enumerate(structures):
+        for z in set(d.z.tolist()) - seen:
+            where.setdefault(int(z), []).append(k)
+    if not where:
+        return
+    names = ", ".join(f"{chemical_symbols[z] if z < len(chemical_symbols) else z} (Z = {z}; {len(where[z])} "
+                      f"structure{'s' if len(where[z]) != 1 else ''}, first {where[z][0]})" for z in sorted(where))
+    trained = ", ".join(chemical_symbols[z] if z < len(chemical_symbols) else str(z) for z in sorted(seen))
+    its = "its" if len(where) == 1 else "their"
+    text = (f"the model was not trained on {names}: {its} energy reference was never fitted and {its} embedding "
+            f"never trained, so predictions for these structures are not meaningful (trained on {trained})")
+    if unseen_elements == "error":
+        raise DataValidationError(text + "; remove them, or train on data that has these elements")
+    warnings.warn(text, DataWarning, stacklevel=4)  # the caller of predict_structures (through torch.no_grad)
+
+
 @torch.no_grad()
-def predict_structures(model, structures: Sequence, batch_size: int = 16) -> tuple[Tensor, list[Tensor]]:
+def predict_structures(model, structures: Sequence, batch_size: int = 16, *, unseen_elements: str = "warn",
+                       source: str = "structure") -> tuple[Tensor, list[Tensor]]:
     """Energies and forces of ``structures`` (PyG ``Data`` as :func:`gnnpipe.data.atoms.from_atoms` makes, labels
     not needed).
+
+    Before any graph is built: atomic numbers beyond the model's ``max_z`` are refused, elements the model was not
+    trained on warned about once per call, naming them (``unseen_elements="error"``: refused; ``"ignore"``: not
+    checked; :func:`check_elements`), and a cutoff whose graph cannot be built here refused (a large one warned
+    about; :func:`gnnpipe.data.atoms.estimate.check_graph_size`). ``source`` names the structures in messages
+    (``"FILE: structure"``).
 
     Returns:
         ``(energy [S] float64 eV, [forces [n_s, 3] float64 eV/Å per structure])``.
 
     Raises:
-        ConfigError: not an S2EF model. DataValidationError: a malformed structure.
+        ConfigError: not an S2EF model; a graph too large to build here. DataValidationError: a malformed
+        structure; an atomic number beyond ``max_z``; an unseen element with ``unseen_elements="error"``.
     """
     from torch_geometric.data import Batch
 
+    from ...costmodel.predict import available_memory_bytes
+    from ...data.atoms.estimate import check_graph_size
     from .data import prepare_structures
     from .trainer import graph_builder
 
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
-    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"], bool(getattr(model, "uses_triplets", True)),
+    triplets = bool(getattr(model, "uses_triplets", True))
+    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"], triplets,
                              bool(getattr(model, "uses_reverse_edges", False)))
     p = next(model.parameters())
     structures = prepare_structures(structures, p.dtype, labelled=False)
+    check_elements(model, structures, unseen_elements, source)
+    check_graph_size(structures, meta["cutoff"], meta["max_neighbors"], with_triplets=triplets,
+                     available=available_memory_bytes(),
+                     batch_size=min(batch_size, max(len(structures), 1)), what="the model's cutoff",
+                     when="for each batch predicted",
+                     fix="predict smaller structures, or use a model trained with a cutoff of about {cutoff} Å or "
+                         "less")
     model.eval()
     energies, forces = [], []
     for start in range(0, len(structures), batch_size):

@@ -9,7 +9,10 @@ clips, steps AdamW and updates the moving average identically, so the replicas n
 The executor plugs into the shared runtime: :func:`~gnnpipe.core.training.trainer.epoch_loop` (progress bar, early
 stopping, selection on the validation force MAE), :class:`~gnnpipe.core.run.session.RunSession` (epoch lines, CSV,
 TensorBoard, best weights, Ctrl-C) and :mod:`gnnpipe.core.run.checkpoint` through ``checkpoint_modules``,
-``task_state`` / ``load_task_state`` (moving average, learning-rate schedule) and ``task_meta``.
+``task_state`` / ``load_task_state`` (moving average, learning-rate schedule) and ``task_meta``. Training by steps
+(``--max-steps``, ``--eval-every-steps``, ``--checkpoint-every-steps``) is :class:`~gnnpipe.tasks.s2ef.steps.StepLoop`
+inside :meth:`S2EFTrainer.train_step`, the same in every layout (:meth:`~S2EFTrainer.train_batch` is a layout's
+optimizer step, :meth:`~S2EFTrainer.flush_losses` its step losses made global).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -112,6 +116,11 @@ class S2EFTrainer:
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
         self.free_counts = torch.tensor([int((~d.fixed).sum()) for d in structures])
+        self.metrics = S2EFMetrics()  # the training metrics of the epoch in progress (this rank's sums)
+        self.lr = float("nan")  # the learning rate of the last step
+        self.epoch_losses: list[float] = []  # the global-batch loss of each step of the epoch in progress
+        self._pending: list = []  # step losses not yet made global (:meth:`flush_losses`)
+        self.steps_loop = None  # the run's StepLoop (:meth:`run`); None: whole epochs (a trainer driven directly)
 
     def trained_module(self) -> torch.nn.Module:
         """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
@@ -171,44 +180,123 @@ class S2EFTrainer:
         return t
 
     def train_step(self, epoch: int) -> dict:
-        """One epoch of steps; returns ``loss`` (mean over steps of the global batch's loss), ``lr`` (of the last
-        step), ``train_energy_mae``, ``train_force_mae`` (of the training forward passes, eV and eV/Å)."""
-        c0 = time.thread_time()
+        """One epoch of steps (from the resumed batch of a checkpoint written inside it); returns ``loss`` (mean over
+        steps of the global batch's loss), ``lr`` (of the last step), ``train_energy_mae``, ``train_force_mae`` (of
+        the training forward passes, eV and eV/Å); ``{"loss": nan}`` when the run ended inside the epoch
+        (``--max-steps``: the epoch loop then records nothing)."""
+        c0, t0 = time.thread_time(), time.perf_counter()
+        if not self.epoch_steps(epoch):
+            return {"loss": float("nan")}
+        sums = self._all_reduce(self.metrics.totals().clone())
+        m = self.metrics.compute(sums)
+        out = {"loss": sum(self.epoch_losses) / max(len(self.epoch_losses), 1), "lr": self.lr,
+               "train_energy_mae": m["energy_mae"], "train_force_mae": m["force_mae"],
+               "cpu_s": [time.thread_time() - c0]}
+        if self.steps_loop is not None:
+            out["time_s"] = self.steps_loop.epoch_time(t0)
+        return out
+
+    def epoch_steps(self, epoch: int) -> bool:
+        """Run the optimizer steps of ``epoch`` (:meth:`train_batch` on each global batch of
+        :func:`~gnnpipe.tasks.s2ef.data.epoch_batches`, from the batch a resumed checkpoint stopped at), with the
+        step bookkeeping of :attr:`steps_loop`; afterwards :attr:`epoch_losses` holds every step's global loss and
+        :attr:`metrics` this rank's sums. Returns ``False`` when the run ended inside the epoch."""
         cfg = self.config
+        t0 = time.perf_counter()
         self.model.train()
+        self.metrics, self.lr, self.epoch_losses, self._pending = S2EFMetrics(), float("nan"), [], []
         train = self.splits["train"]
-        metrics = S2EFMetrics()
-        losses = []
-        lr = float("nan")
-        for gb in epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch):
-            ids = train[gb]
-            num_free = int(self.free_counts[ids].sum())
-            mine = self.share(ids)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss_value = torch.zeros((), dtype=torch.float64)
-            if len(mine):
-                e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
-                e_t, f_t, ref = self._targets(batch)
-                free = ~batch.fixed
-                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
-                                 energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
-                loss.backward()
+        batches = epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch)
+        loop = self.steps_loop
+        start = loop.begin_epoch(epoch) if loop is not None else 0
+        for j in range(start, len(batches)):
+            self._pending.append(self.train_batch(train[batches[j]]))
+            if loop is not None and loop.after_step(epoch, j, len(batches), t0):
+                return False
+        self.flush_losses()
+        return True
+
+    def train_batch(self, ids: Tensor) -> float:
+        """One optimizer step on the global batch ``ids`` (this rank computes its share); returns the global
+        batch's loss (every rank has it)."""
+        cfg = self.config
+        num_free = int(self.free_counts[ids].sum())
+        mine = self.share(ids)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_value = torch.zeros((), dtype=torch.float64)
+        if len(mine):
+            e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
+            e_t, f_t, ref = self._targets(batch)
+            free = ~batch.fixed
+            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+            loss.backward()
+            if self.reporting:
+                loss_value = loss.detach().to(torch.float64)
+            with torch.no_grad():
+                s = self.normalizer.std
                 if self.reporting:
-                    loss_value = loss.detach().to(torch.float64)
-                with torch.no_grad():
-                    s = self.normalizer.std
-                    if self.reporting:
-                        metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                                       f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch)
-            self._sync_grads(loss_value, losses)
-            clip_and_norm(self.params, cfg.clip_grad_norm)
-            lr = self.schedule.apply()
-            self.optimizer.step()
-            self.ema.update(self.trained)
-        sums = self._all_reduce(metrics.totals().clone())
-        m = metrics.compute(sums)
-        return {"loss": sum(losses) / max(len(losses), 1), "lr": lr, "train_energy_mae": m["energy_mae"],
-                "train_force_mae": m["force_mae"], "cpu_s": [time.thread_time() - c0]}
+                    self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                                        f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1),
+                                        batch.batch)
+        losses: list[float] = []
+        self._sync_grads(loss_value, losses)
+        clip_and_norm(self.params, cfg.clip_grad_norm)
+        self.lr = self.schedule.apply()
+        self.optimizer.step()
+        self.ema.update(self.trained)
+        return losses[0]
+
+    def flush_losses(self) -> None:
+        """Append the step losses of :meth:`train_batch` since the last call to :attr:`epoch_losses`, made global
+        (here they are already; a pipeline all-reduces them: collective)."""
+        self.epoch_losses.extend(float(v) for v in self._pending)
+        self._pending = []
+
+    def comms(self) -> list:
+        """The communication wrappers (:class:`~gnnpipe.core.ops.comm.Comm`) whose byte counters the epoch record
+        reports (none here; graph parallelism and the pipeline have theirs)."""
+        return []
+
+    def _rank_sums(self) -> Tensor:
+        from ...core.ops.comm import KINDS
+
+        parts = [self.metrics.totals()]
+        parts += [torch.tensor([float(c.bytes.get(k, 0.0)) for k in KINDS], dtype=torch.float64) for c in self.comms()]
+        return torch.cat(parts)
+
+    def partial_state(self, time_s: float) -> dict:
+        """Collective: the sums of the epoch in progress for a checkpoint written inside it (``LoopState.partial``):
+        ``losses`` (each step's global loss), ``ranks`` (each rank's training metric sums and bytes sent, in rank
+        order), ``lr``, ``time_s`` (its training seconds)."""
+        self.flush_losses()
+        mine = self._rank_sums()
+        rows = [torch.zeros_like(mine) for _ in range(self.world)] if self.world > 1 else [mine]
+        if self.world > 1:
+            dist.all_gather(rows, mine)
+        return {"losses": list(self.epoch_losses), "ranks": [r.tolist() for r in rows], "lr": self.lr,
+                "time_s": float(time_s)}
+
+    def restore_partial(self, part: dict) -> None:
+        """Continue the sums of a checkpoint written inside an epoch (:meth:`partial_state`): each rank its own
+        (so the epoch record equals an uninterrupted run's, bit for bit); into another world size, rank 0 all of
+        them (the epoch's all-reduce counts them once)."""
+        from ...core.ops.comm import KINDS
+
+        self.epoch_losses = [float(v) for v in part["losses"]]
+        rows = torch.tensor(part["ranks"], dtype=torch.float64)
+        if len(rows) == self.world:
+            mine = rows[self.rank]
+        else:
+            mine = rows.sum(0) if self.rank == 0 else torch.zeros_like(rows[0])
+        n = len(S2EFMetrics.FIELDS)
+        self.metrics.sums += mine[:n]
+        for i, c in enumerate(self.comms()):
+            for j, k in enumerate(KINDS):
+                v = float(mine[n + i * len(KINDS) + j])
+                if v:
+                    c.bytes[k] = c.bytes.get(k, 0.0) + v
+        self.lr = float(part["lr"])
 
     def _sync_grads(self, loss_value: Tensor, losses: list) -> None:
         """Every parameter's gradient (zeros where this rank had none) summed over the ranks, with the loss."""
@@ -250,15 +338,16 @@ class S2EFTrainer:
                                f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch,
                                loss=float(loss))
 
-    def evaluate(self) -> dict:
+    def evaluate(self, size: Optional[int] = None) -> dict:
         """Validation and test metrics with the averaged weights: ``{val,test}_loss``, ``_energy_mae`` (eV),
-        ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions)."""
+        ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions);
+        ``size``: only the first ``size`` structures of each split (a step evaluation, ``--val-size``)."""
         out = {}
         with self.ema.averaged(self.trained):
             self.model.eval()
             ms = {k: S2EFMetrics() for k in ("val", "test")}
             for k, m in ms.items():
-                self._eval_split(self.splits[k], m)
+                self._eval_split(self.splits[k][:size], m)
             sums = self._all_reduce(torch.stack([ms["val"].totals(), ms["test"].totals()]))
             for j, k in enumerate(("val", "test")):
                 out[f"{k}_loss"] = float(sums[j, S2EFMetrics.FIELDS.index("loss")])
@@ -275,6 +364,8 @@ class S2EFTrainer:
         from ...core.run.session import RunSession
         from ...core.training.trainer import epoch_loop
 
+        from .steps import StepLoop
+
         lead = self.rank == 0
         session = RunSession(self.config, options, self, lead=lead, rank=self.rank, world=self.world,
                              plan_info=plan_info)
@@ -286,12 +377,23 @@ class S2EFTrainer:
             if records is not None and lead:
                 for rec in state.result.epochs:
                     records.send(rec)
-            with stopping.installed(announce=lead):
-                result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress and lead,
-                                    desc=f"s2ef {self.world}x" if self.world > 1 else "s2ef", state=state,
-                                    on_best=session.on_best, after_epoch=hooks, warn=lead, selection=SELECTION)
+            self.steps_loop = StepLoop(self, session.options, session, state, SELECTION, lead=lead,
+                                       progress=progress)
+            with stopping.installed(announce=lead, unit="step" if self.steps_loop.watch else "epoch"):
+                if self.steps_loop.spent():  # a resumed run already at --max-steps
+                    if lead:
+                        warnings.warn(f"nothing to train: the resumed run has already done {state.step} step(s) and "
+                                      f"--max-steps is {self.config.max_steps}; raise --max-steps to continue it",
+                                      stacklevel=2)
+                    result = state.result
+                else:
+                    result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress and lead,
+                                        desc=f"s2ef {self.world}x" if self.world > 1 else "s2ef", state=state,
+                                        on_best=session.on_best, after_epoch=hooks, warn=lead, selection=SELECTION)
             session.finish()
         finally:
+            if self.steps_loop is not None:
+                self.steps_loop.close()
             session.close()
         session.annotate(result, plan_info, self.device)
         model = self.export_model()

@@ -127,8 +127,35 @@ def test_singular_cell_with_periodic_boundaries():
 
 def test_structures_without_neighbours_warn():
     lone = Atoms("H2", positions=[[0, 0, 0], [0, 0, 9.0]])
-    with pytest.warns(DataWarning, match=r"1 structure\(s\) \(1\) have no pair of atoms within the cutoff 5.0"):
+    with pytest.warns(DataWarning, match=r"^1 structure \(index 1\) has no pair of atoms within the cutoff 5.0 Å: its "
+                                         r"graph has no edges"):
         validate_structures(_good()[:1] + from_atoms([lone]), cutoff=5.0)
+    with pytest.warns(DataWarning, match=r"^2 structures of iso1\.extxyz \(indices 0, 2\) have no pair of atoms "
+                                         r"within the cutoff 5.0 Å: their graphs have no edges"):
+        validate_structures(from_atoms([lone]) + _good()[:1] + from_atoms([lone]), cutoff=5.0,
+                            source="iso1.extxyz: structure")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate_structures(from_atoms([lone]), cutoff=10.0)
+
+
+def test_a_large_cutoff_searches_only_near_the_nearest_pair(monkeypatch):
+    """The no-neighbour check does not enumerate every pair within a large cutoff (150 Å on an 8-atom periodic
+    cell: ~10 million): it searches at a doubling reach and stops at the first pair found."""
+    from gnnpipe.data.atoms import graph
+
+    reaches = []
+    search = graph.neighbor_pairs
+
+    def spy(pos, cell, pbc, cutoff, method="auto"):
+        reaches.append(cutoff)
+        return search(pos, cell, pbc, cutoff, method)
+
+    monkeypatch.setattr(graph, "neighbor_pairs", spy)
+    cu = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
+    lone = Atoms("H2", positions=[[0, 0, 0], [0, 0, 9.0]], cell=[20, 20, 20], pbc=True)   # nearest pair 9 Å
+    validate_structures(from_atoms([cu]), cutoff=150.0)
+    assert max(reaches) <= 4.0
+    reaches.clear()
+    validate_structures(from_atoms([lone]), cutoff=150.0)     # found at 16 Å: not isolated, no warning
+    assert max(reaches) == 16.0

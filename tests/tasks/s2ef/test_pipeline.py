@@ -99,12 +99,12 @@ def _run(rank: int, world: int, cfg: TrainConfig) -> dict:
         return step(*a, **k)
 
     st.backward_chunk, tr.optimizer.step = rec_backward, rec_step
-    original = P.epoch_batches
-    P.epoch_batches = _patched_batches(BATCHES)
+    original = T.epoch_batches  # every layout's step loop is the trainer's (S2EFTrainer.epoch_steps)
+    T.epoch_batches = _patched_batches(BATCHES)
     try:
         rec = tr.train_step(0)
     finally:
-        P.epoch_batches = original
+        T.epoch_batches = original
     train = {k: list(v) for k, v in seen.items()}
     ev = tr.evaluate()
     return {**train, "rec": rec, "eval": ev, "stage": tr.stage, "replica": tr.replica,
@@ -378,11 +378,11 @@ def test_a_step_builds_one_graph_and_splits_it_by_micro_batch():
     for wrap in (False, True):
         calls.clear()
         tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, graph_fn=lambda b, w=wrap: counting(b, w))
-        original = P.epoch_batches
-        P.epoch_batches = _patched_batches(BATCHES[:2])
+        original = T.epoch_batches
+        T.epoch_batches = _patched_batches(BATCHES[:2])
         try:
             losses.append(tr.train_step(0)["loss"])
         finally:
-            P.epoch_batches = original
+            T.epoch_batches = original
         assert calls == ([3, 3] if not wrap else [3, 1, 1, 1, 1, 1, 1]), calls
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
