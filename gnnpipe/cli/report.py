@@ -6,12 +6,25 @@ training time per epoch, bytes sent per epoch by kind (layer / graph / weight) a
 The table is printed and written to OUT_DIR/report.md; the plots val_acc.png (validation accuracy
 against epoch), time.png and bytes.png (bars per variant) go beside it.
 
+S2EF runs (atomistic models) report, at the epoch of lowest validation force MAE: test energy MAE,
+force MAE, force cosine and EFwT, the best epoch, the parameter count, the time per training step,
+bytes by kind (gp: graph-parallel) and every rank's peak memory; val_force_mae.png replaces
+val_acc.png. sweep.png draws a metric against a swept setting or the parameter count (the study's
+[report] table: x, y, log_x; S2EF studies whose variants differ in parameters draw the test force MAE
+against them by default).
+
 OUT_DIR defaults to <results stem>.report/ beside the results file. RESULTS may also be the study
 file (STUDY.toml), which then names the results file (<stem>.results.jsonl) and the variant order.
+
+RESULTS may instead be one or more IS2RS result files (``gnnpipe evaluate --task is2rs --out X.json``): a table of
+ADwT, FbT, AFbT and the IS2RE energy MAE per file, and is2rs_curves.png with the ADwT curve (fraction of
+structures within each distance threshold) and the FbT curve (fraction with oracle forces below each threshold),
+one line per file.
 
 examples:
   gnnpipe report experiments/technique_ablation.results.jsonl
   gnnpipe report experiments/technique_ablation.toml --out-dir reports/ablation
+  gnnpipe report short.json long.json --out-dir is2rs_report        # IS2RS curves of two models
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("report", help="markdown table and plots of a study's results (gnnpipe ablate)",
                        description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("results", metavar="RESULTS", help="results file (.jsonl) written by gnnpipe ablate, or the study .toml")
+    p.add_argument("results", metavar="RESULTS", nargs="+", help="results file (.jsonl) written by gnnpipe ablate, "
+                   "or the study .toml; or IS2RS result files (.json) of gnnpipe evaluate")
     p.add_argument("--out-dir", default=None, help="output folder (default: <results stem>.report beside RESULTS)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="only the markdown table")
     p.add_argument("--title", default="", help="report title (default: the study name)")
@@ -34,18 +48,28 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.report import make_report
+    from ..errors import ConfigError
+    from ..experiments.report import is2rs_file, make_is2rs_report, make_report
     from ..experiments.results import default_results_path
 
-    path = Path(args.results)
-    description, order = "", None
+    if any(is2rs_file(p) for p in args.results):
+        rep = make_is2rs_report(args.results, args.out_dir, plots=args.plots, title=args.title)
+        print(rep.markdown)
+        print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
+        return 0
+    if len(args.results) > 1:
+        raise ConfigError("give one study results file (.jsonl or .toml); several files are read only as IS2RS "
+                          "results of gnnpipe evaluate")
+    path = Path(args.results[0])
+    description, order, sweep = "", None, None
     if path.suffix == ".toml":
         from ..experiments import load_study
 
         study = load_study(path, check=False)
-        description, order = study.description, study.variant_names()
+        description, order, sweep = study.description, study.variant_names(), study.report
         path = default_results_path(path)
-    rep = make_report(path, args.out_dir, plots=args.plots, title=args.title, description=description, order=order)
+    rep = make_report(path, args.out_dir, plots=args.plots, title=args.title, description=description, order=order,
+                      sweep=sweep)
     print(rep.markdown)
     print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
     return 0

@@ -27,6 +27,12 @@ ping-pong over the actual backend is used)::
     [link.inter]         # between nodes
     latency_us = 25.0
     bandwidth_gbps = 1.25
+    exchange_gbps = 0.625   # optional: GB/s in each direction while both ends send at once (default: bandwidth)
+
+``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once: gloo over a
+veth shaped by ``tc … tbf`` gets half the set rate in each direction of an exchange (``benchmarks/netns_links.py``
+measures it), while a plain TCP socket pair gets ~90 %. Graph parallelism's halo exchanges and a hybrid's peer
+exchanges (both ways at once) take it; the pipeline's one-way boundary transfers take ``bandwidth_gbps``.
 
 Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``, ``h200x8``,
 ``h200x64``), in
@@ -54,7 +60,8 @@ GIB = 2 ** 30
 _TOP = {"name", "node", "device", "link"}
 _NODE = {"count", "devices", "kind", "memory_gib"}
 _DEVICE = {"speed", "memory_gib"}
-_LINK = {"latency_us", "bandwidth_gbps"}
+_LINK = {"latency_us", "bandwidth_gbps", "exchange_gbps"}
+_LINK_REQUIRED = {"latency_us", "bandwidth_gbps"}
 
 
 @attrs.frozen
@@ -63,16 +70,27 @@ class Link:
 
     Attributes:
         latency_s: seconds per message (>= 0). bandwidth_Bps: bytes per second, one direction (> 0).
+        exchange_Bps: bytes per second in each direction while both ends send at once (> 0; ``None``: full
+            duplex, ``bandwidth_Bps``). See the module docstring (``exchange_gbps``).
     """
 
     latency_s: float
     bandwidth_Bps: float
+    exchange_Bps: Optional[float] = None
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise ConfigError(f"link latency must be a finite number >= 0 seconds, got {self.latency_s!r}")
         if not self.bandwidth_Bps > 0:
             raise ConfigError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_Bps!r}")
+        if self.exchange_Bps is not None and not self.exchange_Bps > 0:
+            raise ConfigError(f"link exchange bandwidth must be > 0 bytes/s, got {self.exchange_Bps!r}")
+
+    @property
+    def exchange_bandwidth_Bps(self) -> float:
+        """Bytes per second in each direction of an exchange (both ends sending at once): ``exchange_Bps``, or
+        ``bandwidth_Bps`` on a full-duplex link."""
+        return self.bandwidth_Bps if self.exchange_Bps is None else self.exchange_Bps
 
     def time(self, nbytes: float) -> float:
         """Seconds to move ``nbytes`` (0 bytes: nothing is sent, 0 s)."""
@@ -192,12 +210,13 @@ def _link(doc: dict, key: str, where: str) -> Optional[Link]:
     if key not in links:
         return None
     sec = _section(links, key, _LINK, where)
-    missing = _LINK - set(sec)
+    missing = _LINK_REQUIRED - set(sec)
     if missing:
         raise ConfigError(f"{where}: [link.{key}] needs {', '.join(sorted(missing))}")
     lat = _number(sec, "latency_us", where, positive=False)
     bw = _number(sec, "bandwidth_gbps", where)
-    return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9)
+    ex = _number(sec, "exchange_gbps", where)
+    return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9, exchange_Bps=None if ex is None else ex * 1e9)
 
 
 def parse_hardware(doc: dict, where: str = "hardware") -> Hardware:

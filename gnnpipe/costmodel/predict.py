@@ -467,7 +467,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                 for d in profile.agg_dims[u]:
                     rows = max(float(halo.max()), g.mirror_fwd / W)
                     n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
-                    total += n_dir * (link.latency_s + rows * d * b / link.bandwidth_Bps)  # batched: one latency
+                    total += n_dir * (link.latency_s + rows * d * b / link.exchange_bandwidth_Bps)  # batched: both ways
             P = sum(P_units)
             ar = hardware.group_link(list(range(W)), R, measured_ar)
             total += ar.allreduce_time(P * b, W) + step_pp * P * k
@@ -506,7 +506,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             rows = max(max(p) for p in pairs)
             sent, recv = max(p[0] for p in pairs), max(p[1] for p in pairs)
             for d in profile.agg_dims[u]:
-                t += link.latency_s + rows * d * b / link.bandwidth_Bps  # one batched exchange per op
+                t += link.latency_s + rows * d * b / link.exchange_bandwidth_Bps  # one batched exchange, both ways
                 cpu += (W - 1) * (msg(sent * d * b / (W - 1)) + msg(recv * d * b / (W - 1)))
         return t, cpu
 
