@@ -21,7 +21,9 @@ def register(sub) -> None:
     commands = p.add_subparsers(dest="atoms_command", metavar="ACTION", required=True)
     g = commands.add_parser("generate", help="write an EMT-labelled data set as extended XYZ",
                             description=__doc__, formatter_class=HelpFormatter)
-    g.add_argument("--kind", choices=["oc20", "md17"], default="oc20", help="which data set")
+    g.add_argument("--kind", choices=["oc20", "md17", "oc20-is2rs"], default="oc20",
+                   help="which data set (oc20-is2rs: initial structures, and their EMT relaxations in "
+                        "<stem>.relaxed.extxyz beside them)")
     g.add_argument("--frames", type=int, default=200, help="number of structures")
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     g.add_argument("--out", help="the .extxyz file to write (default: a cached file, its path printed)")

@@ -19,7 +19,7 @@ from ..errors import GnnpipeError
 
 #: sub-command modules, in the order ``gnnpipe --help`` lists them
 SUBCOMMANDS = ["train", "plan", "export", "predict", "partition", "schedule", "simulate", "compare", "ablate", "report",
-               "models", "atoms"]
+               "models", "atoms", "relax", "evaluate"]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

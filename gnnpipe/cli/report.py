@@ -9,9 +9,15 @@ against epoch), time.png and bytes.png (bars per variant) go beside it.
 OUT_DIR defaults to <results stem>.report/ beside the results file. RESULTS may also be the study
 file (STUDY.toml), which then names the results file (<stem>.results.jsonl) and the variant order.
 
+RESULTS may instead be one or more IS2RS result files (``gnnpipe evaluate --task is2rs --out X.json``): a table of
+ADwT, FbT, AFbT and the IS2RE energy MAE per file, and is2rs_curves.png with the ADwT curve (fraction of
+structures within each distance threshold) and the FbT curve (fraction with oracle forces below each threshold),
+one line per file.
+
 examples:
   gnnpipe report experiments/technique_ablation.results.jsonl
   gnnpipe report experiments/technique_ablation.toml --out-dir reports/ablation
+  gnnpipe report short.json long.json --out-dir is2rs_report        # IS2RS curves of two models
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("report", help="markdown table and plots of a study's results (gnnpipe ablate)",
                        description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("results", metavar="RESULTS", help="results file (.jsonl) written by gnnpipe ablate, or the study .toml")
+    p.add_argument("results", metavar="RESULTS", nargs="+", help="results file (.jsonl) written by gnnpipe ablate, "
+                   "or the study .toml; or IS2RS result files (.json) of gnnpipe evaluate")
     p.add_argument("--out-dir", default=None, help="output folder (default: <results stem>.report beside RESULTS)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="only the markdown table")
     p.add_argument("--title", default="", help="report title (default: the study name)")
@@ -34,10 +41,19 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.report import make_report
+    from ..errors import ConfigError
+    from ..experiments.report import is2rs_file, make_is2rs_report, make_report
     from ..experiments.results import default_results_path
 
-    path = Path(args.results)
+    if any(is2rs_file(p) for p in args.results):
+        rep = make_is2rs_report(args.results, args.out_dir, plots=args.plots, title=args.title)
+        print(rep.markdown)
+        print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
+        return 0
+    if len(args.results) > 1:
+        raise ConfigError("give one study results file (.jsonl or .toml); several files are read only as IS2RS "
+                          "results of gnnpipe evaluate")
+    path = Path(args.results[0])
     description, order = "", None
     if path.suffix == ".toml":
         from ..experiments import load_study

@@ -387,3 +387,88 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
     md = out / "report.md"
     md.write_text(text)
     return Report(text, md, pngs, variants)
+
+
+# --------------------------------------------------------------------------------------------- IS2RS
+
+
+def is2rs_file(path: str | Path) -> bool:
+    """Whether ``path`` is an IS2RS result file (a JSON object with ``"task": "is2rs"``, ``gnnpipe evaluate``)."""
+    p = Path(path)
+    if p.suffix != ".json" or not p.is_file():
+        return False
+    try:
+        return json.loads(p.read_text()).get("task") == "is2rs"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def plot_is2rs_curves(records: list[tuple[str, dict]], path: Path, title: str = "") -> Path:
+    """Two panels: the fraction of structures within each distance threshold (ADwT's curve, Å) and with oracle
+    forces below each threshold (FbT's curve, eV/Å), one line per result."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for (name, rec), color in zip(records, _colors(len(records))):
+        c = rec.get("curves", {})
+        if "adwt" in c:
+            a.plot(c["adwt"]["thresholds"], [100 * v for v in c["adwt"]["fraction"]], color=color,
+                   label=f"{name} (ADwT {100 * rec['adwt']:.1f} %)")
+        if "fbt" in c:
+            b.plot(c["fbt"]["thresholds"], [100 * v for v in c["fbt"]["fraction"]], color=color,
+                   label=f"{name} (AFbT {100 * rec['afbt']:.1f} %)")
+    a.set_xlabel("distance threshold (Å)")
+    a.set_ylabel("structures within (%)")
+    a.set_title("ADwT curve")
+    b.set_xlabel("force threshold (eV/Å)")
+    b.set_ylabel(f"structures below ({records[0][1].get('oracle', 'oracle')} forces, %)")
+    b.axvline(0.05, color="grey", lw=0.8, ls=":")
+    b.set_title("FbT curve")
+    for ax in (a, b):
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def make_is2rs_report(paths: list, out_dir: str | Path | None = None, *, plots: bool = True,
+                      title: str = "") -> Report:
+    """A table (ADwT, FbT, AFbT, mean distance, IS2RE energy MAE, EwT per file) and ``is2rs_curves.png`` of IS2RS
+    result files (``gnnpipe evaluate --task is2rs --out``).
+
+    Raises:
+        ConfigError: a file that is not an IS2RS result; matplotlib missing while ``plots`` is set.
+    """
+    records = []
+    for p in paths:
+        if not is2rs_file(p):
+            raise ConfigError(f"{p} is not an IS2RS result file; write one with gnnpipe evaluate --task is2rs --out X.json")
+        records.append((Path(p).stem, json.loads(Path(p).read_text())))
+    first = Path(paths[0])
+    out = Path(out_dir) if out_dir is not None else first.with_name(first.stem + ".report")
+    if plots:
+        _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    title = title or "IS2RS"
+
+    def pct(rec, k):
+        return f"{100 * rec[k]:.1f}" if k in rec else "–"
+
+    lines = [f"# {title}", "", "| result | model | structures | ADwT % | FbT % | AFbT % | mean distance (Å) | "
+             "energy MAE (meV) | EwT % |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for name, rec in records:
+        mae = f"{1000 * rec['energy_mae']:.1f}" if "energy_mae" in rec else "–"
+        lines.append(f"| {_md_escape(name)} | {_md_escape(str(rec.get('model', '')))} | {rec.get('structures')} | "
+                     f"{pct(rec, 'adwt')} | {pct(rec, 'fbt')} | {pct(rec, 'afbt')} | "
+                     f"{rec.get('mean_distance', float('nan')):.3f} | {mae} | {pct(rec, 'ewt')} |")
+    pngs = [plot_is2rs_curves(records, out / "is2rs_curves.png", title)] if plots else []
+    if pngs:
+        lines += ["", f"![curves]({pngs[0].name})"]
+    text = "\n".join(lines) + "\n"
+    md = out / "report.md"
+    md.write_text(text)
+    return Report(text, md, pngs, [])

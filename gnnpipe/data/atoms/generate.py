@@ -225,8 +225,14 @@ def _check_choices(given, allowed, what):
             raise ValueError(f"unknown {what} {g!r}; choose from {', '.join(allowed)}")
 
 
-#: generator of each kind of data set
-GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like}
+def _oc20_is2rs(frames: int, seed: int = 0, **kwargs):
+    from .is2rs import generate_oc20_is2rs
+
+    return generate_oc20_is2rs(frames, seed, **kwargs)
+
+
+#: generator of each kind of data set (``oc20-is2rs`` returns initial and relaxed structures: two files)
+GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like, "oc20-is2rs": _oc20_is2rs}
 
 
 def _cache_root() -> Path:
@@ -240,7 +246,9 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     """Write a generated data set as extended XYZ once, and return its path.
 
     Args:
-        kind: ``"oc20"`` (:func:`generate_oc20_like`) or ``"md17"`` (:func:`generate_md17_like`).
+        kind: ``"oc20"`` (:func:`generate_oc20_like`), ``"md17"`` (:func:`generate_md17_like`) or ``"oc20-is2rs"``
+            (:func:`~gnnpipe.data.atoms.is2rs.generate_oc20_is2rs`: the initial structures, and their EMT-relaxed
+            ones written beside them as ``<stem>.relaxed.extxyz``).
         frames, seed, kwargs: the generator's arguments.
         out: the file to write (always written); ``None``: the cached file
             ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under ``$GNNPIPE_CACHE`` (default
@@ -272,6 +280,14 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
 
     atoms = GENERATORS[kind](frames, seed, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(atoms, tuple):  # an IS2RS set: the initial structures here, the relaxed ones beside them
+        from .is2rs import reference_path
+
+        atoms, relaxed = atoms
+        ref = reference_path(path)
+        tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+        ase.io.write(str(tmp), relaxed, format="extxyz")
+        os.replace(tmp, ref)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     ase.io.write(str(tmp), atoms, format="extxyz")
     os.replace(tmp, path)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "EdgeGeometry", "build_graph", "concat_graphs", "neighbor_pairs", "split_graph",
+__all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "neighbor_pairs", "split_graph",
            "triplets"]
 
 
@@ -193,6 +193,60 @@ def neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: f
     return (i.numpy(), (col % n).numpy(), shifts[col // n].to(torch.long).numpy(), d[i, col].numpy())
 
 
+def batch_neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, counts: np.ndarray, cutoff: float,
+                         budget: int = TORCH_PAIR_BUDGET) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every pair closer than ``cutoff`` of all structures of a batch at once (padded torch, float64): what
+    :func:`neighbor_pairs` (``method="torch"``) finds per structure, without a Python loop over structures — the
+    graph of a batch relaxation is rebuilt every step.
+
+    Args:
+        pos: float ``[N, 3]`` Å, the structures' atoms in order. cell: ``[B, 3, 3]`` Å. pbc: bool ``[B, 3]``.
+        counts: int ``[B]``, atoms per structure. cutoff: Å.
+        budget: the most padded ``B · n_max² · images`` distances; above it ``None`` is returned (use the loop).
+
+    Returns:
+        ``(i, j, offsets)`` with global atom indices (targets, sources) and int64 image offsets ``[P, 3]``,
+        unordered; or ``None`` when over the budget.
+    """
+    from ase.geometry import complete_cell
+
+    B = len(counts)
+    n_max = int(counts.max()) if B else 0
+    if B == 0 or n_max == 0:
+        return None
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    full = np.stack([complete_cell(c) for c in cell]) if np.any(np.abs(np.linalg.det(cell)) < 1e-12) else cell
+    inv = np.linalg.inv(full)
+    reach = np.zeros((B, 3), dtype=np.int64)
+    slot = np.arange(n_max)
+    valid = slot[None, :] < counts[:, None]                                  # [B, n]
+    idx = np.where(valid, starts[:, None] + slot[None, :], 0)
+    pad = np.where(valid[..., None], pos[idx], 0.0)                         # [B, n, 3]
+    if pbc.any():
+        frac = np.einsum("bnk,bkl->bnl", pad, inv)
+        big = np.where(valid[..., None], frac, -np.inf).max(1)
+        small = np.where(valid[..., None], frac, np.inf).min(1)
+        recip = np.linalg.norm(np.transpose(inv, (0, 2, 1)), axis=2)        # |b_c| per structure
+        reach = np.where(pbc, np.ceil(cutoff * recip + (big - small)).astype(np.int64), 0)
+    r = reach.max(0)
+    axes = [torch.arange(-int(x), int(x) + 1, dtype=torch.float64) for x in r.tolist()]
+    shifts = torch.cartesian_prod(*axes).reshape(-1, 3)                     # [S, 3]
+    S = shifts.size(0)
+    if B * n_max * n_max * S > budget:
+        return None
+    ok_shift = (shifts.abs().unsqueeze(0) <= torch.from_numpy(reach).to(torch.float64).unsqueeze(1)).all(-1)  # [B, S]
+    p = torch.from_numpy(pad)
+    images = p.unsqueeze(1) + torch.einsum("sk,bkl->bsl", shifts, torch.from_numpy(full)).unsqueeze(2)  # [B,S,n,3]
+    d = (images.unsqueeze(1) - p.unsqueeze(2).unsqueeze(3)).square().sum(-1).sqrt()    # [B, n_i, S, n_j]
+    v = torch.from_numpy(valid)
+    keep = (d < cutoff) & v[:, :, None, None] & v[:, None, None, :] & ok_shift[:, None, :, None]
+    zero = S // 2
+    keep[:, :, zero, :] &= ~torch.eye(n_max, dtype=torch.bool).unsqueeze(0)
+    b, i, s, j = torch.nonzero(keep, as_tuple=True)
+    st = torch.from_numpy(starts)
+    return ((st[b] + i).numpy(), (st[b] + j).numpy(), shifts[s].to(torch.long).numpy())
+
+
 #: Å: with ``keep_ties``, in-edges this close to the cap's last distance count as tied with it
 TIE_TOLERANCE = 1e-2
 
@@ -259,8 +313,9 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
             that symmetric neighbours are kept or dropped together (fairchem's non-strict ``max_neighbors``); a
             target may then have more than ``max_neighbors`` in-edges.
         with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
-        method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``);
-            the result is the same (up to pairs within float rounding of the cutoff).
+        method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``),
+            or ``"batch"``: all structures at once (:func:`batch_neighbor_pairs`; the ``"auto"`` loop when over its
+            budget); the result is the same (up to pairs within float rounding of the cutoff).
 
     Returns:
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
@@ -281,9 +336,19 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
     counts = torch.bincount(batch.cpu(), minlength=num).numpy()
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     srcs, dsts, offs = [], [], []
-    for b in range(num):
+    found = batch_neighbor_pairs(pos_np, cell_np, pbc_np, counts, cutoff) if method == "batch" else None
+    if found is not None:   # all structures at once; ordered and capped together (targets are global indices)
+        i, j, o = found
+        b = batch.cpu().numpy()[i]
+        d = np.linalg.norm(pos_np[j] - pos_np[i] + np.einsum("pk,pkl->pl", o, cell_np[b]), axis=1)
+        i, j, o = _sorted_capped(i, j, o, d, max_neighbors, keep_ties)
+        srcs, dsts, offs, num_loop = [j], [i], [o], 0
+    else:
+        num_loop = num
+    for b in range(num_loop):
         lo, hi = int(starts[b]), int(starts[b] + counts[b])
-        i, j, o, _ = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff, method)
+        i, j, o, _ = neighbor_pairs(pos_np[lo:hi], cell_np[b], pbc_np[b], cutoff,
+                                    "auto" if method == "batch" else method)
         # one formula for the distances that order the edges, whichever method found them (equal ties stay equal)
         d = np.linalg.norm(pos_np[lo:hi][j] - pos_np[lo:hi][i] + o @ cell_np[b], axis=1)
         i, j, o = _sorted_capped(i, j, o, d, max_neighbors, keep_ties)

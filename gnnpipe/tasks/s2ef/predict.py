@@ -122,9 +122,23 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     energies, forces = [], []
     for start in range(0, len(structures), batch_size):
         batch = Batch.from_data_list(structures[start:start + batch_size])
-        out = model(batch, graph_fn(batch), forces=True)
-        ref = norm.reference(batch.z, batch.batch, batch.num_graphs)
-        energies.append(norm.denormalise(out["energy"].reshape(-1).double(), ref))
-        f = out["forces"].double() * norm.std
+        e, f = energies_forces(model, batch, graph_fn(batch), norm)
+        energies.append(e)
         forces.extend(f[batch.ptr[i]:batch.ptr[i + 1]] for i in range(batch.num_graphs))
     return (torch.cat(energies) if energies else torch.zeros(0, dtype=torch.float64)), forces
+
+
+def energies_forces(model, batch, graph, norm: EnergyNormalizer) -> tuple[Tensor, Tensor]:
+    """Energies and forces of one batch of prepared structures in eV and eV/Å (the model's outputs denormalised).
+
+    Args:
+        model: an S2EF model. batch: a PyG ``Batch`` (``z``, ``pos``, ``cell``, ``pbc``, ``batch``) in the model's
+            dtype. graph: its neighbour graph (``graph_builder`` of the model's ``task_meta``).
+        norm: the model's energy normalisation.
+
+    Returns:
+        ``(energy [B] float64 eV, forces [N, 3] float64 eV/Å)``, the raw forces (constraints not applied).
+    """
+    out = model(batch, graph, forces=True)
+    ref = norm.reference(batch.z, batch.batch, batch.num_graphs)
+    return norm.denormalise(out["energy"].reshape(-1).double(), ref), out["forces"].double() * norm.std

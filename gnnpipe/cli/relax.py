@@ -1,0 +1,108 @@
+"""``gnnpipe relax``: relax the structures of a file with a trained S2EF model, all at once.
+
+Every step runs one batched graph build and forward over the structures still running; each leaves the batch when
+the largest force on its free atoms (``FixAtoms`` respected) is below ``--fmax`` or after ``--steps`` steps. FIRE
+and L-BFGS take, per structure, the steps ASE's ``FIRE`` / ``LBFGS`` take with the same parameters. The model is a
+file of ``gnnpipe export`` (what the ASE calculator takes) or a checkpoint folder.
+
+``--out`` gets the relaxed structures as extended XYZ with the model's energy and forces and, per structure,
+``relax_steps``, ``relax_converged``, ``relax_fmax``, ``relax_done``; Ctrl-C writes the structures relaxed so far
+(the others at their current positions, ``relax_done=False``) and exits 130.
+
+examples:
+  gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz
+  gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz --optimizer lbfgs --fmax 0.02 --steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def add_relax_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a relaxation (shared by ``gnnpipe relax`` and ``gnnpipe evaluate --task is2rs``)."""
+    p.add_argument("--optimizer", choices=["fire", "lbfgs"], default="fire", help="batched optimizer (ASE's rules)")
+    p.add_argument("--fmax", type=float, default=0.05, help="eV/Å: a structure stops when its largest force on a "
+                   "free atom is below this")
+    p.add_argument("--steps", type=int, default=200, help="the most optimizer steps per structure")
+    p.add_argument("--maxstep", type=float, default=0.2, help="Å, the largest move per step (ASE's maxstep)")
+    p.add_argument("--batch-size", type=int, default=None, help="at most this many structures per batch "
+                   "(default: all at once)")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def register(sub) -> None:
+    from .main import HelpFormatter
+
+    p = sub.add_parser("relax", help="relax structures with a trained S2EF model (batched FIRE / L-BFGS)",
+                       description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="a model file (gnnpipe export) or a checkpoint folder")
+    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, ASE .db)")
+    p.add_argument("--out", required=True, help="the relaxed structures (.extxyz) to write")
+    add_relax_arguments(p)
+    p.add_argument("--trajectory", default=None, help="folder for each structure's frames (<index>.extxyz)")
+    p.set_defaults(func=run)
+
+
+def check_relax_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad relaxation flags with one line (ConfigError)."""
+    import torch
+
+    from ..errors import ConfigError
+
+    if not args.fmax > 0:
+        raise ConfigError(f"--fmax must be > 0 eV/Å, got {args.fmax}")
+    if args.steps < 0:
+        raise ConfigError(f"--steps must be >= 0, got {args.steps}")
+    if not args.maxstep > 0:
+        raise ConfigError(f"--maxstep must be > 0 Å, got {args.maxstep}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ConfigError(f"unknown --device {args.device!r}; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda but no CUDA GPU is visible here; use --device cpu")
+
+
+def relax_options(args: argparse.Namespace) -> dict:
+    return dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
+                batch_size=args.batch_size, device=args.device, progress=args.progress)
+
+
+def summary(res, seconds: float) -> str:
+    n = len(res.structures)
+    done = int(res.done.sum())
+    return (f"{int(res.converged.sum())} of {n} structures converged, {done - int(res.converged.sum())} stopped at the "
+            f"step limit; {int(res.steps.max()) if n else 0} steps at most, {res.forward_calls} batched forwards "
+            f"({res.evaluations} structure evaluations) in {seconds:.1f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..relax.relaxer import relax_file, write_trajectories
+    from ..tasks.s2ef.predict import task_meta
+    from .predict import load_model
+
+    check_relax_arguments(args)
+    model = load_model(args.model)
+    task_meta(model)
+    start = time.perf_counter()
+    res = relax_file(model, args.dataset, args.out, trajectories=args.trajectory is not None, **relax_options(args))
+    if args.trajectory is not None:
+        write_trajectories(res, args.trajectory)
+    if res.interrupted:
+        print(f"gnnpipe: interrupted: {int(res.done.sum())} of {len(res.structures)} structures relaxed; all written "
+              f"to {args.out} (the others at their current positions, relax_done=False)", file=sys.stderr)
+        return 130
+    print(summary(res, time.perf_counter() - start), file=sys.stderr)
+    print(args.out)
+    return 0
