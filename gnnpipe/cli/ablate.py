@@ -21,11 +21,18 @@ Study file (TOML; relative `root` paths are resolved against the study file's fo
   stages = 4
   [simulate]                   # optional costs of --simulate (lists are varied too)
   backward = 2.0
+  [report]                     # optional sweep plot: a metric against a setting or "params"
+  x = "params"
+  y = "force_mae"
+
+Atomistic (S2EF) runs take model = "dimenet++", gp_size, stages, ways, the S2EF settings and
+model_args; their report has energy/force MAE, force cosine, EFwT, step time and per-rank memory.
 
 examples:
   gnnpipe ablate experiments/technique_ablation.toml            # run / resume
   gnnpipe ablate experiments/technique_ablation.toml --list     # show runs and which are done
   gnnpipe ablate experiments/schedulers.toml --simulate         # schedule simulator only, seconds
+  gnnpipe ablate experiments/atomistic_layouts.toml --report    # DimeNet++ (S2EF) in 7 S x G x D layouts
   gnnpipe report experiments/technique_ablation.results.jsonl
 """
 
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from ..experiments.report import make_report
 
-        rep = make_report(results, description=study.description, order=study.variant_names())
+        rep = make_report(results, description=study.description, order=study.variant_names(), sweep=study.report)
         print(rep.markdown)
         print(f"wrote {rep.markdown_path}" + "".join(f", {p.name}" for p in rep.plots), file=sys.stderr)
     return 1 if prog.failed else 0

@@ -6,6 +6,13 @@ training time per epoch, bytes sent per epoch by kind (layer / graph / weight) a
 The table is printed and written to OUT_DIR/report.md; the plots val_acc.png (validation accuracy
 against epoch), time.png and bytes.png (bars per variant) go beside it.
 
+S2EF runs (atomistic models) report, at the epoch of lowest validation force MAE: test energy MAE,
+force MAE, force cosine and EFwT, the best epoch, the parameter count, the time per training step,
+bytes by kind (gp: graph-parallel) and every rank's peak memory; val_force_mae.png replaces
+val_acc.png. sweep.png draws a metric against a swept setting or the parameter count (the study's
+[report] table: x, y, log_x; S2EF studies whose variants differ in parameters draw the test force MAE
+against them by default).
+
 OUT_DIR defaults to <results stem>.report/ beside the results file. RESULTS may also be the study
 file (STUDY.toml), which then names the results file (<stem>.results.jsonl) and the variant order.
 
@@ -54,14 +61,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give one study results file (.jsonl or .toml); several files are read only as IS2RS "
                           "results of gnnpipe evaluate")
     path = Path(args.results[0])
-    description, order = "", None
+    description, order, sweep = "", None, None
     if path.suffix == ".toml":
         from ..experiments import load_study
 
         study = load_study(path, check=False)
-        description, order = study.description, study.variant_names()
+        description, order, sweep = study.description, study.variant_names(), study.report
         path = default_results_path(path)
-    rep = make_report(path, args.out_dir, plots=args.plots, title=args.title, description=description, order=order)
+    rep = make_report(path, args.out_dir, plots=args.plots, title=args.title, description=description, order=order,
+                      sweep=sweep)
     print(rep.markdown)
     print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
     return 0

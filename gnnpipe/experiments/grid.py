@@ -27,6 +27,15 @@ A study file is TOML::
     forward = 1.0                        # (a list here is varied too); see gnnpipe.experiments.simulate
     backward = 2.0
 
+    [report]                             # optional: the report's sweep plot, a metric against a setting
+    x = "params"                         # a setting ([grid] key) or "params" (the model's trained parameters)
+    y = "force_mae"                      # a metric of gnnpipe.experiments.report.SWEEP_METRICS
+    log_x = true                         # logarithmic x axis (default: true for "params")
+
+Atomistic (S2EF) runs are studied the same way: ``model = "dimenet++"`` (or ``"schnet"``), ``gp_size``
+(``--gp-size``; also ``gp_partitioner``, ``gp_mode``), ``stages``, ``ways``, ``batch_size``, ``cutoff``,
+``max_neighbors``, ``frames``, ``direct_forces``…, widths in ``hidden`` and ``model_args``.
+
 Keys of ``[fixed]``, ``[grid]`` and ``[[variants]]`` are the :class:`~gnnpipe.core.settings.config.TrainConfig`
 field names that ``gnnpipe train`` has a flag for (``dataset``, ``root``, ``model``, ``layers``, ``hidden``,
 ``ways``, ``stages``, ``chunks``, ``scheduler``, ``correctors``, ``partitioner``, ``layer_split``,
@@ -46,7 +55,7 @@ moving the study folder keeps ids; changing any setting (also in ``[fixed]``) ma
 
 Paths: a relative ``root`` is resolved relative to **the folder of the study file** (not the current
 directory), so a study runs the same from anywhere; a relative ``dataset`` file path (``.pt``, ``.pth``,
-``.npz``) is resolved there too when such a file exists, else passed on as written (``gnnpipe train``
+``.npz``, and the structure files ``.extxyz``, ``.xyz``, ``.traj``, ``.db``) is resolved there too when such a file exists, else passed on as written (``gnnpipe train``
 then also looks under ``root``).
 """
 
@@ -67,7 +76,13 @@ from ..errors import ConfigError
 from .simulate import check_sim_settings, fmt_value  # noqa: F401  (fmt_value: also used by report)
 
 #: top-level keys of a study file
-TOP_KEYS = ("name", "description", "seeds", "run_timeout_s", "fixed", "grid", "variants", "simulate")
+TOP_KEYS = ("name", "description", "seeds", "run_timeout_s", "fixed", "grid", "variants", "simulate", "report")
+
+#: short names a study may use for settings whose TrainConfig field name is long (the ``gnnpipe train`` flag's name)
+ALIASES = {"gp_size": "graph_parallel_group_size", "gp_partitioner": "graph_parallel_partitioner",
+           "gp_mode": "graph_parallel_mode"}
+#: the name a report and a variant label show for a setting
+DISPLAY = {v: k for k, v in ALIASES.items()}
 
 
 # ------------------------------------------------------------------------------------------ train flags
@@ -152,6 +167,7 @@ def normalize_key(key: str, where: str, path: Any = None) -> str:
     k = str(key).replace("-", "_")
     if k == "timeout":
         k = "timeout_s"
+    k = ALIASES.get(k, k)
     if k in specs:
         return k
     src = f" of {path}" if path else ""
@@ -313,6 +329,7 @@ class Study:
         fixed: shared settings. grid: ``{key: [values]}``. variants: ``[(name or None, overrides)]``.
         seeds: seeds every variant runs with. run_timeout_s: per-run time limit in seconds (None: none).
         simulate: the ``[simulate]`` table (cost settings of ``--simulate``), values or lists of values.
+        report: the ``[report]`` table: ``{"x": …, "y": …, "log_x": bool}`` of the sweep plot (may be empty).
         runs: the expanded runs, in execution order, without duplicates.
     """
 
@@ -325,6 +342,7 @@ class Study:
     seeds: list[int] = field(default_factory=lambda: [0])
     run_timeout_s: Optional[float] = None
     simulate: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
 
     @property
@@ -343,9 +361,9 @@ def variant_label(name: Optional[str], overrides: dict[str, Any], grid_keys: lis
     ``"fixed"`` when nothing differs.
     """
     if name:
-        parts = [name] + [f"{k}={fmt_value(overrides[k])}" for k in grid_keys if k in overrides]
+        parts = [name] + [f"{DISPLAY.get(k, k)}={fmt_value(overrides[k])}" for k in grid_keys if k in overrides]
     else:
-        parts = [f"{k}={fmt_value(v)}" for k, v in overrides.items()]
+        parts = [f"{DISPLAY.get(k, k)}={fmt_value(v)}" for k, v in overrides.items()]
     return ", ".join(parts) if parts else "fixed"
 
 
@@ -364,12 +382,42 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
         p = Path(root).expanduser()
         out["root"] = str(p if p.is_absolute() else (base_dir / p).resolve())
     from ..data.datasets import DATASET_FILE_SUFFIXES
+    from ..tasks.s2ef.data import STRUCTURE_SUFFIXES
 
     ds = out.get("dataset")
-    if isinstance(ds, str) and ds.lower().endswith(DATASET_FILE_SUFFIXES):
+    if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES)):
         p = Path(ds).expanduser()
         if not p.is_absolute() and (base_dir / p).is_file():
             out["dataset"] = str((base_dir / p).resolve())
+    return out
+
+
+def check_report_settings(tbl: dict, src: str) -> dict:
+    """The ``[report]`` table, checked: ``x`` (a setting or ``"params"``), ``y`` (a metric name of
+    :data:`gnnpipe.experiments.report.SWEEP_METRICS`), ``log_x`` (bool). Returns it with ``x`` normalised.
+
+    Raises:
+        ConfigError: an unknown key or metric, a value of the wrong kind.
+    """
+    from .report import SWEEP_METRICS
+
+    out: dict[str, Any] = {}
+    for k, v in tbl.items():
+        if k not in ("x", "y", "log_x"):
+            raise ConfigError(f"{src}: [report] has no key {k!r}; allowed: x, y, log_x")
+    if "x" in tbl:
+        x = tbl["x"]
+        if not isinstance(x, str) or not x:
+            raise ConfigError(f"{src}: [report] x must be a setting name or \"params\", got {x!r}")
+        out["x"] = x if x == "params" else normalize_key(x, "[report] x", src)
+    if "y" in tbl:
+        if tbl["y"] not in SWEEP_METRICS:
+            raise ConfigError(f"{src}: [report] y must be one of {', '.join(SWEEP_METRICS)}, got {tbl['y']!r}")
+        out["y"] = tbl["y"]
+    if "log_x" in tbl:
+        if not isinstance(tbl["log_x"], bool):
+            raise ConfigError(f"{src}: [report] log_x must be true or false, got {tbl['log_x']!r}")
+        out["log_x"] = tbl["log_x"]
     return out
 
 
@@ -479,10 +527,11 @@ def parse_study(raw: dict, path: Optional[Path] = None, *, check: bool = True) -
 
     simulate = _table(raw, "simulate", src)
     check_sim_settings(simulate, src)
+    report = check_report_settings(_table(raw, "report", src), src)
 
     study = Study(path=path, name=name, description=description, fixed=fixed, grid=grid, variants=variants,
                   seeds=list(seeds), run_timeout_s=float(timeout) if timeout is not None else None,
-                  simulate=dict(simulate))
+                  simulate=dict(simulate), report=report)
     study.runs = expand(study, check=check)
     return study
 

@@ -14,6 +14,20 @@ successful seeds, mean ± sample standard deviation (n−1; just the mean for on
 Plots (matplotlib, Agg backend): ``val_acc.png`` validation accuracy against epoch per variant (mean
 over seeds, band = min..max), ``time.png`` epoch time per variant (bars, ± std), ``bytes.png`` bytes
 per epoch per variant stacked by kind.
+
+S2EF runs (results with ``best_metrics``: ``gnnpipe train`` of an atomistic model) are reported on their own
+metrics instead of accuracies, at the epoch of lowest validation force MAE (the run's best epoch): test energy
+MAE (meV), test force MAE (eV/Å), test force cosine, test EFwT (%, energy within 0.02 eV and every force
+component within 0.03 eV/Å; Chanussot et al. 2021, OC20), the best epoch (counted from 1), the model's
+trained parameters (``num_params``), the time per training step (ms: epoch time over the epoch's steps,
+``ceil(train structures / global batch)``), bytes by kind (``gp``: the graph-parallel collectives) and
+the peak memory of every rank (MiB, mean over seeds). Their curve plot is ``val_force_mae.png``, the time
+plot shows the step time.
+
+The sweep plot ``sweep.png`` draws a metric (:data:`SWEEP_METRICS`) against a setting that the variants vary,
+or against the parameter count (log axis): one dot per seed, the mean with its sample std as error bars.
+The study's ``[report]`` table chooses ``x``, ``y`` and ``log_x``; by default S2EF studies whose variants
+differ in parameters draw the test force MAE against them.
 """
 
 from __future__ import annotations
@@ -27,7 +41,21 @@ from typing import Optional
 from ..errors import ConfigError
 from .results import read_records
 
-BYTE_KINDS = ("layer", "graph", "weight")
+BYTE_KINDS = ("layer", "graph", "weight", "gp")
+
+#: metrics the sweep plot can draw: name → (VariantStats attribute, axis label)
+SWEEP_METRICS = {
+    "force_mae": ("f_mae", "test force MAE at best val (eV/Å)"),
+    "val_force_mae": ("val_f_mae", "best validation force MAE (eV/Å)"),
+    "energy_mae": ("e_mae", "test energy MAE at best val (meV)"),
+    "force_cos": ("f_cos", "test force cosine at best val"),
+    "efwt": ("efwt", "test EFwT at best val (%)"),
+    "test_acc": ("test_acc", "test accuracy at best val (%)"),
+    "best_val_acc": ("best_val", "best validation accuracy (%)"),
+    "step_ms": ("step_ms", "time per training step (ms)"),
+    "epoch_ms": ("epoch_ms", "time per epoch (ms)"),
+    "peak_mib": ("peak_mib", "peak memory, largest rank (MiB)"),
+}
 
 
 @dataclass
@@ -45,7 +73,18 @@ class VariantStats:
     bytes: dict = field(default_factory=lambda: {k: [] for k in BYTE_KINDS})
     peak_mib: list = field(default_factory=list)
     idle_pct: list = field(default_factory=list)
-    val_curves: list = field(default_factory=list)  # per seed: ([epoch], [val acc %])
+    val_curves: list = field(default_factory=list)  # per seed: ([epoch], [val acc %]; S2EF: val force MAE)
+    settings: dict = field(default_factory=dict)  # the run's settings, seed excluded
+    s2ef: bool = False  # the runs are S2EF runs (energies and forces)
+    params: list = field(default_factory=list)
+    e_mae: list = field(default_factory=list)  # meV
+    f_mae: list = field(default_factory=list)  # eV/Å
+    f_cos: list = field(default_factory=list)
+    efwt: list = field(default_factory=list)  # %
+    val_f_mae: list = field(default_factory=list)  # eV/Å
+    best_epoch: list = field(default_factory=list)  # counted from 1
+    step_ms: list = field(default_factory=list)
+    rank_peak_mib: list = field(default_factory=list)  # per seed: [MiB per rank]
 
 
 def _num(v) -> Optional[float]:
@@ -112,7 +151,7 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
             names[name] = names.get(name, 0) + 1
             if names[name] > 1:
                 name = f"{name} (#{names[name]})"
-            groups[key] = VariantStats(name, overrides)
+            groups[key] = VariantStats(name, overrides, settings=settings)
         g = groups[key]
         seed = rec.get("seed")
         if rec.get("status") != "ok" or not isinstance(rec.get("result"), dict):
@@ -136,6 +175,8 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
             nums = [_num(p) for p in peak]
             nums = [p for p in nums if p is not None]
             g.peak_mib.append(max(nums) / 2**20 if nums else None)
+            if len(nums) == len(peak):
+                g.rank_peak_mib.append([p / 2**20 for p in nums])
         elif _num(peak) is not None:
             g.peak_mib.append(_num(peak) / 2**20)
         idle = res.get("idle_fraction")
@@ -143,6 +184,9 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
             g.idle_pct.append(100 * sum(idle) / len(idle))
         elif _num(idle) is not None:
             g.idle_pct.append(100 * _num(idle))
+        if isinstance(res.get("best_metrics"), dict):
+            _collect_s2ef(g, res, epochs)
+            continue
         xs, ys = [], []
         for e in epochs:
             v = _num(e.get("val_acc"))
@@ -152,6 +196,44 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
         g.val_curves.append((xs, ys))
     fixed = {k: base_first[k] for k, vals in base_vals.items() if len(set(vals)) == 1}
     return list(groups.values()), fixed
+
+
+def _scaled(v, factor: float) -> Optional[float]:
+    v = _num(v)
+    return None if v is None else factor * v
+
+
+def steps_per_epoch(res: dict) -> Optional[int]:
+    """Training steps per epoch of an S2EF result: ``ceil(train structures / global batch)`` from its plan."""
+    plan = res.get("plan") or {}
+    n = (plan.get("structures") or {}).get("train") if isinstance(plan.get("structures"), dict) else None
+    batch = plan.get("global_batch") or plan.get("batch_size")
+    if _num(n) is None or not _num(batch):
+        return None
+    return max(1, math.ceil(n / batch))
+
+
+def _collect_s2ef(g: VariantStats, res: dict, epochs: list) -> None:
+    """The S2EF numbers of one successful run (see the module docstring)."""
+    bm = res["best_metrics"]
+    g.s2ef = True
+    g.params.append(_num(res.get("num_params")))
+    g.e_mae.append(_scaled(bm.get("test_energy_mae"), 1000.0))
+    g.f_mae.append(_num(bm.get("test_force_mae")))
+    g.f_cos.append(_num(bm.get("test_force_cos")))
+    g.efwt.append(_scaled(bm.get("test_efwt"), 100.0))
+    g.val_f_mae.append(_num(bm.get("val_force_mae")))
+    be = _num(res.get("best_epoch"))
+    g.best_epoch.append(be + 1 if be is not None and be >= 0 else None)
+    steps, t = steps_per_epoch(res), _num(res.get("mean_epoch_time_s"))
+    g.step_ms.append(1000 * t / steps if steps and t is not None else None)
+    xs, ys = [], []
+    for e in epochs:
+        v = _num(e.get("val_force_mae"))
+        if v is not None and _num(e.get("epoch")) is not None:
+            xs.append(int(e["epoch"]))
+            ys.append(v)
+    g.val_curves.append((xs, ys))
 
 
 def _md_escape(s: str) -> str:
@@ -174,6 +256,9 @@ def markdown(variants: list[VariantStats], fixed: dict, *, title: str = "", desc
         lines += ["Fixed settings: " + ", ".join(f"`{k}={fmt_value(v)}`" for k, v in fixed.items()), ""]
     has_bytes = {k: any(x for v in variants for x in v.bytes[k] if x) for k in BYTE_KINDS}
     has_mem = any(v.peak_mib for v in variants)
+    if any(v.s2ef for v in variants):
+        lines += _s2ef_table(variants, has_bytes, has_mem)
+        return _tail(lines, variants, has_bytes, has_mem, False, plots, s2ef=True)
     head = ["variant", "seeds", "test acc @ best val (%)", "best val acc (%)", "epoch time (ms)", "epochs"]
     head += [f"{k} MB/epoch" for k in BYTE_KINDS if has_bytes[k]]
     if has_mem:
@@ -193,13 +278,58 @@ def markdown(variants: list[VariantStats], fixed: dict, *, title: str = "", desc
         if has_idle:
             row.append(fmt_ms(v.idle_pct, 1))
         lines.append("| " + " | ".join(row) + " |")
+    return _tail(lines, variants, has_bytes, has_mem, has_idle, plots)
+
+
+def _fmt_params(vals: list) -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "–"
+    m = sum(vals) / len(vals)
+    return f"{m / 1e6:.3g} M" if m >= 1e5 else f"{m:,.0f}"
+
+
+def _fmt_ranks(per_seed: list) -> str:
+    """Per-rank peaks (MiB), mean over seeds: ``"412 / 415"``."""
+    if not per_seed or len({len(r) for r in per_seed}) != 1:
+        return "–"
+    n = len(per_seed[0])
+    return " / ".join(f"{sum(r[i] for r in per_seed) / len(per_seed):.0f}" for i in range(n))
+
+
+def _s2ef_table(variants: list[VariantStats], has_bytes: dict, has_mem: bool) -> list[str]:
+    head = ["variant", "seeds", "params", "energy MAE (meV)", "force MAE (eV/Å)", "force cos", "EFwT (%)",
+            "best epoch", "step time (ms)", "epochs"]
+    head += [f"{k} MB/epoch" for k in BYTE_KINDS if has_bytes[k]]
+    if has_mem:
+        head += ["peak mem, largest rank (MiB)", "peak mem per rank (MiB)"]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "|".join(["--:"] * (len(head) - 1)) + "|"]
+    for v in variants:
+        seeds = str(len(v.seeds_ok)) + (f" (+{len(v.failed)} failed)" if v.failed else "")
+        row = [_md_escape(v.name), seeds, _fmt_params(v.params), fmt_ms(v.e_mae, 1), fmt_ms(v.f_mae, 4),
+               fmt_ms(v.f_cos, 3), fmt_ms(v.efwt, 1), fmt_ms(v.best_epoch, 1), fmt_ms(v.step_ms, 1),
+               fmt_ms([float(x) for x in v.epochs_run], 0)]
+        row += [_fmt_sig(v.bytes[k]) for k in BYTE_KINDS if has_bytes[k]]
+        if has_mem:
+            row += [fmt_ms(v.peak_mib, 0), _fmt_ranks(v.rank_peak_mib)]
+        out.append("| " + " | ".join(row) + " |")
+    return out
+
+
+def _tail(lines: list[str], variants: list[VariantStats], has_bytes: dict, has_mem: bool, has_idle: bool,
+          plots: Optional[list[str]], *, s2ef: bool = False) -> str:
     lines.append("")
-    notes = ["Mean ± sample std over seeds (n−1); epoch time excludes evaluation."]
+    if s2ef:
+        notes = ["Mean ± sample std over seeds (n−1). Test metrics at the epoch of lowest validation force MAE "
+                 "(best epoch, counted from 1); EFwT: energy within 0.02 eV and every force component within "
+                 "0.03 eV/Å. Step time: training time per epoch over its steps (evaluation excluded)."]
+    else:
+        notes = ["Mean ± sample std over seeds (n−1); epoch time excludes evaluation."]
     if any(has_bytes.values()):
         notes.append("Bytes: sent per epoch, summed over ranks, MB = 10^6 B (layer = stage boundaries, "
-                     "graph = mirror exchange, weight = gradient all-reduce).")
+                     "graph = mirror exchange, weight = gradient all-reduce, gp = graph-parallel collectives).")
     if has_mem:
-        notes.append("Peak memory: the largest rank.")
+        notes.append("Peak memory: the largest rank" + (" and every rank in order (stage-major)." if s2ef else "."))
     if has_idle:
         notes.append("Idle: share of epoch time ranks waited for peers, mean over ranks.")
     lines.append(" ".join(notes))
@@ -230,8 +360,10 @@ def _colors(n: int):
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def plot_val_acc(variants: list[VariantStats], path: Path, title: str = "") -> Path:
-    """Validation accuracy (%) against epoch, one line per variant (mean over seeds, band min..max)."""
+def plot_val_acc(variants: list[VariantStats], path: Path, title: str = "", *,
+                 ylabel: str = "validation accuracy (%)") -> Path:
+    """Validation accuracy (%) against epoch, one line per variant (mean over seeds, band min..max); S2EF
+    variants: the validation force MAE (eV/Å, ``ylabel``)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
     any_line = False
@@ -254,7 +386,7 @@ def plot_val_acc(variants: list[VariantStats], path: Path, title: str = "") -> P
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("validation accuracy (%)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title or "validation accuracy (mean over seeds; band: min–max)")
     ax.grid(alpha=0.3)
     if any_line:
@@ -273,11 +405,12 @@ def _barh_setup(n: int):
     return plt, fig, ax
 
 
-def plot_time(variants: list[VariantStats], path: Path, title: str = "") -> Path:
-    """Mean training time per epoch (ms) per variant as horizontal bars with ± std error bars."""
+def plot_time(variants: list[VariantStats], path: Path, title: str = "", *, per: str = "epoch") -> Path:
+    """Mean training time per epoch (ms; ``per="step"``: per training step) per variant as horizontal bars with
+    ± std error bars."""
     plt, fig, ax = _barh_setup(len(variants))
     names = [v.name for v in variants]
-    stats = [mean_std(v.epoch_ms) for v in variants]
+    stats = [mean_std(v.step_ms if per == "step" else v.epoch_ms) for v in variants]
     y = list(range(len(variants)))
     means = [0.0 if math.isnan(m) else m for m, _ in stats]
     errs = [0.0 if math.isnan(s) else s for _, s in stats]
@@ -286,7 +419,7 @@ def plot_time(variants: list[VariantStats], path: Path, title: str = "") -> Path
         ax.text(m + e, yi, f"  {m:.1f}", va="center", fontsize=8)
     ax.set_yticks(y, names, fontsize=8)
     ax.set_ylim(len(variants) - 0.5, -0.5)
-    ax.set_xlabel("training time per epoch (ms)")
+    ax.set_xlabel(f"training time per {per} (ms)")
     ax.set_title(title or "epoch time (mean ± std over seeds)")
     ax.grid(axis="x", alpha=0.3)
     ax.margins(x=0.12)
@@ -302,7 +435,7 @@ def plot_bytes(variants: list[VariantStats], path: Path, title: str = "") -> Pat
     names = [v.name for v in variants]
     y = list(range(len(variants)))
     left = [0.0] * len(variants)
-    colors = {"layer": "#1f77b4", "graph": "#ff7f0e", "weight": "#2ca02c"}
+    colors = {"layer": "#1f77b4", "graph": "#ff7f0e", "weight": "#2ca02c", "gp": "#9467bd"}
     total_any = False
     for kind in BYTE_KINDS:
         vals = []
@@ -333,6 +466,68 @@ def plot_bytes(variants: list[VariantStats], path: Path, title: str = "") -> Pat
     return path
 
 
+def sweep_x(v: VariantStats, x: str) -> Optional[float]:
+    """The variant's value of the swept setting ``x`` (``"params"``: its mean parameter count); ``None`` when it
+    has none or it is not a number."""
+    if x == "params":
+        vals = [p for p in v.params if p is not None]
+        return sum(vals) / len(vals) if vals else None
+    return _num(v.settings.get(x))
+
+
+def default_sweep(variants: list[VariantStats]) -> dict:
+    """The sweep plot drawn without a ``[report]`` table: S2EF variants that differ in parameter count, test
+    force MAE against it (log axis); else none (``{}``)."""
+    ok = [v for v in variants if v.seeds_ok and v.s2ef]
+    if len({sweep_x(v, "params") for v in ok} - {None}) > 1:
+        return {"x": "params", "y": "force_mae", "log_x": True}
+    return {}
+
+
+def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_x: Optional[bool] = None,
+               title: str = "") -> Optional[Path]:
+    """``y`` (a :data:`SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``): a dot per seed,
+    the mean ± sample std per distinct ``x``, joined in ``x`` order. Variants with the same ``x`` (differing in
+    another setting) are pooled. Returns ``None`` (nothing drawn) when fewer than two distinct ``x`` have values.
+
+    Raises:
+        ConfigError: ``y`` not a known metric.
+    """
+    if y not in SWEEP_METRICS:
+        raise ConfigError(f"sweep metric {y!r} unknown; use one of {', '.join(SWEEP_METRICS)}")
+    attr, ylabel = SWEEP_METRICS[y]
+    pts: dict[float, list[float]] = {}
+    for v in variants:
+        xv = sweep_x(v, x)
+        if xv is None:
+            continue
+        pts.setdefault(xv, []).extend(val for val in getattr(v, attr) if val is not None)
+    pts = {k: vals for k, vals in pts.items() if vals}
+    if len(pts) < 2:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    xs = sorted(pts)
+    for xv in xs:
+        ax.scatter([xv] * len(pts[xv]), pts[xv], s=14, color="#1f77b4", alpha=0.45, lw=0)
+    stats = [mean_std(pts[xv]) for xv in xs]
+    ax.errorbar(xs, [m for m, _ in stats], yerr=[sd for _, sd in stats], color="#1f77b4", marker="o", ms=5,
+                capsize=3, lw=1.4, label="mean ± std over seeds")
+    if log_x if log_x is not None else x == "params":
+        ax.set_xscale("log")
+    from .grid import DISPLAY
+
+    ax.set_xlabel("trained parameters" if x == "params" else DISPLAY.get(x, x))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or f"{y} against {x}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 @dataclass
 class Report:
     """What :func:`make_report` wrote: the markdown text, its path and the PNG paths."""
@@ -344,8 +539,10 @@ class Report:
 
 
 def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, plots: bool = True,
-                title: str = "", description: str = "", order: Optional[list[str]] = None) -> Report:
-    """Read ``results_path`` and write ``report.md`` (+ ``val_acc.png``, ``time.png``, ``bytes.png``).
+                title: str = "", description: str = "", order: Optional[list[str]] = None,
+                sweep: Optional[dict] = None) -> Report:
+    """Read ``results_path`` and write ``report.md`` (+ ``val_acc.png`` or, for S2EF runs, ``val_force_mae.png``,
+    ``time.png``, ``bytes.png``, and ``sweep.png`` when a metric is drawn against a swept setting).
 
     Args:
         results_path: a study's JSON Lines results file.
@@ -353,6 +550,8 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
         plots: draw the PNGs (needs matplotlib).
         title, description: report header (default: the study name recorded in the results).
         order: optional variant names in the order to list them (others follow in file order).
+        sweep: the sweep plot, ``{"x": setting or "params", "y": metric, "log_x": bool}`` (a study's
+            ``[report]`` table; missing keys as :func:`default_sweep`); ``None``: the default.
 
     Raises:
         ConfigError: missing or empty results file; matplotlib missing while ``plots`` is set.
@@ -378,10 +577,22 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
     pngs: list[Path] = []
     if plots:
         ok = [v for v in variants if v.seeds_ok]
-        if ok:
+        if ok and any(v.s2ef for v in ok):
+            pngs = [plot_val_acc(ok, out / "val_force_mae.png", f"{title}: validation force MAE",
+                                 ylabel="validation force MAE (eV/Å)"),
+                    plot_time(ok, out / "time.png", f"{title}: step time (mean ± std over seeds)", per="step"),
+                    plot_bytes(ok, out / "bytes.png", f"{title}: bytes sent per epoch")]
+        elif ok:
             pngs = [plot_val_acc(ok, out / "val_acc.png", f"{title}: validation accuracy"),
                     plot_time(ok, out / "time.png", f"{title}: epoch time (mean ± std over seeds)"),
                     plot_bytes(ok, out / "bytes.png", f"{title}: bytes sent per epoch")]
+        sw = {**default_sweep(ok), **(sweep or {})}
+        if ok and sw.get("x"):
+            y = sw.get("y") or ("force_mae" if any(v.s2ef for v in ok) else "test_acc")
+            png = plot_sweep(ok, out / "sweep.png", sw["x"], y, log_x=sw.get("log_x"),
+                             title=f"{title}: {y} against {sw['x']}")
+            if png is not None:
+                pngs.append(png)
     text = markdown(variants, fixed, title=title, description=description, source=str(rp),
                     plots=[str(p) for p in pngs])
     md = out / "report.md"

@@ -184,7 +184,14 @@ def _brief(rec: dict) -> str:
     acc = res.get("test_acc_at_best_val")
     t = res.get("mean_epoch_time_s")
     parts = []
-    if isinstance(acc, (int, float)):
+    bm = res.get("best_metrics")
+    if isinstance(bm, dict):  # an S2EF run: its force and energy errors at the best epoch
+        f, e = bm.get("test_force_mae"), bm.get("test_energy_mae")
+        if isinstance(f, (int, float)):
+            parts.append(f"test force MAE {f:.4f} eV/Å")
+        if isinstance(e, (int, float)):
+            parts.append(f"energy MAE {1000 * e:.1f} meV")
+    elif isinstance(acc, (int, float)):
         parts.append(f"test@best-val {100 * acc:.2f}%")
     if isinstance(t, (int, float)):
         parts.append(f"{1000 * t:.1f} ms/epoch")

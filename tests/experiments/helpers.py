@@ -59,3 +59,25 @@ def ablation_records(seeds=(0, 1, 2)) -> list[dict]:
             out.append(fake_record(f"{name}-{seed}", name, seed, ov, fixed, failed=failed, study="ablation",
                                    epochs=60, **kw))
     return out
+
+
+def fake_s2ef_result(seed: int, *, epochs: int = 6, force_mae: float = 0.3, params: int = 10_000, ranks: int = 1,
+                     train: int = 16, batch: int = 4, ms: float = 400.0, gp_bytes: int = 0) -> dict:
+    """A ``gnnpipe train --out`` JSON of an S2EF run: validation force MAE falling to about ``force_mae``."""
+    rng = random.Random(seed * 104729 + params)
+    recs, best, best_ep = [], math.inf, -1
+    for e in range(epochs):
+        f = force_mae * (1 + math.exp(-e)) + rng.uniform(-0.005, 0.005)
+        rec = {"epoch": e, "loss": 1.0 / (e + 1), "time_s": ms / 1000, "val_force_mae": f, "val_energy_mae": 0.1,
+               "val_force_cos": 0.5, "val_efwt": 0.0, "test_force_mae": f + 0.01, "test_energy_mae": 0.2,
+               "test_force_cos": 0.4, "test_efwt": 0.0}
+        if gp_bytes:
+            rec["bytes_gp"] = gp_bytes
+        recs.append(rec)
+        if f < best:
+            best, best_ep = f, e
+    bm = {k: recs[best_ep][k] for k in recs[best_ep] if k.startswith(("val_", "test_"))}
+    return {"config": {"seed": seed}, "epochs": recs, "best_epoch": best_ep, "mean_epoch_time_s": ms / 1000,
+            "best_metrics": bm, "status": "completed", "num_params": params,
+            "plan": {"task": "s2ef", "global_batch": batch, "structures": {"train": train, "val": 2, "test": 2}},
+            "peak_mem_bytes": [300 * 2**20 + 10 * 2**20 * i for i in range(ranks)]}

@@ -266,6 +266,7 @@ class S2EF(Task):
         from ...core.settings.options import RunOptions
 
         options = options or RunOptions()
+        nparams = num_parameters(config)
         meta = read_meta(options.resume) if options.resume else None
         check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0,
                              meta.get("steps_in_epoch", 0) if meta else 0)
@@ -283,11 +284,11 @@ class S2EF(Task):
             out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
             dist.barrier()
             dist.destroy_process_group()
-            return out["result"] if out else None
+            return _with_params(out["result"], nparams) if out else None
         if config.ways * G == 1 and not _pipelined(config):
             torch.set_num_threads(config.threads)
-            return S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(progress, options,
-                                                                                 plan_info=plan.info)
+            return _with_params(S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(
+                progress, options, plan_info=plan.info), nparams)
         from ...core.run.session import RecordCollector, partial_result
         from ...errors import DistributedError
 
@@ -312,8 +313,27 @@ class S2EF(Task):
                                 backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)
-            exc.result = partial_result(config, records.stop(), "failed" if failed else "interrupted",  # type: ignore[attr-defined]
-                                        str(exc) if failed else None, selection=SELECTION)
+            exc.result = _with_params(partial_result(  # type: ignore[attr-defined]
+                config, records.stop(), "failed" if failed else "interrupted", str(exc) if failed else None,
+                selection=SELECTION), nparams)
             raise
         records.stop()
-        return outs[0]["result"]
+        return _with_params(outs[0]["result"], nparams)
+
+
+def num_parameters(config: Any) -> int:
+    """Trained parameters of the model ``config`` describes (built on the ``meta`` device: no memory, no
+    time), the ``num_params`` of an S2EF run's result (``gnnpipe report`` plots metrics against it)."""
+    import torch
+
+    from ...costmodel.atomistic import num_parameters as count
+    from .trainer import make_model
+
+    with torch.device("meta"):
+        return count(make_model(config))
+
+
+def _with_params(result: Any, nparams: int) -> Any:
+    if result is not None:
+        result.extra["num_params"] = int(nparams)
+    return result

@@ -125,7 +125,8 @@ def check_pipeline(config: TrainConfig, world: int | None = None) -> None:
             raise ConfigError(f"--scheduler {config.scheduler} has no G/D passes, which training through "
                               f"conservative forces needs in a pipeline; use --scheduler gpipe or 1f1b, or "
                               f"--direct-forces")
-    model = make_model(config)
+    with torch.device("meta"):  # only its structure is read: no weights drawn (minutes for a 10^8-parameter model)
+        model = make_model(config)
     if not model.pipeline_boundary():
         raise ConfigError(f"--model {config.model} cannot be split into pipeline stages (it declares no "
                           f"pipeline boundary); use --stages 1")
@@ -142,9 +143,11 @@ def pipeline_plan_info(config: TrainConfig, splits: dict) -> dict:
 
     info = plan_info(config, splits)
     G = config.graph_parallel_group_size
+    with torch.device("meta"):
+        model = make_model(config)
     info.update(stages=config.stages, chunks=config.chunks or 1, scheduler=config.scheduler,
                 world_size=config.ways * config.stages * G, graph_parallel=G,
-                bounds=stage_bounds(make_model(config), config.stages, config.layer_split))
+                bounds=stage_bounds(model, config.stages, config.layer_split))
     if G > 1:
         info.update(graph_parallel_partitioner=config.graph_parallel_partitioner,
                     graph_parallel_mode=config.graph_parallel_mode)
