@@ -123,7 +123,8 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
     dtype = config.torch_dtype
     if structures in (None, "dataset"):
         data = tasks.get("s2ef")().load(config, None)
-        batch_structs = [data.structures[int(i)] for i in data.splits["train"][: config.batch_size]]
+        batch_structs = [d for d in (data.structures[int(i)] for i in data.splits["train"][: config.batch_size])
+                         if d is not None]  # a lazy set skipping malformed structures reads them as None
     elif structures == "oc20-sized":
         from .tasks.s2ef import check_structures_for
 

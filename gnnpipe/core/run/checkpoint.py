@@ -69,7 +69,8 @@ FORMAT_VERSION = 1
 LAYOUT_FIELDS = ("ways", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
                  "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
-FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute", "max_steps")
+FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute", "max_steps",
+               "num_workers", "skip_invalid")
 #: test hook: ``"EPOCHS:RANK"`` makes that rank stall forever inside the write of that checkpoint
 STALL_ENV = "GNNPIPE_TEST_STALL_CHECKPOINT"
 

@@ -129,6 +129,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--forces-key", default=None, help="the force label of a structure file (default: the "
                    "calculator's forces)")
     a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
+    a.add_argument("--num-workers", type=int, default=None,
+                   help="loader worker processes per rank that read, validate and build each batch's graph ahead of "
+                        "the step (0: in the training process; default: the cores left after the ranks, at most 4)")
+    a.add_argument("--skip-invalid", action="store_true",
+                   help="skip a malformed structure and count it in the epoch record (default: stop the run naming "
+                        "its file, index and problem)")
     a.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=d.graph_parallel_group_size,
                    help="graph-parallel group size G: each replica's batch (each stage's, with --stages S) split "
                         "over G ranks by its edges and triplets (ranks = --ways D x --stages S x G)")

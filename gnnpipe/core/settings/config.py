@@ -149,6 +149,16 @@ def _nonneg(name):
     return check
 
 
+def _nonneg_opt(name):
+    def check(inst, attr, value):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            from ...errors import ConfigError
+
+            raise ConfigError(f"--{name.replace('_', '-')} must be an integer >= 0 (0: read in the training "
+                              f"process), got {value!r}")
+    return check
+
+
 def _pos(name):
     def check(inst, attr, value):
         if value is not None and value < 1:
@@ -165,7 +175,8 @@ LR_SCHEDULES = ("cosine", "plateau", "constant")
 S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
                "energy_key", "forces_key", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
-               "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size")
+               "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size",
+               "num_workers", "skip_invalid")
 #: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
 DEFAULT_VAL_SIZE = 1000
 #: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
@@ -220,7 +231,9 @@ class TrainConfig:
     replicas); AdamW with a linear warm-up over ``warmup_steps`` steps from ``warmup_factor · lr``, then
     ``lr_schedule``; gradient norm clipped at ``clip_grad_norm`` (``None``/0: off); evaluation with an
     exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` name the
-    labels of a structure file; ``frames``: the size of the generated data set used when no file is given.
+    labels of a structure file; ``frames``: the size of the generated data set used when no file is given; ``num_workers``: loader
+    worker processes per rank (``None``: from the cores left after the ranks); ``skip_invalid``: skip and count
+    malformed structures instead of stopping.
     ``layers``, ``hidden``, ``cutoff``, ``max_neighbors``, ``batch_size``, ``energy_coef`` and ``force_coef`` left
     at their defaults are marked ``unset``, and ``lr`` is ``None``: the ``s2ef`` task replaces them by the
     model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``); the values above are the generic ones.
@@ -318,6 +331,8 @@ class TrainConfig:
     graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
+    num_workers: Optional[int] = attrs.field(default=None, validator=_nonneg_opt("num_workers"))
+    skip_invalid: bool = False
     max_steps: Optional[int] = attrs.field(default=None, validator=_opt_int_pos("max_steps (--max-steps)"))
     eval_every_steps: Optional[int] = attrs.field(default=None,
                                                   validator=_opt_int_pos("eval_every_steps (--eval-every-steps)"))

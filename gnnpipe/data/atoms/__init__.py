@@ -19,6 +19,10 @@ Public API::
     concat_graphs(graphs) -> AtomGraph                              # per-structure graphs → the batch's
     split_graph(graph, sizes) -> list[AtomGraph]                    # the batch's graph → consecutive groups'
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
+    open_structures(path, *, energy_key=None, forces_key=None) -> StructureSet   # lazy: .extxyz/.xyz, .db,
+                                                    # .aselmdb, fairchem .lmdb, or a folder of one of them
+    write_structures(out, structures, *, overwrite=False) -> int    # the format of out's suffix
+    PreparedSet(set, dtype, cutoff=None, skip_invalid=False)        # cast and validated when indexed
     neighbor_pairs(pos, cell, pbc, cutoff, method="ase") -> (i, j, offsets, dist)
     estimate_graph(structures, cutoff, max_neighbors=None, *, with_triplets=False, batch_size=1) -> GraphEstimate
     check_graph_size(structures, cutoff, max_neighbors=None, ..., available=None) -> GraphEstimate   # or raises
@@ -36,11 +40,17 @@ from .generate import (
 )
 from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, split_graph, triplets
+from .sets import FORMATS, PreparedSet, StructureSet, open_structures, write_structures
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
 
 __all__ = [
                        "EMT_METALS",
+                       "FORMATS",
+                       "PreparedSet",
+                       "StructureSet",
+                       "open_structures",
+                       "write_structures",
                        "MD17_MOLECULES",
                        "OC20_ADSORBATES",
                        "OC20_SITES",

@@ -164,19 +164,21 @@ def _db_atoms(path: Path, index, energy_key: str, forces_key: str) -> list:
 
     rows = list(ase.db.connect(str(path)).select())
     rows = _index(rows, index, path)
-    out = []
-    for row in rows:
-        atoms = row.toatoms()
-        energy = row.key_value_pairs.get(energy_key, row.get(energy_key))
-        forces = row.get(forces_key)
-        if forces is None and forces_key in row.data:
-            forces = row.data[forces_key]
-        if energy is not None:
-            atoms.info[energy_key] = float(energy)
-        if forces is not None:
-            atoms.arrays[forces_key] = np.asarray(forces, dtype=np.float64).reshape(len(atoms), -1)
-        out.append(atoms)
-    return out
+    return [_row_atoms(row, energy_key, forces_key) for row in rows]
+
+
+def _row_atoms(row, energy_key: str, forces_key: str):
+    """One database row as ``ase.Atoms``, its labels put where :func:`from_atoms` looks."""
+    atoms = row.toatoms()
+    energy = row.key_value_pairs.get(energy_key, row.get(energy_key))
+    forces = row.get(forces_key)
+    if forces is None and forces_key in row.data:
+        forces = row.data[forces_key]
+    if energy is not None:
+        atoms.info[energy_key] = float(energy)
+    if forces is not None:
+        atoms.arrays[forces_key] = np.asarray(forces, dtype=np.float64).reshape(len(atoms), -1)
+    return atoms
 
 
 def _index(items: list, index, path) -> list:

@@ -105,7 +105,7 @@ def _pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, start: floa
 
 def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.float32, *,
                         max_z: int | None = None, cutoff: float | None = None, min_distance: float = 0.1,
-                        require_labels: bool = False, source: str = "structure") -> None:
+                        require_labels: bool = False, source: str = "structure", start: int = 0) -> None:
     """Check structures before training; raise on the first problem, warn for legal oddities.
 
     Checks, per structure ``k``: it has atoms; ``z`` is int [n] within 1..``max_z``; ``pos`` is [n, 3];
@@ -123,6 +123,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
         min_distance: Å; closer atoms are taken as duplicated.
         require_labels: every structure needs ``energy`` and ``forces``.
         source: how messages name where the structures came from.
+        start: the index messages give the first structure (a slice of a larger set).
 
     Raises:
         DataValidationError: the first failed check, naming the structure, the attribute and the fix.
@@ -131,7 +132,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
 
     top = MAX_ATOMIC_NUMBER if max_z is None else int(max_z)
     isolated = []
-    for k, data in enumerate(structures):
+    for k, data in enumerate(structures, start):
         where = _where(k, source)
         z = getattr(data, "z", None)
         pos = getattr(data, "pos", None)

@@ -20,7 +20,7 @@ import attrs
 
 from ..registry import register
 from ..base import Task
-from .data import is_structure_dataset
+from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
 from .graph_parallel import check_graph_parallel, gp_plan_info
 from .graph_parallel import worker as gp_worker
@@ -34,13 +34,16 @@ __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
 
 @attrs.define
 class S2EFData:
-    """Loaded S2EF data: ``structures`` (validated PyG ``Data``), ``splits`` (index tensors), the fitted
-    ``normalizer``, and ``name`` (what the run trains on)."""
+    """Loaded S2EF data: ``structures`` (validated PyG ``Data`` in a list, or a lazy
+    :class:`~gnnpipe.data.atoms.sets.PreparedSet` that validates each when it is read), ``splits`` (index tensors),
+    the fitted ``normalizer``, ``name`` (what the run trains on), and ``mean_atoms`` (atoms per structure of the
+    reference sample)."""
 
-    structures: list
+    structures: Any
     splits: dict
     normalizer: EnergyNormalizer
     name: str
+    mean_atoms: float = 0.0
 
 
 @attrs.define
@@ -49,6 +52,32 @@ class S2EFPlan:
 
     data: S2EFData
     info: dict
+
+
+def _reference_structures(structures: Any, ids: Any) -> list:
+    """The structures of ``ids`` for the energy reference: from memory, or read from a lazy set without the
+    geometric checks (only the labels and atomic numbers are used; a set skipping malformed structures skips
+    those whose labels are missing here too)."""
+    if isinstance(structures, list):
+        return [structures[i] for i in ids.tolist()]
+    import torch
+
+    from ...data.atoms.sets import prepare_one
+    from ...errors import DataValidationError
+
+    out = []
+    for i in ids.tolist():
+        try:
+            where, k = structures.where(i).rsplit(" ", 1)
+            d = prepare_one(structures.base[i], structures.dtype, where, int(k))
+            if not bool(torch.isfinite(d.energy).all()):
+                raise DataValidationError(f"{where} {k}: energy is {float(d.energy.reshape(-1)[0])} (not finite); "
+                                          "recompute its labels or drop the structure")
+            out.append(d)
+        except DataValidationError:
+            if not structures.skip_invalid:
+                raise
+    return out
 
 
 def _pipelined(config: Any) -> bool:
@@ -129,7 +158,8 @@ class S2EF(Task):
                               f"({config.dataset or 'oc20-like'}) use --model {' or '.join(atomistic)}")
         if config.dataset is not None and not is_structure_dataset(config.dataset):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
-                              f"a structure file (.extxyz, .xyz, .traj, .db) or a generated set (oc20-like, md17-like)")
+                              f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such files, or a "
+                              f"generated set (oc20-like, md17-like)")
         config, self.defaults_chosen = apply_model_defaults(config)
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
@@ -148,12 +178,17 @@ class S2EF(Task):
         return attrs.evolve(config, task="s2ef", model_args=args, **upd)
 
     def load(self, config: Any, data: Optional[Any] = None) -> S2EFData:
-        """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), validated in
-        ``config.dtype``, split, with the energy reference fitted on the training split."""
-        from .data import load_structures, prepare_structures, split
+        """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), split, with the
+        energy reference fitted on a bounded sample of the training split (:func:`~.data.reference_sample`).
+        A generated set, a ``.traj`` file and ``data`` are read and validated whole, in memory; the other files
+        and folders (:mod:`gnnpipe.data.atoms.sets`) are opened lazily: a structure is read and validated when a
+        step (a loader worker) needs it."""
+        from .data import GENERATED, load_structures, open_dataset, prepare_structures, split
 
         if data is None:
-            structures, name = load_structures(config), config.dataset or "oc20-like"
+            ds = config.dataset or "oc20-like"
+            lazy = ds.lower() not in GENERATED and not ds.lower().endswith(".traj")
+            structures, name = (open_dataset(config) if lazy else load_structures(config)), ds
         else:
             items = list(data)
             if items and not hasattr(items[0], "pos"):
@@ -162,10 +197,22 @@ class S2EF(Task):
                 items = from_atoms(items)
             structures = prepare_structures(items, config.torch_dtype, cutoff=config.cutoff)
             name = "the given structures"
-        check_structures_for(config, structures)
+        lazy_set = not isinstance(structures, list)
+        if not lazy_set:
+            check_structures_for(config, structures)
         splits = split(config, len(structures))
-        normalizer = EnergyNormalizer.fit([structures[i] for i in splits["train"].tolist()])
-        return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name)
+        sample = _reference_structures(structures, reference_sample(splits["train"], config.seed))
+        if lazy_set:  # every structure of a set no larger than the sample, else the sample; each structure's
+            # atomic numbers are checked again when a worker reads it
+            import torch
+
+            n = len(structures)
+            check_structures_for(config, sample if n > REFERENCE_SAMPLE else
+                                 _reference_structures(structures, torch.arange(n)))
+            structures.max_z = config.model_args.get("max_z")
+        normalizer = EnergyNormalizer.fit(sample)
+        mean_atoms = sum(int(d.z.numel()) for d in sample) / max(len(sample), 1)
+        return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms)
 
     def describe(self, config: Any, data: S2EFData, given: bool = False) -> str:
         """The run's header line; a layout that cannot run is refused here, before the line is printed
@@ -182,10 +229,9 @@ class S2EF(Task):
             if _pipelined(config):
                 check_pipeline(config)
         n = len(data.structures)
-        atoms = sum(int(d.z.numel()) for d in data.structures)
         sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
         s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
-             f"{atoms / max(n, 1):.1f} atoms on average, train/val/test {sizes}) for "
+             f"{data.mean_atoms:.1f} atoms on average, train/val/test {sizes}) for "
              + (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs)" if config.max_steps else
                 f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}")
              + f": energy and {'direct' if config.direct_forces else 'conservative'}"

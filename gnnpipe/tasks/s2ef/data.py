@@ -8,22 +8,38 @@ data-parallel rank see the same ones without any state.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 #: the suffixes of structure files (read with ``ase.io`` / ``ase.db``)
 STRUCTURE_SUFFIXES = (".extxyz", ".xyz", ".traj", ".db")
+#: the suffixes read lazily (:mod:`gnnpipe.data.atoms.sets`): extended XYZ, ASE db, ASE-LMDB, fairchem LMDB
+DATA_SUFFIXES = (".extxyz", ".xyz", ".db", ".aselmdb", ".lmdb")
 #: generated data sets (ASE + EMT labels; :mod:`gnnpipe.data.atoms`)
 GENERATED = ("oc20-like", "md17-like")
 
 
 def is_structure_dataset(dataset: Optional[str]) -> bool:
     """Whether ``dataset`` names a structure file (by suffix) or a generated structure set."""
-    return isinstance(dataset, str) and (dataset.lower().endswith(STRUCTURE_SUFFIXES)
-                                         or dataset.lower() in GENERATED)
+    if not isinstance(dataset, str):
+        return False
+    d = dataset.lower().rstrip("/")
+    return d.endswith(STRUCTURE_SUFFIXES + DATA_SUFFIXES) or d in GENERATED or _structure_folder(dataset)
+
+
+def _structure_folder(dataset: str) -> bool:
+    from ...data.atoms.sets import format_of
+
+    p = Path(dataset).expanduser()
+    try:
+        return p.is_dir() and any(format_of(q) for q in p.iterdir())
+    except OSError:
+        return False
 
 
 def load_structures(config) -> list:
@@ -101,3 +117,145 @@ def share(indices: Tensor, rank: int, world: int) -> Tensor:
     """Rank ``rank``'s part of ``indices``: contiguous, as even as possible (the first ranks one more; a rank may
     get none)."""
     return torch.tensor_split(indices, world)[rank]
+
+
+# ------------------------------------------------------------------------------------------------ lazy sets, loader
+#: structures drawn (seeded) from the training split to fit the energy reference and normalisation
+#: (:func:`reference_sample`); a split this size or smaller is used whole, in order
+REFERENCE_SAMPLE = 2_000
+#: the fewest steps per epoch for which loader workers are started by default (starting them costs about this)
+MIN_STEPS_FOR_WORKERS = 16
+
+
+def open_dataset(config):
+    """The lazy training set of ``config.dataset`` (a file of :data:`gnnpipe.data.atoms.sets.FORMATS` or a folder of
+    such files, ``config.root`` tried as its parent): a :class:`~gnnpipe.data.atoms.sets.PreparedSet` that reads,
+    casts to ``config.dtype`` and validates a structure when it is indexed (in a loader worker).
+
+    Raises:
+        ConfigError: no such file or folder. DataValidationError: a file that cannot be opened, a folder mixing
+            formats.
+    """
+    from ...data.atoms.sets import PreparedSet, open_structures
+    from ...errors import ConfigError
+
+    ds = config.dataset
+    path = Path(ds).expanduser()
+    if not path.exists() and config.root is not None:
+        path = Path(config.root).expanduser() / ds
+    if not path.exists():
+        raise ConfigError(f"no structure file {ds!r}; give an existing file ({', '.join(DATA_SUFFIXES)}) or a folder "
+                          f"of such files, or --dataset oc20-like for a generated set")
+    base = open_structures(path, energy_key=config.energy_key, forces_key=config.forces_key)
+    return PreparedSet(base, config.torch_dtype, cutoff=config.cutoff,
+                       skip_invalid=bool(getattr(config, "skip_invalid", False)))
+
+
+def reference_sample(train: Tensor, seed: int, size: int = REFERENCE_SAMPLE) -> Tensor:
+    """The training structures the energy reference is fitted on: all of ``train`` (in order) when it has at most
+    ``size``, else ``size`` of them drawn without replacement, seeded by ``seed`` (sorted: files read forward).
+    The same in every layout (it depends on the split and the seed only)."""
+    if len(train) <= size:
+        return train
+    g = torch.Generator().manual_seed(int(seed) * 7 + 12345)
+    return train[torch.randperm(len(train), generator=g)[:size].sort().values]
+
+
+def default_num_workers(config) -> int:
+    """Loader workers per rank when ``--num-workers`` is not given: the cores left after the ranks'
+    (``ways × stages × gp-size`` ranks of ``threads`` each) shared among the ranks, at most 4 each."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    ranks = config.ways * config.stages * config.graph_parallel_group_size
+    return max(0, min(4, (cores - ranks * config.threads) // ranks))
+
+
+@dataclass
+class StepData:
+    """One step's structures as a loader worker prepared them.
+
+    Attributes:
+        structures: this rank's valid structures (``Data``, in the training dtype), in batch order.
+        batch, graph: their ``Batch`` and neighbour graph (built in the worker when the loader has a ``graph_fn``;
+            else ``None``).
+        num_free: free atoms of ``structures``. skipped: malformed structures left out (``--skip-invalid``).
+    """
+
+    structures: list
+    batch: object = None
+    graph: object = None
+    num_free: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class _Failed:
+    message: str
+
+
+class _Steps(torch.utils.data.Dataset):
+    """Item ``k``: the structures of ``parts[k]`` read (validated), batched and their graph built."""
+
+    def __init__(self, structures, parts: list, graph_fn: Optional[Callable]):
+        self.structures, self.parts, self.graph_fn = structures, parts, graph_fn
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, k: int):
+        from ...errors import DataValidationError
+
+        try:
+            got = [self.structures[i] for i in self.parts[k].tolist()]
+        except DataValidationError as exc:  # carried back whole: the run stops with its one-line message
+            return _Failed(str(exc))
+        valid = [d for d in got if d is not None]
+        step = StepData(valid, num_free=sum(int((~d.fixed).sum()) for d in valid), skipped=len(got) - len(valid))
+        if self.graph_fn is not None and valid:
+            from torch_geometric.data import Batch
+
+            step.batch = Batch.from_data_list(valid)
+            step.graph = self.graph_fn(step.batch)
+        return step
+
+
+class StructureLoader:
+    """Reads the structures of a rank's batch shares in ``num_workers`` worker processes (a
+    ``torch.utils.data.DataLoader``, each worker reading, validating and, with ``graph_fn``, batching and building
+    the graph of one step), ``prefetch`` steps ahead per worker, in step order. Which structures a step holds is
+    decided here, not by the workers: the same for any number of workers.
+
+    Args:
+        structures: a sequence of structures by index (a list of ``Data``, or a
+            :class:`~gnnpipe.data.atoms.sets.PreparedSet` that reads ``None`` for a skipped structure).
+        num_workers: 0 reads in this process. graph_fn: ``Batch → graph`` run in the workers (``None``: the trainer
+            builds the graph).
+
+    Raises (while iterating): DataValidationError of a malformed structure (file, index, problem), unless the set
+    skips them.
+    """
+
+    def __init__(self, structures, num_workers: int = 0, graph_fn: Optional[Callable] = None, prefetch: int = 2):
+        self.structures, self.num_workers, self.graph_fn, self.prefetch = structures, num_workers, graph_fn, prefetch
+
+    def iterate(self, parts: Sequence[Tensor]) -> Iterator[StepData]:
+        """One :class:`StepData` per index tensor of ``parts``, in order."""
+        from ...errors import DataValidationError
+
+        steps = _Steps(self.structures, list(parts), self.graph_fn)
+        if self.num_workers == 0 or len(steps) == 0:
+            it = (steps[k] for k in range(len(steps)))
+        else:
+            it = iter(torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False,
+                                                  num_workers=min(self.num_workers, len(steps)),
+                                                  prefetch_factor=self.prefetch, collate_fn=_identity))
+        for step in it:
+            if isinstance(step, _Failed):
+                raise DataValidationError(step.message)
+            yield step
+
+
+def _identity(x):
+    return x

@@ -129,6 +129,8 @@ class GraphParallelS2EFTrainer(S2EFTrainer):
         self.gp_comm = Comm(self.device)
         self.direct = bool(getattr(self.model, "direct_forces", False))
 
+    graph_in_loader = False  # each rank builds the graph and its plan from the structures the workers read
+
     def comms(self) -> list:
         return [self.gp_comm]
 

@@ -478,6 +478,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.steps = 0
 
     # ------------------------------------------------------------------ layout
+    graph_in_loader = False  # a step's graph is built once from all its micro-batches (AtomisticStage._graphs)
+
     def comms(self) -> list:
         return [self.comm, self.gp_comm]
 
@@ -568,9 +570,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         self.schedule.load_state_dict(state["schedule"])
 
     # ------------------------------------------------------------------ training
-    def _groups(self, ids: Tensor) -> list[list]:
-        mine = self.share(ids)
-        return [[self.structures[i] for i in part.tolist()] for part in torch.tensor_split(mine, self.C)]
+    def _groups(self, structures: list) -> list[list]:
+        """A replica's share (the structures a loader step read) cut into ``C`` micro-batches."""
+        return [[structures[i] for i in part.tolist()]
+                for part in torch.tensor_split(torch.arange(len(structures)), self.C)]
 
     def train_step(self, epoch: int) -> dict:
         """One epoch of steps, each one schedule through the stages (from the resumed batch of a checkpoint written
@@ -599,11 +602,15 @@ class PipelineS2EFTrainer(S2EFTrainer):
             out["time_s"] = self.steps_loop.epoch_time(t0)
         return out
 
-    def train_batch(self, ids: Tensor) -> float:
-        """One step on the global batch ``ids``: this replica's share in ``C`` micro-batches through the schedule
-        (its ``STEP``: :meth:`optimizer_step`); returns this rank's part of the loss (made global by
-        :meth:`flush_losses`)."""
-        self.pipe_stage.set_batches(self._groups(ids), len(ids), int(self.free_counts[ids].sum()))
+    def train_batch(self, ids: Tensor, step=None) -> float:
+        """One step on the global batch ``ids``: this replica's share (``step``: as the loader read it; ``None``:
+        read here) in ``C`` micro-batches through the schedule (its ``STEP``: :meth:`optimizer_step`); returns this
+        rank's part of the loss (made global by :meth:`flush_losses`)."""
+        if step is None:
+            step = next(iter(self.loader.iterate([self.share(ids)])))
+        num_structures, num_free, skip = self.global_counts(ids, step)
+        self.skipped += skip
+        self.pipe_stage.set_batches(self._groups(step.structures), num_structures, num_free)
         out = self.executor.train_epoch(self.steps)
         self.steps += 1
         return float(out["loss"])
@@ -656,9 +663,10 @@ class PipelineS2EFTrainer(S2EFTrainer):
         energies and forces are together (direct: the last stage; conservative: stage 0)."""
         cfg = self.config
         st, ex = self.pipe_stage, self.executor
-        num_free = int(self.free_counts[ids].sum())
-        for k, gb in enumerate(ids.split(cfg.batch_size * self.replicas)):
-            st.set_batches(self._groups(gb), len(ids), num_free, training=False)
+        parts = [self.share(gb) for gb in ids.split(cfg.batch_size * self.replicas)]
+        num_structures, num_free = self.eval_counts(ids, parts)
+        for k, step in enumerate(self.loader.iterate(parts)):
+            st.set_batches(self._groups(step.structures), num_structures, num_free, training=False)
             st.eval_energy, st.eval_forces = {}, {}
             for c in range(self.C):
                 ex.forward(c, k)

@@ -30,7 +30,7 @@ from torch import Tensor
 from ...core.settings.config import TrainConfig
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
 from ...core.run.results import Selection, TrainResult
-from .data import epoch_batches, share
+from .data import MIN_STEPS_FOR_WORKERS, StructureLoader, default_num_workers, epoch_batches, share
 from .loss import S2EFMetrics, s2ef_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
@@ -108,12 +108,48 @@ class S2EFTrainer:
         self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
-        self.free_counts = torch.tensor([int((~d.fixed).sum()) for d in structures])
+        # free atoms per structure when they are in memory; a lazy set's counts come with its batches
+        self.free_counts = (torch.tensor([int((~d.fixed).sum()) for d in structures])
+                            if isinstance(structures, list) else None)
+        self.skipped = 0  # malformed structures skipped in the epoch in progress (--skip-invalid)
         self.metrics = S2EFMetrics()  # the training metrics of the epoch in progress (this rank's sums)
         self.lr = float("nan")  # the learning rate of the last step
         self.epoch_losses: list[float] = []  # the global-batch loss of each step of the epoch in progress
         self._pending: list = []  # step losses not yet made global (:meth:`flush_losses`)
         self.steps_loop = None  # the run's StepLoop (:meth:`run`); None: whole epochs (a trainer driven directly)
+        self.loader = StructureLoader(structures, self.num_workers(),
+                                      self.graph_fn if self.graph_in_loader and graph_fn is None else None)
+
+    #: whether the loader's workers build each step's batch and graph (the single process and data parallelism);
+    #: graph parallelism and the pipeline build them from the structures the workers read
+    graph_in_loader = True
+
+    def num_workers(self) -> int:
+        """Loader workers of this rank: ``--num-workers``, else :func:`~.data.default_num_workers` (0 for an epoch of
+        fewer than :data:`~.data.MIN_STEPS_FOR_WORKERS` steps)."""
+        n = getattr(self.config, "num_workers", None)
+        if n is None:  # starting workers costs about what a few steps do: none for short epochs
+            return default_num_workers(self.config) if self.steps_per_epoch >= MIN_STEPS_FOR_WORKERS else 0
+        return int(n)
+
+    def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
+        """``(B, n_free, skipped)`` of the global batch ``ids``: from the in-memory counts, or summed over the
+        replicas' shares (one all-reduce; every rank of a replica read the same share)."""
+        if self.free_counts is not None:
+            return len(ids), int(self.free_counts[ids].sum()), 0
+        t = torch.tensor([len(step.structures), step.num_free, step.skipped], dtype=torch.int64)
+        if self.world > 1:
+            dist.all_reduce(t)
+            t = t // (self.world // self.replicas)
+        return int(t[0]), int(t[1]), int(t[2])
+
+    def forward_step(self, step) -> tuple[Tensor, Tensor, object]:
+        """:meth:`forward` of a loader step's structures (which finds the batch and graph its worker built)."""
+        self._step = step
+        try:
+            return self.forward(step.structures)
+        finally:
+            self._step = None
 
     def trained_module(self) -> torch.nn.Module:
         """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
@@ -164,7 +200,12 @@ class S2EFTrainer:
         return share(ids, self.replica, self.replicas)
 
     def forward(self, structures: list) -> tuple[Tensor, Tensor, object]:
-        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`)."""
+        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`; on the batch and graph a loader worker
+        built, when these are the structures of the step :meth:`forward_step` runs)."""
+        step = getattr(self, "_step", None)
+        if step is not None and step.graph is not None and structures is step.structures:
+            out = self.model(step.batch, step.graph, forces=True)
+            return out["energy"].reshape(-1), out["forces"], step.batch
         return forward(self.model, structures, self.graph_fn)
 
     def _all_reduce(self, t: Tensor) -> Tensor:
@@ -187,6 +228,9 @@ class S2EFTrainer:
                "cpu_s": [time.thread_time() - c0]}
         if self.steps_loop is not None:
             out["time_s"] = self.steps_loop.epoch_time(t0)
+        if getattr(self.config, "skip_invalid", False):
+            out["skipped_structures"] = self.skipped
+        self.skipped = 0
         return out
 
     def epoch_steps(self, epoch: int) -> bool:
@@ -202,26 +246,29 @@ class S2EFTrainer:
         batches = epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch)
         loop = self.steps_loop
         start = loop.begin_epoch(epoch) if loop is not None else 0
-        for j in range(start, len(batches)):
-            self._pending.append(self.train_batch(train[batches[j]]))
+        steps = self.loader.iterate([self.share(train[gb]) for gb in batches[start:]])
+        for j, step in zip(range(start, len(batches)), steps):
+            self._pending.append(self.train_batch(train[batches[j]], step))
             if loop is not None and loop.after_step(epoch, j, len(batches), t0):
                 return False
         self.flush_losses()
         return True
 
-    def train_batch(self, ids: Tensor) -> float:
-        """One optimizer step on the global batch ``ids`` (this rank computes its share); returns the global
-        batch's loss (every rank has it)."""
+    def train_batch(self, ids: Tensor, step=None) -> float:
+        """One optimizer step on the global batch ``ids`` (this rank computes its share, ``step``: as the loader
+        read it; ``None``: read here); returns the global batch's loss (every rank has it)."""
         cfg = self.config
-        num_free = int(self.free_counts[ids].sum())
-        mine = self.share(ids)
+        if step is None:
+            step = next(iter(self.loader.iterate([self.share(ids)])))
+        num_structures, num_free, skip = self.global_counts(ids, step)
+        self.skipped += skip
         self.optimizer.zero_grad(set_to_none=True)
         loss_value = torch.zeros((), dtype=torch.float64)
-        if len(mine):
-            e_hat, f_hat, batch = self.forward([self.structures[i] for i in mine.tolist()])
+        if step.structures:
+            e_hat, f_hat, batch = self.forward_step(step)
             e_t, f_t, ref = self._targets(batch)
             free = ~batch.fixed
-            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
                              energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
             loss.backward()
             if self.reporting:
@@ -313,18 +360,35 @@ class S2EFTrainer:
         return copy.deepcopy(self.model)
 
     # ------------------------------------------------------------------ evaluation
+    def eval_counts(self, ids: Tensor, parts: list) -> tuple[int, int]:
+        """``(B, n_free)`` of a whole split ``ids`` (this rank's ``parts`` of it): the in-memory counts, or one pass
+        of the loader over the parts (structures only, no graphs) and an all-reduce."""
+        if self.free_counts is not None:
+            return len(ids), int(self.free_counts[ids].sum())
+        counter = StructureLoader(self.structures, self.loader.num_workers)
+        n = torch.zeros(2, dtype=torch.int64)
+        for step in counter.iterate(parts):
+            n += torch.tensor([len(step.structures), step.num_free])
+        if self.world > 1:
+            dist.all_reduce(n)
+            n = n // (self.world // self.replicas)
+        return int(n[0]), int(n[1])
+
     def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
         cfg = self.config
         mine = self.share(ids)
-        num_free = int(self.free_counts[ids].sum())
-        for chunk in mine.split(cfg.batch_size) if len(mine) else ():
+        parts = list(mine.split(cfg.batch_size)) if len(mine) else []
+        num_structures, num_free = self.eval_counts(ids, parts)
+        for step in self.loader.iterate(parts):
+            if not step.structures:
+                continue
             with torch.no_grad():
-                e_hat, f_hat, batch = self.forward([self.structures[i] for i in chunk.tolist()])
+                e_hat, f_hat, batch = self.forward_step(step)
                 if not self.reporting:
                     continue
                 e_t, f_t, ref = self._targets(batch)
                 free = ~batch.fixed
-                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=len(ids), num_free=num_free,
+                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
                                  energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
                 s = self.normalizer.std
                 metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
