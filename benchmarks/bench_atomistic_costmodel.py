@@ -1,6 +1,6 @@
 """The atomistic cost model against measured graph-parallel steps: per-rank peak memory and step time.
 
-Profiles ``dimenet++`` on a small sample slab (``--profile-size`` unit cells: one single-process step's time and
+Profiles ``dimenet++`` (or ``--model gemnet-t`` / ``gemnet-dt``) on a small sample slab (``--profile-size`` unit cells: one single-process step's time and
 peak of live bytes, :func:`gnnpipe.costmodel.atomistic.profile_step`), then runs the training steps of
 ``benchmarks/bench_graph_parallel.py`` on the job's Pt(111) slab for each ``G`` of ``--gp-sizes`` (fresh processes)
 and prints, per rank, the measured peak above the floor and step time beside the cost model's prediction for the
@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile-size", type=int, default=None, help="unit cells of the profiled sample (default: the job's slab)")
     p.add_argument("--cutoff", type=float, default=6.0)
     p.add_argument("--max-neighbors", type=int, default=50)
+    p.add_argument("--model", choices=sorted(bgp.MODELS), default="dimenet++")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--gp-sizes", type=int, nargs="+", default=[1, 2], help="layouts D = 1 x G")
@@ -63,16 +64,18 @@ def main(argv=None) -> int:
     psize = args.profile_size or args.size
     mk = {"num_layers": args.blocks, "hidden": args.hidden, "cutoff": args.cutoff, "max_neighbors": args.max_neighbors}
     torch.manual_seed(0)
-    model = build_model("dimenet++", 0, 1, **mk)
+    name, extra = bgp.MODELS[args.model]
+    model = build_model(name, 0, 1, **mk, **extra)
     sample = bgp.slab(psize, args.layers, torch.float32)
-    prof = profile_step(model, sample, build_graph(sample, args.cutoff, args.max_neighbors), steps=args.steps,
-                        warmup=args.warmup, link=True, name="dimenet++")
+    rev = bool(getattr(model, "uses_reverse_edges", False))
+    prof = profile_step(model, sample, build_graph(sample, args.cutoff, args.max_neighbors, with_reverse=rev),
+                        steps=args.steps, warmup=args.warmup, link=True, name=name)
     print(f"profile: {psize}x{psize}x{args.layers} slab, {prof.atoms} atoms, {prof.edges} edges, {prof.triplets} "
           f"triplets: step {prof.step_s:.3f} s, kappa {prof.kappa:.2f}", file=sys.stderr)
     job_batch = bgp.slab(args.size, args.layers, torch.float32)
     job = AtomJob(model, job_batch.to_data_list(), args.cutoff, args.max_neighbors, partitioner=args.partitioner,
                   mode=args.mode, element_size=4, allreduce_element_size=4)
-    bench_args = argparse.Namespace(size=args.size, layers=args.layers, cutoff=args.cutoff,
+    bench_args = argparse.Namespace(model=args.model, malloc="system", size=args.size, layers=args.layers, cutoff=args.cutoff,
                                     max_neighbors=args.max_neighbors, hidden=args.hidden, blocks=args.blocks,
                                     partitioner=args.partitioner, mode=args.mode, steps=args.steps,
                                     warmup=args.warmup, threads=1, dtype="float32", device="cpu", timeout=600.0)

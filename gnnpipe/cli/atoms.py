@@ -8,6 +8,10 @@ XYZ file is cached under ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets
 ``gnnpipe atoms convert IN OUT`` rewrites a structure file or folder in the format of ``OUT``'s suffix, one structure
 at a time. ``gnnpipe atoms check PATH`` reads and validates every structure of a file or folder and prints a
 summary: structures, atoms, elements, the energy range, neighbours per atom within ``--cutoff``.
+
+``gnnpipe atoms scales MODEL --out scales.json`` writes the scale factors of a trained GemNet model file (``gnnpipe
+export``; every ``gemnet-t`` run fits them on its first training structures) as JSON, for another run to reuse with
+``--model-arg scale_file=scales.json`` instead of fitting its own.
 """
 
 from __future__ import annotations
@@ -57,6 +61,26 @@ def register(sub) -> None:
                    help="count malformed structures and go on (default: stop at the first, naming it)")
     k.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     k.set_defaults(func=run_check)
+    sc = commands.add_parser("scales", help="write a trained GemNet model's scale factors (a scale_file)",
+                             description=__doc__, formatter_class=HelpFormatter)
+    sc.add_argument("model", help="a model file written by gnnpipe export (a gemnet-t run)")
+    sc.add_argument("--out", required=True, help="the JSON file to write (for --model-arg scale_file=FILE)")
+    sc.set_defaults(func=run_scales)
+
+
+def run_scales(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..models import load
+    from ..tasks.s2ef.scaling import write_scale_file
+
+    model = load(args.model)
+    values = getattr(model, "scale_factor_values", None)
+    if values is None:
+        raise ConfigError(f"{args.model} holds a {type(model).__name__}, which has no scale factors; give a "
+                          f"gemnet-t model file")
+    path = write_scale_file(values(), args.out)
+    print(f"{len(values())} scale factors of {args.model} written to {path}", file=sys.stderr)
+    return 0
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -70,6 +70,7 @@ __all__ = [
     "job_graph",
     "num_parameters",
     "oc20_sized_structures",
+    "padded_slots",
     "plan_atomistic",
     "predict_layout",
     "profile_step",
@@ -120,6 +121,7 @@ def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall
     """
     from ..errors import ConfigError
     from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.gemnet import GemNetT
     from ..models.atomistic.schnet import SchNet
 
     direct = bool(getattr(model, "direct_forces", False))
@@ -157,7 +159,26 @@ def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall
         else:
             calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
         return calls
-    raise ConfigError(f"the atomistic cost model describes schnet and dimenet++; {type(model).__name__} has no "
+    if isinstance(model, GemNetT):
+        z = _gemnet_sizes(model)
+        A, Ed, c = z["A"], z["Ed"], not direct
+        calls += [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
+                  HookCall(0, "atoms_gather", A, pos=False),  # the atom embedding of z
+                  HookCall(0, "atoms_reduce", Ed, pos=c)]  # output block 0
+        for b in range(1, L + 1):
+            calls += [HookCall(b, "edges_gather", z["Tr"], pos=c),  # the triplets' in-edges
+                      HookCall(b, "edges_gather", z["Bil"], pos=c),  # the reverse edges' aggregates
+                      HookCall(b, "atoms_reduce", Ed, pos=c),  # the atom update
+                      HookCall(b, "atoms_gather", A, pos=c),  # the edge-atom concatenation
+                      HookCall(b, "atoms_reduce", Ed, pos=c)]  # the output block
+        calls.append(HookCall(-1, "sum", num_structures, pos=False))
+        if direct:
+            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
+            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
+        else:
+            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
+        return calls
+    raise ConfigError(f"the atomistic cost model describes schnet, dimenet++ and gemnet-t; {type(model).__name__} has no "
                       "description of its hook calls (add one to gnnpipe.costmodel.atomistic.hook_calls)")
 
 
@@ -224,22 +245,45 @@ class UnitWidths:
     Attributes:
         edge: per edge the unit's rank owns. triplet: per owned triplet. atom: per owned atom. read_edge: per edge
         row the rank's triplets read (``E_read``: all ``E`` edges in ``allgather`` mode, the owned and halo rows in
-        ``halo`` mode; DimeNet++'s spherical basis is computed on them).
+        ``halo`` mode; DimeNet++'s spherical basis is computed on them). padded: per slot of the rank's triplets
+        padded per edge (``E_r · K_r``, ``K_r`` the most triplets of an owned edge: GemNet's bilinear layer;
+        :func:`padded_slots`).
     """
 
     edge: float = 0.0
     triplet: float = 0.0
     atom: float = 0.0
     read_edge: float = 0.0
+    padded: float = 0.0
 
-    def total(self, edges: float, triplets: float, atoms: float, read_edges: float | None = None) -> float:
-        """``Σ width × count``; ``read_edges`` defaults to ``edges`` (a single process reads its own edges)."""
+    def total(self, edges: float, triplets: float, atoms: float, read_edges: float | None = None,
+              padded: float | None = None) -> float:
+        """``Σ width × count``; ``read_edges`` defaults to ``edges`` (a single process reads its own edges),
+        ``padded`` to ``triplets``."""
         read = edges if read_edges is None else read_edges
-        return self.edge * edges + self.triplet * triplets + self.atom * atoms + self.read_edge * read
+        pad = triplets if padded is None else padded
+        return (self.edge * edges + self.triplet * triplets + self.atom * atoms + self.read_edge * read
+                + self.padded * pad)
 
     def __add__(self, other: UnitWidths) -> UnitWidths:
         return UnitWidths(self.edge + other.edge, self.triplet + other.triplet, self.atom + other.atom,
-                          self.read_edge + other.read_edge)
+                          self.read_edge + other.read_edge, self.padded + other.padded)
+
+    def __sub__(self, other: UnitWidths) -> UnitWidths:
+        return UnitWidths(self.edge - other.edge, self.triplet - other.triplet, self.atom - other.atom,
+                          self.read_edge - other.read_edge, self.padded - other.padded)
+
+
+def padded_slots(plan: Any) -> list[int]:
+    """Per rank of ``plan``, ``E_r · K_r``: the owned edges times the most triplets one of them updates (the
+    per-edge padding of GemNet's bilinear layer)."""
+    import torch
+
+    out = []
+    for e, ji in zip(plan.edge_counts, plan.local_idx_ji):
+        k = int(torch.bincount(ji, minlength=e).max()) if e and ji.numel() else 0
+        out.append(int(e) * k)
+    return out
 
 
 def _dimenet_sizes(model) -> dict:
@@ -254,6 +298,14 @@ def _dimenet_sizes(model) -> dict:
     else:
         sizes.update(I=0, B=0, before=0, after=0)
     return sizes
+
+
+def _gemnet_sizes(model) -> dict:
+    c = model.config
+    return {"A": c["emb_size_atom"], "Ed": c["emb_size_edge"], "Tr": c["emb_size_trip"], "Rb": c["emb_size_rbf"],
+            "Cb": c["emb_size_cbf"], "Bil": c["emb_size_bil_trip"], "R": c["num_radial"], "S": c["num_spherical"],
+            "before": c["num_before_skip"], "after": c["num_after_skip"], "concat": c["num_concat"],
+            "atom": c["num_atom"], "L": len(model.units) - 1, "direct": bool(model.direct_forces)}
 
 
 def _schnet_sizes(model) -> dict:
@@ -284,6 +336,7 @@ def activation_widths(model: Any) -> list[UnitWidths]:
     """
     from ..errors import ConfigError
     from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.gemnet import GemNetT
     from ..models.atomistic.schnet import SchNet
 
     if isinstance(model, DimeNetPlusPlus):
@@ -301,7 +354,33 @@ def activation_widths(model: Any) -> list[UnitWidths]:
         units = [UnitWidths(3 * G + 4, 0, H)] + [UnitWidths(5 * F + 4, 0, 3 * H + F) for _ in range(z["L"])]
         units[-1] = units[-1] + UnitWidths(0, 0, 2 * H)
         return units
-    raise ConfigError(f"the atomistic cost model describes schnet and dimenet++, not {type(model).__name__}")
+    if isinstance(model, GemNetT):
+        return _gemnet_widths(model)
+    raise ConfigError(f"the atomistic cost model describes schnet, dimenet++ and gemnet-t, not {type(model).__name__}")
+
+
+def _gemnet_widths(model) -> list[UnitWidths]:
+    """GemNet-T's kept values per unit (see :func:`activation_widths`), counted with autograd's saved-tensor hooks
+    (floating tensors, per storage) on the model's code: ``A``/``D`` atom/edge widths, ``Tr`` emb_size_trip, ``Rb``
+    emb_size_rbf, ``Cb`` emb_size_cbf, ``Bl`` emb_size_bil_trip, ``R`` num_radial, ``S`` num_spherical, ``b``, ``a``,
+    ``c`` residual layers before / after the skip and after the concatenation, ``n`` num_atom. Embedding: edge
+    ``5D + 2A + 4R + Rb + 9`` (geometry, Gaussian basis with its envelope, edge embedding, output block 0),
+    triplet ``3S + 10`` (the angles' cosines, the Legendre recurrence, the circular basis), atom ``D + 3A + 6nA``;
+    interaction block: edge ``(21 + 6(b + a + c))·D + 2A + 3Rb + 2Tr + Cb·S + S·Tr + Cb·Tr + 2Bl + 1``, triplet
+    ``Tr`` (the in-edges read), padded slot ``S + Tr`` (the two batched products of the bilinear layer; ``S``
+    with direct forces: the circular basis then needs no gradient), atom ``2D + 5A + 12nA``. Direct forces add
+    ``(5 + 6n)·D`` per edge to each output block and ``8`` per edge to the readout."""
+    z = _gemnet_sizes(model)
+    A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
+    force = (5 + 6 * n) * D if z["direct"] else 0
+    units = [UnitWidths(5 * D + 2 * A + 4 * R + Rb + 9 + force, 3 * S + 10, D + 3 * A + 6 * n * A)]
+    block = UnitWidths((21 + 6 * (z["before"] + z["after"] + z["concat"])) * D + 2 * A + 3 * Rb + 2 * Tr + Cb * S
+                       + S * Tr + Cb * Tr + 2 * Bl + 1 + force, Tr, 2 * D + 5 * A + 12 * n * A, 0,
+                       S + (0 if z["direct"] else Tr))
+    units += [block for _ in range(z["L"])]
+    if z["direct"]:
+        units[-1] = units[-1] + UnitWidths(8)
+    return units
 
 
 def _conservative(model: Any) -> bool:
@@ -316,12 +395,15 @@ def geometry_widths(model: Any, conservative: bool | None = None) -> UnitWidths:
     SchNet: edge ``3G + 4``); with direct forces only the bases the blocks' linear maps read (DimeNet++: the
     spherical basis, triplet ``SR``; SchNet: the Gaussian expansion, edge ``G``)."""
     from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.gemnet import GemNetT
 
     cons = _conservative(model) if conservative is None else bool(conservative)
     if isinstance(model, DimeNetPlusPlus):
         z = _dimenet_sizes(model)
         SR, S = z["S"] * z["R"], z["S"]
         return UnitWidths(10, 2 * SR + 9 * S + 2, 0, 10 * SR) if cons else UnitWidths(0, SR, 0, 0)
+    if isinstance(model, GemNetT):  # edge vectors and lengths; the cosines, their Legendre recurrence
+        return UnitWidths(4, 3 * _gemnet_sizes(model)["S"] + 10) if cons else UnitWidths()
     G = _schnet_sizes(model)["G"]
     return UnitWidths(3 * G + 4, 0, 0) if cons else UnitWidths(G, 0, 0)
 
@@ -339,6 +421,7 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
     atom) until ``B``; zero for a single stage.
     """
     from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.gemnet import GemNetT
 
     units = activation_widths(model)
     n = len(units)
@@ -347,13 +430,12 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
     for u in range(lo, hi):
         w = units[u]
         if u == 0:  # unit 0's widths hold the conservative geometry: the embedding proper is the rest
-            g = geometry_widths(model, True)
-            w = UnitWidths(w.edge - g.edge, w.triplet - g.triplet, w.atom - g.atom, w.read_edge - g.read_edge)
+            w = w - geometry_widths(model, True)
         kept = kept + w
     if hi > max(lo, 1):
         kept = kept + geometry_widths(model, cons)
-    elif lo == 0 and cons and isinstance(model, DimeNetPlusPlus):  # the embedding alone: its radial basis keeps
-        kept = kept + UnitWidths(geometry_widths(model, True).edge)   # the edge geometry's derivation
+    elif lo == 0 and cons and isinstance(model, (DimeNetPlusPlus, GemNetT)):  # the embedding alone: its radial
+        kept = kept + UnitWidths(geometry_widths(model, True).edge)         # basis keeps the edge geometry's derivation
     bw = boundary_widths(model)
     sides = (lo > 0) + (hi < n)
     seed = (hi < n) and cons
@@ -366,6 +448,8 @@ def work_weights(model: Any) -> list[UnitWidths]:
     model-independent multiple of it (the profile measures the seconds per unit of work)."""
     from ..models.atomistic.dimenet import DimeNetPlusPlus
 
+    from ..models.atomistic.gemnet import GemNetT
+
     acts = activation_widths(model)
     if isinstance(model, DimeNetPlusPlus):
         z = _dimenet_sizes(model)
@@ -374,6 +458,15 @@ def work_weights(model: Any) -> list[UnitWidths]:
         mac = [UnitWidths(3 * H * H + 2 * R * H, 0, out_atom)]
         mac += [UnitWidths((3 + 2 * (z["before"] + z["after"])) * H * H + 2 * H * I + B * H + R * B + R * H,
                            S * R * B + B * I, out_atom) for _ in range(z["L"])]
+    elif isinstance(model, GemNetT):
+        z = _gemnet_sizes(model)
+        A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
+        out_atom = D * A + 2 * n * A * A + A
+        force = (1 + 2 * n) * D * D + Rb * D + D if z["direct"] else 0
+        mac = [UnitWidths((2 * A + R) * D + 3 * R * Rb + R * Cb * S + Rb * D + force, 0, out_atom)]
+        mac += [UnitWidths((2 + 2 * (z["before"] + z["after"] + z["concat"])) * D * D + 3 * Rb * D + D * Tr
+                           + Cb * S * Tr + Cb * Tr * Bl + 2 * Bl * D + (2 * A + D) * D + force, 0,
+                           D * A + 2 * n * A * A + out_atom, 0, S * Tr) for _ in range(z["L"])]
     else:
         z = _schnet_sizes(model)
         H, F, G = z["H"], z["F"], z["G"]
@@ -558,8 +651,9 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     peak = lb.peak - lb.base
     grads = sum(p.numel() for p in params) * b
     E, T, N = int(graph.num_edges), int(graph.num_triplets), int(batch.num_nodes)
-    kept = b * stage_widths(model, 0, len(model.units))[0].total(E, T, N)
-    work = sum(w.total(E, T, N) for w in work_weights(model))
+    K = int(torch.bincount(graph.idx_ji, minlength=E).max()) if E and T else 0
+    kept = b * stage_widths(model, 0, len(model.units))[0].total(E, T, N, None, E * K)
+    work = sum(w.total(E, T, N, None, E * K) for w in work_weights(model))
     for p in params:
         p.grad = None
     lk = None
@@ -740,7 +834,8 @@ def job_graph(job: AtomJob, cache: dict | None = None):
         from ..data.atoms import build_graph
 
         batch = Batch.from_data_list(job.structures)
-        cache["graph"] = (batch, build_graph(batch, job.cutoff, job.max_neighbors))
+        cache["graph"] = (batch, build_graph(batch, job.cutoff, job.max_neighbors,
+                                             with_reverse=bool(getattr(job.model, "uses_reverse_edges", False))))
     return cache["graph"]
 
 
@@ -774,6 +869,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
     world = layout.ranks
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
     reads = read_edges(plan, job.mode)
+    pads = padded_slots(plan)
     # the step's graph (int64): edge_index and cell offsets per edge, batch per atom, idx_kj / idx_ji per triplet
     # (built when the model reads triplets or under graph parallelism), and a graph-parallel rank's local view
     tri = bool(getattr(model, "uses_triplets", True)) or layout.gp > 1
@@ -789,7 +885,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
             gbytes = 40 * E + 8 * N + (16 * T if tri else 0)
             if layout.gp > 1:
                 gbytes += 40 * edges[g] + 16 * triplets[g]
-            kept = kappa * b * widths.total(edges[g], triplets[g], atoms[g], reads[g])
+            kept = kappa * b * widths.total(edges[g], triplets[g], atoms[g], reads[g], pads[g])
             kept += b * boundary.total(edges[g], 0, atoms[g])
             out.append(AtomRankMemory(
                 rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
@@ -810,10 +906,14 @@ def boundary_widths(model: Any) -> UnitWidths:
     and the running output ``P`` (1 per atom); SchNet the atom features ``h`` (``H``). The geometry and the other
     bases are parameter-free and recomputed by each stage."""
     from ..models.atomistic.dimenet import DimeNetPlusPlus
+    from ..models.atomistic.gemnet import GemNetT
 
     if isinstance(model, DimeNetPlusPlus):
         z = _dimenet_sizes(model)
         return UnitWidths(z["H"] + z["R"], 0, 1)
+    if isinstance(model, GemNetT):  # h, m, the shared radial projections, P (and the direct forces' F per edge)
+        z = _gemnet_sizes(model)
+        return UnitWidths(z["Ed"] + 3 * z["Rb"] + z["Cb"] * z["S"] + z["direct"], 0, z["A"] + 1)
     return UnitWidths(0, 0, _schnet_sizes(model)["H"])
 
 
@@ -837,6 +937,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
     per_unit_p = unit_parameters(model)
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
     reads = read_edges(plan, job.mode)
+    pads = padded_slots(plan)
     measured = Link(*(profile.link or FALLBACK_LINK))
     members = list(range(G))  # one GP group of the first replica (block placement: the tightest group)
     gp_link = hw.group_link(members, R, measured)
@@ -856,7 +957,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
         ar_s = grad_link.allreduce_time(ar_bytes, D * G)
         grad_total += D * G * (2.0 * (D * G - 1) * ar_bytes / (D * G) if D * G > 1 else 0.0)
         for g in range(G):
-            work = sum(w.total(edges[g], triplets[g], atoms[g], reads[g]) for w in works[lo:hi])
+            work = sum(w.total(edges[g], triplets[g], atoms[g], reads[g], pads[g]) for w in works[lo:hi])
             c = spw * work * slow * pipe
             gb = sum(v for u, v in per_unit_bytes[g].items() if u in units)
             share = (hi - lo) / len(model.units)

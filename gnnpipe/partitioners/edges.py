@@ -28,7 +28,9 @@ A rank may own nothing (fewer edges than ranks); it still takes part in every co
 The graph input (``gnnpipe.data.atoms.AtomGraph`` or anything with these attributes): ``edge_index``
 ``LongTensor[2, E]`` (row 0 source ``j``, row 1 target ``i``), ``idx_kj`` and ``idx_ji`` ``LongTensor[T]`` (edge
 ids of the triplets' in-edge ``k→j`` and updated edge ``j→i``), ``num_nodes``, optionally ``batch``, and for
-``morton`` the positions (``pos=`` of :meth:`EdgePartitioner.plan`, or ``graph.pos``).
+``morton`` the positions (``pos=`` of :meth:`EdgePartitioner.plan`, or ``graph.pos``). A graph with ``id_swap``
+(each edge's reverse, ``build_graph(..., with_reverse=True)``: GemNet reads it) adds the reverse of every owned
+edge to the rows a rank reads: the halo, and each rank's ``local_idx_swap_*`` rows of the edge buffer.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class TripletGraph:
         num_nodes: ``N``.
         pos: ``Tensor[N, 3]`` or ``None``.
         batch: ``LongTensor[N]`` (the structure of each atom) or ``None``.
+        id_swap: ``LongTensor[E]`` (the reverse of each edge, −1: none) or ``None``.
     """
 
     edge_index: Tensor
@@ -80,6 +83,7 @@ class TripletGraph:
     num_nodes: int
     pos: Tensor | None = None
     batch: Tensor | None = None
+    id_swap: Tensor | None = None
 
     @property
     def num_edges(self) -> int:
@@ -141,7 +145,13 @@ def as_triplet_graph(graph: Any) -> TripletGraph:
         batch = _index(batch, "batch").flatten()
         if batch.numel() != n:
             raise DataValidationError(f"batch must have one entry per atom ({n}); got {batch.numel()}")
-    return TripletGraph(ei, kj, ji, n, pos, batch)
+    swap = getattr(graph, "id_swap", None)
+    if swap is not None:
+        swap = _index(swap, "id_swap").flatten()
+        if swap.numel() != e or (e and (int(swap.min()) < -1 or int(swap.max()) >= e)):
+            raise DataValidationError(f"id_swap must hold one edge id in [-1, {e}) per edge; rebuild it with "
+                                      "gnnpipe.data.atoms.reverse_edges")
+    return TripletGraph(ei, kj, ji, n, pos, batch, swap)
 
 
 def _imbalance(values: list[float]) -> float:
@@ -190,12 +200,15 @@ class GraphParallelPlan:
             ``LongTensor[N]``: the owner rank of each.
         edges, triplets, atoms: ``list[LongTensor]`` per rank: owned global ids, ascending.
         halo: ``list[LongTensor]`` per rank: the remote edges (global ids) the rank's triplets read through
-            ``idx_kj``, sorted by (owner rank, id): the order in which halo mode's buffer holds them.
+            ``idx_kj`` (and, for a graph with ``id_swap``, the reverses of its edges), sorted by (owner rank, id):
+            the order in which halo mode's buffer holds them.
         local_idx_ji: ``list[LongTensor]`` per rank ``[T_r]``: each owned triplet's ``idx_ji`` as a position in
             ``edges[r]``.
         local_idx_kj_allgather, local_idx_kj_halo: ``list[LongTensor]`` per rank ``[T_r]``: each owned triplet's
             ``idx_kj`` as a row of the edge buffer of that mode: all-gather mode's buffer is ``edges[0]``, then
             ``edges[1]``, … concatenated (``E`` rows); halo mode's is ``edges[r]`` then ``halo[r]``.
+        local_idx_swap_allgather, local_idx_swap_halo: ``list[LongTensor]`` per rank ``[E_r]`` (``None`` for a
+            graph without ``id_swap``): each owned edge's reverse as a row of that buffer, −1 where it has none.
         halo_send: ``list[list[LongTensor]]``: ``halo_send[s][q]`` = positions in ``edges[s]`` of the rows rank ``q``
             reads from rank ``s``, in ``halo[q]``'s order (empty for ``q == s``).
         halo_recv_counts: ``list[list[int]]``: ``halo_recv_counts[q][s] = len(halo_send[s][q])``.
@@ -223,17 +236,29 @@ class GraphParallelPlan:
             offsets.append(offsets[-1] + self.edges[r].numel())
         gather_row = pos_in_owner + torch.tensor(offsets[:-1], dtype=torch.long)[edge_owner] if e else pos_in_owner
         self.local_idx_ji, self.local_idx_kj_allgather, self.local_idx_kj_halo, self.halo = [], [], [], []
+        swap = graph.id_swap
+        self.local_idx_swap_allgather = [] if swap is not None else None
+        self.local_idx_swap_halo = [] if swap is not None else None
         for r in range(g):
             kj, ji = graph.idx_kj[self.triplets[r]], graph.idx_ji[self.triplets[r]]
             self.local_idx_ji.append(pos_in_owner[ji])
             self.local_idx_kj_allgather.append(gather_row[kj])
-            remote = torch.unique(kj[edge_owner[kj] != r])
+            reads = kj
+            if swap is not None:
+                rev = swap[self.edges[r]]
+                has = rev >= 0
+                reads = torch.cat([kj, rev[has]])
+            remote = torch.unique(reads[edge_owner[reads] != r])
             remote = remote[torch.argsort(edge_owner[remote] * max(e, 1) + remote)]  # by (owner, id)
             self.halo.append(remote)
             row = torch.empty(e, dtype=torch.long)
             row[self.edges[r]] = torch.arange(self.edges[r].numel())
             row[remote] = self.edges[r].numel() + torch.arange(remote.numel())
             self.local_idx_kj_halo.append(row[kj])
+            if swap is not None:
+                minus = torch.full_like(rev, -1)
+                self.local_idx_swap_allgather.append(torch.where(has, gather_row[rev.clamp(min=0)], minus))
+                self.local_idx_swap_halo.append(torch.where(has, row[rev.clamp(min=0)], minus))
         self.halo_send = [[pos_in_owner[self.halo[q][edge_owner[self.halo[q]] == s]] if q != s
                            else torch.empty(0, dtype=torch.long) for q in range(g)] for s in range(g)]
         self.halo_recv_counts = [[int(self.halo_send[s][q].numel()) for s in range(g)] for q in range(g)]

@@ -1,5 +1,5 @@
 """The atomistic cost model (gnnpipe.costmodel.atomistic): bytes per interaction block equal the measured "gp"
-counters exactly (schnet and dimenet++, G ∈ {2, 3}, both edge-gather modes, conservative forces in the loss),
+counters exactly (schnet, dimenet++ and gemnet-t, G ∈ {2, 3}, both edge-gather modes, conservative forces in the loss),
 the memory and time models' arithmetic, and the layout ranking."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from gnnpipe.core.run.launch import spawn
 MODELS = {
     "schnet": {"num_filters": 6, "num_gaussians": 6},
     "dimenet++": {"int_emb_size": 4, "basis_emb_size": 3, "out_emb_channels": 6, "num_spherical": 3, "num_radial": 3},
+    "gemnet-t": {"emb_size_trip": 4, "emb_size_rbf": 3, "emb_size_cbf": 3, "emb_size_bil_trip": 5, "num_spherical": 3,
+                 "num_radial": 4, "num_atom": 1},
 }
 #: (model, partitioner, mode): both modes and both partitioners for each model
 CASES = [("schnet", "edge-chunk", "allgather"), ("schnet", "atom-owner", "halo"),
          ("dimenet++", "edge-chunk", "halo"), ("dimenet++", "atom-owner", "allgather"),
-         ("dimenet++", "edge-chunk", "allgather")]
+         ("dimenet++", "edge-chunk", "allgather"), ("gemnet-t", "edge-chunk", "halo")]
 
 
 def _batch():
@@ -48,10 +50,11 @@ def _measure(rank: int, world: int, cases: list) -> list:
     from gnnpipe.tasks.s2ef.graph_parallel import replicate_owned
 
     batch = _batch()
-    graph = build_graph(batch, 3.0, 8)
+    graphs = {rev: build_graph(batch, 3.0, 8, with_reverse=rev) for rev in (False, True)}
     out = []
     for name, method, mode, direct in cases:
         model = _model(name, direct)
+        graph = graphs[bool(getattr(model, "uses_reverse_edges", False))]
         plan = plan_graph_parallel(graph, world, method, pos=batch.pos)
         counter = Comm("cpu")
         comm = GraphParallelComm(plan, mode=mode, comm=counter)
@@ -68,6 +71,8 @@ def _measure(rank: int, world: int, cases: list) -> list:
 @pytest.mark.parametrize("G", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_step_bytes_equal_the_measured_counters(G):
     cases = [(*c, False) for c in CASES] + [("dimenet++", "edge-chunk", "halo", True)]
+    if G == 3:
+        cases += [("gemnet-t", "atom-owner", "allgather", False), ("gemnet-t", "atom-owner", "halo", True)]
     outs = spawn(_measure, G, (cases,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=280)
     for r, rows in enumerate(outs):
         for case, (measured, formula) in zip(cases, rows):
@@ -148,7 +153,7 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     assert [r.activations for r in again] == [r.activations for r in gp.memory]
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", ["dimenet++", "schnet", "gemnet-t"])
 def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
     from gnnpipe.costmodel.atomistic import (
         UnitWidths,
@@ -175,9 +180,10 @@ def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
         add(activation_widths(direct)).total(10, 100, 5) - g_cons.total(10, 100, 5) + g_direct.total(10, 100, 5))
     bw = boundary_widths(cons)
     emb, emb_boundary = stage_widths(cons, 0, 1)  # the embedding alone: DimeNet++'s rbf keeps the edge geometry
-    kept_edge = g_cons.edge * 10 if name == "dimenet++" else 0
+    kept_edge = g_cons.edge * 10 if name != "schnet" else 0
     assert emb.total(10, 100, 5) == pytest.approx(units[0].total(10, 100, 5) - g_cons.total(10, 100, 5) + kept_edge)
-    assert stage_widths(direct, 0, 1)[0].total(10, 100, 5) == pytest.approx(emb.total(10, 100, 5) - kept_edge)
+    assert stage_widths(direct, 0, 1)[0].total(10, 100, 5) == pytest.approx(  # (GemNet-dT: output 0's force path)
+        activation_widths(direct)[0].total(10, 100, 5) - g_cons.total(10, 100, 5))
     seed = UnitWidths(bw.edge, 0, bw.atom + 3)  # conservative: the G seed received from the next stage, kept until B
     assert emb_boundary == bw + seed and stage_widths(direct, 0, 1)[1] == boundary_widths(direct)
     later, later_boundary = stage_widths(cons, 1, n)  # a later stage recomputes it

@@ -187,3 +187,29 @@ def test_positions_can_come_from_the_batch(graph):
     assert torch.equal(a.atom_owner, P.plan_graph_parallel(graph, 3, "atom-owner").atom_owner)
     with pytest.raises(DataValidationError, match="pos must have shape"):
         P.plan_graph_parallel(bare, 3, "atom-owner", pos=graph.pos[:3])
+
+
+@pytest.mark.parametrize("method,opts", METHODS[:2])
+@pytest.mark.parametrize("G", [2, 3])
+def test_a_graph_with_reverse_edges_adds_them_to_the_rows_a_rank_reads(graph, method, opts, G):
+    """GemNet reads each edge's reverse: its row in either buffer is the reverse edge (−1 where there is none)."""
+    from types import SimpleNamespace
+
+    from gnnpipe.data.atoms import reverse_edges
+
+    swap = reverse_edges(graph.edge_index)
+    swap[0] = -1  # as if a neighbour cap had dropped edge 0's reverse
+    rev = SimpleNamespace(**vars(graph), id_swap=swap)
+    plain, plan = P.plan_graph_parallel(graph, G, method, **opts), P.plan_graph_parallel(rev, G, method, **opts)
+    assert plain.local_idx_swap_halo is None
+    for r in range(G):
+        want = swap[plan.edges[r]]
+        for buffer, rows in ((plan.edge_order(), plan.local_idx_swap_allgather[r]),
+                             (torch.cat([plan.edges[r], plan.halo[r]]), plan.local_idx_swap_halo[r])):
+            has = rows >= 0
+            assert torch.equal(has, want >= 0)
+            assert torch.equal(buffer[rows[has]], want[has])
+        remote = {int(e) for e in want[want >= 0] if int(plan.edge_owner[e]) != r}
+        assert set(plan.halo[r].tolist()) == set(plain.halo[r].tolist()) | remote  # the triplets' reads and these
+        halo_buffer = torch.cat([plan.edges[r], plan.halo[r]])
+        assert torch.equal(halo_buffer[plan.local_idx_kj_halo[r]], graph.idx_kj[plan.triplets[r]])

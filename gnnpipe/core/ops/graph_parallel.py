@@ -18,7 +18,8 @@ hook                   what it does
                        backward all-gather). When every edge is owned by its target atom's owner (``atom-owner``)
                        and the sums are onto target atoms, a slice (no communication); see ``atoms_reduce``.
 ``edges_gather(x)``    local edge rows ``[E_r, d]`` → the rows local triplets read ``[E_read, d]`` (``idx_kj`` indexes
-                       it). ``mode="allgather"``: all ``E`` edges; ``mode="halo"``: local rows then the halo rows.
+                       it; with a graph's ``id_swap`` also the owned edges' reverses, ``idx_swap`` indexes them).
+                       ``mode="allgather"``: all ``E`` edges; ``mode="halo"``: local rows then the halo rows.
 ``sum(x)``             all-reduce sum of partials (partial energies); backward identity
 ``replicated_grad(g)`` all-reduce of a partial gradient of a replicated input (``∂E_r/∂pos`` → forces' gradient)
 =====================  ===========================================================================================
@@ -117,6 +118,8 @@ class LocalGraph(EdgeGeometry):
         idx_ji: ``LongTensor[T_r]``: each owned triplet's updated edge as a row of the local edges.
         atom_ids, edge_ids, triplet_ids: the owned atoms, edges and triplets (global ids, ascending).
         cutoff, max_neighbors: as the full graph's.
+        idx_swap: ``LongTensor[E_r]`` or ``None`` (the graph has no ``id_swap``): each owned edge's reverse as a row
+            of the buffer ``edges_gather`` returns, −1 where it has none.
     """
 
     edge_index: Tensor
@@ -130,6 +133,7 @@ class LocalGraph(EdgeGeometry):
     triplet_ids: Tensor
     cutoff: float = 0.0
     max_neighbors: int | None = None
+    idx_swap: Tensor | None = None
 
     @property
     def num_triplets(self) -> int:
@@ -176,11 +180,13 @@ def local_graph(graph: Any, plan: GraphParallelPlan, rank: int, mode: str = "all
     batch = getattr(graph, "batch", None)
     batch = torch.zeros(plan.num_nodes, dtype=torch.long, device=dev) if batch is None else batch
     kj = plan.local_idx_kj_allgather[rank] if mode == "allgather" else plan.local_idx_kj_halo[rank]
+    swaps = plan.local_idx_swap_allgather if mode == "allgather" else plan.local_idx_swap_halo
+    swap = None if swaps is None or getattr(graph, "id_swap", None) is None else swaps[rank].to(dev)
     return LocalGraph(edge_index=ei.index_select(1, edges), cell_offsets=offsets.index_select(0, edges), batch=batch,
                       num_nodes=plan.num_nodes, idx_kj=kj.to(dev), idx_ji=plan.local_idx_ji[rank].to(dev),
                       atom_ids=plan.atoms[rank].to(dev), edge_ids=edges, triplet_ids=plan.triplets[rank].to(dev),
                       cutoff=float(getattr(graph, "cutoff", 0.0) or 0.0),
-                      max_neighbors=getattr(graph, "max_neighbors", None))
+                      max_neighbors=getattr(graph, "max_neighbors", None), idx_swap=swap)
 
 
 class GraphParallelComm:

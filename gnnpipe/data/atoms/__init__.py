@@ -39,7 +39,7 @@ from .generate import (
                        generated_structures,
 )
 from .estimate import GraphEstimate, check_graph_size, estimate_graph
-from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, split_graph, triplets
+from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, reverse_edges, split_graph, triplets
 from .sets import FORMATS, PreparedSet, StructureSet, open_structures, write_structures
 from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
 from .validate import validate_structures
@@ -68,6 +68,7 @@ __all__ = [
                        "generated_structures",
                        "neighbor_pairs",
                        "read_structures",
+                       "reverse_edges",
                        "split_graph",
                        "split_structures",
                        "to_atoms",

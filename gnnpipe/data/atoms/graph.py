@@ -19,6 +19,8 @@ plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with period
     cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors), or with
                 keep_ties also those tied with the last one kept
     triplets:   in-edges of each atom as a CSR range; idx_ji = repeat_interleave(edges, in-degree of source)
+    reverse:    (with_reverse) id_swap[e] = the edge i → j of the same pair in the opposite image (offset −o), or
+                −1 when the neighbour cap dropped it (GemNet's swap of each edge's message onto its reverse)
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "neighbor_pairs", "split_graph",
-           "triplets"]
+__all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "neighbor_pairs",
+           "reverse_edges", "split_graph", "triplets"]
 
 
 class EdgeGeometry:
@@ -86,6 +88,8 @@ class AtomGraph(EdgeGeometry):
         cutoff: Å, the radius the edges were built with.
         max_neighbors: the per-target cap, or ``None``.
         num_structures: ``B``.
+        id_swap: int64 ``[E]`` or ``None`` (built without ``with_reverse``): the reverse edge of each edge
+            (:func:`reverse_edges`; −1 where it is not in the graph).
     """
 
     edge_index: Tensor
@@ -97,6 +101,7 @@ class AtomGraph(EdgeGeometry):
     cutoff: float = 0.0
     max_neighbors: int | None = None
     num_structures: int = 1
+    id_swap: Tensor | None = None
 
     @property
     def num_triplets(self) -> int:
@@ -118,7 +123,8 @@ class AtomGraph(EdgeGeometry):
             return None if t is None else t.to(device)
 
         return AtomGraph(move(self.edge_index), move(self.cell_offsets), move(self.batch), self.num_nodes,
-                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors, self.num_structures)
+                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors, self.num_structures,
+                         move(self.id_swap))
 
 
 # --------------------------------------------------------------------------------------------- pairs
@@ -300,7 +306,7 @@ def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
 
 
 def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_triplets: bool = True,
-                method: str = "auto", keep_ties: bool = False) -> AtomGraph:
+                method: str = "auto", keep_ties: bool = False, with_reverse: bool = False) -> AtomGraph:
     """The neighbour graph (and triplets) of a structure or a batch of structures.
 
     Args:
@@ -313,6 +319,7 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
             that symmetric neighbours are kept or dropped together (fairchem's non-strict ``max_neighbors``); a
             target may then have more than ``max_neighbors`` in-edges.
         with_triplets: also build ``idx_kj``, ``idx_ji`` (see :func:`triplets`).
+        with_reverse: also build ``id_swap``, each edge's reverse (see :func:`reverse_edges`).
         method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``),
             or ``"batch"``: all structures at once (:func:`batch_neighbor_pairs`; the ``"auto"`` loop when over its
             budget); the result is the same (up to pairs within float rounding of the cutoff).
@@ -364,6 +371,8 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
                       num_structures=num)
     if with_triplets:
         graph.idx_kj, graph.idx_ji = triplets(edge_index, off, graph.num_nodes)
+    if with_reverse:
+        graph.id_swap = reverse_edges(edge_index, off)
     return graph
 
 
@@ -386,12 +395,14 @@ def concat_graphs(graphs: list[AtomGraph]) -> AtomGraph:
         raise ValueError("concat_graphs needs at least one graph")
     first = graphs[0]
     has_triplets = first.idx_kj is not None
+    has_reverse = first.id_swap is not None
     for g in graphs:
-        if (g.cutoff, g.max_neighbors, g.idx_kj is not None) != (first.cutoff, first.max_neighbors, has_triplets):
+        if ((g.cutoff, g.max_neighbors, g.idx_kj is not None, g.id_swap is not None)
+                != (first.cutoff, first.max_neighbors, has_triplets, has_reverse)):
             raise ValueError("concat_graphs: graphs built with different cutoff, max_neighbors or triplet settings; "
                              "build every structure's graph with the same arguments")
     atoms = edges = structures = 0
-    ei, off, batch, kj, ji = [], [], [], [], []
+    ei, off, batch, kj, ji, rev = [], [], [], [], [], []
     for g in graphs:
         ei.append(g.edge_index + atoms)
         off.append(g.cell_offsets)
@@ -399,12 +410,14 @@ def concat_graphs(graphs: list[AtomGraph]) -> AtomGraph:
         if has_triplets:
             kj.append(g.idx_kj + edges)
             ji.append(g.idx_ji + edges)
+        if has_reverse:
+            rev.append(torch.where(g.id_swap >= 0, g.id_swap + edges, g.id_swap))
         atoms += g.num_nodes
         edges += g.num_edges
         structures += g.num_structures
     return AtomGraph(torch.cat(ei, 1), torch.cat(off), torch.cat(batch), atoms,
                      torch.cat(kj) if has_triplets else None, torch.cat(ji) if has_triplets else None,
-                     first.cutoff, first.max_neighbors, structures)
+                     first.cutoff, first.max_neighbors, structures, torch.cat(rev) if has_reverse else None)
 
 
 def split_graph(graph: AtomGraph, sizes: list[int]) -> list[AtomGraph]:
@@ -442,12 +455,15 @@ def split_graph(graph: AtomGraph, sizes: list[int]) -> list[AtomGraph]:
     for n in sizes:
         s1 = s0 + n
         a0, a1, e0, e1 = atom_ptr[s0], atom_ptr[s1], edge_ptr[s0], edge_ptr[s1]
-        kj = ji = None
+        kj = ji = rev = None
         if has_triplets:
             t0, t1 = tri_ptr[s0], tri_ptr[s1]
             kj, ji = graph.idx_kj[t0:t1] - e0, graph.idx_ji[t0:t1] - e0
+        if graph.id_swap is not None:  # an edge's reverse joins the same structure's atoms
+            r = graph.id_swap[e0:e1]
+            rev = torch.where(r >= 0, r - e0, r)
         parts.append(AtomGraph(graph.edge_index[:, e0:e1] - a0, graph.cell_offsets[e0:e1], graph.batch[a0:a1] - s0,
-                               a1 - a0, kj, ji, graph.cutoff, graph.max_neighbors, n))
+                               a1 - a0, kj, ji, graph.cutoff, graph.max_neighbors, n, rev))
         s0 = s1
     return parts
 
@@ -494,3 +510,29 @@ def triplets(edge_index: Tensor, cell_offsets: Tensor | None, num_nodes: int) ->
         back[cand] = (cell_offsets[idx_kj[cand]] + cell_offsets[idx_ji[cand]] == 0).all(dim=1)
     keep = ~back
     return idx_kj[keep], idx_ji[keep]
+
+
+def reverse_edges(edge_index: Tensor, cell_offsets: Tensor | None = None) -> Tensor:
+    """The reverse of every edge: for ``j → i`` with offset ``o``, the edge ``i → j`` with offset ``−o`` (the same
+    pair of atoms seen from the other end), as used by GemNet's message swap (Gasteiger et al., NeurIPS 2021).
+
+    Args:
+        edge_index: int64 ``[2, E]``. cell_offsets: int64 ``[E, 3]`` or ``None`` (no images).
+
+    Returns:
+        int64 ``[E]``: the reverse edge's id, or −1 where the graph lacks it (a neighbour cap kept ``j → i`` but
+        dropped ``i → j``). With several copies of an edge the reverse is the first.
+    """
+    e = int(edge_index.size(1))
+    device = edge_index.device
+    if e == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    off = (torch.zeros(e, 3, dtype=torch.long, device=device) if cell_offsets is None
+           else cell_offsets.to(torch.long))
+    fwd = torch.cat([edge_index.t(), off], dim=1)                     # (j, i, o)
+    bwd = torch.cat([edge_index.flip(0).t(), -off], dim=1)            # the key the reverse edge has
+    keys, inv = torch.unique(torch.cat([fwd, bwd]), dim=0, return_inverse=True)
+    first = torch.full((keys.size(0),), -1, dtype=torch.long, device=device)
+    ids = torch.arange(e, device=device)
+    first.scatter_reduce_(0, inv[:e], ids, reduce="amin", include_self=False)
+    return first[inv[e:]]

@@ -26,7 +26,7 @@ def task_meta(model) -> dict:
     meta = (getattr(model, "meta", None) or {}).get("task_meta") or {}
     if meta.get("task") != "s2ef":
         raise ConfigError("this model was not trained on energies and forces (its file records no S2EF "
-                          "normalisation); train one with gnnpipe train --model schnet|dimenet++ and export it")
+                          "normalisation); train one with gnnpipe train --model schnet|dimenet++|gemnet-t and export it")
     return meta
 
 
@@ -108,7 +108,8 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
     triplets = bool(getattr(model, "uses_triplets", True))
-    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"], triplets)
+    graph_fn = graph_builder(meta["cutoff"], meta["max_neighbors"], triplets,
+                             bool(getattr(model, "uses_reverse_edges", False)))
     p = next(model.parameters())
     structures = prepare_structures(structures, p.dtype, labelled=False)
     check_elements(model, structures, unseen_elements, source)

@@ -56,11 +56,13 @@ def make_model(config: TrainConfig):
     return model.to(config.torch_dtype)
 
 
-def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True) -> Callable:
-    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``)."""
+def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True, with_reverse: bool = False) -> Callable:
+    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``, each edge's
+    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet)."""
     from ...data.atoms import build_graph
 
-    return lambda batch: build_graph(batch, cutoff, max_neighbors, with_triplets=with_triplets)
+    return lambda batch: build_graph(batch, cutoff, max_neighbors, with_triplets=with_triplets,
+                                     with_reverse=with_reverse)
 
 
 def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
@@ -98,8 +100,13 @@ class S2EFTrainer:
         self.replica, self.replicas, self.reporting = self.replica_of(rank, world)
         self.device = torch.device("cpu")
         self.model = model if model is not None else make_model(config)
+        if model is None:  # data-dependent initialisation (GemNet's scale factors), the same in every layout
+            from .scaling import fit_scale_factors
+
+            fit_scale_factors(self.model, config, structures, splits)
         self.units = range(len(getattr(self.model, "units", ())))
-        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets())
+        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(),
+                                                  bool(getattr(self.model, "uses_reverse_edges", False)))
         self.trained = self.trained_module()
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)

@@ -130,13 +130,14 @@ def test_batch_offsets_atom_indices_per_structure():
 @pytest.mark.parametrize("with_triplets", [True, False])
 def test_split_graph_is_the_inverse_of_concat(with_triplets):
     datas = [_data(a) for a in _structures()]
-    graph = build_graph(Batch.from_data_list(datas), 3.1, with_triplets=with_triplets)
+    kw = dict(with_triplets=with_triplets, with_reverse=with_triplets)  # reverse edges travel like triplets
+    graph = build_graph(Batch.from_data_list(datas), 3.1, **kw)
     sizes = [1, 0, len(datas) - 1]
     parts = split_graph(graph, sizes)
     assert [p.num_structures for p in parts] == sizes
-    expected = [build_graph(Batch.from_data_list(datas[:1]), 3.1, with_triplets=with_triplets), None,
-                build_graph(Batch.from_data_list(datas[1:]), 3.1, with_triplets=with_triplets)]
-    names = ("edge_index", "cell_offsets", "batch") + (("idx_kj", "idx_ji") if with_triplets else ())
+    expected = [build_graph(Batch.from_data_list(datas[:1]), 3.1, **kw), None,
+                build_graph(Batch.from_data_list(datas[1:]), 3.1, **kw)]
+    names = ("edge_index", "cell_offsets", "batch") + (("idx_kj", "idx_ji", "id_swap") if with_triplets else ())
     for got, want in zip(parts, expected):
         if want is None:
             assert got.num_nodes == got.num_edges == 0
@@ -192,6 +193,23 @@ def test_self_image_edge_pairs_with_itself_and_k_equal_i_in_another_image_is_kep
     back = [(kj, ji) for kj, ji in pairs if torch.all(off[kj] + off[ji] == 0)]
     assert back == []
     assert graph.num_triplets == graph.num_edges * (graph.num_edges - 1)
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+def test_reverse_edges_join_the_same_pair_the_other_way(cap):
+    datas = [_data(a) for a in _structures()]
+    graph = build_graph(Batch.from_data_list(datas), 3.1, cap, with_reverse=True)
+    rev = graph.id_swap
+    has = rev >= 0
+    src, dst = graph.edge_index
+    assert torch.equal(src[rev[has]], dst[has]) and torch.equal(dst[rev[has]], src[has])
+    assert torch.equal(graph.cell_offsets[rev[has]], -graph.cell_offsets[has])
+    assert torch.equal(rev[rev[has]], torch.arange(graph.num_edges)[has])  # an involution
+    if cap is None:
+        assert bool(has.all())  # without a cap every pair is there both ways
+    else:  # a cap keeps some edges whose reverse it dropped
+        assert 0 < int((~has).sum()) < graph.num_edges
+        assert build_graph(Batch.from_data_list(datas), 3.1, cap).id_swap is None
 
 
 def test_triplets_reject_unsorted_edges():

@@ -83,3 +83,8 @@ def batch():
 DIMENET_SMALL = dict(num_layers=2, hidden=16, int_emb_size=8, basis_emb_size=4, out_emb_channels=16,
                      num_spherical=3, num_radial=4, cutoff=3.0, output_initializer="glorot_orthogonal")
 SCHNET_SMALL = dict(num_layers=2, hidden=16, num_filters=12, num_gaussians=10, cutoff=3.0)
+GEMNET_SMALL = dict(num_layers=2, hidden=16, emb_size_trip=8, emb_size_rbf=4, emb_size_cbf=4, emb_size_bil_trip=6,
+                    num_spherical=4, num_radial=6, num_atom=1, cutoff=3.0)
+#: every atomistic model of the zoo with its small sizes
+SMALL = {"dimenet++": DIMENET_SMALL, "schnet": SCHNET_SMALL, "gemnet-t": GEMNET_SMALL}
+NAMES = list(SMALL)

@@ -10,9 +10,9 @@ import torch
 
 from gnnpipe.models import build_model
 
-from .conftest import DIMENET_SMALL, SCHNET_SMALL, make_graph
+from .conftest import DIMENET_SMALL, NAMES, SMALL, make_graph
 
-OPTIONS = {"dimenet++": DIMENET_SMALL, "schnet": SCHNET_SMALL}
+OPTIONS = SMALL
 
 
 def _rotation(seed: int) -> torch.Tensor:
@@ -22,7 +22,7 @@ def _rotation(seed: int) -> torch.Tensor:
     return q if torch.det(q) > 0 else -q
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 def test_conservative_forces_equal_finite_differences(batch, name):
     torch.manual_seed(0)
     model = build_model(name, 0, 1, **OPTIONS[name]).double().eval()
@@ -43,7 +43,7 @@ def test_conservative_forces_equal_finite_differences(batch, name):
         assert math.isclose(float(forces[atom, axis]), float(fd), rel_tol=1e-6, abs_tol=1e-8)
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 def test_training_forces_are_differentiable(batch, name):
     torch.manual_seed(0)
     model = build_model(name, 0, 1, **OPTIONS[name]).double().train()
@@ -55,7 +55,7 @@ def test_training_forces_are_differentiable(batch, name):
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("direct", [True, False])
 def test_forces_rotate_and_energy_is_invariant(batch, name, direct):
     torch.manual_seed(0)
@@ -81,7 +81,7 @@ def test_direct_forces_need_one_backward_and_pos_without_grad(batch):
     assert model.head.forces.lin1.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 def test_periodic_structure_forces_and_image_invariance(name):
     from ase.build import bulk
     from torch_geometric.data import Batch, Data

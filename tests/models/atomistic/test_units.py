@@ -11,9 +11,9 @@ from gnnpipe.errors import ConfigError, DataValidationError
 from gnnpipe.models import build_model
 from gnnpipe.models.atomistic import AtomisticModel, LocalComm
 
-from .conftest import DIMENET_SMALL, SCHNET_SMALL, make_graph
+from .conftest import DIMENET_SMALL, GEMNET_SMALL, NAMES, SCHNET_SMALL, SMALL, make_graph
 
-OPTIONS = {"dimenet++": DIMENET_SMALL, "schnet": SCHNET_SMALL}
+OPTIONS = SMALL
 
 
 class RecordingComm(LocalComm):
@@ -42,7 +42,7 @@ class RecordingComm(LocalComm):
         return self._rec("replicated_grad", g)
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("cut", [1, 2])
 def test_units_run_in_slices_equal_the_whole(batch, name, cut):
     torch.manual_seed(0)
@@ -60,6 +60,7 @@ def test_units_run_in_slices_equal_the_whole(batch, name, cut):
 @pytest.mark.parametrize("name,hooks", [
     ("dimenet++", {"atoms_gather", "atoms_reduce", "edges_gather", "sum", "replicated_grad"}),
     ("schnet", {"atoms_gather", "atoms_reduce", "sum", "replicated_grad"}),
+    ("gemnet-t", {"atoms_gather", "atoms_reduce", "edges_gather", "sum", "replicated_grad"}),
 ])
 def test_every_hook_is_called(batch, name, hooks):
     torch.manual_seed(0)
@@ -76,6 +77,11 @@ def test_every_hook_is_called(batch, name, hooks):
         assert comm.calls.count(("edges_gather", (E, DIMENET_SMALL["int_emb_size"]))) == L
         assert ("edges_gather", (E, 3)) in comm.calls  # the triplets' second edge vector
         assert sum(c == "atoms_reduce" for c, _ in comm.calls) == L + 1  # one per output block
+    elif name == "gemnet-t":
+        L, o = GEMNET_SMALL["num_layers"], GEMNET_SMALL
+        assert comm.calls.count(("edges_gather", (E, o["emb_size_trip"]))) == L  # the triplets' in-edges
+        assert comm.calls.count(("edges_gather", (E, o["emb_size_bil_trip"]))) == L  # the reverse edges
+        assert sum(c == "atoms_reduce" for c, _ in comm.calls) == 2 * L + 1  # atom updates, output blocks
     else:
         assert sum(c == "atoms_reduce" for c, _ in comm.calls) == SCHNET_SMALL["num_layers"]
 
@@ -89,7 +95,7 @@ def test_direct_force_head_reduces_onto_owned_atoms(batch):
     assert "replicated_grad" not in {c for c, _ in comm.calls}
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 def test_weights_are_seeded_per_unit(name):
     o = OPTIONS[name]
     a = build_model(name, 0, 1, **o)
@@ -151,7 +157,7 @@ def test_unknown_atomic_number_is_refused(batch):
         model(batch, make_graph(batch, SCHNET_SMALL["cutoff"]))
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet"])
+@pytest.mark.parametrize("name", NAMES)
 def test_a_graph_naming_its_owned_atoms_gives_the_same_result(batch, name):
     """A local graph view (``atom_ids``: the owned atoms) owning every atom is the whole graph."""
     import dataclasses

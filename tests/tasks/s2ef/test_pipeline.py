@@ -188,8 +188,10 @@ def _check_cases(cases: list, world: int) -> None:
 
 @pytest.mark.timeout(600)
 def test_two_stages_equal_the_single_process():
-    """(S, G, D) = (2, 1, 1): dimenet++ conservative under gpipe, schnet direct under 1f1b."""
-    _check_cases([("dimenet++", 2, 2, "gpipe", False), ("schnet", 2, 3, "1f1b", True)], 2)
+    """(S, G, D) = (2, 1, 1): dimenet++ conservative under gpipe, schnet direct and gemnet-t conservative under
+    1f1b."""
+    _check_cases([("dimenet++", 2, 2, "gpipe", False), ("schnet", 2, 3, "1f1b", True),
+                  ("gemnet-t", 2, 2, "1f1b", False)], 2)
 
 
 #: (S, G, D) layouts of issue #30 beyond (2, 1, 1)

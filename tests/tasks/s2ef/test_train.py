@@ -59,8 +59,14 @@ def _weights(model):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_resume_continues_exactly(tmp_path, xyz):
-    kw = dict(dataset=xyz, dtype="float64", ema_decay=0.9, keep="last", **SMALL)
+GEMNET = dict(SMALL, model="gemnet-t", model_args={"emb_size_trip": 4, "emb_size_rbf": 3, "emb_size_cbf": 3,
+                                                  "emb_size_bil_trip": 5, "num_spherical": 3, "num_radial": 6,
+                                                  "num_atom": 1})
+
+
+@pytest.mark.parametrize("small", [SMALL, pytest.param(GEMNET, marks=pytest.mark.slow, id="gemnet-t")])
+def test_resume_continues_exactly(tmp_path, xyz, small):
+    kw = dict(dataset=xyz, dtype="float64", ema_decay=0.9, keep="last", **small)
     full = api.train(epochs=4, checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2, **kw)
     resumed = api.train(epochs=4, resume=str(tmp_path / "ck" / "ckpt-000002"), **kw)  # the cosine spans 4 epochs
     assert resumed.epochs[1] == full.epochs[1]  # the first two epochs are the checkpoint's records
