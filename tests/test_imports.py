@@ -27,7 +27,7 @@ LAYERS = {
     "core": 5,
     "experiments": 6, "costmodel": 6,
     "tasks": 7,
-    "api": 8, "calculator": 8,
+    "api": 8, "calculator": 8, "relax": 8,
     "cli": 9,
     "__main__": 10,
 }

@@ -111,8 +111,18 @@ def _opt(model, *names):
     return [getattr(model, n) for n in names]
 
 
+def _readout_calls(num_structures: int, num_atoms: int, direct: bool) -> list:
+    """The readout's hook calls, the same for every triplet model: the energies' sum, then the direct forces'
+    reduce and gather or the conservative forces' all-reduce of ``∂E_r/∂pos``."""
+    if direct:
+        return [HookCall(-1, "sum", num_structures, pos=False), HookCall(-1, "atoms_reduce", 3, pos=False),
+                HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True)]
+    return [HookCall(-1, "sum", num_structures, pos=False),
+            HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False)]
+
+
 def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall]:
-    """The hook calls of one forward of ``model`` (``schnet`` or ``dimenet++``, conservative or direct forces)
+    """The hook calls of one forward of ``model`` (``schnet``, ``dimenet++`` or ``gemnet-t``, either force kind)
     on a batch of ``num_atoms`` atoms and ``num_structures`` structures, in call order (the models' code:
     :mod:`gnnpipe.models.atomistic.schnet`, :mod:`gnnpipe.models.atomistic.dimenet`).
 
@@ -152,13 +162,7 @@ def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall
                   HookCall(0, "atoms_reduce", H, pos=c)]  # output block 0
         for b in range(1, L + 1):
             calls += [HookCall(b, "edges_gather", I, pos=c), HookCall(b, "atoms_reduce", H, pos=c)]
-        calls.append(HookCall(-1, "sum", num_structures, pos=False))
-        if direct:
-            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
-            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
-        else:
-            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
-        return calls
+        return calls + _readout_calls(num_structures, num_atoms, direct)
     if isinstance(model, GemNetT):
         z = _gemnet_sizes(model)
         A, Ed, c = z["A"], z["Ed"], not direct
@@ -171,13 +175,7 @@ def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall
                       HookCall(b, "atoms_reduce", Ed, pos=c),  # the atom update
                       HookCall(b, "atoms_gather", A, pos=c),  # the edge-atom concatenation
                       HookCall(b, "atoms_reduce", Ed, pos=c)]  # the output block
-        calls.append(HookCall(-1, "sum", num_structures, pos=False))
-        if direct:
-            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
-            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
-        else:
-            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
-        return calls
+        return calls + _readout_calls(num_structures, num_atoms, direct)
     raise ConfigError(f"the atomistic cost model describes schnet, dimenet++ and gemnet-t; {type(model).__name__} has no "
                       "description of its hook calls (add one to gnnpipe.costmodel.atomistic.hook_calls)")
 

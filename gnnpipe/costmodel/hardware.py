@@ -88,8 +88,8 @@ class Link:
 
     @property
     def exchange_bandwidth_Bps(self) -> float:
-        """Bytes per second in each direction of an exchange (both ends sending at once): ``exchange_Bps``, or
-        ``bandwidth_Bps`` on a full-duplex link."""
+        """The rate in bytes per second of each direction of an exchange in which both ends send at once
+        (``exchange_Bps``, or ``bandwidth_Bps`` on a full-duplex link)."""
         return self.bandwidth_Bps if self.exchange_Bps is None else self.exchange_Bps
 
     def time(self, nbytes: float) -> float:

@@ -29,7 +29,7 @@ A study file is TOML::
 
     [report]                             # optional: the report's sweep plot, a metric against a setting
     x = "params"                         # a setting ([grid] key) or "params" (the model's trained parameters)
-    y = "force_mae"                      # a metric of gnnpipe.experiments.report.SWEEP_METRICS
+    y = "force_mae"                      # a metric of gnnpipe.experiments.grid.SWEEP_METRICS
     log_x = true                         # logarithmic x axis (default: true for "params")
 
 Atomistic (S2EF) runs are studied the same way: ``model = "dimenet++"`` (or ``"schnet"``), ``gp_size``
@@ -382,25 +382,39 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
         p = Path(root).expanduser()
         out["root"] = str(p if p.is_absolute() else (base_dir / p).resolve())
     from ..data.datasets import DATASET_FILE_SUFFIXES
-    from ..tasks.s2ef.data import STRUCTURE_SUFFIXES
+    from ..data.atoms import STRUCTURE_SUFFIXES
+    from ..data.atoms.sets import FORMATS
 
     ds = out.get("dataset")
-    if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES)):
+    if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES) + tuple(FORMATS)):
         p = Path(ds).expanduser()
-        if not p.is_absolute() and (base_dir / p).is_file():
+        if not p.is_absolute() and (base_dir / p).exists():
             out["dataset"] = str((base_dir / p).resolve())
     return out
 
 
+#: metrics the sweep plot of a report (gnnpipe.experiments.report) can draw: name → (VariantStats attribute, axis label)
+SWEEP_METRICS = {
+    "force_mae": ("f_mae", "test force MAE at best val (eV/Å)"),
+    "val_force_mae": ("val_f_mae", "best validation force MAE (eV/Å)"),
+    "energy_mae": ("e_mae", "test energy MAE at best val (meV)"),
+    "force_cos": ("f_cos", "test force cosine at best val"),
+    "efwt": ("efwt", "test EFwT at best val (%)"),
+    "test_acc": ("test_acc", "test accuracy at best val (%)"),
+    "best_val_acc": ("best_val", "best validation accuracy (%)"),
+    "step_ms": ("step_ms", "time per training step (ms)"),
+    "epoch_ms": ("epoch_ms", "time per epoch (ms)"),
+    "peak_mib": ("peak_mib", "peak memory, largest rank (MiB)"),
+}
+
+
 def check_report_settings(tbl: dict, src: str) -> dict:
     """The ``[report]`` table, checked: ``x`` (a setting or ``"params"``), ``y`` (a metric name of
-    :data:`gnnpipe.experiments.report.SWEEP_METRICS`), ``log_x`` (bool). Returns it with ``x`` normalised.
+    :data:`gnnpipe.experiments.grid.SWEEP_METRICS`), ``log_x`` (bool). Returns it with ``x`` normalised.
 
     Raises:
         ConfigError: an unknown key or metric, a value of the wrong kind.
     """
-    from .report import SWEEP_METRICS
-
     out: dict[str, Any] = {}
     for k, v in tbl.items():
         if k not in ("x", "y", "log_x"):

@@ -24,7 +24,7 @@ trained parameters (``num_params``), the time per training step (ms: epoch time 
 the peak memory of every rank (MiB, mean over seeds). Their curve plot is ``val_force_mae.png``, the time
 plot shows the step time.
 
-The sweep plot ``sweep.png`` draws a metric (:data:`SWEEP_METRICS`) against a setting that the variants vary,
+The sweep plot ``sweep.png`` draws a metric (:data:`~gnnpipe.experiments.grid.SWEEP_METRICS`) against a setting that the variants vary,
 or against the parameter count (log axis): one dot per seed, the mean with its sample std as error bars.
 The study's ``[report]`` table chooses ``x``, ``y`` and ``log_x``; by default S2EF studies whose variants
 differ in parameters draw the test force MAE against them.
@@ -40,22 +40,10 @@ from typing import Optional
 
 from ..errors import ConfigError
 from .results import read_records
+from .grid import SWEEP_METRICS
 
 BYTE_KINDS = ("layer", "graph", "weight", "gp")
 
-#: metrics the sweep plot can draw: name → (VariantStats attribute, axis label)
-SWEEP_METRICS = {
-    "force_mae": ("f_mae", "test force MAE at best val (eV/Å)"),
-    "val_force_mae": ("val_f_mae", "best validation force MAE (eV/Å)"),
-    "energy_mae": ("e_mae", "test energy MAE at best val (meV)"),
-    "force_cos": ("f_cos", "test force cosine at best val"),
-    "efwt": ("efwt", "test EFwT at best val (%)"),
-    "test_acc": ("test_acc", "test accuracy at best val (%)"),
-    "best_val_acc": ("best_val", "best validation accuracy (%)"),
-    "step_ms": ("step_ms", "time per training step (ms)"),
-    "epoch_ms": ("epoch_ms", "time per epoch (ms)"),
-    "peak_mib": ("peak_mib", "peak memory, largest rank (MiB)"),
-}
 
 
 @dataclass
@@ -486,7 +474,7 @@ def default_sweep(variants: list[VariantStats]) -> dict:
 
 def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_x: Optional[bool] = None,
                title: str = "") -> Optional[Path]:
-    """``y`` (a :data:`SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``): a dot per seed,
+    """``y`` (a :data:`~gnnpipe.experiments.grid.SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``): a dot per seed,
     the mean ± sample std per distinct ``x``, joined in ``x`` order. Variants with the same ``x`` (differing in
     another setting) are pooled. Returns ``None`` (nothing drawn) when fewer than two distinct ``x`` have values.
 
@@ -551,7 +539,7 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
         title, description: report header (default: the study name recorded in the results).
         order: optional variant names in the order to list them (others follow in file order).
         sweep: the sweep plot, ``{"x": setting or "params", "y": metric, "log_x": bool}`` (a study's
-            ``[report]`` table; missing keys as :func:`default_sweep`); ``None``: the default.
+            ``[report]`` table; missing keys as ``default_sweep``); ``None``: the default.
 
     Raises:
         ConfigError: missing or empty results file; matplotlib missing while ``plots`` is set.

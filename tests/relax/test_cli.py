@@ -13,7 +13,7 @@ from gnnpipe.cli.main import main
 @pytest.fixture(scope="module")
 def is2rs_files(tmp_path_factory):
     from gnnpipe.data.atoms import generated_file
-    from gnnpipe.data.atoms.is2rs import reference_path
+    from gnnpipe.data.atoms.generate import reference_path
 
     folder = tmp_path_factory.mktemp("is2rs")
     path = generated_file("oc20-is2rs", 3, seed=2, out=folder / "is2rs.extxyz")

@@ -134,14 +134,7 @@ class EpochLogger:
                         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                     except (OSError, ValueError, AttributeError):
                         pass
-        if self._csv is not None:
-            self._csv.writerow({k: _scalar(rec[k]) for k in self.fields if k in rec})
-            self._csv_file.flush()
-        if self._tb is not None:
-            for k in _TB_KEYS:
-                v = rec.get(k)
-                if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
-                    self._tb.add_scalar(k, v, epoch)
+        self._write(rec, "", epoch)
 
     def step(self, rec: dict, max_steps=None, line: bool = True) -> None:
         """A step record (training by steps, :mod:`gnnpipe.tasks.s2ef.steps`): a step line when ``line`` and the
@@ -152,6 +145,10 @@ class EpochLogger:
                 print(format_step(rec, max_steps), file=self.stream, flush=True)
             except BrokenPipeError:
                 self.tty = True  # the reader left: no more lines
+        self._write(rec, "step/", rec["step"])
+
+    def _write(self, rec: dict, tb_prefix: str, x: int) -> None:
+        """``rec`` as a CSV row and as TensorBoard scalars ``<tb_prefix><key>`` at ``x`` (the epoch or the step)."""
         if self._csv is not None:
             self._csv.writerow({k: _scalar(rec[k]) for k in self.fields if k in rec})
             self._csv_file.flush()
@@ -159,7 +156,7 @@ class EpochLogger:
             for k in _TB_KEYS:
                 v = rec.get(k)
                 if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
-                    self._tb.add_scalar(f"step/{k}", v, rec["step"])
+                    self._tb.add_scalar(f"{tb_prefix}{k}", v, x)
 
     def close(self) -> None:
         if self._csv_file is not None:

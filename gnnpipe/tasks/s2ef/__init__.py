@@ -35,7 +35,7 @@ __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
 @attrs.define
 class S2EFData:
     """Loaded S2EF data: ``structures`` (validated PyG ``Data`` in a list, or a lazy
-    :class:`~gnnpipe.data.atoms.sets.PreparedSet` that validates each when it is read), ``splits`` (index tensors),
+    ``gnnpipe.data.atoms.sets.PreparedSet`` that validates each when it is read), ``splits`` (index tensors),
     the fitted ``normalizer``, ``name`` (what the run trains on), and ``mean_atoms`` (atoms per structure of the
     reference sample)."""
 
@@ -211,9 +211,9 @@ class S2EF(Task):
 
     def load(self, config: Any, data: Optional[Any] = None) -> S2EFData:
         """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), split, with the
-        energy reference fitted on a bounded sample of the training split (:func:`~.data.reference_sample`).
+        energy reference fitted on a bounded sample of the training split (``gnnpipe.tasks.s2ef.data.reference_sample``).
         A generated set, a ``.traj`` file and ``data`` are read and validated whole, in memory; the other files
-        and folders (:mod:`gnnpipe.data.atoms.sets`) are opened lazily: a structure is read and validated when a
+        and folders (``gnnpipe.data.atoms.sets``) are opened lazily: a structure is read and validated when a
         step (a loader worker) needs it."""
         from .data import GENERATED, load_structures, open_dataset, prepare_structures, split
 

@@ -42,6 +42,23 @@ def _structure_folder(dataset: str) -> bool:
         return False
 
 
+def dataset_path(config, what: str) -> Path:
+    """The path of ``config.dataset`` (``config.root`` tried as its parent when it does not exist as given).
+
+    Raises:
+        ConfigError: neither exists; the message asks for ``what``.
+    """
+    from ...errors import ConfigError
+
+    path = Path(config.dataset).expanduser()
+    if not path.exists() and config.root is not None:
+        path = Path(config.root).expanduser() / config.dataset
+    if not path.exists():
+        raise ConfigError(f"no structure file {config.dataset!r}; give {what}, or --dataset oc20-like for a "
+                          f"generated set")
+    return path
+
+
 def load_structures(config) -> list:
     """The structures of ``config.dataset`` (``None``: the generated ``oc20-like`` set of ``config.frames``
     frames, seeded by ``config.seed``), in ``config.dtype``, validated.
@@ -50,19 +67,13 @@ def load_structures(config) -> list:
         ConfigError: a missing file. DataValidationError: a malformed structure (the message names it and the fix).
     """
     from ...data import atoms
-    from ...errors import ConfigError
 
     ds = config.dataset or "oc20-like"
     if ds.lower() in GENERATED:  # generated once, then read from the cache (gnnpipe.data.atoms.generated_file)
         structures = atoms.generated_structures(ds.lower().split("-")[0], config.frames, config.seed,
                                                 dtype=config.torch_dtype)
     else:
-        path = Path(ds).expanduser()
-        if not path.is_file() and config.root is not None:
-            path = Path(config.root).expanduser() / ds
-        if not path.is_file():
-            raise ConfigError(f"no structure file {ds!r}; give an existing .extxyz/.xyz/.traj/.db file, or "
-                              f"--dataset oc20-like for a generated set")
+        path = dataset_path(config, "an existing .extxyz/.xyz/.traj/.db file")
         kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
         structures = atoms.read_structures(str(path), dtype=config.torch_dtype, **kw)
         return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff,
@@ -137,15 +148,8 @@ def open_dataset(config):
             formats.
     """
     from ...data.atoms.sets import PreparedSet, open_structures
-    from ...errors import ConfigError
 
-    ds = config.dataset
-    path = Path(ds).expanduser()
-    if not path.exists() and config.root is not None:
-        path = Path(config.root).expanduser() / ds
-    if not path.exists():
-        raise ConfigError(f"no structure file {ds!r}; give an existing file ({', '.join(DATA_SUFFIXES)}) or a folder "
-                          f"of such files, or --dataset oc20-like for a generated set")
+    path = dataset_path(config, f"an existing file ({', '.join(DATA_SUFFIXES)}) or a folder of such files")
     base = open_structures(path, energy_key=config.energy_key, forces_key=config.forces_key)
     return PreparedSet(base, config.torch_dtype, cutoff=config.cutoff,
                        skip_invalid=bool(getattr(config, "skip_invalid", False)))
