@@ -23,6 +23,8 @@ Each measurement runs in a fresh process (``--child``), DimeNet++ at its S2EF de
 * the in-memory path (``load_structures`` of an extended-XYZ file of ``--old`` structures: every structure read
   and validated before training), with its per-structure rate extrapolated to ``--large``.
 
+* the whole ``gnnpipe train --max-steps 3`` command on both sets (wall time of a fresh process).
+
 Usage::
 
     python benchmarks/bench_atomistic_data.py                # 10,000 and 200,000 structures, old path on 5,000
@@ -167,6 +169,24 @@ def run_child(path: Path, args, workers: int) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def cli_wall(path: Path, args) -> float:
+    """Seconds of a whole ``gnnpipe train --max-steps`` command on ``path`` (a fresh process: imports, opening the
+    set, the reference's sample, the model, the steps, the results written)."""
+    import tempfile
+
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "gnnpipe", "train", "--dataset", str(path), "--model", "dimenet++",
+               "--max-steps", str(args.cli_steps), "--threads", str(args.threads), "--num-workers", str(args.workers),
+               "--no-progress", "--out", str(Path(tmp) / "r.json")]
+        t = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600, cwd=tmp)
+        wall = time.perf_counter() - t
+    if p.returncode:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
+    return wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", type=int, default=10_000, help="structures of the smaller set (default %(default)s)")
@@ -180,6 +200,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="training steps measured (default %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the training process (default %(default)s)")
     ap.add_argument("--workers", type=int, default=1, help="loader workers (default %(default)s)")
+    ap.add_argument("--cli-steps", type=int, default=3,
+                    help="the whole `gnnpipe train --max-steps N` command timed on both sets (0: skip; default %(default)s)")
     ap.add_argument("--dir", default=None, help="where the sets are written (default: $GNNPIPE_CACHE/bench-data)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -215,6 +237,10 @@ def main() -> None:
           f"(own memory RssAnon {g['RssAnon']:+.0f}, mapped file pages RssFile {g['RssFile']:+.0f}); after the steps "
           f"{b['rss_mib'] - a['rss_mib']:+.0f} MiB (RssAnon {b['rss_anon_mib'] - a['rss_anon_mib']:+.0f}, RssFile "
           f"{b['rss_file_mib'] - a['rss_file_mib']:+.0f}; the steps' batches differ between the sets)")
+    if args.cli_steps:
+        walls = {n: cli_wall(p, args) for n, p in sets.items()}
+        print(f"gnnpipe train --max-steps {args.cli_steps}, whole command: {walls[args.small]:.1f} s on "
+              f"{args.small:,}, {walls[args.large]:.1f} s on {args.large:,} ({walls[args.large] / walls[args.small]:.2f}x)")
     r = run_child(old, args, 0)
     rate = r["load_s"] / r["structures"]
     print(f"in-memory {args.old:>6,}: first step {r['first_step_s']:.2f} s (reading and validating {r['load_s']:.2f} s, "

@@ -86,6 +86,17 @@ class StructureSet(torch.utils.data.Dataset):
     def __getstate__(self):  # file handles are reopened in each process (a loader worker, a rank)
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_h")}
 
+    def release(self) -> None:
+        """Closes this process's handles of the file (an LMDB environment's memory map with the pages its reads
+        touched); the next read reopens it. The training process calls it once the energy reference's sample is
+        read, leaving the reading to the loader workers."""
+        fd = self.__dict__.get("_hfd")
+        if isinstance(fd, int):
+            os.close(fd)
+        for k in [k for k in self.__dict__ if k.startswith("_h")]:
+            del self.__dict__[k]
+        _close(str(self.path.resolve()))
+
 
 #: open LMDB environments and ASE-LMDB databases of this process by path (LMDB refuses a second open of a file in
 #: one process; a forked loader worker opens its own: the key holds the process id)
@@ -108,6 +119,18 @@ def _opened(kind: str, path: Path, make):
                 h._env_pid = os.getpid()
         h = _OPEN[key] = make()
     return h
+
+
+def _close(path: str) -> None:
+    """Closes this process's open handles of ``path`` (see :func:`_opened`)."""
+    for key in [k for k in _OPEN if k[1] == path and k[2] == os.getpid()]:
+        h = _OPEN.pop(key)
+        env = getattr(h, "_env", h)
+        try:
+            if env is not None:
+                env.close()
+        except Exception:  # noqa: BLE001 - already closed
+            pass
 
 
 def _bad(where: str, problem: str, fix: str = "") -> DataValidationError:
@@ -450,6 +473,10 @@ class FolderSet(StructureSet):
         f, k = self.locate(i)
         return self.parts[f].read(k)
 
+    def release(self) -> None:
+        for p in self.parts:
+            p.release()
+
 
 def _open_file(p: Path, fmt: str, energy_key: str, forces_key: str, cache_dir) -> StructureSet:
     if fmt == "extxyz":
@@ -508,6 +535,11 @@ class PreparedSet(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.base)
+
+    def release(self) -> None:
+        """The base set's :meth:`StructureSet.release` (nothing for a list)."""
+        if hasattr(self.base, "release"):
+            self.base.release()
 
     def where(self, i: int) -> str:
         return self.base.where(i) if hasattr(self.base, "where") else f"structure {i}"

@@ -242,6 +242,7 @@ class S2EF(Task):
             check_structures_for(config, sample if n > REFERENCE_SAMPLE else
                                  _reference_structures(structures, torch.arange(n)))
             structures.max_z = config.model_args.get("max_z")
+            structures.release()  # the sample's pages unmapped here: the loader workers read from now on
         normalizer = EnergyNormalizer.fit(sample)
         mean_atoms = sum(int(d.z.numel()) for d in sample) / max(len(sample), 1)
         return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms)

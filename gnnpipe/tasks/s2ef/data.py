@@ -8,7 +8,9 @@ data-parallel rank see the same ones without any state.
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -199,11 +201,35 @@ class _Failed:
     message: str
 
 
-class _Steps(torch.utils.data.Dataset):
-    """Item ``k``: the structures of ``parts[k]`` read (validated), batched and their graph built."""
+class _Packer(pickle.Pickler):
+    """Pickles tensors as numpy arrays inside one byte string: a step's few hundred small tensors cross from a
+    loader worker to the training process as one buffer (the default transfer gives each tensor a shared-memory
+    segment of its own, about 0.5 ms apiece on the receiving side)."""
 
-    def __init__(self, structures, parts: list, graph_fn: Optional[Callable]):
-        self.structures, self.parts, self.graph_fn = structures, parts, graph_fn
+    def reducer_override(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.requires_grad:
+            return _tensor_from_numpy, (obj.detach().cpu().numpy(),)
+        return NotImplemented
+
+
+def _tensor_from_numpy(a):
+    return torch.from_numpy(a)
+
+
+def pack_step(step) -> bytes:
+    """``step`` (any picklable object holding CPU tensors) as one byte string; :func:`pickle.loads` rebuilds it
+    with equal tensors (each with storage of its own)."""
+    buf = io.BytesIO()
+    _Packer(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(step)
+    return buf.getvalue()
+
+
+class _Steps(torch.utils.data.Dataset):
+    """Item ``k``: the structures of ``parts[k]`` read (validated), batched and their graph built; ``packed``: as
+    one byte string (:func:`pack_step`), for a loader worker to hand over."""
+
+    def __init__(self, structures, parts: list, graph_fn: Optional[Callable], packed: bool = False):
+        self.structures, self.parts, self.graph_fn, self.packed = structures, parts, graph_fn, packed
 
     def __len__(self) -> int:
         return len(self.parts)
@@ -222,7 +248,7 @@ class _Steps(torch.utils.data.Dataset):
 
             step.batch = Batch.from_data_list(valid)
             step.graph = self.graph_fn(step.batch)
-        return step
+        return pack_step(step) if self.packed else step
 
 
 class StructureLoader:
@@ -248,14 +274,17 @@ class StructureLoader:
         """One :class:`StepData` per index tensor of ``parts``, in order."""
         from ...errors import DataValidationError
 
-        steps = _Steps(self.structures, list(parts), self.graph_fn)
-        if self.num_workers == 0 or len(steps) == 0:
+        workers = self.num_workers > 0 and len(parts) > 0
+        steps = _Steps(self.structures, list(parts), self.graph_fn, packed=workers)
+        if not workers:
             it = (steps[k] for k in range(len(steps)))
         else:
             it = iter(torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False,
                                                   num_workers=min(self.num_workers, len(steps)),
                                                   prefetch_factor=self.prefetch, collate_fn=_identity))
         for step in it:
+            if isinstance(step, bytes):
+                step = pickle.loads(step)
             if isinstance(step, _Failed):
                 raise DataValidationError(step.message)
             yield step

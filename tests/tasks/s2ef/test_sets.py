@@ -169,3 +169,35 @@ def test_cli_convert_and_check(files, tmp_path, capsys):
     assert main(["atoms", "check", str(tmp_path / "junk.lmdb")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gnnpipe: error: ") and "junk.lmdb" in err
+
+
+def test_a_step_crosses_from_a_worker_as_one_buffer_with_equal_tensors(clusters):
+    from torch_geometric.data import Batch
+
+    from gnnpipe.data.atoms.graph import build_graph
+    from gnnpipe.tasks.s2ef.data import StepData, pack_step
+
+    batch = Batch.from_data_list(clusters[:3])
+    step = StepData(list(clusters[:3]), batch=batch, graph=build_graph(batch, 3.0, 8, with_triplets=True), num_free=5)
+    blob = pack_step(step)
+    assert isinstance(blob, bytes)
+    back = pickle.loads(blob)
+    assert back.num_free == 5 and len(back.structures) == 3
+    for a, b in zip(step.structures, back.structures):
+        for k in FIELDS:
+            assert torch.equal(getattr(a, k), getattr(b, k)) and getattr(a, k).dtype == getattr(b, k).dtype, k
+    for k in ("edge_index", "cell_offsets", "idx_kj", "idx_ji"):
+        assert torch.equal(getattr(step.graph, k), getattr(back.graph, k)), k
+    assert torch.equal(back.batch.pos, batch.pos) and torch.equal(back.batch.batch, batch.batch)
+
+
+@pytest.mark.parametrize("suf", [".lmdb", ".aselmdb", ".extxyz"])
+def test_release_closes_this_process_handles_and_the_next_read_reopens(files, suf):
+    from gnnpipe.data.atoms import sets
+
+    s = open_structures(files[suf])
+    first = s[2]
+    s.release()
+    assert not any(k[1] == str(s.path.resolve()) and k[2] == os.getpid() for k in sets._OPEN)
+    assert not any(k.startswith("_h") for k in s.__dict__)
+    assert torch.equal(s[2].pos, first.pos)
