@@ -23,6 +23,7 @@ Four measurements, each on gloo ranks of this machine (CPU, one torch thread per
 
     python benchmarks/bench_atomistic_pipeline.py                      # defaults below
     python benchmarks/bench_atomistic_pipeline.py --blocks 12 --mem-stages 4 --chunks 16 --json out.json
+    python benchmarks/bench_atomistic_pipeline.py --model gemnet-t --memory-model --skip-memory --skip-timing
 """
 
 from __future__ import annotations
@@ -43,15 +44,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_graph_parallel import set_allocator
 
 
+#: ``--model`` choices: (zoo model, direct forces)
+MODELS = {"dimenet++": ("dimenet++", True), "gemnet-t": ("gemnet-t", False), "gemnet-dt": ("gemnet-t", True)}
+
+
 def _config(args, **kw):
     from gnnpipe.core.settings.config import TrainConfig
 
-    base = dict(task="s2ef", model="dimenet++", layers=args.layers, hidden=args.hidden, dtype="float32",
+    model, direct = MODELS[getattr(args, "model", "dimenet++")]
+    base = dict(task="s2ef", model=model, layers=args.layers, hidden=args.hidden, dtype="float32",
                 dropout=0.0, lr=1e-3, epochs=1, batch_size=args.chunks * args.per_chunk, ema_decay=0.0, warmup_steps=0,
                 lr_schedule="constant", clip_grad_norm=None, cutoff=args.cutoff, max_neighbors=args.max_neighbors,
-                direct_forces=True, frames=args.chunks * args.per_chunk + 8, dataset=args.dataset, threads=1,
-                model_args={"int_emb_size": 32, "basis_emb_size": 8, "out_emb_channels": 64, "num_spherical": 7,
-                            "num_radial": 6})
+                direct_forces=direct, frames=args.chunks * args.per_chunk + 8, dataset=args.dataset, threads=1,
+                model_args=({"int_emb_size": 32, "basis_emb_size": 8, "out_emb_channels": 64, "num_spherical": 7,
+                             "num_radial": 6} if model == "dimenet++" else {}))
     base.update(kw)
     from gnnpipe.tasks.s2ef import S2EF
 
@@ -258,6 +264,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--contention", action="store_true",
                     help="each round also runs two chunked single processes at once: how much two processes slow "
                          "each other on this machine (2 / that ratio bounds what S = 2 can gain)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="dimenet++",
+                    help="the model of every run (dimenet++ and gemnet-dt: direct forces; gemnet-t: conservative)")
+    ap.add_argument("--skip-timing", action="store_true", help="no bubble and step-time rounds")
     ap.add_argument("--json", default=None, help="write the numbers here")
     args = ap.parse_args(argv)
     if args.steps < 2:
@@ -270,7 +279,8 @@ def main(argv=None) -> dict:
         _memory(args, res)
     if args.memory_model:
         _memory_model(args, res)
-    _timing(args, res)
+    if not args.skip_timing:
+        _timing(args, res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return res
@@ -290,7 +300,7 @@ def _memory(args, res: dict) -> None:
     res["memory"] = {"single_bytes": single, "rank_bytes": per, "ratio_max": max(per) / single,
                      "ratios": [b / single for b in per], "bounds": ranks[0]["bounds"],
                      "params_single": sum(p.numel() for p in tr.params)}
-    print(f"memory: dimenet++ {args.blocks} blocks hidden {args.mem_hidden}: single {single / 2**20:.2f} MiB of "
+    print(f"memory: {args.model} {args.blocks} blocks hidden {args.mem_hidden}: single {single / 2**20:.2f} MiB of "
           f"weights+grads+Adam; {args.mem_stages} stages (bounds {ranks[0]['bounds']}): "
           + ", ".join(f"{b / 2**20:.2f}" for b in per) + f" MiB per rank, max {max(per) / single:.3f}x")
 
@@ -312,8 +322,9 @@ def _memory_model(args, res: dict) -> None:
     batch_ids = list(range(C))
     structures = [tr.structures[i] for i in tr.splits["train"][batch_ids].tolist()]
     batch = Batch.from_data_list(structures)
-    graph = build_graph(batch, scfg.cutoff, scfg.max_neighbors)
-    prof = profile_step(tr.model, batch, graph, steps=1, warmup=1, name="dimenet++")
+    graph = build_graph(batch, scfg.cutoff, scfg.max_neighbors,
+                        with_reverse=bool(getattr(tr.model, "uses_reverse_edges", False)))
+    prof = profile_step(tr.model, batch, graph, steps=1, warmup=1, name=scfg.model)
     job = AtomJob(tr.model, structures, scfg.cutoff, scfg.max_neighbors, element_size=4, ema=False,
                   allreduce_element_size=8)
     rows = []
@@ -331,7 +342,7 @@ def _memory_model(args, res: dict) -> None:
                 rows.append({"stages": S, "scheduler": sched, "rank": r, "measured_MiB": o["peak"] / 2**20,
                              "predicted_MiB": pm / 2**20, "error": pm / o["peak"] - 1, "bounds": o["bounds"]})
     res["memory_model"] = {"kappa": prof.kappa, "chunks": C, "rows": rows}
-    print(f"memory model: dimenet++ {args.layers} blocks hidden {args.hidden}, {C} structures in {C} micro-batches, "
+    print(f"memory model: {args.model} {args.layers} blocks hidden {args.hidden}, {C} structures in {C} micro-batches, "
           f"kappa {prof.kappa:.2f} (single-process profile); peak of a step above the floor, MiB (error):")
     for r in rows:
         print(f"  S={r['stages']} {r['scheduler']:>5} rank {r['rank']}: measured {r['measured_MiB']:8.1f}, predicted "

@@ -26,6 +26,8 @@ Usage::
     python benchmarks/bench_graph_parallel.py --size 4 --layers 3 --hidden 32 --steps 2 --gp-sizes 1 2   # smoke
     python benchmarks/bench_graph_parallel.py --model gemnet-dt --cutoff 4 --max-neighbors 12 --hidden 64 \
         --blocks 2 --gp-sizes 1 2 4     # GemNet-dT at DimeNet++'s S2EF defaults' edge width
+    python benchmarks/bench_graph_parallel.py --models dimenet++ gemnet-dt --rounds 5 --gp-sizes 1 2 --cutoff 4 \
+        --max-neighbors 12 --hidden 64 --blocks 2     # side by side, rounds of fresh processes
 
 Times on a shared CPU are load-dependent: report the machine's load (``uptime``) with them.
 """
@@ -183,6 +185,54 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, gp_size: int | Non
             "atoms": int(batch.num_nodes), "all_edges": int(graph.num_edges), "all_triplets": int(graph.num_triplets)}
 
 
+def rounds(args: argparse.Namespace) -> int:
+    """``--rounds``: per round, each model of ``--models`` at each ``G`` of ``--gp-sizes`` in fresh processes
+    (``G = 1`` too), one after the other; per round the step (slowest rank) of every model and ``G``, each model's
+    step over the first model's at the same ``G``, and each ``G``'s speed-up over ``G = 1``; then the medians."""
+    from gnnpipe.core.run import launch
+    from gnnpipe.models import build_model
+
+    models = args.models or [args.model]
+    params = {}
+    for m in models:
+        name, extra = MODELS[m]
+        params[m] = sum(p.numel() for p in build_model(name, 0, 1, num_layers=args.blocks, hidden=args.hidden,
+                                                       cutoff=args.cutoff, max_neighbors=args.max_neighbors,
+                                                       **extra).parameters())
+    print("parameters: " + ", ".join(f"{m} {n:,}" for m, n in params.items()))
+    table = []
+    for r in range(args.rounds):
+        row = {}
+        for m in models:
+            for G in args.gp_sizes:
+                a = argparse.Namespace(**{**vars(args), "model": m})
+                outs = launch.spawn(run_rank, G, (a,), backend="gloo", timeout_s=args.timeout, threads=args.threads)
+                row[(m, G)] = {"step_s": max(o["step_s"] for o in outs), "cpu_s": max(o["cpu_s"] for o in outs),
+                               "peak_MiB": max(o["peak_MiB"] for o in outs), "edges": outs[0]["all_edges"],
+                               "triplets": outs[0]["all_triplets"], "atoms": outs[0]["atoms"]}
+        table.append(row)
+        ref = models[0]
+        print(f"round {r + 1}: " + "; ".join(
+            f"{m} G={G} {v['step_s']:.3f} s (cpu {v['cpu_s']:.3f})" for (m, G), v in row.items()), flush=True)
+        print("  " + "; ".join(
+            [f"{m}/{ref} at G={G}: {row[(m, G)]['step_s'] / row[(ref, G)]['step_s']:.2f}"
+             for m in models[1:] for G in args.gp_sizes]
+            + [f"{m} G=1/G={G}: {row[(m, 1)]['step_s'] / row[(m, G)]['step_s']:.2f}x"
+               for m in models for G in args.gp_sizes if G > 1 and 1 in args.gp_sizes]), flush=True)
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    ref = models[0]
+    print("medians over rounds: " + "; ".join(
+        [f"{m}/{ref} at G={G}: {med([t[(m, G)]['step_s'] / t[(ref, G)]['step_s'] for t in table]):.2f}"
+         for m in models[1:] for G in args.gp_sizes]
+        + [f"{m} G=1/G={G}: {med([t[(m, 1)]['step_s'] / t[(m, G)]['step_s'] for t in table]):.2f}x"
+           for m in models for G in args.gp_sizes if G > 1 and 1 in args.gp_sizes]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "parameters": params,
+                       "rounds": [{f"{m} G={G}": v for (m, G), v in t.items()} for t in table]}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     from gnnpipe.core.run import launch
 
@@ -210,8 +260,15 @@ def main(argv=None) -> int:
                         "G = 2 can gain (2 / that ratio)")
     p.add_argument("--malloc", choices=["system", "retain"], default="system",
                    help="each rank's allocator (set_allocator): glibc's defaults, or retain freed memory for reuse")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="rounds of fresh processes: each round runs every model of --models at every G of "
+                        "--gp-sizes in new processes and prints the ratios of that round (steps side by side)")
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=None,
+                   help="with --rounds: the models compared (default: --model); the first is the reference")
     p.add_argument("--out", help="write the results as JSON")
     args = p.parse_args(argv)
+    if args.rounds:
+        return rounds(args)
     results = {}
     for G in args.gp_sizes:
         if G == 1:

@@ -1,4 +1,5 @@
-"""Which ``S × G × D`` layouts train a DimeNet++ of 10⁸ and 10⁹ parameters on 8 and 64 H200 GPUs (issue #30 item 4).
+"""Which ``S × G × D`` layouts train a DimeNet++ (or GemNet-T / GemNet-dT, ``--model``; GemNet-XL's size) of 10⁸ and
+10⁹ parameters on 8 and 64 H200 GPUs.
 
 For each parameter count and GPU count, the cost model (:mod:`gnnpipe.costmodel.atomistic`) predicts every layout of
 the GPUs (``S`` pipeline stages × ``G`` graph-parallel ranks × ``D`` replicas) on the shipped H200 descriptions
@@ -21,6 +22,7 @@ Usage::
 
     python benchmarks/project_atomistic.py                      # the table of docs/guides/atomistic-cost.md
     python benchmarks/project_atomistic.py --params 1e9 --gpus 64 --all
+    python benchmarks/project_atomistic.py --model gemnet-dt     # GemNet-XL-sized GemNet-dT (direct forces)
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, nargs="+", default=[1e8, 1e9])
+    p.add_argument("--model", default="dimenet++", choices=["dimenet++", "gemnet-t", "gemnet-dt"],
+                   help="gemnet-dt: gemnet-t with direct forces (GemNet-XL's setting)")
     p.add_argument("--gpus", type=int, nargs="+", default=[8, 64])
     p.add_argument("--batch-size", type=int, default=4, help="OC20-sized structures per replica")
     p.add_argument("--partitioner", default="edge-chunk")
@@ -53,14 +57,15 @@ def main(argv=None) -> int:
     if args.profile_in:
         prof = A.AtomProfile.from_dict(json.loads(Path(args.profile_in).read_text()))
     else:
-        prof = A.AtomProfile(model="dimenet++", step_s=1e-6, work=1.0, kappa=A.DEFAULT_KAPPA, peak_bytes=0,
+        prof = A.AtomProfile(model=args.model if args.model != "gemnet-dt" else "gemnet-t", step_s=1e-6, work=1.0, kappa=A.DEFAULT_KAPPA, peak_bytes=0,
                              grad_bytes=0, kept_bytes=0.0, edges=0, triplets=0, atoms=0, structures=0, element_size=4,
                              step_cpu_s=1e-6)
     structs = A.oc20_sized_structures(args.batch_size, seed=args.seed)
     cache: dict = {}
     first = True
     for P in args.params:
-        model, build = A.size_for_params("dimenet++", P)
+        name, extra = {"gemnet-dt": ("gemnet-t", {"direct_forces": True})}.get(args.model, (args.model, {}))
+        model, build = A.size_for_params(name, P, **extra)
         n = A.num_parameters(model)
         job = A.AtomJob(model, structs, 6.0, 50, partitioner=args.partitioner, mode=args.mode, element_size=4,
                         allreduce_element_size=8 if args.flat else 0, backend="nccl")
@@ -75,8 +80,8 @@ def main(argv=None) -> int:
         per_e = sum(w.edge for w in widths)
         act1 = prof.kappa * 4 * (per_e * graph.num_edges + per_t * graph.num_triplets
                                  + sum(w.atom for w in widths) * batch.num_nodes)
-        print(f"\nDimeNet++ {n / 1e6:.0f}M parameters: hidden {build['hidden']}, int_emb {build['int_emb_size']}, "
-              f"out_emb {build['out_emb_channels']}, {build['num_layers']} blocks. States 16 B x P = "
+        shape = ", ".join(f"{k} {v}" for k, v in build.items() if k != "num_layers")
+        print(f"\n{args.model} {n / 1e6:.0f}M parameters: {shape}, {build['num_layers']} blocks. States 16 B x P = "
               f"{16 * n / 2**30:.1f} GiB (+ {8 * n / 2**30 if args.flat else 0:.1f} GiB float64 all-reduce buffer); "
               f"activations of one replica batch = kappa x 4 B x ({per_e:.0f} x {graph.num_edges} edges + "
               f"{per_t:.0f} x {graph.num_triplets} triplets + atoms) = {act1 / 2**30:.1f} GiB")

@@ -110,3 +110,29 @@ def test_a_bad_scale_file_is_refused(tmp_path):
     (tmp_path / "s.json").write_text('{"units.0.output.energy.scale_sum": 1.5}')
     with pytest.raises(ConfigError, match="must map this model's 5 scale factors"):
         build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "s.json"), **ARGS)
+
+
+GEMNET_FLAGS = ["--model", "gemnet-t", "--layers", "1", "--hidden", "8", "--cutoff", "4",
+                "--max-neighbors", "12", "--batch-size", "4", "--warmup-steps", "2", "--lr", "3e-3", "--no-progress",
+                *[a for k, v in ARGS.items() for a in ("--model-arg", f"{k}={v}")]]
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["gemnet-t", "gemnet-dt"])
+def test_cli_trains_on_an_extxyz_file_with_falling_errors(tmp_path, direct):
+    """``gnnpipe train --model gemnet-t --dataset FILE.extxyz`` (and ``--direct-forces``): the
+    training energy and force MAE of the last epoch are below the first's."""
+    import json
+
+    from gnnpipe.cli.main import main
+
+    from .toy import write_extxyz
+
+    xyz = write_extxyz(tmp_path / "clusters.extxyz", 16, seed=3)
+    out = tmp_path / "r.json"
+    assert main(["train", "--dataset", xyz, *GEMNET_FLAGS, *(["--direct-forces"] if direct else []),
+                 "--epochs", "4", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "completed" and rec["config"]["direct_forces"] is direct
+    first, last = rec["epochs"][0], rec["epochs"][-1]
+    assert last["train_force_mae"] < first["train_force_mae"]
+    assert last["train_energy_mae"] < first["train_energy_mae"]
