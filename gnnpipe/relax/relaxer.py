@@ -156,6 +156,11 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
                       else None)
     bar = progress_bar(total=n, unit="structure", desc="relax", enabled=progress)
     size = batch_size or max(n, 1)
+    # the forces need ∂E/∂pos only: parameters that do not require grad spare the backward their weight gradients
+    # and the forward the tensors saved for them (the same values: tests/relax/test_optimizers.py)
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
     try:
         for start in range(0, n, size):
             _relax_group(model, structures, list(range(start, min(n, start + size))), res, optimizer, options,
@@ -164,6 +169,8 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
         res.interrupted = True
     finally:
         bar.close()
+        for p in frozen:
+            p.requires_grad_(True)
     for k in range(n):  # structures of batches never started keep their initial positions
         if res.structures[k] is None:
             d = structures[k].clone()
