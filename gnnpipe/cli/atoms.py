@@ -1,7 +1,8 @@
 """``gnnpipe atoms``: atomistic data sets.
 
 ``gnnpipe atoms generate`` writes a data set built with ASE and labelled by its EMT calculator: ``oc20`` (adsorbates
-on fcc(111) slabs: rattles and relaxation frames) or ``md17`` (small molecules along Langevin trajectories), in the
+on fcc(111) slabs: rattles and relaxation frames), ``oc20-paths`` (frames along whole EMT relaxations of the
+``oc20-is2rs`` set's kind of initial structures), ``oc20-is2rs`` (initial structures and their relaxations) or ``md17`` (small molecules along Langevin trajectories), in the
 format of ``--out``'s suffix (``.extxyz``, ``.db``, ``.aselmdb``, fairchem ``.lmdb``). Without ``--out`` an extended
 XYZ file is cached under ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``) and reused by the same arguments.
 
@@ -29,8 +30,9 @@ def register(sub) -> None:
     commands = p.add_subparsers(dest="atoms_command", metavar="ACTION", required=True)
     g = commands.add_parser("generate", help="write an EMT-labelled data set (.extxyz, .db, .aselmdb, .lmdb)",
                             description=__doc__, formatter_class=HelpFormatter)
-    g.add_argument("--kind", choices=["oc20", "md17", "oc20-is2rs"], default="oc20",
-                   help="which data set (oc20-is2rs: initial structures, and their EMT relaxations in "
+    g.add_argument("--kind", choices=["oc20", "md17", "oc20-paths", "oc20-is2rs"], default="oc20",
+                   help="which data set (oc20-paths: frames along whole EMT relaxations of IS2RS-like initial "
+                        "structures; oc20-is2rs: initial structures, and their EMT relaxations in "
                         "<stem>.relaxed.extxyz beside them)")
     g.add_argument("--frames", type=int, default=200, help="number of structures")
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw")

@@ -9,9 +9,14 @@ file of ``gnnpipe export`` (what the ASE calculator takes) or a checkpoint folde
 ``relax_steps``, ``relax_converged``, ``relax_fmax``, ``relax_done``; Ctrl-C writes the structures relaxed so far
 (the others at their current positions, ``relax_done=False``) and exits 130.
 
+``--gp-size G`` computes each step's forces with the edges and triplets of the batch sharded over ``G`` ranks
+(graph parallelism, the layout of ``gnnpipe train --gp-size``), for a model too large for one device; every rank
+runs the same optimizer step, rank 0 writes the output.
+
 examples:
   gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz
   gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz --optimizer lbfgs --fmax 0.02 --steps 300
+  gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz --gp-size 2
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ def add_relax_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="at most this many structures per batch "
                    "(default: all at once)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; with --gp-size: "
+                   "of each rank, default torch's over G)")
+    p.add_argument("--gp-size", type=int, default=1, metavar="G", help="graph-parallel ranks sharing each step's edges "
+                   "and triplets (as gnnpipe train --gp-size; default 1: one process)")
+    p.add_argument("--gp-partitioner", default="edge-chunk", help="how the edges are split over the G ranks "
+                   "(default: edge-chunk)")
+    p.add_argument("--gp-mode", choices=["allgather", "halo"], default="allgather",
+                   help="how the ranks exchange edge rows (default: allgather)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
@@ -62,6 +74,8 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         raise ConfigError(f"--maxstep must be > 0 Å, got {args.maxstep}")
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.gp_size < 1:
+        raise ConfigError(f"--gp-size must be >= 1, got {args.gp_size}")
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
@@ -76,7 +90,8 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
 
 def relax_options(args: argparse.Namespace) -> dict:
     return dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
-                batch_size=args.batch_size, device=args.device, progress=args.progress)
+                batch_size=args.batch_size, device=args.device, progress=args.progress, gp_size=args.gp_size,
+                gp_partitioner=args.gp_partitioner, gp_mode=args.gp_mode, threads=args.threads)
 
 
 def summary(res, seconds: float) -> str:

@@ -3,7 +3,8 @@
 Public API::
 
     relax(model, structures, *, optimizer="fire", fmax=0.05, steps=200, device="cpu", batch_size=None,
-          trajectories=False, progress=False, **optimizer_options) -> RelaxResult
+          trajectories=False, progress=False, gp_size=1, gp_partitioner="edge-chunk", gp_mode="allgather",
+          threads=None, **optimizer_options) -> RelaxResult     # gp_size > 1: graph-parallel ranks
     relax_file(model, dataset, out, **kwargs) -> RelaxResult        # read, relax, write extended XYZ
     write_trajectories(result, folder) -> list[Path]
     FIRE, LBFGS                                                    # batched optimizers (ASE's update rules)

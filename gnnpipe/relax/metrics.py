@@ -1,21 +1,31 @@
 """IS2RS and IS2RE metrics: how close relaxed structures are to the reference, how relaxed they truly are, and how
 well their energies match.
 
-Definitions (Chanussot et al., *Open Catalyst 2020 (OC20) Dataset and Community Challenges*, ACS Catal. 11, 6059
-(2021), §IS2RS and §IS2RE; fairchem's ``ocpmodels/modules/evaluator.py``: ``average_distance_within_threshold``,
-``min_diff``, ``energy_within_threshold``):
+Definitions: Chanussot et al., *Open Catalyst 2020 (OC20) Dataset and Community Challenges*, ACS Catal. 11, 6059
+(2021), §IS2RS and §IS2RE; fairchem's ``ocpmodels/modules/evaluator.py`` (``average_distance_within_threshold``,
+``min_diff``, ``energy_within_threshold``) for the three it implements, checked against its code:
 
 * **distance** of a structure: the mean over its *free* atoms of ``|Δr|``, ``Δr`` the minimum-image displacement
-  between the predicted and the reference relaxed position (fractional displacements wrapped into
-  ``(−½, ½]`` along periodic directions, as fairchem's ``min_diff``);
-* **ADwT** (average distance within threshold): the fraction of structures whose distance is below ``t``,
-  averaged over ``t`` = 0.01, 0.011, …, 0.499 Å (:data:`ADWT_THRESHOLDS`, ``np.arange(0.01, 0.5, 0.001)``);
+  between the predicted and the reference relaxed position. fairchem's relaxations write the free atoms' positions
+  only (``fixed == 0``) and its ``min_diff`` takes the fractional displacement in the reference cell, wraps it into
+  ``[0, 1)`` along periodic directions and subtracts 1 above ½, so every component lies in ``(−½, ½]``. Here the
+  wrap applies to periodic directions only: OC20's structures are periodic along all three cell vectors, where both
+  agree; along a non-periodic direction (``pbc = [T, T, F]`` slabs) fairchem would also subtract a cell vector from
+  a displacement above half the cell, which this module does not (a non-periodic displacement is what it is). A
+  structure with no free atom counts all of its atoms (fairchem: an empty mean);
+* **ADwT** (average distance within threshold): the fraction of structures whose distance is strictly below ``t``,
+  averaged over ``t`` = 0.01, 0.011, …, 0.499 Å (:data:`ADWT_THRESHOLDS`, fairchem's ``np.arange(0.01, 0.5,
+  0.001)``: 490 thresholds);
 * **FbT** (forces below threshold): the fraction of predicted relaxed structures whose largest oracle force norm
   on a free atom is below 0.05 eV/Å — the oracle (DFT in OC20; any ASE calculator here, EMT by default) is
-  evaluated *at the model's relaxed structure*, so FbT says whether the structure is truly relaxed;
-* **AFbT**: FbT averaged over thresholds 0.01, 0.011, …, 0.399 eV/Å (:data:`AFBT_THRESHOLDS`);
+  evaluated *at the model's relaxed structure*, so FbT says whether the structure is truly relaxed, whether or not
+  it is the reference's minimum (ADwT says that);
+* **AFbT**: FbT averaged over the force thresholds 0.01, 0.011, …, 0.399 eV/Å (:data:`AFBT_THRESHOLDS`, 390
+  thresholds; the paper's 0.01 to 0.4 eV/Å), over *all* structures — not only those within an ADwT threshold.
+  fairchem's evaluator has no FbT / AFbT (they need the oracle's single points; OC20's evaluation server runs DFT),
+  so these two follow the paper's text;
 * **IS2RE energy MAE**: mean ``|E_model(relaxed) − E_ref(relaxed)|`` (eV), and **EwT**: the fraction of
-  structures with that error below 0.02 eV.
+  structures with that error strictly below 0.02 eV (fairchem's ``energy_within_threshold``).
 """
 
 from __future__ import annotations
@@ -81,8 +91,8 @@ def check_pairs(predicted: Sequence, reference: Sequence, what: str = "relaxed")
 
 
 def _min_image(diff: np.ndarray, cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
-    """Minimum-image displacements ``[n, 3]``: fractional components along periodic directions wrapped into
-    ``(−½, ½]`` (fairchem's ``min_diff``)."""
+    """Minimum-image displacements ``[n, 3]`` Å: fractional components along periodic directions wrapped into
+    ``(−½, ½]`` (fairchem's ``min_diff``; non-periodic components left as they are)."""
     if not pbc.any():
         return diff
     from ase.geometry import complete_cell
@@ -125,17 +135,19 @@ def _within(values: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 
 def adwt(distances: np.ndarray, thresholds: np.ndarray = ADWT_THRESHOLDS) -> float:
-    """ADwT of per-structure mean distances (Å): the fraction below each threshold, averaged (OC20 §IS2RS)."""
+    """ADwT of per-structure mean distances (float ``[S]``, Å): the fraction strictly below each threshold, averaged
+    over the thresholds (OC20 §IS2RS; fairchem's ``average_distance_within_threshold``). 0 for no structure."""
     return float(_within(distances, thresholds).mean())
 
 
 def fbt(max_forces: np.ndarray, threshold: float = FBT_THRESHOLD) -> float:
-    """FbT: the fraction of structures whose largest oracle force (eV/Å, free atoms) is below ``threshold``."""
+    """FbT: the fraction of structures whose largest oracle force norm on a free atom (float ``[S]``, eV/Å) is
+    strictly below ``threshold`` (OC20 §IS2RS: 0.05 eV/Å)."""
     return float(_within(max_forces, np.array([threshold]))[0])
 
 
 def afbt(max_forces: np.ndarray, thresholds: np.ndarray = AFBT_THRESHOLDS) -> float:
-    """AFbT: FbT averaged over ``thresholds`` (eV/Å; OC20 §IS2RS)."""
+    """AFbT: FbT averaged over ``thresholds`` (eV/Å; OC20 §IS2RS: 0.01 to 0.4 eV/Å), every structure counted."""
     return float(_within(max_forces, thresholds).mean())
 
 

@@ -7,6 +7,15 @@ checks in the same order: forces, convergence, step). The optimizers are ``gnnpi
 
 As fairchem's batched relaxations (``OptimizableBatch`` and its L-BFGS; Chanussot et al., *Open Catalyst 2020*,
 ACS Catal. 2021, §IS2RS), but with each structure's trajectory the one ASE gives it alone.
+
+Graph parallelism (``gp_size = G > 1``; Sriram et al., *Towards Training Billion Parameter Graph Neural Networks for
+Atomic Simulations*, ICLR 2022): the launcher (:func:`gnnpipe.core.run.launch.spawn`) starts ``G`` ranks joined in
+one gloo group, as graph-parallel S2EF training does; each step every rank builds the same graph and the same
+:class:`~gnnpipe.partitioners.GraphParallelPlan`, runs the model on its shard of the edges and triplets through
+:class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm` (energies and conservative forces come back reduced and
+replicated), takes rank 0's energies and forces (one broadcast, so every rank decides alike) and runs the same
+optimizer step; rank 0 returns the result. Ctrl-C reaches every rank, which agree after the current step (one
+all-reduce of the stop flag) to return what they have.
 """
 
 from __future__ import annotations
@@ -81,7 +90,8 @@ def _optimizer(name: str, batch: Tensor, num: int, options: dict):
 
 def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float = 0.05, steps: int = 200,
           device: str | torch.device = "cpu", batch_size: Optional[int] = None, trajectories: bool = False,
-          progress: bool = False, **options) -> RelaxResult:
+          progress: bool = False, gp_size: int = 1, gp_partitioner: str = "edge-chunk", gp_mode: str = "allgather",
+          threads: Optional[int] = None, **options) -> RelaxResult:
     """Relax ``structures`` together with ``model``'s energies and forces.
 
     Args:
@@ -97,14 +107,21 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
         batch_size: at most this many structures in one batch (``None``: all at once); further batches run after.
         trajectories: keep every structure's frames (``RelaxResult.trajectories``).
         progress: draw a progress bar (structures converged / running) on a terminal.
+        gp_size: graph-parallel ranks ``G`` computing each step's forces (the module docstring); ``1``: this
+            process. ``gp_partitioner`` (``edge-chunk``, ``atom-owner``, …) and ``gp_mode`` (``allgather``,
+            ``halo``) as ``gnnpipe train --gp-partitioner / --gp-mode``.
+        threads: torch threads of each graph-parallel rank (default: this process's threads over ``G``, at least 1).
 
     Returns:
         a :class:`RelaxResult`; on ``KeyboardInterrupt`` the structures relaxed so far and the others at their
         current positions, ``interrupted=True``.
 
     Raises:
-        ConfigError: ``fmax <= 0``, ``steps < 0``, an unknown optimizer or option, a model not trained for S2EF.
+        ConfigError: ``fmax <= 0``, ``steps < 0``, an unknown optimizer or option, a model not trained for S2EF,
+            ``gp_size < 1``, a model without graph-parallel hooks with ``gp_size > 1``, an unknown ``gp_mode``.
+        UnknownComponentError: an unknown ``gp_partitioner``.
         DataValidationError: a malformed structure.
+        DistributedError: a graph-parallel rank failed (the message names it).
     """
     from ..progress import progress_bar
     from ..tasks.s2ef.predict import task_meta
@@ -120,8 +137,15 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
 
         model = load(model)
     task_meta(model)
+    gp = options.pop("_gp", None)                # set inside a graph-parallel rank (_gp_rank)
     _optimizer(optimizer, torch.zeros(0, dtype=torch.long), 0, options)  # unknown names fail before any work
+    _check_gp(model, gp_size, gp_partitioner, gp_mode)
     structures = _as_structures(structures)
+    if gp_size > 1 and gp is None:
+        return _spawn_gp(model, structures, dict(optimizer=optimizer, fmax=fmax, steps=steps, device=str(device),
+                                                 batch_size=batch_size, trajectories=trajectories,
+                                                 progress=progress, **options),
+                         gp_size, gp_partitioner, gp_mode, threads)
     device = torch.device(device)
     model = model.to(device).eval()
     n = len(structures)
@@ -132,20 +156,69 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
                       else None)
     bar = progress_bar(total=n, unit="structure", desc="relax", enabled=progress)
     size = batch_size or max(n, 1)
+    # the forces need ∂E/∂pos only: parameters that do not require grad spare the backward their weight gradients
+    # and the forward the tensors saved for them (the same values: tests/relax/test_optimizers.py)
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
     try:
         for start in range(0, n, size):
             _relax_group(model, structures, list(range(start, min(n, start + size))), res, optimizer, options,
-                         fmax, steps, device, bar)
+                         fmax, steps, device, bar, gp)
     except KeyboardInterrupt:
         res.interrupted = True
     finally:
         bar.close()
+        for p in frozen:
+            p.requires_grad_(True)
     for k in range(n):  # structures of batches never started keep their initial positions
         if res.structures[k] is None:
             d = structures[k].clone()
             d.pos = d.pos.double()
             res.structures[k] = d
     return res
+
+
+def _check_gp(model, gp_size, partitioner, mode) -> None:
+    from .. import partitioners
+    from ..core.ops.graph_parallel import MODES
+
+    if not isinstance(gp_size, int) or isinstance(gp_size, bool) or gp_size < 1:
+        raise ConfigError(f"gp_size (--gp-size) must be an int >= 1, got {gp_size!r}")
+    if mode not in MODES:
+        raise ConfigError(f"unknown graph-parallel mode {mode!r} (--gp-mode); choose from {', '.join(MODES)}")
+    partitioners.get_edge_partitioner(partitioner)        # a typo is refused with any G
+    if gp_size > 1 and not getattr(model, "graph_parallel", False):
+        raise ConfigError(f"{type(model).__name__} has no graph-parallel hooks: relax it with --gp-size 1 (one "
+                          "process), or train a schnet, dimenet++ or gemnet-t model")
+
+
+def _spawn_gp(model, structures, opts, G, partitioner, mode, threads) -> RelaxResult:
+    """Relax in ``G`` graph-parallel ranks started by the launcher; rank 0's result."""
+    import sys
+
+    from ..core.run import launch
+
+    threads = threads or max(1, torch.get_num_threads() // G)
+    if opts.get("progress"):
+        print(f"graph parallel: {G} ranks (gloo) share each step's edges and triplets ({partitioner}, {mode})",
+              file=sys.stderr)
+    outs = launch.spawn(_gp_rank, G, (model, structures, opts, partitioner, mode), backend="gloo", threads=threads,
+                        graceful=True)
+    return outs[0]
+
+
+def _gp_rank(rank: int, world: int, model, structures, opts, partitioner, mode):
+    """One graph-parallel rank of :func:`relax` (every rank runs the same optimizer; rank 0 returns the result)."""
+    from ..core.ops.comm import Comm
+    from ..core.run import stopping
+
+    if rank:
+        opts = {**opts, "progress": False}
+    gp = {"size": world, "partitioner": partitioner, "mode": mode, "comm": Comm(torch.device(opts["device"]))}
+    with stopping.installed(announce=rank == 0, unit="step"):
+        res = relax(model, structures, _gp=gp, **opts)
+    return res if rank == 0 else None
 
 
 def _as_structures(structures) -> list:
@@ -159,8 +232,10 @@ def _as_structures(structures) -> list:
     return structures
 
 
-def _relax_group(model, structures, indices, res: RelaxResult, optimizer, options, fmax, steps, device, bar):
-    """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes."""
+def _relax_group(model, structures, indices, res: RelaxResult, optimizer, options, fmax, steps, device, bar,
+                 gp=None):
+    """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes (``gp``: this
+    graph-parallel rank's group size, partitioner, mode and byte counter)."""
     from torch_geometric.data import Batch
 
     from ..tasks.s2ef.data import prepare_structures
@@ -173,8 +248,39 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
     cutoff, cap, tri = meta["cutoff"], meta["max_neighbors"], bool(getattr(model, "uses_triplets", True))
 
+    if gp is not None:
+        tri = True             # the graph-parallel partitioners balance the shards by triplets
+
     def graph_fn(b):   # the calculator's graph (graph_builder's), found for all structures at once
         return build_graph(b, cutoff, cap, with_triplets=tri, method="batch")
+
+    def forward(b):
+        """``(energy [B], forces [N, 3])`` float64 of batch ``b``: one process, or this rank's shard."""
+        graph = graph_fn(b)
+        if gp is None:
+            return energies_forces(model, b, graph, norm)
+        import torch.distributed as dist
+
+        from ..core.ops.graph_parallel import GraphParallelComm
+        from ..partitioners import plan_graph_parallel
+
+        plan = plan_graph_parallel(graph, gp["size"], gp["partitioner"], pos=b.pos)
+        comm = GraphParallelComm(plan, mode=gp["mode"], comm=gp["comm"], device=device)
+        e, f = energies_forces(model, b, comm.local_graph(graph), norm, comm)
+        e, f = e.contiguous(), f.contiguous()
+        dist.broadcast(e, 0)   # rank 0's values on every rank: the same decisions everywhere
+        dist.broadcast(f, 0)
+        return e, f
+
+    def stop_requested() -> bool:
+        """Graph parallel: whether any rank got a stop signal (every rank calls this at the same step)."""
+        import torch.distributed as dist
+
+        from ..core.run import stopping
+
+        flag = torch.tensor([1.0 if stopping.requested() else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
     dtype = next(model.parameters()).dtype
     group = [structures[k] for k in indices]
     # positions stay float64 (ASE's) in the optimizer; the model sees them cast to its dtype, as the calculator does
@@ -191,9 +297,11 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     taken = 0
     try:
         while running:
+            if gp is not None and stop_requested():
+                raise KeyboardInterrupt("stopped by signal")
             batch.pos = pos.to(dtype)
             with torch.no_grad():
-                energy, forces = energies_forces(model, batch, graph_fn(batch), norm)
+                energy, forces = forward(batch)
             res.forward_calls += 1
             res.evaluations += len(running)
             forces = torch.where(free.unsqueeze(-1), forces, torch.zeros_like(forces))

@@ -66,9 +66,12 @@ def test_bad_input_gets_one_line_and_exit_2(schnet_file, gcn_file, is2rs_files, 
     initial, reference = is2rs_files
     swapped = tmp_path / "swapped.extxyz"
     ase.io.write(swapped, ase.io.read(reference, ":")[::-1])
+    fewer = tmp_path / "fewer.extxyz"
+    ase.io.write(fewer, ase.io.read(reference, ":")[:-1])
     base = ["evaluate", "--task", "is2rs", str(schnet_file), "--dataset", str(initial)]
     cases = [
         (base + ["--reference", str(swapped)], "structure 0"),
+        (base + ["--reference", str(fewer)], "reference structures"),
         (["evaluate", "--task", "is2rs", str(gcn_file), "--dataset", str(initial), "--reference", str(reference)],
          "not trained on energies and forces"),
         (["relax", str(gcn_file), "--dataset", str(initial), "--out", str(tmp_path / "x.extxyz")],
@@ -77,6 +80,10 @@ def test_bad_input_gets_one_line_and_exit_2(schnet_file, gcn_file, is2rs_files, 
         (["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "x.extxyz"), "--fmax", "0"],
          "--fmax must be > 0"),
         (base + ["--reference", str(reference), "--fmax", "-1"], "--fmax must be > 0"),
+        (["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "x.extxyz"), "--gp-size", "0"],
+         "--gp-size must be >= 1"),
+        (["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "x.extxyz"), "--gp-size", "2",
+          "--gp-partitioner", "nope"], "nope"),
     ]
     for argv, match in cases:
         assert main(argv) == 2, argv

@@ -97,3 +97,64 @@ def test_unknown_oracle_is_refused(relaxed_pair):
         evaluate_is2rs(relaxed_pair, relaxed_pair, oracle="dft")
     m = evaluate_is2rs(relaxed_pair, relaxed_pair, oracle="ase.calculators.emt:EMT")
     assert m["oracle"] == "EMT" and m["fbt"] == 1.0
+
+
+def test_minimum_image_wraps_periodic_directions_only():
+    """Hand-computed distances: a free atom across the periodic boundary is 0.1 of a cell vector away, not 0.9; a
+    displacement along the non-periodic axis larger than half the cell stays as it is; fixed atoms are not counted."""
+    from ase import Atoms
+    from ase.constraints import FixAtoms
+
+    cell = [[4.0, 0, 0], [2.0, 3.0, 0], [0, 0, 10.0]]
+    ref = Atoms("Cu3", positions=[[0.2, 0.3, 5.0], [1.0, 1.0, 5.0], [2.0, 2.0, 2.0]], cell=cell, pbc=[True, True, False])
+    ref.set_constraint(FixAtoms(indices=[2]))
+    pred = ref.copy()
+    pos = ref.positions.copy()
+    pos[0] += 0.9 * np.array(cell[0]) + 0.9 * np.array(cell[1])   # the image 0.1·(a + b) away on the other side
+    pos[1, 2] += 6.0                                              # 6 Å along the non-periodic z (cell height 10 Å)
+    pos[2] += [0.3, 0.0, 0.0]                                     # the fixed atom: not counted
+    pred.set_constraint()
+    pred.positions = pos
+    pred.set_constraint(FixAtoms(indices=[2]))
+    d0 = 0.1 * np.linalg.norm(np.array(cell[0]) + np.array(cell[1]))  # |0.1 (a + b)| = 0.1 · √(36 + 9)
+    expected = (d0 + 6.0) / 2
+    np.testing.assert_allclose(mean_distances([pred], [ref]), [expected], atol=1e-12)
+    # 0.3 Å along the periodic a-axis of a 4 Å cell, and 3 Å (beyond half of 4 Å) the other way round
+    pred2 = ref.copy()
+    pred2.positions[0, 0] += 3.0                                  # = −1 Å through the boundary
+    pred2.positions[1, 0] += 0.3
+    np.testing.assert_allclose(mean_distances([pred2], [ref]), [(1.0 + 0.3) / 2], atol=1e-12)
+
+
+def test_adwt_of_mixed_distances_by_hand():
+    # 0.0105 Å: below thresholds 0.011 … 0.499 (489 of 490); 0.3 Å: below 0.301 … 0.499 (199); 0.6 Å: none
+    d = np.array([0.0105, 0.3, 0.6])
+    assert adwt(d) == pytest.approx((489 + 199 + 0) / (3 * 490))
+    assert adwt(np.array([])) == 0.0
+
+
+def test_fbt_takes_the_oracle_forces_on_free_atoms_only():
+    """The oracle's force on a fixed atom does not count (FixAtoms), its largest norm on a free atom does."""
+    from ase import Atoms
+    from ase.calculators.calculator import Calculator, all_changes
+    from ase.constraints import FixAtoms
+
+    from gnnpipe.relax import oracle_max_forces
+
+    class Prescribed(Calculator):
+        implemented_properties = ["energy", "forces"]
+
+        def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+            super().calculate(atoms, properties, system_changes)
+            f = np.zeros((len(self.atoms), 3))
+            f[0] = [5.0, 0, 0]                     # the fixed atom
+            f[1] = [0.06, 0.08, 0.0]               # |f| = 0.1 on a free atom
+            f[2] = [0.0, 0.0, -0.03]
+            self.results = {"energy": 0.0, "forces": f}
+
+    a = Atoms("Cu3", positions=[[0, 0, 0], [2.5, 0, 0], [0, 2.5, 0]])
+    a.set_constraint(FixAtoms(indices=[0]))
+    fm = oracle_max_forces([a], Prescribed())
+    np.testing.assert_allclose(fm, [0.1], atol=1e-12)
+    # thresholds 0.101 … 0.399 (299 of 390) see it below; FbT (0.05) does not
+    assert fbt(fm) == 0.0 and afbt(fm) == pytest.approx(299 / 390)

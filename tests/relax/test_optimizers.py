@@ -38,6 +38,7 @@ def test_batched_optimizer_is_ase_per_structure(request, name, options):
     assert len({len(a) for a in structures}) >= 4 and any(a.constraints for a in structures)
     res = relax(model, structures, optimizer=name, fmax=1e-9, steps=20, **options)
     assert int(res.steps.max()) == 20
+    assert all(p.requires_grad for p in model.parameters())  # frozen for the relaxation only, then given back
     for k, atoms in enumerate(structures):
         ref, nsteps = _ase_run(atoms, model, FIRE if name == "fire" else LBFGS, 1e-9, 20, **options)
         assert nsteps == int(res.steps[k])  # 20, or where its forces vanished (atoms pushed apart)

@@ -35,6 +35,7 @@ from .generate import (
                        OC20_SITES,
                        generate_md17_like,
                        generate_oc20_like,
+                       generate_oc20_paths,
                        generated_file,
                        generated_structures,
 )
@@ -64,6 +65,7 @@ __all__ = [
                        "from_atoms",
                        "generate_md17_like",
                        "generate_oc20_like",
+                       "generate_oc20_paths",
                        "generated_file",
                        "generated_structures",
                        "neighbor_pairs",

@@ -6,6 +6,9 @@
   (``pbc = [T, T, F]``), vacuum above and below, OC20 tags (0 sub-surface, 1 surface, 2 adsorbate). Frames are
   rattled copies and the steps of short BFGS relaxations (Chanussot et al., *Open Catalyst 2020*, ACS Catal. 2021:
   the S2EF task labels frames of relaxation trajectories).
+* **OC20-like relaxation paths** (:func:`generate_oc20_paths`): frames along whole EMT relaxations of structures
+  drawn as the IS2RS set's initial ones (:func:`generate_oc20_is2rs`), from the initial structure to the minimum:
+  training data that covers what a relaxation visits.
 * **MD17-like** (:func:`generate_md17_like`): small molecules of H, C, N, O from ``ase.build.molecule``, frames
   of a Langevin trajectory at 300 K (Chmiela et al., *Machine learning of accurate energy-conserving molecular
   force fields*, Sci. Adv. 2017, sample molecular-dynamics trajectories).
@@ -36,6 +39,7 @@ __all__ = [
     "generate_md17_like",
     "generate_oc20_is2rs",
     "generate_oc20_like",
+    "generate_oc20_paths",
     "generated_file",
     "generated_structures",
     "reference_path",
@@ -281,8 +285,61 @@ def generate_oc20_is2rs(frames: int, seed: int = 0, *, metals: Sequence[str] | N
     return initial, relaxed
 
 
+def generate_oc20_paths(frames: int, seed: int = 0, *, metals: Sequence[str] | None = None,
+                        adsorbates: Sequence[str] | None = None, sites: Sequence[str] | None = None,
+                        size: Sequence[int] = (2, 2, 3), vacuum: float = 6.0, fixed_layers: int = 1,
+                        rattle: float = 0.1, lift: float = 0.3, fmax: float = 0.01, steps: int = 500,
+                        stride: int = 3) -> list:
+    """S2EF frames along whole EMT relaxations of OC20-like IS2RS initial structures: training data whose
+    distribution covers the structures a relaxation visits, from the initial structure to the minimum (the S2EF
+    task of Chanussot et al., *Open Catalyst 2020*, ACS Catal. 2021, labels frames of DFT relaxation trajectories).
+
+    Each system is drawn as :func:`generate_oc20_is2rs` draws one (the same arguments); its ASE ``BFGS`` relaxation
+    with EMT to ``fmax`` eV/Å (at most ``steps``) contributes every ``stride``-th frame and the last one, until
+    ``frames`` frames are written. ``generate_oc20_paths(n, seed)`` and ``generate_oc20_is2rs(m, seed)`` draw the
+    same first systems: give the evaluation set another seed.
+
+    Returns:
+        ``frames`` ``ase.Atoms`` with ``FixAtoms``, OC20 tags and a ``SinglePointCalculator`` (EMT energy eV,
+        forces eV/Å); ``info`` names metal, adsorbate and site.
+
+    Raises:
+        ValueError: ``frames < 1``, ``stride < 1`` or the choices :func:`generate_oc20_like` refuses.
+    """
+    from ase.calculators.emt import EMT
+    from ase.optimize import BFGS
+
+    metals, adsorbates, sites = metals or EMT_METALS, adsorbates or OC20_ADSORBATES, sites or OC20_SITES
+    _check_choices(metals, EMT_METALS, "metal")
+    _check_choices(adsorbates, OC20_ADSORBATES, "adsorbate")
+    _check_choices(sites, OC20_SITES, "site")
+    if frames < 1:
+        raise ValueError(f"frames must be >= 1, got {frames}")
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    rng = np.random.default_rng(seed)
+    calc = EMT()
+    out: list = []
+    while len(out) < frames:
+        metal = metals[rng.integers(len(metals))]
+        ads = adsorbates[rng.integers(len(adsorbates))]
+        site = sites[rng.integers(len(sites))]
+        slab = _slab(metal, ads, site, size, vacuum, fixed_layers)
+        slab.positions[slab.get_tags() == 2, 2] += rng.uniform(0, lift)
+        slab.rattle(rattle, seed=int(rng.integers(2**31)))
+        slab.calc = calc
+        traj: list = []
+        opt = BFGS(slab, logfile=None)
+        opt.attach(lambda s=slab, t=traj: t.append(_label(s, calc)), interval=1)
+        opt.run(fmax=fmax, steps=steps)
+        keep = traj[::stride] + ([traj[-1]] if (len(traj) - 1) % stride else [])
+        out.extend(keep[: frames - len(out)])
+    return out
+
+
 #: generator of each kind of data set (``oc20-is2rs`` returns initial and relaxed structures: two files)
-GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like, "oc20-is2rs": generate_oc20_is2rs}
+GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like, "oc20-is2rs": generate_oc20_is2rs,
+              "oc20-paths": generate_oc20_paths}
 
 
 def _cache_root() -> Path:
@@ -296,7 +353,8 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     """Write a generated data set as extended XYZ once, and return its path.
 
     Args:
-        kind: ``"oc20"`` (:func:`generate_oc20_like`), ``"md17"`` (:func:`generate_md17_like`) or ``"oc20-is2rs"``
+        kind: ``"oc20"`` (:func:`generate_oc20_like`), ``"md17"`` (:func:`generate_md17_like`), ``"oc20-paths"``
+            (:func:`generate_oc20_paths`) or ``"oc20-is2rs"``
             (:func:`~gnnpipe.data.atoms.generate.generate_oc20_is2rs`: the initial structures, and their EMT-relaxed
             ones written beside them as ``<stem>.relaxed.extxyz``).
         frames, seed, kwargs: the generator's arguments.

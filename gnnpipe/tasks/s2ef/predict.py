@@ -129,17 +129,23 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     return (torch.cat(energies) if energies else torch.zeros(0, dtype=torch.float64)), forces
 
 
-def energies_forces(model, batch, graph, norm: EnergyNormalizer) -> tuple[Tensor, Tensor]:
+def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None) -> tuple[Tensor, Tensor]:
     """Energies and forces of one batch of prepared structures in eV and eV/Å (the model's outputs denormalised).
 
     Args:
         model: an S2EF model. batch: a PyG ``Batch`` (``z``, ``pos``, ``cell``, ``pbc``, ``batch``) in the model's
             dtype. graph: its neighbour graph (``graph_builder`` of the model's ``task_meta``).
         norm: the model's energy normalisation.
+        comm: the graph-parallel hooks of this rank (:class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm`,
+            ``graph`` then its ``local_graph``): energies and conservative forces come back replicated on every
+            rank of the group; ``None``: one process.
 
     Returns:
         ``(energy [B] float64 eV, forces [N, 3] float64 eV/Å)``, the raw forces (constraints not applied).
     """
-    out = model(batch, graph, forces=True)
+    out = model(batch, graph, comm, forces=True) if comm is not None else model(batch, graph, forces=True)
+    forces = out["forces"]
+    if comm is not None and getattr(model, "direct_forces", False):  # a direct head gives the owned atoms' rows
+        forces = comm.atoms_gather(forces)
     ref = norm.reference(batch.z, batch.batch, batch.num_graphs)
-    return norm.denormalise(out["energy"].reshape(-1).double(), ref), out["forces"].double() * norm.std
+    return norm.denormalise(out["energy"].reshape(-1).double(), ref), forces.double() * norm.std

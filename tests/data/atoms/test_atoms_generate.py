@@ -99,3 +99,19 @@ def test_cli_atoms_generate_writes_extxyz(tmp_path, capsys):
     assert graph.num_edges == int(data[0].natoms) * (int(data[0].natoms) - 1)   # a small molecule: all pairs
     assert [f.name for f in tmp_path.iterdir()] == ["md.extxyz"]       # nothing else beside a chosen file
     assert main(["atoms", "generate", "--frames", "0"]) == 2
+
+
+def test_oc20_paths_are_whole_relaxations_of_is2rs_like_structures():
+    """Every third BFGS step and the last: each system's frames go from its initial structure to EMT's minimum."""
+    import numpy as np
+
+    from gnnpipe.data.atoms.generate import generate_oc20_is2rs, generate_oc20_paths
+
+    frames = generate_oc20_paths(30, seed=3, fmax=0.05)
+    assert len(frames) == 30 and all(len(a) == len(frames[0]) for a in frames[:2])
+    initial, _ = generate_oc20_is2rs(1, seed=3, fmax=0.05)
+    np.testing.assert_allclose(frames[0].positions, initial[0].positions)  # the same first system, its first frame
+    fmax = [float(np.linalg.norm(a.get_forces(), axis=1).max()) for a in frames]   # free atoms (FixAtoms)
+    assert min(fmax) < 0.05 and max(fmax) > 0.5      # at a minimum (a relaxation's last frame) and far from it
+    with pytest.raises(ValueError, match="stride"):
+        generate_oc20_paths(2, stride=0)
