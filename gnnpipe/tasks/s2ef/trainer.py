@@ -464,11 +464,13 @@ class S2EFTrainer:
                 self.steps_loop.close()
             session.close()
         session.annotate(result, plan_info, self.device)
-        model = self.export_model()
-        model.load_state_dict(session.final_state())
-        model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
-        model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
-        result.model = model.eval()
+        final = session.final_state()  # collective in a pipeline (merged on rank 0)
+        if self.rank == 0:  # the rank whose result is returned: the only one to build the whole model
+            model = self.export_model()
+            model.load_state_dict(final)
+            model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
+            model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
+            result.model = model.eval()
         return result
 
 
