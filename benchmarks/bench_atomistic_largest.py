@@ -11,7 +11,7 @@ Steps, each a ``gnnpipe`` command printed before it runs (so each can be run by 
 
 1. ``gnnpipe plan --ranks S·…``: the cost model ranks the S × G × D layouts of ``--ranks`` ranks; the fastest that
    fits (the local machine's memory, ``--hardware``) with ``stages >= --min-stages`` is trained.
-2. ``gnnpipe train`` in that layout for ``--epochs`` epochs (a checkpoint after every epoch); the loss of each epoch
+2. ``gnnpipe train`` in that layout for ``--epochs`` epochs (checkpoints after epoch ``E − 1`` and at the end); the loss of each epoch
    is the mean of its steps' losses, taken before each step's update.
 3. The measured peak resident memory of every rank (``peak_mem_bytes``) against the prediction (runtime floor +
    the rank's states, all-reduce buffer, activations and graph).
@@ -20,11 +20,12 @@ Steps, each a ``gnnpipe`` command printed before it runs (so each can be run by 
 5. ``gnnpipe export``; the model file as an ASE calculator (energy and forces of a training structure).
 6. With ``--single``: the single process for two epochs: its step time and peak memory against the pipeline's.
 
-Cost (a 2-core machine shared with other jobs): ``gnnpipe plan`` profiles one single-process step (27 s); every
-rank draws the whole model's weights before keeping its stage's (43 s of CPU each: the 2048-wide output layers'
-orthogonal initialisation). In the first epoch of the pipelined run the ranks' resident memory reached 2.8, 7.1,
-2.9 and 3.2 GB, still rising (the memory model predicts 1.25 GiB each): have 16 GB free. The sequence has not
-been run to its end yet. Writes ``summary.json`` in ``--out-dir``.
+Cost (a 2-core machine shared with other jobs, every process at ``nice 19``): ``gnnpipe plan`` profiles one
+single-process step (~6 min there); every rank draws the whole model's weights before keeping its stage's (the
+2048-wide output layers' orthogonal initialisation: ~8 min for four ranks there); a pipelined step took ~12 s.
+Each rank peaks near 1.1 GiB (memory model: floor + 0.58–0.62 GiB); the single process near 3 GiB. The
+pipelined run checkpoints once, after epoch ``E − 1``, with ``--keep last``: rank 0 gathers the whole model's weights
+for a checkpoint or a best-epoch snapshot (+0.4 GiB for a moment). Writes ``summary.json`` in ``--out-dir``.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def main() -> int:
              "--model-arg", f"int_emb_size={args.int_emb}", "--model-arg", f"out_emb_channels={args.out_emb}",
              "--model-arg", "basis_emb_size=8", "--frames", str(args.frames), "--batch-size", str(args.batch_size),
              "--cutoff", "4", "--max-neighbors", "8"]
+    # --keep last: no best-epoch snapshot (rank 0 would hold the whole model's weights beside its stage's)
     train = [*model, "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps), "--threads", "1",
-             "--no-progress"]
+             "--keep", "last", "--no-progress"]
     summary: dict = {"command": " ".join(sys.argv)}
 
     # 1. the cost model's layout
@@ -113,7 +115,7 @@ def main() -> int:
     layout = ["--stages", str(S), "--gp-size", str(G), "--ways", str(D), "--chunks", str(pick["chunks"]),
               "--scheduler", pick["scheduler"]]
     wall = gnnpipe(["train", *train, *layout, "--epochs", str(args.epochs), "--checkpoint-dir", str(ck),
-                    "--checkpoint-every", "1", "--out", str(out / "pipeline.json")], out / "pipeline.log")
+                    "--checkpoint-every", str(max(args.epochs - 1, 1)), "--out", str(out / "pipeline.json")], out / "pipeline.log")
     pipe = json.loads((out / "pipeline.json").read_text())
     losses = [e["loss"] for e in pipe["epochs"]]
     summary["pipeline"] = {"params": pipe["num_params"], "wall_s": wall, "epochs": len(losses),

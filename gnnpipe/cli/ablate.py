@@ -32,7 +32,7 @@ examples:
   gnnpipe ablate experiments/technique_ablation.toml            # run / resume
   gnnpipe ablate experiments/technique_ablation.toml --list     # show runs and which are done
   gnnpipe ablate experiments/schedulers.toml --simulate         # schedule simulator only, seconds
-  gnnpipe ablate experiments/atomistic_layouts.toml --report    # DimeNet++ (S2EF) in 7 S x G x D layouts
+  gnnpipe ablate experiments/atomistic_layouts.toml --report    # DimeNet++ (S2EF) in 6 S x G x D layouts
   gnnpipe report experiments/technique_ablation.results.jsonl
 """
 

@@ -19,7 +19,8 @@ embedding of ``z``, SchNet's first gather) is not on a path to ``pos``: ``fwd + 
 
 **Memory of a rank** (bytes above the runtime floor; :func:`rank_memory`): ``parameters`` ``P_s·b`` (``P_s = P/S``
 for stage ``s``), ``gradients`` ``P_s·b``, ``optimizer`` ``2·P_s·b`` (Adam's moments; the trainer keeps them in the
-training dtype), the flattened gradient all-reduce buffer ``P_s·b`` when ``D·G > 1``, and ``activations``: what a
+training dtype), the flattened gradient all-reduce buffer when ``D·G > 1`` (``P_s·b`` on a pipeline stage; the
+single process's and graph parallelism's holds the loss too, in float64), and ``activations``: what a
 step keeps alive at its peak, ``κ·b·(w_E·E_r + w_T·T_r + w_N·N + w_A·N_r)`` with the rank's edges ``E_r``, triplets
 ``T_r``, the batch's atoms ``N`` (gathered atom rows are replicated) and its owned atoms ``N_r``; the widths
 ``w_*`` count the values autograd saves per edge, triplet and atom in the forward (:func:`activation_widths`,
@@ -864,7 +865,6 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
     model, b = job.model, job.element_size
     per_unit = unit_parameters(model)
     bounds = stage_bounds(len(model.units), layout.stages)
-    world = layout.ranks
     edges, triplets, atoms = plan.edge_counts, [int(t.numel()) for t in plan.triplets], plan.atom_counts
     reads = read_edges(plan, job.mode)
     pads = padded_slots(plan)
@@ -872,6 +872,15 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
     # (built when the model reads triplets or under graph parallelism), and a graph-parallel rank's local view
     tri = bool(getattr(model, "uses_triplets", True)) or layout.gp > 1
     E, T, N = plan.num_edges, plan.num_triplets, plan.num_nodes
+
+    def allreduce(P: int) -> int:
+        # the gradients are summed over the D·G ranks of a stage only: none alone or in a pure pipeline; the
+        # single process's and graph parallelism's flat buffer holds the loss too (allreduce_element_size), a
+        # pipeline stage's is of the training dtype
+        if layout.gp * layout.ways == 1:
+            return 0
+        return P * b if layout.stages > 1 else (P + 1) * job.allreduce_element_size
+
     out = []
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit[lo:hi])
@@ -887,7 +896,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
             kept += b * boundary.total(edges[g], 0, atoms[g])
             out.append(AtomRankMemory(
                 rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
-                ema=P * b if job.ema else 0, allreduce=(P + 1) * job.allreduce_element_size if world > 1 else 0,
+                ema=P * b if job.ema else 0, allreduce=allreduce(P),
                 activations=int(kept * inflight), graph=int(gbytes)))
     return out
 

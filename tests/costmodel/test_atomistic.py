@@ -148,6 +148,9 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     assert all(r.allreduce == 8 * (P + 1) for r in gp.memory)  # the trainer's float64 flat buffer
     pipe = predict_layout(job, AtomLayout(2, 1, 1, chunks=2), _profile(), cache=cache)
     assert sum(r.parameters for r in pipe.memory) == 4 * P and len(pipe.memory) == 2
+    assert all(r.allreduce == 0 for r in pipe.memory)  # a pure pipeline sums no gradients across ranks
+    hybrid = predict_layout(job, AtomLayout(2, 2, 1, chunks=2), _profile(), cache=cache)
+    assert [r.allreduce for r in hybrid.memory] == [r.parameters for r in hybrid.memory]  # the stage's, dtype b
     plan = cache[("plan", 2)]
     again = rank_memory(job, AtomLayout(1, 2, 1), plan, 2.5)
     assert [r.activations for r in again] == [r.activations for r in gp.memory]

@@ -359,7 +359,9 @@ def executor_checkpoint(ex, rank: int) -> dict:
         sd[f"rank{rank}.rng.{k}"] = v
     sd[f"rank{rank}.stage"] = _obj({"version": getattr(c, "version", 0)})
     if callable(getattr(c, "task_state", None)):
-        sd["task_state"] = _obj(c.task_state())
+        task = c.task_state()  # None: another rank holds it (an S2EF pipeline stage: rank 0)
+        if task is not None:
+            sd["task_state"] = _obj(task)
     return sd
 
 

@@ -85,6 +85,46 @@ def return_free_memory() -> None:
         trim(0)
 
 
+#: the size from which glibc's ``malloc`` maps each block on its own (:func:`bound_heap_retention`): a tensor of
+#: at least this many bytes is returned to the system when freed
+MMAP_THRESHOLD_BYTES = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+
+
+def bound_heap_retention(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at ``threshold`` bytes for the rest of the process (``mallopt(M_MMAP_THRESHOLD)``;
+    a no-op elsewhere); returns whether it was set.
+
+    By default glibc raises its threshold to the size of each mapped block freed (up to 32 MiB), so once a rank
+    has freed one large tensor (a weight matrix of the full model, dropped from a pipeline stage; a gradient) every
+    later tensor up to that size comes from the heap, whose freed holes between live blocks stay resident:
+    training steps whose weight-sized temporaries (gradients of the second-order pass, AdamW's) land in new holes
+    grow the resident size step after step while the live bytes stay flat. With a fixed threshold every block of
+    ``threshold`` bytes or more is mapped on its own and unmapped when freed; only small blocks share the heap.
+    """
+    fn = _mallopt()
+    return bool(fn is not None and fn(_M_MMAP_THRESHOLD, int(threshold)) == 1)
+
+
+def _mallopt():
+    global _MALLOPT
+    if _MALLOPT is False:
+        import ctypes
+        import sys
+
+        _MALLOPT = None
+        if sys.platform.startswith("linux"):
+            try:
+                _MALLOPT = ctypes.CDLL(None).mallopt
+                _MALLOPT.argtypes, _MALLOPT.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            except (OSError, AttributeError):
+                _MALLOPT = None
+    return _MALLOPT
+
+
+_MALLOPT = False
+
+
 def _malloc_trim():
     global _TRIM
     if _TRIM is False:

@@ -538,29 +538,37 @@ class PipelineS2EFTrainer(S2EFTrainer):
 
     # ------------------------------------------------------------------ the checkpoint interface
     def weights(self) -> dict[str, Tensor]:
-        """Collective: the averaged weights of every stage merged (the single-process ``state_dict``)."""
+        """Collective: on rank 0 the averaged weights of every stage merged (the single-process ``state_dict``); on
+        the other ranks their own stage's. Gathered on rank 0 only: a rank holding every stage's weights (and the
+        buffers of an all-gather: ``world`` pickles of a stage) would hold far more than its stage."""
         own = super().weights()
         if self.world == 1:
             return own
-        parts = [None] * self.world
-        dist.all_gather_object(parts, own if self.replica == 0 and self.g == 0 else {})
+        parts = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(own if self.replica == 0 and self.g == 0 else {}, parts, dst=0)
+        if parts is None:
+            return own
         merged: dict[str, Tensor] = {}
         for p in parts:
             merged.update(p)
         return merged
 
-    def task_state(self) -> dict:
-        """Collective: every stage's moving average and the schedule; ``weights``: all stages' averaged weights."""
+    def task_state(self) -> dict | None:
+        """Collective: on rank 0 every stage's moving average, the schedule and ``weights`` (all stages' averaged
+        weights); ``None`` on the other ranks (the checkpoint stores rank 0's, which every rank reads on resume)."""
+        weights = self.weights()
         ema = self.ema.state_dict()
         if self.world > 1:
-            parts = [None] * self.world
-            dist.all_gather_object(parts, ema if self.replica == 0 and self.g == 0 else None)
+            parts = [None] * self.world if self.rank == 0 else None
+            dist.gather_object(ema if self.replica == 0 and self.g == 0 else None, parts, dst=0)
+            if parts is None:
+                return None
             shadow = {}
             for p in parts:
                 if p:
                     shadow.update(p["shadow"])
             ema = {"updates": ema["updates"], "shadow": shadow}
-        return {"ema": ema, "schedule": self.schedule.state_dict(), "weights": self.weights()}
+        return {"ema": ema, "schedule": self.schedule.state_dict(), "weights": weights}
 
     def load_task_state(self, state: dict) -> None:
         own = set(self.ema.shadow)

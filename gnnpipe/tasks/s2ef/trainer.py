@@ -95,6 +95,9 @@ class S2EFTrainer:
 
     def __init__(self, config: TrainConfig, structures: list, splits: dict, normalizer: EnergyNormalizer, *,
                  rank: int = 0, world: int = 1, model=None, graph_fn: Optional[Callable] = None):
+        from ...core.runtime.metrics import bound_heap_retention, return_free_memory
+
+        bound_heap_retention()  # weight-sized temporaries must not leave resident holes step after step
         self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
         self.rank, self.world = rank, world
         self.replica, self.replicas, self.reporting = self.replica_of(rank, world)
@@ -126,6 +129,7 @@ class S2EFTrainer:
         self.steps_loop = None  # the run's StepLoop (:meth:`run`); None: whole epochs (a trainer driven directly)
         self.loader = StructureLoader(structures, self.num_workers(),
                                       self.graph_fn if self.graph_in_loader and graph_fn is None else None)
+        return_free_memory()  # what building freed (a stage's dropped weights) stays out of training's peak
 
     #: whether the loader's workers build each step's batch and graph (the single process and data parallelism);
     #: graph parallelism and the pipeline build them from the structures the workers read
@@ -460,11 +464,13 @@ class S2EFTrainer:
                 self.steps_loop.close()
             session.close()
         session.annotate(result, plan_info, self.device)
-        model = self.export_model()
-        model.load_state_dict(session.final_state())
-        model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
-        model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
-        result.model = model.eval()
+        final = session.final_state()  # collective in a pipeline (merged on rank 0)
+        if self.rank == 0:  # the rank whose result is returned: the only one to build the whole model
+            model = self.export_model()
+            model.load_state_dict(final)
+            model.meta = dict(run_meta(self.config, len(result.epochs)), task_meta=self.task_meta())
+            model.preprocessing = None  # no graph preprocessing: the neighbour graph is built from task_meta
+            result.model = model.eval()
         return result
 
 

@@ -107,8 +107,10 @@ def _run(rank: int, world: int, cfg: TrainConfig) -> dict:
         T.epoch_batches = original
     train = {k: list(v) for k, v in seen.items()}
     ev = tr.evaluate()
+    merged, task = tr.weights(), tr.task_state()  # collective: merged on rank 0 only
     return {**train, "rec": rec, "eval": ev, "stage": tr.stage, "replica": tr.replica,
-            "weights": {k: v.clone() for k, v in tr.trained.state_dict().items()}}
+            "weights": {k: v.clone() for k, v in tr.trained.state_dict().items()}, "merged": sorted(merged),
+            "task_state": None if task is None else sorted(task["weights"])}
 
 
 def _close(a, b, what):
@@ -148,6 +150,11 @@ def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
             assert o["eval"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
     if cfg.stages > 1:
         assert outs[0]["rec"]["bytes_layer"] > 0
+        # the whole model's weights are gathered on rank 0 only (checkpoints, the exported model); every other
+        # rank keeps its stage's, not a copy of every stage's
+        assert outs[0]["merged"] == outs[0]["task_state"] == sorted(ref["weights"])
+        for o in outs[1:]:
+            assert o["merged"] == sorted(o["weights"]) and o["task_state"] is None
     if cfg.stages > 1 and cfg.graph_parallel_group_size == 1 and D == 1:  # the cost model's boundary bytes
         assert outs[0]["rec"]["bytes_layer"] == _predicted_boundary_bytes(cfg)
 
