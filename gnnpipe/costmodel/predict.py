@@ -29,7 +29,8 @@ time-sliced on the cores (:meth:`~gnnpipe.costmodel.profile.UnitKind.contention`
 Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
 gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
 actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
-exchange per aggregation op in each direction and one all-reduce. Hybrid: a way's schedule where every slot
+exchange per aggregation op in each direction (the largest halo a rank receives over its link; on links
+``per_pair``, the largest pair's rows over that pair's own link) and one all-reduce. Hybrid: a way's schedule where every slot
 costs the slowest way's chunk plus the peers' exchange of the slot's rows per op, and the step adds the peer
 all-reduce. Ranks beyond a CPU node's cores share them: compute is slowed by ``max(1, demand / cores)``, with
 ``demand`` the mean number of that node's ranks computing at once in the unshared simulation (work / makespan),
@@ -199,6 +200,7 @@ class _Geometry:
     way_sent: list = field(default_factory=list)  # GP: rows each way sends per op (its mirrors towards all others)
     way_peers_out: list = field(default_factory=list)  # GP: ways each way sends to / receives from
     way_peers_in: list = field(default_factory=list)
+    pair_sent: dict = field(default_factory=dict)  # GP: (way p, way q) -> rows p sends q per op
 
 
 def _geometry(plan, config) -> _Geometry:
@@ -224,6 +226,7 @@ def _geometry(plan, config) -> _Geometry:
             g.way_sent = [sum(int(t.numel()) for (p, _), t in lists.items() if p == w) for w in range(W)]
             g.way_peers_out = [sum(1 for (p, _) in lists if p == w) for w in range(W)]
             g.way_peers_in = [sum(1 for (_, q) in lists if q == w) for w in range(W)]
+            g.pair_sent = {pq: int(t.numel()) for pq, t in lists.items()}
         if config.stages > 1:
             chunk_of = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.tensor(np.diff(ptr)))
             for backward, dest in ((False, g.peer_rows), (True, g.peer_rows_bwd)):
@@ -463,9 +466,12 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                     total += max(ts)
                     for w in range(W):
                         comp[w] += ts[w]
+            if link.per_pair:  # every pair its own link, all at once: the largest pair's rows (either way)
+                rows = max((max(n, g.pair_sent.get((q, p), 0)) for (p, q), n in g.pair_sent.items()), default=0)
+            else:  # one link per rank: the largest halo any rank receives
+                rows = max(float(halo.max()), g.mirror_fwd / W)
             for u in range(U):
                 for d in profile.agg_dims[u]:
-                    rows = max(float(halo.max()), g.mirror_fwd / W)
                     n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
                     total += n_dir * (link.latency_s + rows * d * b / link.exchange_bandwidth_Bps)  # batched: both ways
             P = sum(P_units)
