@@ -27,7 +27,8 @@ chunk passes on ``P`` cores at once), ``m`` the mean number of the node's ranks 
 simulation (at most its cores); with more ranks than cores, by the contention measured with that many processes
 time-sliced on the cores (:meth:`~gnnpipe.costmodel.profile.UnitKind.contention`).
 Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
-gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
+gloo's ``isend`` is; on a link whose exchange rate is under half its bandwidth the two directions share one
+channel at twice the exchange rate, first come first served); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
 actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
 exchange per aggregation op in each direction (the largest halo a rank receives over its link; on links
 ``per_pair``, the largest pair's rows over that pair's own link) and one all-reduce. Hybrid: a way's schedule where every slot
@@ -320,7 +321,7 @@ def _stage_units(bounds, s):
     return int(bounds[s]), int(bounds[s + 1])
 
 
-def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any:
+def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link, duplex: bool = True) -> Any:
     from ..schedulers import build_schedule, simulate
 
     sched = build_schedule(scheduler, S, C)
@@ -331,7 +332,7 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any
             return step[a.stage]
         return (fw if k == "F" else bw)[a.stage][a.chunk]
 
-    comm = _LinkComm(bytes_per_chunk=nbytes, link=link)
+    comm = _LinkComm(bytes_per_chunk=nbytes, link=link, duplex=duplex)
     return simulate(sched, costs=cost, comm=comm)
 
 
@@ -577,11 +578,21 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             lk = hardware.link(w * S + src, w * S + dst, R, measured)
             if worst is None or lk.time(1 << 20) > worst.time(1 << 20):
                 worst = lk
+        if worst.exchange_Bps is not None and 2 * worst.exchange_Bps < worst.bandwidth_Bps:
+            # both directions at once get less than the full rate each: one channel for the pair, at the rate
+            # the two directions get together
+            worst = Link(worst.latency_s, 2 * worst.exchange_Bps)
         return worst
+
+    # a transport that gets less than the full rate each way while both ends send (``exchange_gbps`` under half
+    # the bandwidth: gloo over a shaped veth) shares one channel per pair of stages between the two directions
+    duplex = all(lk.exchange_Bps is None or 2 * lk.exchange_Bps >= lk.bandwidth_Bps
+                 for lk in (hardware.link(w * S + s, w * S + s + 1, R, measured) for w in range(W)
+                            for s in range(S - 1)))
 
     def run(k: float, cont: float = 0.0):
         fw, bw, step = costs(k, cont)
-        res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link)
+        res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link, duplex)
         comp = [sum(fw[s]) + sum(bw[s]) + step[s] for s in range(S)]
         per_rank = [comp[s] for w in range(W) for s in range(S)]
         return res.makespan, per_rank, (fw, bw, step)

@@ -266,7 +266,8 @@ def test_plan_rejects_bad_profile_and_hardware_paths(small_profile, tmp_path):
 
 def test_exchange_rate_slows_graph_parallel_exchanges_only(small_profile):
     """A link whose exchange (both ends sending at once) gets half the rate: GP's and the hybrid's exchanges take
-    longer by their bytes over the lost rate; GNNPipe's one-way boundary transfers do not change."""
+    longer by their bytes over the lost rate; GNNPipe's boundary transfers share one channel per pair of stages
+    (activations one way, gradients the other), which slows them only where both directions are busy at once."""
     from gnnpipe.costmodel.hardware import Hardware, Link
 
     cfg, data, prof = small_profile
@@ -274,10 +275,11 @@ def test_exchange_rate_slows_graph_parallel_exchanges_only(small_profile):
     half = Link(0.0, 1e6, exchange_Bps=5e5)
     hw = {k: Hardware(name=k, devices_per_node=4, node_memory_bytes=2**40, intra=lk, inter=lk)
           for k, lk in (("full", full), ("half", half))}
-    t = {k: {(p.spec.ways, p.spec.stages): p.epoch_s for p in plan_layouts(cfg, data, 4, prof, h, floor_bytes=0,
-                                                                           over_partitions=(4,), schedulers=("1f1b",))}
-         for k, h in hw.items()}
-    assert t["half"][(1, 4)] == pytest.approx(t["full"][(1, 4)])
+    t = {k: {(p.spec.ways, p.spec.stages, p.spec.scheduler): p.epoch_s
+             for p in plan_layouts(cfg, data, 4, prof, h, floor_bytes=0, over_partitions=(4,))} for k, h in hw.items()}
+    assert t["full"][(1, 4, "gpipe")] <= t["half"][(1, 4, "gpipe")] < 1.2 * t["full"][(1, 4, "gpipe")]
+    assert t["full"][(1, 4, "1f1b")] <= t["half"][(1, 4, "1f1b")]
+    t = {k: {(w, s): v for (w, s, sch), v in tk.items() if sch == "1f1b" or s == 1} for k, tk in t.items()}
     assert t["half"][(4, 1)] > 1.2 * t["full"][(4, 1)]
     assert t["half"][(2, 2)] > t["full"][(2, 2)]
 
