@@ -15,7 +15,8 @@ rate ``--mbit``, the script
    with ``python -m gnnpipe train`` started in the namespaces under torchrun's environment, ``--epochs`` epochs;
    the epoch time is the median of the epochs after the first;
 3. predicts each layout with ``gnnpipe plan --hardware FILE`` (a TOML of the set rate: every link at the rate,
-   one node of this machine's cores: ``netns_links.hardware_toml``), from one profile per job and rank count.
+   ``per_pair`` as the mesh, and once more with the measured exchange rate as ``exchange_gbps``; one node of this
+   machine's cores: ``netns_links.hardware_toml``), from one profile per job and rank count.
 
 The paper-scaled rate: the paper's 10 Gbit/s inter-node Ethernet (1.25e9 B/s) divided by the speed factor of one
 of its GPUs against one core here — ``--speed``, default 40, the ``paper-a5000`` hardware file's (assumed, not
