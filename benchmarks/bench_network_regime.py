@@ -15,7 +15,8 @@ rate ``--mbit``, the script
    with ``python -m gnnpipe train`` started in the namespaces under torchrun's environment, ``--epochs`` epochs;
    the epoch time is the median of the epochs after the first;
 3. predicts each layout with ``gnnpipe plan --hardware FILE`` (a TOML of the set rate: every link at the rate,
-   one node of this machine's cores: ``netns_links.hardware_toml``), from one profile per job and rank count.
+   ``per_pair`` as the mesh, and once more with the measured exchange rate as ``exchange_gbps``; one node of this
+   machine's cores: ``netns_links.hardware_toml``), from one profile per job and rank count.
 
 The paper-scaled rate: the paper's 10 Gbit/s inter-node Ethernet (1.25e9 B/s) divided by the speed factor of one
 of its GPUs against one core here — ``--speed``, default 40, the ``paper-a5000`` hardware file's (assumed, not
@@ -103,7 +104,9 @@ def measured_row(res: dict) -> dict:
             "bytes_weight": int(last["bytes_weight"]),
             "bytes": int(last["bytes_layer"] + last["bytes_graph"] + last["bytes_weight"]),
             "idle_fraction_max": max(idle), "idle_fraction_mean": sum(idle) / len(idle),
-            "peak_MiB_max": max(res["peak_mem_bytes"]) / 2 ** 20}
+            "peak_MiB_max": max(res["peak_mem_bytes"]) / 2 ** 20,
+            "cpu_s": [statistics.median(e["cpu_s"][r] for e in eps[1:] or eps) for r in range(len(last["idle_s"]))]
+            if all("cpu_s" in e for e in eps) else None}
 
 
 def pick_prediction(records: list[dict], ways: int, stages: int, chunks: Optional[int]) -> Optional[dict]:
@@ -358,6 +361,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                                        "mode": mode, "ways": w, "stages": s, "chunks": c,
                                        **measured_row(json.loads(out.read_text())), "run_s": time.time() - t0}
                                 rows.append(row)
+                                keep = out_dir / "runs"  # the run's results JSON (per-epoch times, idle, CPU)
+                                keep.mkdir(parents=True, exist_ok=True)
+                                (keep / f"{ds.replace(':', '_')}_{L}_{R}_{mbit:g}_{mode}.json").write_text(
+                                    out.read_text())
                                 print(f"{name}, {R} ranks, {mbit:g} Mbit/s, {row['layout']}: "
                                       f"{row['epoch_s'] * 1e3:,.0f} ms/epoch, {row['bytes'] / 2 ** 20:,.1f} MiB, "
                                       f"idle {row['idle_fraction_max']:.2f}, peak {row['peak_MiB_max']:,.0f} MiB",

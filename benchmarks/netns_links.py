@@ -100,14 +100,16 @@ def scaled_rate(paper_Bps: float, speed: float) -> float:
 
 
 def hardware_toml(name: str, ranks: int, rate_Bps: float, cores: int, intra_Bps: Optional[float] = None,
-                  latency_us: float = 0.0, exchange_Bps: Optional[float] = None) -> str:
+                  latency_us: float = 0.0, exchange_Bps: Optional[float] = None, per_pair: bool = True) -> str:
     """A ``gnnpipe plan --hardware`` TOML for a mesh on this machine: one node of ``cores`` CPU cores (the ranks
     time-share them, as they do here), every link at ``rate_Bps`` (``[link.inter]`` and ``[link.intra]``:
-    within the cost model every rank of the mesh is on this one node, while the emulation gives every pair of
-    ranks a link of its own; ``intra_Bps`` overrides ``[link.intra]``); ``exchange_Bps``: the rate in each
-    direction when both ends send at once (``exchange_gbps``; measured by :meth:`Mesh.measure`)."""
+    within the cost model every rank of the mesh is on this one node; ``intra_Bps`` overrides ``[link.intra]``),
+    ``per_pair = true`` as the mesh gives every pair of ranks a link of its own (``per_pair=False``: one link per
+    rank, as one network card per node); ``exchange_Bps``: the rate in each direction when both ends send at once
+    (``exchange_gbps``; measured by :meth:`Mesh.measure`)."""
     intra = rate_Bps if intra_Bps is None else intra_Bps
     ex = "" if exchange_Bps is None else f"exchange_gbps = {exchange_Bps / 1e9!r}\n"
+    ex += f"per_pair = {'true' if per_pair else 'false'}\n"
     return (f'name = "{name}"\n\n[node]\ncount = 1\ndevices = {int(cores)}\nkind = "cpu"\n\n[device]\nspeed = 1.0\n\n'
             f"[link.intra]\nlatency_us = {latency_us}\nbandwidth_gbps = {intra / 1e9!r}\n{ex}\n"
             f"[link.inter]\nlatency_us = {latency_us}\nbandwidth_gbps = {rate_Bps / 1e9!r}\n{ex}")

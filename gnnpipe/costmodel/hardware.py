@@ -28,11 +28,18 @@ ping-pong over the actual backend is used)::
     latency_us = 25.0
     bandwidth_gbps = 1.25
     exchange_gbps = 0.625   # optional: GB/s in each direction while both ends send at once (default: bandwidth)
+    per_pair = false        # optional: every pair of ranks has a link of its own (default: one per rank)
 
 ``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once: gloo over a
 veth shaped by ``tc … tbf`` gets half the set rate in each direction of an exchange (``benchmarks/netns_links.py``
 measures it), while a plain TCP socket pair gets ~90 %. Graph parallelism's halo exchanges and a hybrid's peer
 exchanges (both ways at once) take it; the pipeline's one-way boundary transfers take ``bandwidth_gbps``.
+
+``per_pair`` says how a rank's traffic to several peers shares the wire. By default (``false``) a rank has one link
+of this kind, as a node has one network card: a graph-parallel rank's whole halo, from all its peers, crosses it.
+With ``per_pair = true`` every pair of ranks has a link of its own at the rate (a full mesh of point-to-point
+links, as ``benchmarks/netns_links.py`` builds): the peers of an exchange send at once, each over its own link, and
+the exchange takes as long as its largest pair.
 
 Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``, ``h200x8``,
 ``h200x64``), in
@@ -60,7 +67,7 @@ GIB = 2 ** 30
 _TOP = {"name", "node", "device", "link"}
 _NODE = {"count", "devices", "kind", "memory_gib"}
 _DEVICE = {"speed", "memory_gib"}
-_LINK = {"latency_us", "bandwidth_gbps", "exchange_gbps"}
+_LINK = {"latency_us", "bandwidth_gbps", "exchange_gbps", "per_pair"}
 _LINK_REQUIRED = {"latency_us", "bandwidth_gbps"}
 
 
@@ -72,11 +79,14 @@ class Link:
         latency_s: seconds per message (>= 0). bandwidth_Bps: bytes per second, one direction (> 0).
         exchange_Bps: bytes per second in each direction while both ends send at once (> 0; ``None``: full
             duplex, ``bandwidth_Bps``). See the module docstring (``exchange_gbps``).
+        per_pair: every pair of ranks has a link of its own (``True``) rather than one link per rank shared by
+            all its peers (module docstring, ``per_pair``).
     """
 
     latency_s: float
     bandwidth_Bps: float
     exchange_Bps: Optional[float] = None
+    per_pair: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
@@ -216,7 +226,11 @@ def _link(doc: dict, key: str, where: str) -> Optional[Link]:
     lat = _number(sec, "latency_us", where, positive=False)
     bw = _number(sec, "bandwidth_gbps", where)
     ex = _number(sec, "exchange_gbps", where)
-    return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9, exchange_Bps=None if ex is None else ex * 1e9)
+    pp = sec.get("per_pair", False)
+    if not isinstance(pp, bool):
+        raise ConfigError(f"{where}: [link.{key}] per_pair must be true or false, got {pp!r}")
+    return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9, exchange_Bps=None if ex is None else ex * 1e9,
+                per_pair=pp)
 
 
 def parse_hardware(doc: dict, where: str = "hardware") -> Hardware:

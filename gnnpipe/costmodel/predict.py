@@ -27,9 +27,11 @@ chunk passes on ``P`` cores at once), ``m`` the mean number of the node's ranks 
 simulation (at most its cores); with more ranks than cores, by the contention measured with that many processes
 time-sliced on the cores (:meth:`~gnnpipe.costmodel.profile.UnitKind.contention`).
 Stage-boundary sends go over the hardware's links (``latency + bytes/bandwidth``, overlapped with compute as
-gloo's ``isend`` is); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
+gloo's ``isend`` is; on a link whose exchange rate is under half its bandwidth the two directions share one
+channel at twice the exchange rate, first come first served); the optimizer step costs seconds per parameter; then the discrete-event simulation of the
 actual schedule (:func:`gnnpipe.schedulers.simulate`). Graph parallelism: per unit the slowest way, plus a halo
-exchange per aggregation op in each direction and one all-reduce. Hybrid: a way's schedule where every slot
+exchange per aggregation op in each direction (the largest halo a rank receives over its link; on links
+``per_pair``, the largest pair's rows over that pair's own link) and one all-reduce. Hybrid: a way's schedule where every slot
 costs the slowest way's chunk plus the peers' exchange of the slot's rows per op, and the step adds the peer
 all-reduce. Ranks beyond a CPU node's cores share them: compute is slowed by ``max(1, demand / cores)``, with
 ``demand`` the mean number of that node's ranks computing at once in the unshared simulation (work / makespan),
@@ -199,6 +201,7 @@ class _Geometry:
     way_sent: list = field(default_factory=list)  # GP: rows each way sends per op (its mirrors towards all others)
     way_peers_out: list = field(default_factory=list)  # GP: ways each way sends to / receives from
     way_peers_in: list = field(default_factory=list)
+    pair_sent: dict = field(default_factory=dict)  # GP: (way p, way q) -> rows p sends q per op
 
 
 def _geometry(plan, config) -> _Geometry:
@@ -224,6 +227,7 @@ def _geometry(plan, config) -> _Geometry:
             g.way_sent = [sum(int(t.numel()) for (p, _), t in lists.items() if p == w) for w in range(W)]
             g.way_peers_out = [sum(1 for (p, _) in lists if p == w) for w in range(W)]
             g.way_peers_in = [sum(1 for (_, q) in lists if q == w) for w in range(W)]
+            g.pair_sent = {pq: int(t.numel()) for pq, t in lists.items()}
         if config.stages > 1:
             chunk_of = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.tensor(np.diff(ptr)))
             for backward, dest in ((False, g.peer_rows), (True, g.peer_rows_bwd)):
@@ -317,7 +321,7 @@ def _stage_units(bounds, s):
     return int(bounds[s]), int(bounds[s + 1])
 
 
-def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any:
+def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link, duplex: bool = True) -> Any:
     from ..schedulers import build_schedule, simulate
 
     sched = build_schedule(scheduler, S, C)
@@ -328,7 +332,7 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link) -> Any
             return step[a.stage]
         return (fw if k == "F" else bw)[a.stage][a.chunk]
 
-    comm = _LinkComm(bytes_per_chunk=nbytes, link=link)
+    comm = _LinkComm(bytes_per_chunk=nbytes, link=link, duplex=duplex)
     return simulate(sched, costs=cost, comm=comm)
 
 
@@ -463,9 +467,12 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
                     total += max(ts)
                     for w in range(W):
                         comp[w] += ts[w]
+            if link.per_pair:  # every pair its own link, all at once: the largest pair's rows (either way)
+                rows = max((max(n, g.pair_sent.get((q, p), 0)) for (p, q), n in g.pair_sent.items()), default=0)
+            else:  # one link per rank: the largest halo any rank receives
+                rows = max(float(halo.max()), g.mirror_fwd / W)
             for u in range(U):
                 for d in profile.agg_dims[u]:
-                    rows = max(float(halo.max()), g.mirror_fwd / W)
                     n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
                     total += n_dir * (link.latency_s + rows * d * b / link.exchange_bandwidth_Bps)  # batched: both ways
             P = sum(P_units)
@@ -571,11 +578,21 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
             lk = hardware.link(w * S + src, w * S + dst, R, measured)
             if worst is None or lk.time(1 << 20) > worst.time(1 << 20):
                 worst = lk
+        if worst.exchange_Bps is not None and 2 * worst.exchange_Bps < worst.bandwidth_Bps:
+            # both directions at once get less than the full rate each: one channel for the pair, at the rate
+            # the two directions get together
+            worst = Link(worst.latency_s, 2 * worst.exchange_Bps)
         return worst
+
+    # a transport that gets less than the full rate each way while both ends send (``exchange_gbps`` under half
+    # the bandwidth: gloo over a shaped veth) shares one channel per pair of stages between the two directions
+    duplex = all(lk.exchange_Bps is None or 2 * lk.exchange_Bps >= lk.bandwidth_Bps
+                 for lk in (hardware.link(w * S + s, w * S + s + 1, R, measured) for w in range(W)
+                            for s in range(S - 1)))
 
     def run(k: float, cont: float = 0.0):
         fw, bw, step = costs(k, cont)
-        res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link)
+        res = _simulate(config.scheduler, S, Cw, fw, bw, step, nbytes, link, duplex)
         comp = [sum(fw[s]) + sum(bw[s]) + step[s] for s in range(S)]
         per_rank = [comp[s] for w in range(W) for s in range(S)]
         return res.makespan, per_rank, (fw, bw, step)

@@ -99,6 +99,7 @@ def run(
     overlap: bool = True,
     barrier: bool = False,
     schedule_for_errors: Grid | None = None,
+    duplex: bool = True,
 ) -> EngineResult:
     """Run the per-stage orders ``staged[s] = [(slot, action), ...]``.
 
@@ -176,8 +177,9 @@ def run(
                     arrived[a.key] = t
                     busy[s] = False
                 else:
-                    st = max(t, link_free.get((s, dst), 0.0))
-                    link_free[(s, dst)] = st + ct
+                    lk = (s, dst) if duplex else (min(s, dst), max(s, dst))  # half duplex: one channel per pair
+                    st = max(t, link_free.get(lk, 0.0))
+                    link_free[lk] = st + ct
                     transfers.append(Transfer(s, dst, a, st, st + ct))
                     push(st + ct, "arrive", a.key)
                     if overlap:

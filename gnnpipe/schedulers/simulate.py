@@ -5,7 +5,7 @@ actions in the schedule's order (idle grid slots are ignored; an action starts a
 is free and its inputs have arrived). After ``F`` on ``s < S-1`` the chunk's boundary rows go to
 ``s+1``; after ``B`` on ``s > 0`` their gradient goes to ``s-1``. A send takes
 ``latency + bytes / bandwidth`` on the link from sender to receiver (one link per direction, sends
-first come first served). With ``overlap`` the sender keeps computing meanwhile; without it the
+first come first served; with ``duplex=False`` both directions of a pair of stages share one). With ``overlap`` the sender keeps computing meanwhile; without it the
 sender is busy until its send is done. A flush schedule spanning several epochs gets a barrier:
 epoch ``e`` starts on a stage only after every stage's step of epoch ``e-1``.
 
@@ -102,12 +102,16 @@ class CommModel:
         bandwidth: bytes per time unit (``inf``: only latency counts).
         latency: time added to every send.
         overlap: ``True``: sends run beside compute; ``False``: the sender waits for its send.
+        duplex: ``True``: each direction of a link has its own channel; ``False``: the two directions share one
+            (sends either way first come first served), as over a transport that gets half the rate each way
+            while both ends send (``gnnpipe.costmodel.hardware``, ``exchange_gbps``).
     """
 
     bytes_per_chunk: float | Sequence[float] | Callable[[int, int, Action], float] = 0.0
     bandwidth: float = math.inf
     latency: float = 0.0
     overlap: bool = True
+    duplex: bool = True
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0:
@@ -326,7 +330,7 @@ def simulate(schedule: Schedule, costs: CostsLike = None, comm: CommModel | None
     res = run(
         staged, num_stages=schedule.num_stages, num_chunks=schedule.num_chunks, duration=dur,
         comm_time=comm.time if comm is not None else None, overlap=comm.overlap if comm is not None else True,
-        barrier=barrier, schedule_for_errors=schedule,
+        barrier=barrier, schedule_for_errors=schedule, duplex=comm.duplex if comm is not None else True,
     )
     compute = [sum(iv.end - iv.start for iv in row) for row in res.intervals]
     span = res.makespan

@@ -115,6 +115,9 @@ def test_hardware_toml_of_the_set_rate_parses():
     hw = parse_hardware(tomllib.loads(nl.hardware_toml("mesh", 4, 31.25e6, 2)))
     assert hw.inter.bandwidth_Bps == pytest.approx(31.25e6) and hw.intra.bandwidth_Bps == pytest.approx(31.25e6)
     assert hw.nodes == 1 and hw.devices_per_node == 2 and hw.kind == "cpu" and hw.inter.latency_s == 0.0
+    assert hw.inter.per_pair and hw.intra.per_pair  # the mesh: a link of its own for every pair of ranks
+    nic = parse_hardware(tomllib.loads(nl.hardware_toml("nic", 4, 31.25e6, 2, per_pair=False)))
+    assert not nic.inter.per_pair and not nic.intra.per_pair
 
 
 def test_hardware_exchange_rate_parses_and_is_checked():
@@ -131,6 +134,9 @@ def test_hardware_exchange_rate_parses_and_is_checked():
     assert Link(0.0, 2e6).exchange_bandwidth_Bps == 2e6  # full duplex unless told otherwise
     with pytest.raises(ConfigError, match="exchange"):
         Link(0.0, 1e6, exchange_Bps=0.0)
+    with pytest.raises(ConfigError, match="per_pair must be true or false"):
+        parse_hardware({"node": {"devices": 1}, "link": {"inter": {"latency_us": 1, "bandwidth_gbps": 1,
+                                                                   "per_pair": 1}}})
     with pytest.raises(ConfigError, match="exchange_gbps"):
         parse_hardware({"node": {"devices": 1}, "link": {"inter": {"latency_us": 1, "bandwidth_gbps": 1,
                                                                    "exchange_gbps": -1}}})

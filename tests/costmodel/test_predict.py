@@ -266,7 +266,8 @@ def test_plan_rejects_bad_profile_and_hardware_paths(small_profile, tmp_path):
 
 def test_exchange_rate_slows_graph_parallel_exchanges_only(small_profile):
     """A link whose exchange (both ends sending at once) gets half the rate: GP's and the hybrid's exchanges take
-    longer by their bytes over the lost rate; GNNPipe's one-way boundary transfers do not change."""
+    longer by their bytes over the lost rate; GNNPipe's boundary transfers share one channel per pair of stages
+    (activations one way, gradients the other), which slows them only where both directions are busy at once."""
     from gnnpipe.costmodel.hardware import Hardware, Link
 
     cfg, data, prof = small_profile
@@ -274,9 +275,31 @@ def test_exchange_rate_slows_graph_parallel_exchanges_only(small_profile):
     half = Link(0.0, 1e6, exchange_Bps=5e5)
     hw = {k: Hardware(name=k, devices_per_node=4, node_memory_bytes=2**40, intra=lk, inter=lk)
           for k, lk in (("full", full), ("half", half))}
-    t = {k: {(p.spec.ways, p.spec.stages): p.epoch_s for p in plan_layouts(cfg, data, 4, prof, h, floor_bytes=0,
-                                                                           over_partitions=(4,), schedulers=("1f1b",))}
-         for k, h in hw.items()}
-    assert t["half"][(1, 4)] == pytest.approx(t["full"][(1, 4)])
+    t = {k: {(p.spec.ways, p.spec.stages, p.spec.scheduler): p.epoch_s
+             for p in plan_layouts(cfg, data, 4, prof, h, floor_bytes=0, over_partitions=(4,))} for k, h in hw.items()}
+    assert t["full"][(1, 4, "gpipe")] <= t["half"][(1, 4, "gpipe")] < 1.2 * t["full"][(1, 4, "gpipe")]
+    assert t["full"][(1, 4, "1f1b")] <= t["half"][(1, 4, "1f1b")]
+    t = {k: {(w, s): v for (w, s, sch), v in tk.items() if sch == "1f1b" or s == 1} for k, tk in t.items()}
     assert t["half"][(4, 1)] > 1.2 * t["full"][(4, 1)]
     assert t["half"][(2, 2)] > t["full"][(2, 2)]
+
+
+def test_per_pair_links_carry_graph_parallel_halos_pair_by_pair(small_profile):
+    """Links ``per_pair`` (a link of its own for every pair of ranks, as the emulated mesh): graph parallelism's
+    exchange takes the largest pair's rows, not a rank's whole halo, so 4 ways on slow links are faster than over
+    one link per rank by about the halo's share of peers; 2 ways (one pair) and the pipeline do not change."""
+    from gnnpipe.costmodel.hardware import Hardware, Link
+
+    cfg, data, prof = small_profile
+    hw = {k: Hardware(name=k, devices_per_node=4, node_memory_bytes=2**40, intra=lk, inter=lk)
+          for k, lk in (("rank", Link(0.0, 1e5)), ("pair", Link(0.0, 1e5, per_pair=True)))}
+
+    def times(R):
+        return {k: {(p.spec.ways, p.spec.stages): p.epoch_s
+                    for p in plan_layouts(cfg, data, R, prof, h, floor_bytes=0, over_partitions=(4,),
+                                          schedulers=("1f1b",))} for k, h in hw.items()}
+
+    t4, t2 = times(4), times(2)
+    assert t4["pair"][(4, 1)] < 0.8 * t4["rank"][(4, 1)]
+    assert t4["pair"][(1, 4)] == pytest.approx(t4["rank"][(1, 4)])
+    assert t2["pair"][(2, 1)] == pytest.approx(t2["rank"][(2, 1)])
