@@ -37,12 +37,12 @@ def add_relax_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: all at once)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; with --gp-size: "
-                   "of each rank, default torch's over G)")
-    p.add_argument("--gp-size", type=int, default=1, metavar="G", help="graph-parallel ranks sharing each step's edges "
+                   "of each rank, torch's over G)")
+    p.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=1, metavar="G", help="graph-parallel ranks sharing each step's edges "
                    "and triplets (as gnnpipe train --gp-size; default 1: one process)")
-    p.add_argument("--gp-partitioner", default="edge-chunk", help="how the edges are split over the G ranks "
+    p.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default="edge-chunk", help="how the edges are split over the G ranks "
                    "(default: edge-chunk)")
-    p.add_argument("--gp-mode", choices=["allgather", "halo"], default="allgather",
+    p.add_argument("--gp-mode", dest="graph_parallel_mode", choices=["allgather", "halo"], default="allgather",
                    help="how the ranks exchange edge rows (default: allgather)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
@@ -74,8 +74,8 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         raise ConfigError(f"--maxstep must be > 0 Å, got {args.maxstep}")
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.gp_size < 1:
-        raise ConfigError(f"--gp-size must be >= 1, got {args.gp_size}")
+    if args.graph_parallel_group_size < 1:
+        raise ConfigError(f"--gp-size must be >= 1, got {args.graph_parallel_group_size}")
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
@@ -90,8 +90,9 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
 
 def relax_options(args: argparse.Namespace) -> dict:
     return dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
-                batch_size=args.batch_size, device=args.device, progress=args.progress, gp_size=args.gp_size,
-                gp_partitioner=args.gp_partitioner, gp_mode=args.gp_mode, threads=args.threads)
+                batch_size=args.batch_size, device=args.device, progress=args.progress,
+                gp_size=args.graph_parallel_group_size, gp_partitioner=args.graph_parallel_partitioner,
+                gp_mode=args.graph_parallel_mode, threads=args.threads)
 
 
 def summary(res, seconds: float) -> str:
