@@ -17,8 +17,8 @@ Four measurements, each on gloo ranks of this machine (CPU, one torch thread per
    and against the single process stepping through the same micro-batches in turn (its work without parallelism);
    with ``--contention``, two of those at once against one alone: how much two processes slow each other on this
    machine (two vCPUs may share one core), which bounds what two stages can gain.
-4. **Memory model** (``--memory-model``) — each pipeline rank's peak of one step above its floor (resident set,
-   ``MALLOC_MMAP_THRESHOLD_=16384``) against :func:`gnnpipe.costmodel.atomistic.predict_layout`, for ``--mm-stages``
+4. **Memory model** (``--memory-model``) — each pipeline rank's peak over two steps on one batch above its floor
+   (resident set, glibc's mmap threshold 16 KiB) against :func:`gnnpipe.costmodel.atomistic.predict_layout`, for ``--mm-stages``
    stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
 
     python benchmarks/bench_atomistic_pipeline.py                      # defaults below
@@ -84,8 +84,12 @@ def _state_bytes(tr) -> int:
     return n
 
 
-def _fixed_batches(module, batch):
-    module.epoch_batches = lambda n, gb, seed, epoch: [torch.as_tensor(batch)]
+def _fixed_batches(batch, steps: int = 1):
+    """Every epoch of the S2EF trainers (the pipeline's too: they read their batches in
+    :mod:`gnnpipe.tasks.s2ef.trainer`) is ``steps`` steps on the training structures ``batch``."""
+    from gnnpipe.tasks.s2ef import trainer as T
+
+    T.epoch_batches = lambda n, gb, seed, epoch: [torch.as_tensor(batch)] * steps
 
 
 def _rank_memory(rank, world, cfg):
@@ -94,23 +98,28 @@ def _rank_memory(rank, world, cfg):
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
-    _fixed_batches(P, list(range(cfg.batch_size)))
+    _fixed_batches(list(range(cfg.batch_size)))
     tr.train_step(0)
     return {"bytes": _state_bytes(tr), "bounds": tr.bounds, "params": sum(p.numel() for p in tr.params)}
 
 
 def _rank_peak(rank, world, cfg):
-    """One training step's peak resident set above the rank's floor (the trainer built: parameters, data), the
-    counter reset through ``/proc/self/clear_refs`` just before (run with ``MALLOC_MMAP_THRESHOLD_`` small, so
-    freed tensors leave the resident set at once)."""
+    """The peak resident set of two training steps on the same batch above the rank's floor (the trainer built:
+    parameters, data), the counter reset through ``/proc/self/clear_refs`` just before: the second step holds
+    Adam's moments, as the prediction does. Run with ``MALLOC_MMAP_THRESHOLD_`` small, so freed tensors leave the
+    resident set at once; the trainer fixes glibc's threshold at 1 MiB when built
+    (:func:`~gnnpipe.core.runtime.metrics.bound_heap_retention`), so the small one is set again here."""
     from bench_graph_parallel import _status
 
+    from gnnpipe.core.runtime.metrics import bound_heap_retention
     from gnnpipe.tasks.s2ef import pipeline as P
 
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
-    _fixed_batches(P, list(range(cfg.batch_size)))
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        bound_heap_retention(int(os.environ["MALLOC_MMAP_THRESHOLD_"]))
+    _fixed_batches(list(range(cfg.batch_size)), steps=2)
     torch.distributed.barrier()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -166,7 +175,7 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         return out
 
     tr.executor.train_epoch = timed_schedule
-    _fixed_batches(P, list(range(cfg.batch_size)))
+    _fixed_batches(list(range(cfg.batch_size)))
     out = []
     for i in range(steps):
         for v in (*spans.values(), line):
@@ -218,7 +227,7 @@ def _single_step(cfg, steps, threads):
     torch.set_num_threads(threads)
     structures, splits, norm = _data(cfg)
     tr = T.S2EFTrainer(cfg, structures, splits, norm)
-    _fixed_batches(T, list(range(cfg.batch_size)))
+    _fixed_batches(list(range(cfg.batch_size)))
     return (tr, *_timed_steps(tr, steps))
 
 
@@ -230,7 +239,7 @@ def _chunked_single_step(cfg, steps):
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
     tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=0, world=1)
-    _fixed_batches(P, list(range(cfg.batch_size)))
+    _fixed_batches(list(range(cfg.batch_size)))
     return _timed_steps(tr, steps)
 
 
@@ -341,9 +350,10 @@ def _memory_model(args, res: dict) -> None:
                 pm = m.gradients + m.optimizer + m.allreduce + m.activations + m.graph
                 rows.append({"stages": S, "scheduler": sched, "rank": r, "measured_MiB": o["peak"] / 2**20,
                              "predicted_MiB": pm / 2**20, "error": pm / o["peak"] - 1, "bounds": o["bounds"]})
-    res["memory_model"] = {"kappa": prof.kappa, "chunks": C, "rows": rows}
+    res["memory_model"] = {"kappa": prof.kappa, "kappa_d": prof.kappa_d, "chunks": C, "rows": rows}
+    kd = f", kappa_d {prof.kappa_d:.2f}" if prof.kappa_d is not None else ""
     print(f"memory model: {args.model} {args.layers} blocks hidden {args.hidden}, {C} structures in {C} micro-batches, "
-          f"kappa {prof.kappa:.2f} (single-process profile); peak of a step above the floor, MiB (error):")
+          f"kappa {prof.kappa:.2f}{kd} (single-process profile); peak of a step above the floor, MiB (error):")
     for r in rows:
         print(f"  S={r['stages']} {r['scheduler']:>5} rank {r['rank']}: measured {r['measured_MiB']:8.1f}, predicted "
               f"{r['predicted_MiB']:8.1f} ({r['error']:+.1%})")
