@@ -30,7 +30,11 @@ profile). Gathered edge rows (``allgather``: all ``E`` rows of the gathered widt
 ``κ·b·Σ width·rows`` to the rank's edges' share. A pipeline stage counts its own units, the parameter-free geometry
 once where it runs an interaction block, in the force mode's widths (:func:`stage_widths`), and, outside ``κ``, the
 boundary tensors it receives and sends; a gpipe stage holds all ``C`` micro-batches until the flush, a 1f1b stage
-``s`` at most ``S − s``. ``graph``: the step's graph, ``40·E + 8·N`` bytes (int64 edge index and cell offsets,
+``s`` at most ``S − s``. With conservative forces a stage's ``D`` pass back-propagates the force loss with the graph
+retained for ``B``, so one micro-batch peaks at ``κ_D`` (the profiled step run as ``G``, ``D``, ``B``) where the single
+process's combined backward frees as it goes; the others hold ``κ`` (gpipe: every ``G`` has run) or their forward
+alone (1f1b: ``G`` runs only in the micro-batch's ``G``, ``D``, ``B`` block), each the largest micro-batch's share
+(:func:`micro_batch_sizes`). ``graph``: the step's graph, ``40·E + 8·N`` bytes (int64 edge index and cell offsets,
 batch) and ``16·T`` when triplets are built (the model reads them, or graph parallelism balances by them), plus a
 graph-parallel rank's local view.
 
@@ -491,6 +495,10 @@ def unit_parameters(model: Any) -> list[int]:
 #: when no profile measured it: measured 2.66 for dimenet++ (hidden 64, 3 blocks, a 75-atom Pt slab, float32) on this
 #: project's machine (docs/guides/atomistic-cost.md)
 DEFAULT_KAPPA = 2.7
+#: ``κ_D / κ`` when no profile measured ``κ_D`` (a conservative pipeline stage's ``D`` pass retains the graph):
+#: measured 2.40 / 1.86 = 1.29 for gemnet-t (4 blocks × 128, 8 OC20-like structures, float32;
+#: docs/guides/atomistic-cost.md)
+DEFAULT_KAPPA_D_RATIO = 1.3
 #: the version of :func:`activation_widths` / :func:`stage_widths` a profile's κ was fitted against (2: the geometry in
 #: the force mode's widths, 10·S·R per read edge); a saved profile of another version is refused on load
 WIDTHS_VERSION = 2
@@ -506,7 +514,11 @@ class AtomProfile:
     Attributes:
         model: the zoo name. step_s: median seconds of a single-process step (energy + forces, the loss, its
         backward) with ``threads`` torch threads. work: its multiply-adds (:func:`work_weights` on the sample).
-        kappa: the double-backward factor. peak_bytes: the step's peak live bytes above the state before it.
+        kappa: the double-backward factor. kappa_d: a conservative pipeline stage's factor: the peak of the step
+        run as the pipeline's passes (the forces with ``create_graph``, the force loss's backward retaining the graph,
+        then the energy loss's) less the gradients, over the counted kept bytes (``None``: direct forces, or a profile
+        written before it was measured: ``kappa`` × :data:`DEFAULT_KAPPA_D_RATIO`).
+        peak_bytes: the step's peak live bytes above the state before it.
         grad_bytes: the gradients' bytes. kept_bytes: the counted kept bytes (:func:`activation_widths`).
         edges, triplets, atoms, structures: the sample. element_size: ``b``. floor_bytes: resident bytes of this
         process before the step less the model's weights and the sample's batch and graph (the runtime, the data
@@ -535,6 +547,12 @@ class AtomProfile:
     step_cpu_s: float = 0.0
     widths_version: int = WIDTHS_VERSION
     direct_forces: bool | None = None
+    kappa_d: float | None = None
+
+    @property
+    def retained_kappa(self) -> float:
+        """``κ_D``: :attr:`kappa_d`, or ``κ`` × :data:`DEFAULT_KAPPA_D_RATIO` where it was not measured."""
+        return self.kappa_d if self.kappa_d is not None else self.kappa * DEFAULT_KAPPA_D_RATIO
 
     @property
     def seconds_per_work(self) -> float:
@@ -564,7 +582,8 @@ class AtomProfile:
             prof = cls(**{k: (tuple(v) if k == "link" and v is not None else v) for k, v in d.items()})
         except TypeError as exc:
             raise ConfigError(f"not an atomistic profile ({exc}); write one with gnnpipe plan --profile-out") from None
-        bad = [f for f in _PROFILE_NUMBERS if isinstance(getattr(prof, f), bool)
+        numbers = _PROFILE_NUMBERS + (("kappa_d",) if prof.kappa_d is not None else ())
+        bad = [f for f in numbers if isinstance(getattr(prof, f), bool)
                or not isinstance(getattr(prof, f), (int, float)) or not getattr(prof, f) >= 0]
         if bad:
             raise ConfigError(f"not an atomistic profile: {', '.join(f'{f}={getattr(prof, f)!r}' for f in bad)} must "
@@ -604,19 +623,26 @@ def _held_bytes(*objs) -> int:
     return sum(seen.values())
 
 
-def _train_step(model, batch, graph, comm=None):
+def _train_step(model, batch, graph, comm=None, passes: bool = False):
+    """One training step's compute; ``passes``: as a conservative pipeline runs it, the force loss's backward
+    retaining the graph (``D``), then the energy loss's (``B``), where the single process runs one backward."""
     out = model(batch, graph, comm, forces=True)
     e, f = batch.energy.reshape(-1), batch.forces
-    loss = ((out["energy"] - e.to(out["energy"].dtype)) ** 2).sum() \
-        + 100.0 * ((out["forces"] - f.to(out["forces"].dtype)) ** 2).mean()
-    loss.backward()
+    le = ((out["energy"] - e.to(out["energy"].dtype)) ** 2).sum()
+    lf = 100.0 * ((out["forces"] - f.to(out["forces"].dtype)) ** 2).mean()
+    if passes:
+        lf.backward(retain_graph=True)
+        le.backward()
+    else:
+        (le + lf).backward()
 
 
 def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: int = 1, link: bool = False,
                  name: str = "?") -> AtomProfile:
     """Time ``steps`` single-process training steps of ``model`` on ``batch`` (after ``warmup``), measure one step's
-    peak of live bytes (:class:`~gnnpipe.costmodel.footprint.LiveBytes`) and, with ``link``, the all-reduce link
-    between two local ranks (:func:`~gnnpipe.costmodel.profile.profile_link`, a few seconds).
+    peak of live bytes (:class:`~gnnpipe.costmodel.footprint.LiveBytes`), with conservative forces also one step's
+    run as the pipeline's ``G``, ``D``, ``B`` passes (``κ_D``), and, with ``link``, the all-reduce link between two
+    local ranks (:func:`~gnnpipe.costmodel.profile.profile_link`, a few seconds).
 
     ``batch`` needs ``energy`` and ``forces`` (zeros do: only the cost is measured). Threads: torch's current
     setting (the ranks of a run use ``--threads``).
@@ -648,6 +674,13 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     with LiveBytes() as lb:
         _train_step(model, batch, graph)
     peak = lb.peak - lb.base
+    peak_d = None
+    if _conservative(model):
+        for p in params:
+            p.grad = None
+        with LiveBytes() as lb:
+            _train_step(model, batch, graph, passes=True)
+        peak_d = lb.peak - lb.base
     grads = sum(p.numel() for p in params) * b
     E, T, N = int(graph.num_edges), int(graph.num_triplets), int(batch.num_nodes)
     K = int(torch.bincount(graph.idx_ji, minlength=E).max()) if E and T else 0
@@ -665,7 +698,8 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
                        kappa=max(peak - grads, 0) / max(kept, 1.0), peak_bytes=int(peak), grad_bytes=int(grads),
                        kept_bytes=float(kept), edges=E, triplets=T, atoms=N, structures=int(getattr(batch, "num_graphs", 1)),
                        element_size=b, threads=torch.get_num_threads(), floor_bytes=floor, link=lk,
-                       step_cpu_s=statistics.median(cpus), direct_forces=not _conservative(model))
+                       step_cpu_s=statistics.median(cpus), direct_forces=not _conservative(model),
+                       kappa_d=None if peak_d is None else max(peak_d - grads, 0) / max(kept, 1.0))
 
 
 # ---------------------------------------------------------------------------------------------- layouts
@@ -847,6 +881,23 @@ def _plan(job: AtomJob, G: int, cache: dict):
     return cache[("plan", G)]
 
 
+def micro_batch_sizes(job: AtomJob, chunks: int, cache: dict | None = None) -> list[tuple[int, int, int]]:
+    """``(edges, triplets, atoms)`` of each of the ``chunks`` micro-batches the S2EF pipeline cuts the job's replica
+    batch into (``torch.tensor_split`` of its structures: contiguous, as even as possible; an empty one is
+    ``(0, 0, 0)``)."""
+    import torch
+
+    _, graph = job_graph(job, cache)
+    B = len(job.structures)
+    of_edge = graph.batch[graph.edge_index[1]]
+    e = torch.bincount(of_edge, minlength=B)
+    t = (torch.bincount(of_edge[graph.idx_ji], minlength=B) if graph.idx_ji is not None
+         else torch.zeros(B, dtype=torch.long))
+    n = torch.bincount(graph.batch, minlength=B)
+    return [(int(e[part].sum()), int(t[part].sum()), int(n[part].sum()))
+            for part in torch.tensor_split(torch.arange(B), chunks)]
+
+
 def read_edges(plan: Any, mode: str) -> list[int]:
     """Per rank, the edge rows its triplets read: all ``E`` (``allgather``; one rank: its own), or its own and its
     halo rows (``halo``)."""
@@ -857,11 +908,15 @@ def read_edges(plan: Any, mode: str) -> list[int]:
     return [int(e) + int(h.numel()) for e, h in zip(plan.edge_counts, plan.halo)]
 
 
-def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> list[AtomRankMemory]:
+def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float, kappa_d: float | None = None, *,
+                cache: dict | None = None) -> list[AtomRankMemory]:
     """Per rank of one replica (``S × G`` ranks; the other replicas' are alike or smaller), the predicted bytes
     above the runtime floor (module docstring). Stage ``s`` trains its units' parameters; a gpipe stage keeps
-    every micro-batch's activations of its units until the flush, a 1f1b stage ``s`` at most ``S − s`` micro-batches'
-    (``C`` in all)."""
+    every micro-batch's activations of its units until the flush, a 1f1b stage ``s`` at most ``k = S − s``
+    micro-batches' (``C`` in all). With conservative forces (``S > 1``) one micro-batch peaks in its ``D`` pass at
+    ``kappa_d`` (default ``kappa`` × :data:`DEFAULT_KAPPA_D_RATIO`): a gpipe stage holds ``κ·kept + (κ_D − κ)·m``,
+    a 1f1b stage ``κ_D·m`` and the forward of ``k − 1`` others (at most ``(k − 1)·m``), ``m`` the largest micro-batch's
+    kept bytes (:func:`micro_batch_sizes`); with direct forces ``κ·kept·k/C`` (1f1b)."""
     model, b = job.model, job.element_size
     per_unit = unit_parameters(model)
     bounds = stage_bounds(len(model.units), layout.stages)
@@ -881,23 +936,33 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float) -> li
             return 0
         return P * b if layout.stages > 1 else (P + 1) * job.allreduce_element_size
 
+    second = layout.stages > 1 and _conservative(model)  # the pipeline's G, D, B passes
+    if second:
+        kappa_d = kappa * DEFAULT_KAPPA_D_RATIO if kappa_d is None else kappa_d
+        mbs = micro_batch_sizes(job, layout.chunks, cache)
+        K = sum(pads) / E if E else 0.0  # the padded slots per edge
     out = []
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit[lo:hi])
-        inflight = 1.0
-        if layout.stages > 1 and layout.scheduler == "1f1b":
-            inflight = min(layout.stages - s, layout.chunks) / layout.chunks
+        k = min(layout.stages - s, layout.chunks) if layout.stages > 1 and layout.scheduler == "1f1b" else layout.chunks
         widths, boundary = stage_widths(model, lo, hi)
+        if second:  # the largest micro-batch's share of the stage's kept bytes
+            whole = widths.total(E, T, N, E, K * E)
+            largest = max(widths.total(e, t, n, e, K * e) for e, t, n in mbs) / whole if whole else 0.0
+            factor = (min((k - 1) * largest, 1.0 - largest) + kappa_d * largest if layout.scheduler == "1f1b"
+                      else kappa + (kappa_d - kappa) * largest)
+        else:
+            factor = kappa * k / layout.chunks
         for g in range(layout.gp):
             gbytes = 40 * E + 8 * N + (16 * T if tri else 0)
             if layout.gp > 1:
                 gbytes += 40 * edges[g] + 16 * triplets[g]
-            kept = kappa * b * widths.total(edges[g], triplets[g], atoms[g], reads[g], pads[g])
-            kept += b * boundary.total(edges[g], 0, atoms[g])
+            kept = factor * b * widths.total(edges[g], triplets[g], atoms[g], reads[g], pads[g])
+            kept += b * boundary.total(edges[g], 0, atoms[g]) * k / layout.chunks
             out.append(AtomRankMemory(
                 rank=s * layout.gp + g, stage=s, parameters=P * b, gradients=P * b, optimizer=2 * P * b,
                 ema=P * b if job.ema else 0, allreduce=allreduce(P),
-                activations=int(kept * inflight), graph=int(gbytes)))
+                activations=int(kept), graph=int(gbytes)))
     return out
 
 
@@ -985,7 +1050,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
             cpu.append(profile.step_cpu_s / max(profile.work, 1.0) * work / hw.speed)
             comm.append(t_gp + t_b + ar_s)
             step = max(step, c + t_gp + t_b + ar_s)
-    mem = rank_memory(job, layout, plan, profile.kappa)
+    mem = rank_memory(job, layout, plan, profile.kappa, profile.retained_kappa, cache=cache)
     if floor_bytes is None:
         floor_bytes = GPU_FLOOR_BYTES if hw.kind == "gpu" else profile.floor_bytes
     fits = hw.fits([m.peak + floor_bytes for m in mem] * D)

@@ -210,6 +210,7 @@ def test_a_profile_fitted_against_older_widths_is_refused():
     (lambda d: [1, 2], "a JSON list, not an object"),
     (lambda d: {**d, "step_s": "abc"}, "step_s='abc' must be numbers >= 0"),
     (lambda d: {**d, "kappa": -1}, "kappa=-1 must be numbers >= 0"),
+    (lambda d: {**d, "kappa_d": -1}, "kappa_d=-1 must be numbers >= 0"),
     (lambda d: {**d, "edges": None}, "edges=None"),
     (lambda d: {**d, "bogus": 1}, "not an atomistic profile"),
 ])
@@ -231,6 +232,67 @@ def test_rank_memory_counts_the_steps_graph():
     one = predict_layout(job, AtomLayout(1, 1, 1), _profile(), cache=cache).memory[0]
     assert one.graph == 40 * graph.num_edges + 8 * graph.num_nodes + 16 * graph.num_triplets
     assert one.peak == one.states + one.allreduce + one.activations + one.graph
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_conservative_pipeline_stage_peaks_at_kappa_d_on_its_largest_micro_batch(direct):
+    """With conservative forces a stage's D pass retains the graph for B: one micro-batch (the largest) at κ_D, the
+    others at κ (gpipe: every G has run) or their forward alone (1f1b); direct forces keep κ·kept·k/C."""
+    from gnnpipe.costmodel.atomistic import (
+        AtomLayout,
+        job_graph,
+        micro_batch_sizes,
+        predict_layout,
+        stage_bounds,
+        stage_widths,
+    )
+
+    model = _model("gemnet-t", direct)
+    job = _job(model, 5)
+    cache: dict = {}
+    _, graph = job_graph(job, cache)
+    E, T, N = graph.num_edges, graph.num_triplets, graph.num_nodes
+    mbs = micro_batch_sizes(job, 3, cache)  # structures [0, 1], [2, 3], [4], as the pipeline cuts them
+    assert [tuple(map(sum, zip(*mbs)))] == [(E, T, N)] and len({m[0] for m in mbs}) > 1
+    K = int(torch.bincount(graph.idx_ji, minlength=E).max())
+    prof = _profile(kappa=2.0, kappa_d=3.0)
+    for sched in ("gpipe", "1f1b"):
+        mem = predict_layout(job, AtomLayout(2, 1, 1, 3, sched), prof, cache=cache).memory
+        for s, ((lo, hi), m) in enumerate(zip(stage_bounds(len(model.units), 2), mem)):
+            kept, boundary = stage_widths(model, lo, hi)
+            whole = kept.total(E, T, N, E, E * K)
+            big = max(kept.total(e, t, n, e, e * K) for e, t, n in mbs)
+            k = 3 if sched == "gpipe" else 2 - s  # micro-batches in flight
+            if direct:
+                expect = 2.0 * whole * k / 3
+            elif sched == "gpipe":
+                expect = 2.0 * whole + (3.0 - 2.0) * big
+            else:
+                expect = 3.0 * big + min((k - 1) * big, whole - big)
+            expect = 4 * (expect + boundary.total(E, 0, N) * k / 3)
+            assert m.activations == pytest.approx(expect, rel=1e-6, abs=2), (sched, s)
+    if not direct:  # the last 1f1b stage: one micro-batch at κ_D, not the mean one at κ
+        last = predict_layout(job, AtomLayout(2, 1, 1, 3, "1f1b"), prof, cache=cache).memory[1]
+        kept, _ = stage_widths(model, *stage_bounds(len(model.units), 2)[1])
+        assert last.activations > 1.4 * 4 * 2.0 * kept.total(E, T, N, E, E * K) / 3
+        old = predict_layout(job, AtomLayout(2, 1, 1, 3, "1f1b"), _profile(kappa=2.0), cache=cache).memory[1]
+        assert old.activations < last.activations  # unmeasured κ_D: κ × DEFAULT_KAPPA_D_RATIO
+
+
+def test_the_profile_measures_kappa_d_with_conservative_forces():
+    from gnnpipe.costmodel.atomistic import DEFAULT_KAPPA_D_RATIO, AtomProfile, job_graph, profile_step
+
+    for direct in (False, True):
+        model = _model("gemnet-t", direct).float()
+        batch, graph = job_graph(_job(model, 4))
+        batch.energy, batch.forces = torch.zeros(batch.num_graphs), torch.zeros_like(batch.pos)
+        prof = profile_step(model, batch, graph, steps=1, warmup=0)
+        if direct:
+            assert prof.kappa_d is None  # no D pass
+        else:  # D retains the graph B reads: above the single process's combined backward
+            assert prof.kappa_d > 1.05 * prof.kappa > 0
+    old = {k: v for k, v in prof.to_dict().items() if k != "kappa_d"}  # saved before κ_D was measured
+    assert AtomProfile.from_dict(old).retained_kappa == pytest.approx(prof.kappa * DEFAULT_KAPPA_D_RATIO)
 
 
 def test_the_profiled_floor_leaves_out_the_weights_batch_and_graph_the_plan_counts_per_rank():
