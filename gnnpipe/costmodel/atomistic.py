@@ -34,7 +34,7 @@ boundary tensors it receives and sends; a gpipe stage holds all ``C`` micro-batc
 retained for ``B``, so one micro-batch peaks at ``κ_D`` (the profiled step run as ``G``, ``D``, ``B``) where the single
 process's combined backward frees as it goes; the others hold ``κ`` (gpipe: every ``G`` has run) or their forward
 alone (1f1b: ``G`` runs only in the micro-batch's ``G``, ``D``, ``B`` block), each the largest micro-batch's share
-(:func:`micro_batch_sizes`). ``graph``: the step's graph, ``40·E + 8·N`` bytes (int64 edge index and cell offsets,
+(:func:`micro_batch_sizes`); with direct forces a 1f1b stage holds ``k`` of the largest at ``κ``. ``graph``: the step's graph, ``40·E + 8·N`` bytes (int64 edge index and cell offsets,
 batch) and ``16·T`` when triplets are built (the model reads them, or graph parallelism balances by them), plus a
 graph-parallel rank's local view.
 
@@ -916,7 +916,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float, kappa
     micro-batches' (``C`` in all). With conservative forces (``S > 1``) one micro-batch peaks in its ``D`` pass at
     ``kappa_d`` (default ``kappa`` × :data:`DEFAULT_KAPPA_D_RATIO`): a gpipe stage holds ``κ·kept + (κ_D − κ)·m``,
     a 1f1b stage ``κ_D·m`` and the forward of ``k − 1`` others (at most ``(k − 1)·m``), ``m`` the largest micro-batch's
-    kept bytes (:func:`micro_batch_sizes`); with direct forces ``κ·kept·k/C`` (1f1b)."""
+    kept bytes (:func:`micro_batch_sizes`); with direct forces a 1f1b stage ``κ·k·m`` (at most ``κ·kept``)."""
     model, b = job.model, job.element_size
     per_unit = unit_parameters(model)
     bounds = stage_bounds(len(model.units), layout.stages)
@@ -937,7 +937,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float, kappa
         return P * b if layout.stages > 1 else (P + 1) * job.allreduce_element_size
 
     second = layout.stages > 1 and _conservative(model)  # the pipeline's G, D, B passes
-    if second:
+    if layout.stages > 1:
         kappa_d = kappa * DEFAULT_KAPPA_D_RATIO if kappa_d is None else kappa_d
         mbs = micro_batch_sizes(job, layout.chunks, cache)
         K = sum(pads) / E if E else 0.0  # the padded slots per edge
@@ -946,13 +946,15 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float, kappa
         P = sum(per_unit[lo:hi])
         k = min(layout.stages - s, layout.chunks) if layout.stages > 1 and layout.scheduler == "1f1b" else layout.chunks
         widths, boundary = stage_widths(model, lo, hi)
-        if second:  # the largest micro-batch's share of the stage's kept bytes
+        factor = kappa
+        if layout.stages > 1:  # the largest micro-batch's share of the stage's kept bytes
             whole = widths.total(E, T, N, E, K * E)
             largest = max(widths.total(e, t, n, e, K * e) for e, t, n in mbs) / whole if whole else 0.0
-            factor = (min((k - 1) * largest, 1.0 - largest) + kappa_d * largest if layout.scheduler == "1f1b"
-                      else kappa + (kappa_d - kappa) * largest)
-        else:
-            factor = kappa * k / layout.chunks
+            if second:
+                factor = (min((k - 1) * largest, 1.0 - largest) + kappa_d * largest if layout.scheduler == "1f1b"
+                          else kappa + (kappa_d - kappa) * largest)
+            elif layout.scheduler == "1f1b":
+                factor = kappa * min(k * largest, 1.0)
         for g in range(layout.gp):
             gbytes = 40 * E + 8 * N + (16 * T if tri else 0)
             if layout.gp > 1:
