@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--fmax", type=float, default=0.05, help="eV/Å (default: 0.05)")
     p.add_argument("--steps", type=int, default=200, help="(default: 200)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of both sides (default: 1)")
+    p.add_argument("--device", default="cpu", help="where the model runs on both sides: cpu, cuda (default: cpu)")
     p.add_argument("--out", default=None, help="write the numbers as JSON")
     args = p.parse_args(argv)
 
@@ -52,14 +53,14 @@ def main(argv=None) -> int:
     for a in atoms:
         a.calc = None
     model = load(args.model)
-    relax(model, atoms[:2], optimizer=args.optimizer, fmax=args.fmax, steps=2)      # warm-up
+    relax(model, atoms[:2], optimizer=args.optimizer, fmax=args.fmax, steps=2, device=args.device)  # warm-up
 
     start = time.perf_counter()
-    res = relax(model, atoms, optimizer=args.optimizer, fmax=args.fmax, steps=args.steps)
+    res = relax(model, atoms, optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, device=args.device)
     batched = time.perf_counter() - start
 
     cls = FIRE if args.optimizer == "fire" else LBFGS
-    calc = Calculator(model)
+    calc = Calculator(model, device=args.device)
     from gnnpipe.errors import DataValidationError
 
     energies, steps, failed = [], [], []
@@ -82,13 +83,14 @@ def main(argv=None) -> int:
     out = {"structures": len(atoms), "atoms_mean": float(np.mean([len(a) for a in atoms])),
            "model": args.model, "model_name": (load(args.model).spec or {}).get("name"),
            "optimizer": args.optimizer, "fmax": args.fmax, "steps": args.steps, "threads": args.threads,
+           "device": args.device,
            "batched_s": batched, "ase_s": one_by_one, "speedup": one_by_one / batched,
            "converged_batched": int(res.converged.sum()), "converged_ase": int(sum(s < args.steps for s in steps)),
            "steps_batched": res.steps.tolist(), "steps_ase": steps, "forwards_batched": res.forward_calls,
            "energy_max_abs_diff_eV": float(de.max()), "ase_refused": failed,
            "same_steps": [res.steps.tolist()[k] for k in ok] == [steps[k] for k in ok]}
     print(f"{len(atoms)} structures ({out['atoms_mean']:.1f} atoms on average), {args.optimizer} to fmax {args.fmax} "
-          f"or {args.steps} steps, {args.threads} thread(s):\n"
+          f"or {args.steps} steps, {args.threads} thread(s), {args.device}:\n"
           f"  batched          {batched:8.2f} s  ({res.forward_calls} batched forwards, "
           f"{out['converged_batched']} converged)\n"
           f"  ASE one by one   {one_by_one:8.2f} s  ({sum(s + 1 for s in steps)} forwards, "

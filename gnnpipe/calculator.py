@@ -28,17 +28,21 @@ class Calculator(_AseCalculator):
             elements were recorded carry no record: nothing is said. Atomic numbers beyond the model's ``max_z``
             are always refused, and a structure whose graph at the model's cutoff cannot be built here too
             (:func:`gnnpipe.tasks.s2ef.predict.predict_structures`).
+        device: where the model runs (``"cpu"``, the default; ``"cuda"``, ``"cuda:1"``); positions are sent there
+            and energies and forces come back to the CPU (NumPy, as ASE expects).
 
     Raises:
         ConfigError: the file is not a gnnpipe model file, or its model was not trained for S2EF; an unknown
-            ``unseen_elements``.
+            ``unseen_elements``; a ``device`` torch does not know, or ``"cuda"`` where no CUDA GPU is visible.
     """
 
     implemented_properties = ["energy", "free_energy", "forces"]
 
-    def __init__(self, model, unseen_elements: str = "warn", **kwargs):
+    def __init__(self, model, unseen_elements: str = "warn", device="cpu", **kwargs):
         super().__init__(**kwargs)
-        from .tasks.s2ef.predict import UNSEEN_ELEMENTS
+        from .tasks.s2ef.predict import UNSEEN_ELEMENTS, resolve_device
+
+        device = resolve_device(device)
 
         if unseen_elements not in UNSEEN_ELEMENTS:
             from .errors import ConfigError
@@ -52,7 +56,7 @@ class Calculator(_AseCalculator):
         from .tasks.s2ef.predict import task_meta
 
         task_meta(model)  # refuse a node-classification model now, not at the first call
-        self.model = model.eval()
+        self.model = model.to(device).eval()
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         from .data.atoms import from_atoms

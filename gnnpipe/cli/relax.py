@@ -80,12 +80,12 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    from ..tasks.s2ef.predict import resolve_device
+
     try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        raise ConfigError(f"unknown --device {args.device!r}; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA GPU is visible here; use --device cpu")
+        resolve_device(args.device)
+    except ConfigError as e:
+        raise ConfigError(f"--device: {e}") from None
 
 
 def relax_options(args: argparse.Namespace) -> dict:

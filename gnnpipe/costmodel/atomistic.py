@@ -658,7 +658,13 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     params = [p for p in model.parameters() if p.requires_grad]
     b = params[0].element_size()
     # the runtime floor: what this process holds less the model's weights and the sample's batch and graph, which
-    # the plan counts per rank (``parameters``, ``graph``)
+    # the plan counts per rank (``parameters``, ``graph``); garbage and the heap's free memory are not held
+    import gc
+
+    from ..core.runtime.metrics import return_free_memory
+
+    gc.collect()
+    return_free_memory()
     floor = max(_rss() - _held_bytes(model, batch, graph), 0)
     times, cpus = [], []
     for i in range(warmup + steps):

@@ -80,6 +80,27 @@ def check_elements(model, structures: Sequence, unseen_elements: str = "warn", s
 
 
 @torch.no_grad()
+def resolve_device(device) -> "torch.device":
+    """``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``) checked: a clear error instead of torch's
+    at the first calculation.
+
+    Raises:
+        ConfigError: a device torch does not know; a CUDA device where no CUDA GPU (or not that many) is visible.
+    """
+    from ...errors import ConfigError
+
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {str(device)!r} but no CUDA GPU is visible here; use cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {str(device)!r} but {torch.cuda.device_count()} CUDA GPU(s) are visible")
+    return device
+
+
 def predict_structures(model, structures: Sequence, batch_size: int = 16, *, unseen_elements: str = "warn",
                        source: str = "structure") -> tuple[Tensor, list[Tensor]]:
     """Energies and forces of ``structures`` (PyG ``Data`` as :func:`gnnpipe.data.atoms.from_atoms` makes, labels
@@ -89,7 +110,8 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     trained on warned about once per call, naming them (``unseen_elements="error"``: refused; ``"ignore"``: not
     checked; :func:`check_elements`), and a cutoff whose graph cannot be built here refused (a large one warned
     about; :func:`gnnpipe.data.atoms.estimate.check_graph_size`). ``source`` names the structures in messages
-    (``"FILE: structure"``).
+    (``"FILE: structure"``). The model runs where its parameters are (CPU or a GPU); the results come back on the
+    CPU.
 
     Returns:
         ``(energy [S] float64 eV, [forces [n_s, 3] float64 eV/Å per structure])``.
@@ -121,11 +143,21 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
                          "less")
     model.eval()
     energies, forces = [], []
-    for start in range(0, len(structures), batch_size):
-        batch = Batch.from_data_list(structures[start:start + batch_size])
-        e, f = energies_forces(model, batch, graph_fn(batch), norm)
-        energies.append(e)
-        forces.extend(f[batch.ptr[i]:batch.ptr[i + 1]] for i in range(batch.num_graphs))
+    # the forces need ∂E/∂pos only: parameters that do not require grad spare the backward their weight gradients
+    # and the forward the tensors saved for them (as gnnpipe.relax does); given back after
+    frozen = [q for q in model.parameters() if q.requires_grad]
+    for q in frozen:
+        q.requires_grad_(False)
+    try:
+        for start in range(0, len(structures), batch_size):
+            batch = Batch.from_data_list(structures[start:start + batch_size]).to(p.device)
+            e, f = energies_forces(model, batch, graph_fn(batch), norm)
+            energies.append(e.detach().cpu())
+            f, ptr = f.detach().cpu(), batch.ptr.cpu()
+            forces.extend(f[ptr[i]:ptr[i + 1]] for i in range(batch.num_graphs))
+    finally:
+        for q in frozen:
+            q.requires_grad_(True)
     return (torch.cat(energies) if energies else torch.zeros(0, dtype=torch.float64)), forces
 
 

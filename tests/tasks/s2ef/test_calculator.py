@@ -3,6 +3,8 @@ a BFGS relaxation with it lowers the energy and ends under fmax."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -73,3 +75,24 @@ def test_a_node_classification_model_is_refused(tmp_path):
     save(r.model, tmp_path / "gcn.pt")
     with pytest.raises(ConfigError, match="not trained on energies and forces"):
         Calculator(tmp_path / "gcn.pt")
+
+
+@pytest.mark.parametrize("device,match", [("tpu0", "unknown device 'tpu0'"),
+                                          ("cuda:64", "cuda:64")])
+def test_a_device_that_is_not_here_is_refused_when_the_calculator_is_made(model_file, device, match):
+    if device.startswith("cuda") and torch.cuda.device_count() > 64:
+        pytest.skip("a machine with more than 64 GPUs")
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        Calculator(model_file, device=device)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_the_calculator_on_a_gpu_equals_the_cpu(model_file):
+    atoms = _cluster()
+    atoms.calc = Calculator(model_file)
+    e, f = atoms.get_potential_energy(), atoms.get_forces()
+    atoms.calc = Calculator(model_file, device="cuda")
+    assert isinstance(atoms.get_forces(), np.ndarray)
+    assert abs(atoms.get_potential_energy() - e) < 1e-9
+    np.testing.assert_allclose(atoms.get_forces(), f, atol=1e-9)
