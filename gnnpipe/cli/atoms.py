@@ -95,8 +95,11 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--frames must be >= 1, got {args.frames}")
     start = time.perf_counter()
     if args.out is not None and format_of(args.out) not in (None, "extxyz"):
+        if args.kind == "oc20-is2rs":
+            raise ConfigError(f"--kind oc20-is2rs writes two extended XYZ files (initial structures and "
+                              f"<stem>.relaxed.extxyz); give --out NAME.extxyz, not {args.out!r}")
         path = args.out
-        write_structures(args.out, GENERATORS[args.kind](args.frames, args.seed), overwrite=True)
+        write_structures(args.out, GENERATORS[args.kind](args.frames, args.seed), overwrite=args.overwrite)
     else:
         path = generated_file(args.kind, args.frames, args.seed, out=args.out, overwrite=args.overwrite)
     print(path)

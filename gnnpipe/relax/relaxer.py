@@ -247,12 +247,13 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
     cutoff, cap, tri = meta["cutoff"], meta["max_neighbors"], bool(getattr(model, "uses_triplets", True))
+    rev = bool(getattr(model, "uses_reverse_edges", False))     # GemNet reads each edge's reverse
 
     if gp is not None:
         tri = True             # the graph-parallel partitioners balance the shards by triplets
 
     def graph_fn(b):   # the calculator's graph (graph_builder's), found for all structures at once
-        return build_graph(b, cutoff, cap, with_triplets=tri, method="batch")
+        return build_graph(b, cutoff, cap, with_triplets=tri, method="batch", with_reverse=rev)
 
     def forward(b):
         """``(energy [B], forces [N, 3])`` float64 of batch ``b``: one process, or this rank's shard."""

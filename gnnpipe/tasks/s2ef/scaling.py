@@ -5,7 +5,7 @@ called once, before training, on the first :data:`FIT_STRUCTURES` structures of 
 training split (:func:`~.data.epoch_batches`: the same permutation whatever the batch size, the number of
 replicas, stages or graph-parallel ranks), in one process with the whole graph, on every rank alike: every layout
 computes the same factors. They are buffers of the model, so checkpoints, resumed runs and exported models carry
-them. A model given ``scale_file`` loads its factors instead (``gnnpipe atoms fit-scales`` writes one).
+them. A model given ``scale_file`` loads its factors instead (``gnnpipe atoms scales MODEL --out FILE`` writes one).
 """
 
 from __future__ import annotations

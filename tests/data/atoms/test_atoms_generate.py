@@ -101,6 +101,16 @@ def test_cli_atoms_generate_writes_extxyz(tmp_path, capsys):
     assert main(["atoms", "generate", "--frames", "0"]) == 2
 
 
+def test_cli_atoms_generate_into_a_database_keeps_what_exists_and_refuses_is2rs(tmp_path, capsys):
+    db = tmp_path / "b.db"
+    assert main(["atoms", "generate", "--kind", "md17", "--frames", "2", "--out", str(db)]) == 0
+    assert main(["atoms", "generate", "--kind", "md17", "--frames", "3", "--out", str(db)]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert len(read_structures(db)) == 2
+    assert main(["atoms", "generate", "--kind", "oc20-is2rs", "--frames", "1", "--out", str(tmp_path / "i.db")]) == 2
+    assert "give --out NAME.extxyz" in capsys.readouterr().err and not (tmp_path / "i.db").exists()
+
+
 def test_oc20_paths_are_whole_relaxations_of_is2rs_like_structures():
     """Every third BFGS step and the last: each system's frames go from its initial structure to EMT's minimum."""
     import numpy as np
