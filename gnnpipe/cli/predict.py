@@ -175,7 +175,8 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
         structures = load_structures(TrainConfig(**cfg)) if cfg["dataset"].lower().endswith(
             (".extxyz", ".xyz", ".traj", ".db")) else None
         if structures is None:
-            raise ConfigError(f"--dataset {args.dataset!r} is not a structure file (.extxyz, .xyz, .traj, .db)")
+            raise ConfigError(f"--dataset {args.dataset!r} is not a structure file (.extxyz, .xyz, .traj, .db); "
+                              f"convert an .aselmdb or .lmdb set with gnnpipe atoms convert FILE OUT.extxyz")
         groups = {"all": torch.arange(len(structures))}
     else:
         if meta.get("data_given"):

@@ -224,8 +224,8 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
     fmt = STRUCTURE_SUFFIXES.get(p.suffix.lower())
     if fmt is None:
         raise DataValidationError(f"{p}: unknown structure file suffix {p.suffix!r}; use one of "
-                                  f"{', '.join(sorted(STRUCTURE_SUFFIXES))} (convert others with ase.io: "
-                                  "ase.io.write('out.extxyz', ase.io.read(path, ':')))")
+                                  f"{', '.join(sorted(STRUCTURE_SUFFIXES))} (convert an .aselmdb or fairchem .lmdb set with "
+                                  f"gnnpipe atoms convert {p.name} {p.stem}.extxyz; other formats with ase.io)")
     try:
         if fmt == "db":
             atoms = _db_atoms(p, index, energy_key, forces_key)
