@@ -111,6 +111,7 @@ def test_cli_atoms_generate_into_a_database_keeps_what_exists_and_refuses_is2rs(
     assert "give --out NAME.extxyz" in capsys.readouterr().err and not (tmp_path / "i.db").exists()
 
 
+@pytest.mark.slow
 def test_oc20_paths_are_whole_relaxations_of_is2rs_like_structures():
     """Every third BFGS step and the last: each system's frames go from its initial structure to EMT's minimum."""
     import numpy as np
