@@ -86,6 +86,14 @@ def _label(atoms, calc) -> object:
     return out
 
 
+def _random_slab(rng, metals, adsorbates, sites, size: Sequence[int], vacuum: float, fixed_layers: int):
+    """:func:`_slab` of a metal, an adsorbate and a site drawn from ``rng`` (in that order)."""
+    metal = metals[rng.integers(len(metals))]
+    ads = adsorbates[rng.integers(len(adsorbates))]
+    site = sites[rng.integers(len(sites))]
+    return _slab(metal, ads, site, size, vacuum, fixed_layers)
+
+
 def _slab(metal: str, adsorbate: str, site: str, size: Sequence[int], vacuum: float, fixed_layers: int):
     from ase.build import add_adsorbate, fcc111
     from ase.constraints import FixAtoms
@@ -151,10 +159,7 @@ def generate_oc20_like(frames: int, seed: int = 0, *, metals: Sequence[str] = EM
     calc = EMT()
     out: list = []
     while len(out) < frames:
-        metal = metals[rng.integers(len(metals))]
-        ads = adsorbates[rng.integers(len(adsorbates))]
-        site = sites[rng.integers(len(sites))]
-        slab = _slab(metal, ads, site, size, vacuum, fixed_layers)
+        slab = _random_slab(rng, metals, adsorbates, sites, size, vacuum, fixed_layers)
         if rng.random() < relax_share and relax_steps > 0:
             slab.rattle(2 * rattle, seed=int(rng.integers(2**31)))
             slab.calc = calc
@@ -270,10 +275,7 @@ def generate_oc20_is2rs(frames: int, seed: int = 0, *, metals: Sequence[str] | N
     calc = EMT()
     initial, relaxed = [], []
     for _ in range(frames):
-        metal = metals[rng.integers(len(metals))]
-        ads = adsorbates[rng.integers(len(adsorbates))]
-        site = sites[rng.integers(len(sites))]
-        slab = _slab(metal, ads, site, size, vacuum, fixed_layers)
+        slab = _random_slab(rng, metals, adsorbates, sites, size, vacuum, fixed_layers)
         slab.positions[slab.get_tags() == 2, 2] += rng.uniform(0, lift)
         slab.rattle(rattle, seed=int(rng.integers(2**31)))
         initial.append(_label(slab, calc))
@@ -321,10 +323,7 @@ def generate_oc20_paths(frames: int, seed: int = 0, *, metals: Sequence[str] | N
     calc = EMT()
     out: list = []
     while len(out) < frames:
-        metal = metals[rng.integers(len(metals))]
-        ads = adsorbates[rng.integers(len(adsorbates))]
-        site = sites[rng.integers(len(sites))]
-        slab = _slab(metal, ads, site, size, vacuum, fixed_layers)
+        slab = _random_slab(rng, metals, adsorbates, sites, size, vacuum, fixed_layers)
         slab.positions[slab.get_tags() == 2, 2] += rng.uniform(0, lift)
         slab.rattle(rattle, seed=int(rng.integers(2**31)))
         slab.calc = calc
