@@ -207,9 +207,15 @@ class _Packer(pickle.Pickler):
     segment of its own, about 0.5 ms apiece on the receiving side)."""
 
     def reducer_override(self, obj):
-        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.requires_grad:
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.requires_grad \
+                and obj.dtype in _NUMPY_DTYPES:
             return _tensor_from_numpy, (obj.detach().cpu().numpy(),)
-        return NotImplemented
+        return NotImplemented      # bfloat16 and the rest: torch's own pickling, still inside the one byte string
+
+
+#: tensor dtypes NumPy holds as they are
+_NUMPY_DTYPES = frozenset({torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                           torch.int64, torch.uint8, torch.bool})
 
 
 def _tensor_from_numpy(a):
