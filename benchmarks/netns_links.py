@@ -376,16 +376,18 @@ def _probe_main(reps: int) -> int:
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
     rank = dist.get_rank()
     out = _probe(rank, 2, list(PROBE_SIZES), reps, 0, 0.0, 0, 0, stream_sizes=())
-    # an exchange: both ranks send EXCHANGE_BYTES to each other at once (as a graph-parallel halo exchange does)
+    # an exchange: both ranks send EXCHANGE_BYTES to each other at once, through the runtime's own exchange (a
+    # graph-parallel halo exchange: gnnpipe.core.ops.comm.Comm.exchange)
+    from gnnpipe.core.ops.comm import Comm
+
+    comm = Comm()
     t = torch.zeros(EXCHANGE_BYTES // 4)
     buf = torch.empty_like(t)
     times = []
     for i in range(6):
         dist.barrier()
         t0 = time.perf_counter()
-        ops = [dist.P2POp(dist.isend, t, 1 - rank), dist.P2POp(dist.irecv, buf, 1 - rank)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        comm.exchange([(t, 1 - rank)], [(buf, 1 - rank)], tag=7, kind="graph")
         dist.barrier()
         if i:
             times.append(time.perf_counter() - t0)

@@ -8,6 +8,7 @@ it being counted as idle."""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 import torch
@@ -39,3 +40,24 @@ def test_a_send_waiting_for_a_busy_receiver_counts_as_idle():
     assert c0["bytes_layer"] == (MAX_PENDING_SENDS + 2) * (1 << 20)
     assert c0["idle_s"] > 0.5 * SLEEP_S, c0  # waited for the receiver
     assert c0["comm_s"] < 0.5 * SLEEP_S, c0  # not counted as time inside the sends
+
+
+def test_exchange_posts_its_receives_before_its_sends(monkeypatch):
+    """gloo's TCP transport reads a pair's bytes only into a posted receive; a rank whose sends come first waits
+    for the peer to finish its own sends, and the two directions of a link take turns (half the rate each on a
+    shaped link; the root-only link test measures the rate)."""
+    import torch.distributed as dist
+
+    seen = []
+
+    def fake_batch(ops):
+        seen.extend(op.op for op in ops)
+        return []
+
+    monkeypatch.setattr(dist, "batch_isend_irecv", fake_batch)
+    monkeypatch.setattr(dist, "P2POp", lambda op, tensor, peer, tag=0: types.SimpleNamespace(op=op))
+    comm = Comm("cpu", stage=False)
+    comm.exchange([(torch.zeros(4), 1), (torch.zeros(2), 2)], [(torch.empty(3), 1), (torch.empty(3), 2)], tag=5,
+                  kind="graph")
+    assert seen == [dist.irecv, dist.irecv, dist.isend, dist.isend]
+    assert comm.bytes["graph"] == 6 * 4

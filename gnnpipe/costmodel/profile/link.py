@@ -142,8 +142,8 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                 w0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(iters):
                     _busy(work_s)
-                    ops = ([dist.P2POp(dist.isend, send, q) for q in peers]
-                           + [dist.P2POp(dist.irecv, bufs[q], q) for q in sources])
+                    ops = ([dist.P2POp(dist.irecv, bufs[q], q) for q in sources]  # receives first, as Comm.exchange
+                           + [dist.P2POp(dist.isend, send, q) for q in peers])
                     for work in dist.batch_isend_irecv(ops):
                         work.wait()
                 if r:
