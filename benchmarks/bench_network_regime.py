@@ -142,13 +142,14 @@ def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: st
 
 
 def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path, profile: Path,
-             contention: bool, exchange_Bps: Optional[float] = None) -> list[dict]:
-    """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate (and, given, the measured rate of an
-    exchange both ways at once); the profile is taken once into ``profile`` and reused."""
+             contention: bool, exchange_Bps: Optional[float] = None, latency_s: float = 0.0) -> list[dict]:
+    """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate and the measured latency (and,
+    given, the measured rate of an exchange both ways at once); the profile is taken once into ``profile`` and
+    reused."""
     tag = f"{profile.stem}_{int(rate_Bps)}_{'x' if exchange_Bps else 'f'}"
     hw = work / f"hw_{tag}.toml"
     hw.write_text(netns_links.hardware_toml(f"mesh {ranks} ranks at {rate_Bps * 8 / 1e6:g} Mbit/s", ranks,
-                                            rate_Bps, cores, exchange_Bps=exchange_Bps))
+                                            rate_Bps, cores, latency_us=latency_s * 1e6, exchange_Bps=exchange_Bps))
     out = work / f"plan_{tag}.json"
     argv = [sys.executable, "-m", "gnnpipe", "plan", *job, "--ranks", str(ranks), "--hardware", str(hw),
             "--chunks-per-stage", "4", "--over-partitions", "4", "--schedulers", "1f1b", "--no-progress",
@@ -283,12 +284,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--speed", type=float, default=PAPER_SPEED,
                    help="speed of one of the paper's GPUs / one core here (default: 40, paper-a5000's)")
     p.add_argument("--layouts", default="gp,gnnpipe,hybrid", help="comma-separated: gp, gnnpipe, hybrid")
-    p.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is not timed (default: 3)")
+    p.add_argument("--epochs", type=int, default=5, help="epochs per run; the first is not timed (default: 5)")
     p.add_argument("--measure", choices=["all", "first", "none"], default="all",
                    help="links measured per mesh: every pair, the first pair only, none (default: all)")
     p.add_argument("--no-predict", dest="predict", action="store_false", help="skip gnnpipe plan")
-    p.add_argument("--contention", action="store_true",
-                   help="profile with the contention measurement (longer; default: --no-contention)")
+    p.add_argument("--no-contention", dest="contention", action="store_false",
+                   help="profile without the contention measurement (ranks computing at once on the cores; "
+                        "shorter, and the prediction of 2 or more ranks per node is lower)")
     p.add_argument("--out-dir", default="network_regime", help="where the table and plot go")
     p.add_argument("--profile-dir", help="keep the profiles here (and reuse those found)")
     p.add_argument("--repredict", metavar="JSON",
@@ -393,15 +395,18 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
                                            for r in rows}):
             job = job_args(ds, L, H)
             prof = pdir / f"profile_{ds.replace(':', '_')}_{L}_{H}_{R}.json"
-            ex = [m["exchange_ratio"] for lk in links if lk["ranks"] == R and abs(lk["mbit"] - rate * 8 / 1e6) < 1e-6
-                  for m in lk["measured"] if "exchange_ratio" in m]
+            here = [m for lk in links if lk["ranks"] == R and abs(lk["mbit"] - rate * 8 / 1e6) < 1e-6
+                    for m in lk["measured"]]
+            ex = [m["exchange_ratio"] for m in here if "exchange_ratio" in m]
+            lat = statistics.median(m["latency_s"] for m in here) if here else 0.0
             if not ex:  # links measured before the exchange was: measure one now
                 with netns_links.Mesh(R, rate) as mesh:
                     got = mesh.measure(mesh.links()[:1])
                 links.append({"job": "-", "ranks": R, "mbit": rate * 8 / 1e6, "measured": got})
                 ex = [m["exchange_ratio"] for m in got]
-            full = run_plan(job, R, rate, cores, work, prof, contention)
-            xrec = run_plan(job, R, rate, cores, work, prof, contention, rate * sum(ex) / len(ex)) if ex else []
+                lat = statistics.median(m["latency_s"] for m in got)
+            full = run_plan(job, R, rate, cores, work, prof, contention, latency_s=lat)
+            xrec = run_plan(job, R, rate, cores, work, prof, contention, rate * sum(ex) / len(ex), lat) if ex else []
             for row in rows:
                 if (row["dataset"], row["layers"], row["hidden"], row["ranks"], row["rate_Bps"]) != (ds, L, H, R, rate):
                     continue
