@@ -93,8 +93,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
     if args.frames < 1:
         raise ConfigError(f"--frames must be >= 1, got {args.frames}")
+    if args.out is not None and format_of(args.out) is None:
+        raise ConfigError(f"--out {args.out!r}: the format is chosen by the suffix; name the file .extxyz, .db, "
+                          f".aselmdb or .lmdb")
     start = time.perf_counter()
-    if args.out is not None and format_of(args.out) not in (None, "extxyz"):
+    if args.out is not None and format_of(args.out) != "extxyz":
         if args.kind == "oc20-is2rs":
             raise ConfigError(f"--kind oc20-is2rs writes two extended XYZ files (initial structures and "
                               f"<stem>.relaxed.extxyz); give --out NAME.extxyz, not {args.out!r}")
@@ -103,7 +106,12 @@ def run_generate(args: argparse.Namespace) -> int:
     else:
         path = generated_file(args.kind, args.frames, args.seed, out=args.out, overwrite=args.overwrite)
     print(path)
-    print(f"{args.kind}: {args.frames} frames (seed {args.seed}) in {path} "
+    also = ""
+    if args.kind == "oc20-is2rs":
+        from ..data.atoms.generate import reference_path
+
+        also = f", their EMT relaxations in {reference_path(path)}"
+    print(f"{args.kind}: {args.frames} frames (seed {args.seed}) in {path}{also} "
           f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
 

@@ -80,6 +80,14 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    from ..relax.relaxer import check_extxyz_out
+
+    if hasattr(args, "save_relaxed"):  # gnnpipe evaluate: its --out is the JSON report
+        flag, target = "--save-relaxed", args.save_relaxed
+    else:
+        flag, target = "--out", getattr(args, "out", None)
+    if target is not None:
+        check_extxyz_out(target, flag)
     from ..tasks.s2ef.predict import resolve_device
 
     try:

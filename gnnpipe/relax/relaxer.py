@@ -392,13 +392,34 @@ def write_trajectories(res: RelaxResult, folder: str | Path) -> list[Path]:
     return paths
 
 
+#: suffixes of the extended XYZ files relaxed structures are written to
+EXTXYZ_SUFFIXES = (".extxyz", ".xyz")
+
+
+def check_extxyz_out(path: str | os.PathLike, flag: str = "out") -> None:
+    """Refuse (``ConfigError``, before any relaxation runs) a file for relaxed structures whose suffix is not
+    ``.extxyz``/``.xyz``: they are written as extended XYZ, and a ``.db`` or ``.lmdb`` name would hold text ASE and
+    fairchem cannot open as such."""
+    from ..errors import ConfigError
+
+    if Path(path).suffix.lower() not in EXTXYZ_SUFFIXES:
+        raise ConfigError(f"{flag} {str(path)!r}: relaxed structures are written as extended XYZ; name the file "
+                          f".extxyz (then `gnnpipe atoms convert` it to .db, .aselmdb or .lmdb)")
+
+
 def relax_file(model, dataset: str | os.PathLike, out: str | os.PathLike, **kwargs) -> RelaxResult:
     """Read ``dataset`` (extended XYZ, ``.traj``, ASE ``.db``), relax it with :func:`relax` (``kwargs``) and write the
     relaxed structures to ``out`` as extended XYZ (written also when interrupted: the structures relaxed so far,
-    the others at their current positions with ``relax_done=False``)."""
+    the others at their current positions with ``relax_done=False``).
+
+    Raises:
+        ConfigError: ``out`` does not end in ``.extxyz`` or ``.xyz`` (:func:`check_extxyz_out`; before relaxing).
+    """
     import ase.io
 
     from ..data.atoms import read_structures
+
+    check_extxyz_out(out)
 
     structures = read_structures(dataset, dtype=torch.float64)
     res = relax(model, structures, **kwargs)

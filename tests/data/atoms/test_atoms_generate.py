@@ -99,6 +99,9 @@ def test_cli_atoms_generate_writes_extxyz(tmp_path, capsys):
     assert graph.num_edges == int(data[0].natoms) * (int(data[0].natoms) - 1)   # a small molecule: all pairs
     assert [f.name for f in tmp_path.iterdir()] == ["md.extxyz"]       # nothing else beside a chosen file
     assert main(["atoms", "generate", "--frames", "0"]) == 2
+    # a suffix that names no format is refused, not written as extended XYZ under that name
+    assert main(["atoms", "generate", "--kind", "md17", "--frames", "1", "--out", str(tmp_path / "p.txt")]) == 2
+    assert "name the file .extxyz, .db" in capsys.readouterr().err and not (tmp_path / "p.txt").exists()
 
 
 def test_cli_atoms_generate_into_a_database_keeps_what_exists_and_refuses_is2rs(tmp_path, capsys):
