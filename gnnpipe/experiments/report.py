@@ -619,7 +619,8 @@ def plot_is2rs_curves(records: list[tuple[str, dict]], path: Path, title: str = 
     a.set_ylabel("structures within (%)")
     a.set_title("ADwT curve")
     b.set_xlabel("force threshold (eV/Å)")
-    b.set_ylabel(f"structures below ({records[0][1].get('oracle', 'oracle')} forces, %)")
+    oracles = sorted({str(rec.get("oracle", "oracle")) for _, rec in records})  # results of different oracles
+    b.set_ylabel(f"structures below ({' / '.join(oracles)} forces, %)")
     b.axvline(0.05, color="grey", lw=0.8, ls=":")
     b.set_title("FbT curve")
     for ax in (a, b):
@@ -657,11 +658,12 @@ def make_is2rs_report(paths: list, out_dir: str | Path | None = None, *, plots: 
     def pct(rec, k):
         return f"{100 * rec[k]:.1f}" if k in rec else "–"
 
-    lines = [f"# {title}", "", "| result | model | structures | ADwT % | FbT % | AFbT % | mean distance (Å) | "
-             "energy MAE (meV) | EwT % |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [f"# {title}", "", "| result | model | oracle | structures | ADwT % | FbT % | AFbT % | mean distance (Å) | "
+             "energy MAE (meV) | EwT % |", "|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for name, rec in records:
         mae = f"{1000 * rec['energy_mae']:.1f}" if "energy_mae" in rec else "–"
-        lines.append(f"| {_md_escape(name)} | {_md_escape(str(rec.get('model', '')))} | {rec.get('structures')} | "
+        lines.append(f"| {_md_escape(name)} | {_md_escape(str(rec.get('model', '')))} | "
+                     f"{_md_escape(str(rec.get('oracle', '–')))} | {rec.get('structures')} | "
                      f"{pct(rec, 'adwt')} | {pct(rec, 'fbt')} | {pct(rec, 'afbt')} | "
                      f"{rec.get('mean_distance', float('nan')):.3f} | {mae} | {pct(rec, 'ewt')} |")
     pngs = [plot_is2rs_curves(records, out / "is2rs_curves.png", title)] if plots else []

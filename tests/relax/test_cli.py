@@ -47,6 +47,14 @@ def test_relax_and_evaluate(schnet_file, is2rs_files, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert main(["report", str(tmp_path / "m.json"), "--out-dir", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "is2rs_curves.png").is_file()
+    # results of two oracles side by side: each row names its own
+    lj = dict(m, oracle="lj")
+    (tmp_path / "lj.json").write_text(json.dumps(lj))
+    assert main(["report", str(tmp_path / "m.json"), str(tmp_path / "lj.json"), "--out-dir", str(tmp_path / "r2"),
+                 "--no-plots"]) == 0
+    rows = [r for r in (tmp_path / "r2" / "report.md").read_text().splitlines() if r.startswith("| m |")
+            or r.startswith("| lj |")]
+    assert [r.split("|")[3].strip() for r in rows] == [m["oracle"], "lj"]
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +92,15 @@ def test_bad_input_gets_one_line_and_exit_2(schnet_file, gcn_file, is2rs_files, 
          "--gp-size must be >= 1"),
         (["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "x.extxyz"), "--gp-size", "2",
           "--gp-partitioner", "nope"], "nope"),
+        # relaxed structures are extended XYZ: a .db name is refused before anything runs
+        (["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "x.db")],
+         "name the file .extxyz"),
+        (base + ["--reference", str(reference), "--save-relaxed", str(tmp_path / "r.lmdb")], "--save-relaxed"),
     ]
     for argv, match in cases:
         assert main(argv) == 2, argv
         assert match in _one_error_line(capsys)
+    assert not (tmp_path / "x.db").exists() and not (tmp_path / "r.lmdb").exists()
 
 
 def test_ctrl_c_writes_the_structures_relaxed_so_far(schnet_file, is2rs_files, tmp_path, monkeypatch, capsys):
