@@ -47,6 +47,12 @@ def describe(name: str) -> str:
         lines.append("  options: none")
     hp = ", ".join(f"{k}={v!r}" for k, v in cls.default_hparams.items())
     lines.append(f"  default hyper-parameters: {hp}")
+    from ..tasks.s2ef.defaults import MODEL_DEFAULTS
+
+    if name in MODEL_DEFAULTS:  # what `gnnpipe train` on structures takes for the flags not given
+        rec = ", ".join(f"{k}={v!r}" for k, v in MODEL_DEFAULTS[name].items())
+        lines.append(f"  S2EF defaults (gnnpipe train on structures, flags not given; they replace the option "
+                     f"defaults above): {rec}")
     return "\n".join(lines)
 
 

@@ -82,6 +82,8 @@ def test_models_command_and_help_list_the_options(capsys):
     out = capsys.readouterr().out
     assert "gcnii:" in out and "alpha=0.1 (float)" in out and "lamda=0.5 (float)" in out and "gcn:" in out
     assert main(["models", "gcnii"]) == 0 and "graphsage" not in capsys.readouterr().out
+    assert main(["models", "gemnet-t"]) == 0  # the S2EF recipe, not only the constructor's cutoff 6 / 50 neighbours
+    assert "S2EF defaults" in (out := capsys.readouterr().out) and "cutoff=4.0" in out and "max_neighbors=12" in out
     err = capsys.readouterr().err if main(["models", "nope"]) == 2 else ""
     assert "available: " in err and "gcn, gcnii" in err
     with pytest.raises(SystemExit):

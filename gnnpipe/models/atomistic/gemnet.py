@@ -529,10 +529,21 @@ class GemNetT(AtomisticModel):
         except ValueError as exc:
             raise ConfigError(f"scale file {path!r} is not JSON: {exc}") from None
         mine = self.scale_factors()
-        if not isinstance(values, dict) or set(values) != set(mine) or not all(
+        if not isinstance(values, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values.values()):
-            raise ConfigError(f"scale file {path!r} must map this model's {len(mine)} scale factors "
-                              f"({', '.join(list(mine)[:3])}, …) to positive numbers; fit it for these sizes")
+            raise ConfigError(f"scale file {path!r} must be a JSON object mapping this model's {len(mine)} scale "
+                              f"factors ({', '.join(list(mine)[:3])}, …) to positive numbers")
+        if set(values) != set(mine):
+            def some(names) -> str:
+                names = sorted(names)
+                return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+            missing, foreign = set(mine) - set(values), set(values) - set(mine)
+            what = "; ".join(([f"this model's {some(missing)} missing"] if missing else [])
+                             + ([f"{some(foreign)} not in this model"] if foreign else []))
+            raise ConfigError(f"scale file {path!r} was fitted for another GemNet ({what}): the factors are named by "
+                              f"interaction block and by force kind (direct_forces); fit one for this model with "
+                              f"gnnpipe atoms scales MODEL --out FILE")
         for k, v in values.items():
             mine[k].scale_factor.fill_(float(v))
 

@@ -46,9 +46,21 @@ def apply_model_defaults(config: Any) -> tuple[Any, dict]:
     model (:data:`MODEL_DEFAULTS`; ``lr`` when it is ``None``, the others when
     :func:`~gnnpipe.core.settings.config.is_unset`), and ``chosen``, the fields replaced and their values (empty
     for a model without defaults here). The fields left unset that have no model default become plain numbers.
+    A model option ``num_blocks`` > 0 (GemNet's ``--model-arg num_blocks=K``) is the depth: ``layers`` becomes
+    ``K``.
+
+    Raises:
+        ConfigError: ``layers`` set and ``num_blocks`` > 0 naming another depth.
     """
     from ...core.settings.config import is_unset
+    from ...errors import ConfigError
 
+    blocks = int((config.model_args or {}).get("num_blocks", 0) or 0)
+    if blocks > 0:
+        if not is_unset(config.layers) and int(config.layers) != blocks:
+            raise ConfigError(f"--layers {int(config.layers)} and --model-arg num_blocks={blocks} name two depths; "
+                              f"give one of them")
+        config = attrs.evolve(config, layers=blocks)
     table = MODEL_DEFAULTS.get(config.model, {})
     chosen = {}
     for k in FIELDS:

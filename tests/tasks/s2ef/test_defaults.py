@@ -52,6 +52,16 @@ def test_flags_given_are_kept_even_when_equal_to_the_generic_default():
     assert "layers" not in task.defaults_chosen and "hidden" in task.defaults_chosen
 
 
+def test_gemnet_num_blocks_is_the_depth():
+    from gnnpipe.errors import ConfigError
+
+    cfg = S2EF().resolve(_cli("--model", "gemnet-t", "--model-arg", "num_blocks=5"))
+    assert cfg.layers == 5                                     # not the recipe's 3: the run header shows L = 5
+    assert S2EF().resolve(_cli("--model", "gemnet-t", "--layers", "5", "--model-arg", "num_blocks=5")).layers == 5
+    with pytest.raises(ConfigError, match="two depths"):
+        S2EF().resolve(_cli("--model", "gemnet-t", "--layers", "4", "--model-arg", "num_blocks=5"))
+
+
 def test_unset_values_behave_as_plain_numbers():
     cfg = TrainConfig()
     assert is_unset(cfg.layers) and is_unset(cfg.cutoff) and not is_unset(8) and not is_unset(6.0)

@@ -107,9 +107,12 @@ def test_a_bad_scale_file_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="no scale file"):
         build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "missing.json"), **ARGS)
-    (tmp_path / "s.json").write_text('{"units.0.output.energy.scale_sum": 1.5}')
-    with pytest.raises(ConfigError, match="must map this model's 5 scale factors"):
+    (tmp_path / "s.json").write_text('{"units.0.output.energy.scale_sum": 1.5, "units.9.x": 2.0}')
+    with pytest.raises(ConfigError, match=r"another GemNet \(this model's .* and 1 more missing; units.9.x not in"):
         build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "s.json"), **ARGS)
+    (tmp_path / "n.json").write_text('{"units.0.output.energy.scale_sum": -1}')
+    with pytest.raises(ConfigError, match="to positive numbers"):
+        build_model("gemnet-t", 0, 1, num_layers=1, hidden=8, scale_file=str(tmp_path / "n.json"), **ARGS)
 
 
 GEMNET_FLAGS = ["--model", "gemnet-t", "--layers", "1", "--hidden", "8", "--cutoff", "4",
