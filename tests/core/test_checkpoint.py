@@ -328,3 +328,19 @@ def test_the_nothing_to_train_warning_of_a_resumed_pipeline_is_printed_once(tmp_
         _run(data, 2, stages=2, resume=str(tmp_path))
     err = capfd.readouterr().err
     assert err.count("nothing to train: the resumed run has already completed 2 epoch(s)") == 1, err
+
+
+def test_resume_takes_a_dataset_file_named_by_another_path(tmp_path, monkeypatch):
+    """The same extended XYZ file, named relative at the start and absolute on resume, is the same data set; another
+    file is refused."""
+    from gnnpipe.core.run.checkpoint import FORMAT_VERSION, check_resume, data_paths
+    from gnnpipe.core.settings.config import TrainConfig
+
+    (tmp_path / "a.extxyz").write_text("")
+    (tmp_path / "b.extxyz").write_text("")
+    monkeypatch.chdir(tmp_path)
+    first = TrainConfig(dataset="a.extxyz", model="schnet")
+    meta = {"format": FORMAT_VERSION, "config": first.to_dict(), "data_paths": data_paths(first)}
+    assert check_resume(TrainConfig(dataset=str(tmp_path / "a.extxyz"), model="schnet"), meta) == []
+    with pytest.raises(ConfigError, match="dataset"):
+        check_resume(TrainConfig(dataset="b.extxyz", model="schnet"), meta)

@@ -289,6 +289,21 @@ def layout_of(config: TrainConfig, plan_info: dict) -> dict:
             "way_ptr": plan_info.get("way_ptr"), "scheduler": config.scheduler, "stash_weights": config.stash_weights}
 
 
+def _same_file(old, new, recorded=None) -> bool:
+    """Whether dataset names ``old`` (the checkpoint's) and ``new`` name one file here (``recorded``: the absolute
+    path the checkpoint's run recorded, :func:`data_paths`)."""
+    if not (isinstance(old, str) and isinstance(new, str)):
+        return False
+    try:
+        b = Path(new).expanduser()
+        if not b.is_file():
+            return False
+        return any(a is not None and Path(a).expanduser().is_file() and os.path.samefile(Path(a).expanduser(), b)
+                   for a in (recorded, old))
+    except OSError:
+        return False
+
+
 def check_resume(config: TrainConfig, meta: dict) -> list[str]:
     """Compare a run's configuration with a checkpoint's; returns the layout fields that differ.
 
@@ -300,6 +315,10 @@ def check_resume(config: TrainConfig, meta: dict) -> list[str]:
         raise ConfigError(f"checkpoint format {meta.get('format')} is not {FORMAT_VERSION}; it cannot be resumed")
     old, new = meta["config"], config.to_dict()
     diff = [k for k in sorted(set(old) | set(new)) if k not in FREE_FIELDS and old.get(k) != new.get(k)]
+    # a dataset file named by another path (relative, absolute, through a link) is the same data set
+    if "dataset" in diff and _same_file(old.get("dataset"), new.get("dataset"),
+                                        (meta.get("data_paths") or {}).get("dataset")):
+        diff.remove("dataset")
     refused = [k for k in diff if k not in LAYOUT_FIELDS]
     if refused:
         what = "; ".join(f"{k}: checkpoint {old.get(k)!r}, now {new.get(k)!r}" for k in refused)
