@@ -19,8 +19,9 @@ class Calculator(_AseCalculator):
     """``get_potential_energy`` (eV) and ``get_forces`` (eV/Å) by a trained S2EF model.
 
     Args:
-        model: a model file (``gnnpipe export`` / :func:`gnnpipe.models.save` of a training result's model) or the
-            model itself (``result.model``). The file carries the energy reference and normalisation, the
+        model: a model file (``gnnpipe export`` / :func:`gnnpipe.models.save` of a training result's model), a
+            checkpoint folder of a training run (``--checkpoint-dir``: its best weights, as ``gnnpipe relax``
+            reads it) or the model itself (``result.model``). The file carries the energy reference and normalisation, the
             cutoff and the neighbour cap of its training run.
         unseen_elements: elements absent from the model's training split (its file records them): ``"warn"``
             (default: one warning naming them, the first time a structure has them), ``"error"`` (the calculation
@@ -50,9 +51,9 @@ class Calculator(_AseCalculator):
             raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
         self.unseen_elements = unseen_elements
         if isinstance(model, (str, Path)):
-            from .models import load
+            from .cli.predict import load_model
 
-            model = load(model)
+            model = load_model(str(model))  # a model file, or a checkpoint folder (its best weights)
         from .tasks.s2ef.predict import task_meta
 
         task_meta(model)  # refuse a node-classification model now, not at the first call

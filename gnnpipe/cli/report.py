@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give one study results file (.jsonl or .toml); several files are read only as IS2RS "
                           "results of gnnpipe evaluate")
     path = Path(args.results[0])
+    if path.suffix != ".toml" and _one_json_object(path):
+        raise ConfigError(f"{path} is one JSON document (e.g. a result of gnnpipe train --out), not a study's results; "
+                          f"give the .jsonl written by gnnpipe ablate (or the study .toml), or IS2RS results of "
+                          f"gnnpipe evaluate --task is2rs --out")
     description, order, sweep = "", None, None
     if path.suffix == ".toml":
         from ..experiments import load_study
@@ -73,3 +77,20 @@ def run(args: argparse.Namespace) -> int:
     print(rep.markdown)
     print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
     return 0
+
+
+def _one_json_object(path: Path) -> bool:
+    """Whether ``path`` holds one JSON object spread over several lines (a result file of ``gnnpipe train``), which a
+    study's JSON-lines results never are."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if text.count("\n") < 2:
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

@@ -105,6 +105,10 @@ def test_cli_train_export_predict(tmp_path, xyz, capsys):
     a.calc = calc
     assert a.get_potential_energy() == pytest.approx(frames[3].get_potential_energy(), rel=1e-5)
     assert abs(a.get_forces() - frames[3].get_forces()).max() < 1e-4
+    # the checkpoint folder itself, as gnnpipe relax takes it: the same model
+    b = frames[3].copy()
+    b.calc = Calculator(str(ck))
+    assert b.get_potential_energy() == pytest.approx(a.get_potential_energy(), rel=1e-9)
 
 
 def _block_sigterm():
