@@ -60,7 +60,12 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     """
     config = _as_config(config, overrides)
     task = tasks.for_config(config)
+    auto_recompute = config.recompute is None
     config = task.resolve(config)
+    if auto_recompute and task.name != "s2ef":
+        # "auto" resolves to off for the single process this config describes; each pipeline layout decides it as
+        # its run will (gnnpipe.costmodel.predict.predict_layout)
+        config = attrs.evolve(config, recompute=None)
     if task.name == "s2ef":
         return plan_s2ef(config, ranks=ranks, hardware=hardware, chunks_per_stage=chunks_per_stage,
                          schedulers=schedulers, profile_in=profile_in, profile_out=profile_out,
@@ -313,8 +318,11 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
     options = _run_options(options, progress, overrides)
     config = _as_config(config, overrides)
     task = tasks.for_config(config)                   # which kind of work: its data, models, loss, plan
+    auto_recompute = config.recompute is None
     config = task.resolve(config)                     # names checked (all of them), defaults filled in
     _check_layout(layout)
+    if layout == "auto" and auto_recompute and task.name != "s2ef":
+        config = attrs.evolve(config, recompute=None)  # each layout decides it, as in gnnpipe plan
     nodes = task.name == "node-classification"        # the cost model's layouts and layout changes: node work
     if layout == "auto" and not nodes:
         from .errors import ConfigError

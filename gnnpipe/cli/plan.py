@@ -22,6 +22,8 @@ import json
 import sys
 from pathlib import Path
 
+import attrs
+
 from .train import add_plan_arguments, add_train_arguments, check_writable, config_from_args, warn_layout_flags
 
 
@@ -74,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if _is_s2ef(config, args):
         return _run_s2ef(config, args)
+    auto_recompute = config.recompute is None
     config = resolve_config(config)
+    if auto_recompute:  # "auto" resolved to off for one process: each pipeline layout decides it (api.plan)
+        config = attrs.evolve(config, recompute=None)
     warn_layout_flags(config, "gnnpipe plan predicts every layout of --ranks ranks; --schedulers lists the candidates")
     if args.out:
         check_writable(args.out)

@@ -95,6 +95,8 @@ class LayoutPrediction:
         work_s: per rank, predicted CPU work per epoch (compute without the sharing slowdown; compare with
         the ``cpu_s`` a run records).
         plan_info: the plan's description (chunk sizes, mirror count, …).
+        recompute: whether the layout recomputes activations in the backward (a pipeline's or hybrid's
+            ``recompute="auto"`` decided by :func:`choose_recompute`, as ``gnnpipe train`` decides it).
     """
 
     spec: LayoutSpec
@@ -107,6 +109,7 @@ class LayoutPrediction:
     share: float
     work_s: list = attrs.field(factory=list)
     plan_info: dict = attrs.field(factory=dict, repr=False)
+    recompute: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -130,7 +133,7 @@ class LayoutPrediction:
             "predicted_resident_above_floor_bytes": [m.resident_peak for m in self.memory],
             "runtime_floor_bytes": self.floor_bytes,
             "memory_breakdown": [m.to_dict() for m in self.memory], "predicted_compute_s": self.compute_s,
-            "cpu_share_slowdown": self.share, "predicted_work_s": self.work_s,
+            "cpu_share_slowdown": self.share, "predicted_work_s": self.work_s, "recompute": self.recompute,
         }
 
 
@@ -832,19 +835,29 @@ def _history_copies(config) -> int:
 # ---------------------------------------------------------------------------------------------- ranking
 def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: Hardware, floor_bytes: int = 0,
                    plan=None) -> LayoutPrediction:
-    """Build the layout's plan (the same chunking the run will use) and predict it."""
+    """Build the layout's plan (the same chunking the run will use) and predict it; a pipeline's or hybrid's
+    ``recompute="auto"`` (``None``) is decided first, as the run decides it (:func:`choose_recompute`: with
+    recompute every backward repeats its forward)."""
     from ..core.training.trainer import make_model
 
     cfg = layout_config(config, spec)
     if plan is None:
         plan = build_layout_plan(config, data, spec)
     model = make_model(cfg, profile.num_features, profile.num_classes)
+    if cfg.stages > 1 and cfg.recompute is None:
+        # the run's own decision: its memory profile of the plan's graph (``gnnpipe.tasks.nodes``), not this
+        # profile's activation sizes, which are measured on other rows and can tip the choice the other way
+        from .profile import memory_profile
+
+        choice = choose_recompute(cfg, plan, model, memory_profile(cfg, plan.data))
+        cfg = attrs.evolve(cfg, recompute=choice.on)
     nbytes = predict_bytes(cfg, plan, model)
     t, comp, k, work = predict_time(cfg, plan, model, profile, hardware)
     mem = predict_memory(cfg, plan, model, profile)
     fits = hardware.fits([floor_bytes + m.resident_peak for m in mem])
     return LayoutPrediction(spec=spec, epoch_s=t, bytes=nbytes, memory=mem, floor_bytes=int(floor_bytes), fits=fits,
-                            compute_s=comp, share=k, work_s=work, plan_info=dict(plan.info))
+                            compute_s=comp, share=k, work_s=work, plan_info=dict(plan.info),
+                            recompute=bool(cfg.recompute))
 
 
 def build_layout_plan(config, data, spec: LayoutSpec):
@@ -906,14 +919,15 @@ def profile_floor(profile: Profile) -> int:
 
 def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] = None) -> str:
     """The ranking as a text table (time in ms, bytes and memory in MiB); ``*`` marks the best that fits."""
-    head = ["", "layout", "C", "over", "scheduler", "ms/epoch", "layer MiB", "graph MiB", "weight MiB",
+    head = ["", "layout", "C", "over", "scheduler", "recompute", "ms/epoch", "layer MiB", "graph MiB", "weight MiB",
             "peak MiB/rank", "fits"]
     best = next((i for i, p in enumerate(preds) if p.fits), None)
     rows = []
     for i, p in enumerate(preds):
         s = p.spec
         rows.append(["*" if i == best else "", s.label(), str(s.chunks), str(s.over_partition),
-                     s.scheduler if s.stages > 1 else "-", f"{1000 * p.epoch_s:,.1f}",
+                     s.scheduler if s.stages > 1 else "-", ("on" if p.recompute else "off") if s.stages > 1 else "-",
+                     f"{1000 * p.epoch_s:,.1f}",
                      f"{p.bytes['layer'] / 2**20:,.2f}", f"{p.bytes['graph'] / 2**20:,.2f}",
                      f"{p.bytes['weight'] / 2**20:,.2f}", f"{max(p.peak_bytes_per_rank) / 2**20:,.0f}",
                      "yes" if p.fits else "NO"])

@@ -303,3 +303,25 @@ def test_per_pair_links_carry_graph_parallel_halos_pair_by_pair(small_profile):
     assert t4["pair"][(4, 1)] < 0.8 * t4["rank"][(4, 1)]
     assert t4["pair"][(1, 4)] == pytest.approx(t4["rank"][(1, 4)])
     assert t2["pair"][(2, 1)] == pytest.approx(t2["rank"][(2, 1)])
+
+
+def test_a_pipeline_is_predicted_with_the_recompute_its_run_would_choose(small_profile):
+    """``recompute="auto"`` is decided for the prediction as the run decides it (choose_recompute): a layout whose
+    run recomputes is predicted with the extra forward in every backward."""
+    from gnnpipe.costmodel.hardware import local_hardware
+    from gnnpipe.costmodel.predict import choose_recompute, predict_layout
+    from gnnpipe.costmodel.profile import memory_profile
+
+    cfg, data, prof = small_profile
+    hw = local_hardware()
+    spec = LayoutSpec(1, 2, 16, 1, "gpipe")  # every chunk in flight: the memory model recomputes
+    auto = predict_layout(attrs.evolve(cfg, recompute=None), data, spec, prof, hw)
+    lcfg = layout_config(attrs.evolve(cfg, recompute=None), spec)
+    plan = build_plan(lcfg, data)
+    on = choose_recompute(lcfg, plan, make_model(lcfg, prof.num_features, prof.num_classes),
+                          memory_profile(lcfg, plan.data)).on  # what the run decides
+    assert on and auto.recompute and auto.to_record()["recompute"]  # (this layout recomputes)
+    fixed = {r: predict_layout(attrs.evolve(cfg, recompute=r), data, spec, prof, hw) for r in (False, True)}
+    assert fixed[True].recompute and not fixed[False].recompute
+    assert sum(fixed[True].work_s) > sum(fixed[False].work_s)  # the backward repeats its forward
+    assert auto.epoch_s == pytest.approx(fixed[on].epoch_s)
