@@ -177,3 +177,24 @@ def test_link_probe_measures_every_size_and_a_positive_link():
     assert [b for b, _ in raw["stream"]["send"]] == [65536, 1 << 20, 4 << 20] and len(raw["stream"]["recv"]) == 3
     assert p2p.latency_s > 0 and p2p.bandwidth_Bps > 0
     assert allreduce.latency_s > 0 and allreduce.bandwidth_Bps > 0
+
+
+def test_unfused_ratio_is_the_median_of_back_to_back_rounds(monkeypatch):
+    """A slow stretch of the machine during one pass moves one round's ratio, not the profile's: the ratio is the
+    median over rounds of a plain pass over the fused pass run just before it."""
+    import types
+
+    from gnnpipe.costmodel.profile import measure
+
+    plain = iter([2.0, 40.0, 1.5, 2.2, 0.1])  # unit 1's plain pass of each round; its fused pass takes 1 s
+    calls = []
+
+    def fake(model, data, ptr, repeats, fused=True):
+        calls.append(fused)
+        t = 1.0 if fused else next(plain)
+        return types.SimpleNamespace(forward=[[9.0], [t / 2]], backward=[[9.0], [t / 2]])
+
+    monkeypatch.setattr(measure, "_units_cpu", fake)
+    got = measure._unfused_ratios(None, None, [0, 1], {"GCNIILayer": 1}, 5)
+    assert got == {"GCNIILayer": pytest.approx(2.0)}
+    assert calls == [True, False] * 5  # interleaved: each plain pass right after a fused one

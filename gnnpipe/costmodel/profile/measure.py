@@ -21,6 +21,29 @@ from .record import LINK_FIELDS, Profile, UnitKind, chunk_features
 from .units import REDUCE, _model_fields, _representatives, _subgraph, _time_step, _units_cpu
 
 
+#: rounds of :func:`_unfused_ratios` (one fused and one plain pass each). With one pass of each (3 repeats, taken
+#: minutes apart) the ratio of one GCNII layer came out 0.78, 1.04 and 1.31 in three profiles of one machine, and
+#: graph parallelism's predicted compute moved with it (0.75-0.81 of the measured epoch where the link is fast)
+UNFUSED_ROUNDS = 9
+
+
+def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int) -> dict:
+    """``{unit kind: plain / fused}``: per fusable unit, the median over ``rounds`` rounds of its plain path's thread
+    CPU time over its fused chunk step's on the chunks ``ptr`` of ``data``, each round one pass of each back to back
+    (so that a slower stretch of the machine slows both alike; :attr:`UnitKind.unfused`)."""
+    import statistics
+
+    got: dict = {k: [] for k in units}
+    for _ in range(max(1, int(rounds))):
+        f = _units_cpu(model, data, ptr, 1, fused=True)
+        p = _units_cpu(model, data, ptr, 1, fused=False)
+        for key, i in units.items():
+            f_s = sum(f.forward[i]) + sum(f.backward[i])
+            if f_s > 0:
+                got[key].append((sum(p.forward[i]) + sum(p.backward[i])) / f_s)
+    return {k: float(statistics.median(v)) if v else 1.0 for k, v in got.items()}
+
+
 def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
             link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
             distributed: Optional[bool] = None, contention: bool = True, verbose: bool = False) -> Profile:
@@ -165,13 +188,10 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         overhead, fused_ph = _action_overhead(config, model, sub, sptr, repeats, step)
         # the plain path of units that fuse their chunk step (a hybrid's peer op, graph parallelism runs it), against
         # the fused step, on the subgraph's chunks
-        if any(getattr(model.units[i], "fusable", False) for i in rep.values()):
-            plain_ph = _units_cpu(model, sub, sptr, repeats, fused=False)
-            for key, i in rep.items():
-                if getattr(model.units[i], "fusable", False):
-                    f_s = sum(fused_ph.forward[i]) + sum(fused_ph.backward[i])
-                    p_s = sum(plain_ph.forward[i]) + sum(plain_ph.backward[i])
-                    kinds[key].unfused = float(p_s / f_s) if f_s > 0 else 1.0
+        fusable = {key: i for key, i in rep.items() if getattr(model.units[i], "fusable", False)}
+        if fusable:
+            for key, r in _unfused_ratios(model, sub, sptr, fusable, UNFUSED_ROUNDS).items():
+                kinds[key].unfused = r
         from ...core.training.trainer import make_model
 
         small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
