@@ -30,9 +30,10 @@ ping-pong over the actual backend is used)::
     exchange_gbps = 0.625   # optional: GB/s in each direction while both ends send at once (default: bandwidth)
     per_pair = false        # optional: every pair of ranks has a link of its own (default: one per rank)
 
-``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once: gloo over a
-veth shaped by ``tc … tbf`` gets half the set rate in each direction of an exchange (``benchmarks/netns_links.py``
-measures it), while a plain TCP socket pair gets ~90 %. Graph parallelism's halo exchanges and a hybrid's peer
+``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once (measured
+by ``benchmarks/netns_links.py`` through the runtime's own exchange: 0.92–0.95 of a shaped veth's rate each way
+with gloo; half of it when each side's send is posted before its receive, which
+:meth:`gnnpipe.core.ops.comm.Comm.exchange` avoids). Graph parallelism's halo exchanges and a hybrid's peer
 exchanges (both ways at once) take it; the pipeline's one-way boundary transfers take ``bandwidth_gbps``.
 
 ``per_pair`` says how a rank's traffic to several peers shares the wire. By default (``false``) a rank has one link
