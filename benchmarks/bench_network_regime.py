@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -77,12 +78,17 @@ def layouts(ranks: int, wanted: Sequence[str]) -> dict[str, tuple[int, int, Opti
     return out
 
 
-def job_args(dataset: str, layers: int, hidden: int) -> list[str]:
+def job_args(dataset: str, layers: int, hidden: int, layer_split: str = "equal") -> list[str]:
+    split = [] if layer_split == "equal" else ["--layer-split", layer_split]
     if dataset.startswith("synthetic:"):
         return ["--num-nodes", dataset.split(":", 1)[1], "--model", "gcnii", "--layers", str(layers),
-                "--hidden", str(hidden)]
+                "--hidden", str(hidden), *split]
     return ["--dataset", dataset, "--root", str(DATA / ROOTS.get(dataset, dataset.lower())), "--model", "gcnii",
-            "--layers", str(layers), "--hidden", str(hidden)]
+            "--layers", str(layers), "--hidden", str(hidden), *split]
+
+
+def job_name(dataset: str, layers: int, hidden: int, layer_split: str = "equal") -> str:
+    return f"{dataset} GCNII-{layers} h{hidden}" + ("" if layer_split == "equal" else f" {layer_split} split")
 
 
 def train_argv(job: list[str], ways: int, stages: int, chunks: Optional[int], epochs: int, out: str) -> list[str]:
@@ -105,6 +111,7 @@ def measured_row(res: dict) -> dict:
             "bytes": int(last["bytes_layer"] + last["bytes_graph"] + last["bytes_weight"]),
             "idle_fraction_max": max(idle), "idle_fraction_mean": sum(idle) / len(idle),
             "peak_MiB_max": max(res["peak_mem_bytes"]) / 2 ** 20,
+            "recompute": ((res.get("plan") or {}).get("recompute") or {}).get("on"),
             "cpu_s": [statistics.median(e["cpu_s"][r] for e in eps[1:] or eps) for r in range(len(last["idle_s"]))]
             if all("cpu_s" in e for e in eps) else None}
 
@@ -142,7 +149,8 @@ def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: st
 
 
 def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path, profile: Path,
-             contention: bool, exchange_Bps: Optional[float] = None, latency_s: float = 0.0) -> list[dict]:
+             contention: bool, exchange_Bps: Optional[float] = None, latency_s: float = 0.0,
+             epochs: Optional[int] = None) -> list[dict]:
     """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate and the measured latency (and,
     given, the measured rate of an exchange both ways at once); the profile is taken once into ``profile`` and
     reused."""
@@ -151,7 +159,9 @@ def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path
     hw.write_text(netns_links.hardware_toml(f"mesh {ranks} ranks at {rate_Bps * 8 / 1e6:g} Mbit/s", ranks,
                                             rate_Bps, cores, latency_us=latency_s * 1e6, exchange_Bps=exchange_Bps))
     out = work / f"plan_{tag}.json"
-    argv = [sys.executable, "-m", "gnnpipe", "plan", *job, "--ranks", str(ranks), "--hardware", str(hw),
+    # the runs' epochs and evaluation: the memory model's recompute="auto" decision depends on them
+    runs = ["--epochs", str(epochs), "--eval-every", str(epochs)] if epochs else []
+    argv = [sys.executable, "-m", "gnnpipe", "plan", *job, *runs, "--ranks", str(ranks), "--hardware", str(hw),
             "--chunks-per-stage", "4", "--over-partitions", "4", "--schedulers", "1f1b", "--no-progress",
             "--out", str(out)]
     argv += ["--profile-in", str(profile)] if profile.exists() else ["--profile-out", str(profile)]
@@ -161,6 +171,11 @@ def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path
     if r.returncode != 0:
         raise RuntimeError(f"gnnpipe plan failed: {r.stderr[-2000:]}")
     return json.loads(out.read_text())
+
+
+def _same_rate(a: float, b: float) -> bool:
+    """Two link rates (Mbit/s) are the same setting (``inf``: unshaped)."""
+    return a == b or abs(a - b) < 1e-6
 
 
 def network_deltas(rows: list[dict]) -> list[dict]:
@@ -238,19 +253,28 @@ def write_outputs(rows: list[dict], links: list[dict], meta: dict, out_dir: Path
     except ImportError:  # pragma: no cover
         return
     groups = sorted({(r["job"], r["ranks"]) for r in rows})
+    finite = [r["mbit"] for r in rows if math.isfinite(r["mbit"])]
+    top = 4 * max(finite) if finite else 1e5  # where an unshaped link's points are drawn
+
+    def at(mbit: float) -> float:
+        return mbit if math.isfinite(mbit) else top
+
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
     for ax, (job, R) in zip(axes[0], groups):
         for lay, color in zip(("GP", "GNNPipe", "hybrid"), ("C0", "C1", "C2")):
-            pts = sorted((r["mbit"], r["epoch_s"], r.get("pred_epoch_s")) for r in rows
+            pts = sorted((at(r["mbit"]), r["epoch_s"], r.get("pred_epoch_s")) for r in rows
                          if r["job"] == job and r["ranks"] == R and r["layout"].startswith(lay))
             if not pts:
                 continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=f"{lay} measured")
-            xs = sorted((r["mbit"], r.get("pred_x_epoch_s") or r.get("pred_epoch_s")) for r in rows
+            xs = sorted((at(r["mbit"]), r.get("pred_x_epoch_s") or r.get("pred_epoch_s")) for r in rows
                         if r["job"] == job and r["ranks"] == R and r["layout"].startswith(lay))
             if all(p[1] for p in xs):
                 ax.plot([p[0] for p in xs], [p[1] for p in xs], "x--", color=color, label=f"{lay} predicted")
         ax.axvline(meta["paper_scaled_mbit"], color="grey", lw=0.8, ls=":")
+        if any(not math.isfinite(r["mbit"]) for r in rows if r["job"] == job and r["ranks"] == R):
+            ax.annotate("unshaped", (top, 0), xycoords=("data", "axes fraction"), fontsize=7, ha="center",
+                        va="bottom")
         ax.set_xscale("log")
         ax.set_xlabel("link rate (Mbit/s)")
         ax.set_ylabel("epoch time (s)")
@@ -278,9 +302,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                    help="datasets under ../shared/data, or synthetic:N (default: Physics Computers)")
     p.add_argument("--layers", type=int, nargs="+", default=[32, 64], help="GCNII depths (default: 32 64)")
     p.add_argument("--hidden", type=int, default=100, help="hidden width (default: 100)")
+    p.add_argument("--layer-split", default="equal",
+                   help="the pipeline layouts' layer-to-stage split, as gnnpipe train's (equal | profiled; "
+                        "default: equal)")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts (default: 2 4)")
     p.add_argument("--mbit", type=float, nargs="+", default=None,
-                   help="link rates, Mbit/s (default: the paper-scaled rate ×1/4, ×1, ×4)")
+                   help="link rates, Mbit/s; inf: the veths unshaped, predicted at their measured rate (default: "
+                        "the paper-scaled rate ×1/4, ×1, ×4)")
     p.add_argument("--speed", type=float, default=PAPER_SPEED,
                    help="speed of one of the paper's GPUs / one core here (default: 40, paper-a5000's)")
     p.add_argument("--layouts", default="gp,gnnpipe,hybrid", help="comma-separated: gp, gnnpipe, hybrid")
@@ -310,7 +338,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                 w, st = (int(v) for v in row["layout"].split()[1].split("x"))
                 row.update(ways=w, stages=st, chunks=None if st == 1 else 4 * w * st)
         predict_rows(doc["rows"], doc["links"], os.cpu_count() or 1, args.contention,
-                     Path(args.profile_dir) if args.profile_dir else None)
+                     Path(args.profile_dir).resolve() if args.profile_dir else None)
         finish(doc["rows"], doc["links"], doc["meta"], Path(args.out_dir))
         return 0
     if args.smoke:
@@ -351,14 +379,15 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                               + ", ".join(f"{g['ratio']:.3f}" for g in got), file=sys.stderr)
                     for ds in args.datasets:
                         for L in args.layers:
-                            job = job_args(ds, L, args.hidden)
-                            name = f"{ds} GCNII-{L} h{args.hidden}"
+                            job = job_args(ds, L, args.hidden, args.layer_split)
+                            name = job_name(ds, L, args.hidden, args.layer_split)
                             for mode, (w, s, c) in layouts(R, wanted).items():
                                 out = work / f"run_{mode}.json"
                                 t0 = time.time()
                                 argv_r = train_argv(job, w, s, c, args.epochs, str(out))
                                 mesh.run(lambda r, a=argv_r: a, timeout_s=3600, env_extra=env_extra)
-                                row = {"job": name, "dataset": ds, "layers": L, "hidden": args.hidden, "ranks": R,
+                                row = {"job": name, "dataset": ds, "layers": L, "hidden": args.hidden,
+                                       "layer_split": args.layer_split, "ranks": R,
                                        "mbit": mbit, "rate_Bps": rate, "layout": f"{LABEL[mode]} {w}x{s}",
                                        "mode": mode, "ways": w, "stages": s, "chunks": c,
                                        **measured_row(json.loads(out.read_text())), "run_s": time.time() - t0}
@@ -378,7 +407,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                     return 1
     meta["load_after"] = os.getloadavg()
     if args.predict:
-        predict_rows(rows, links, cores, args.contention, Path(args.profile_dir) if args.profile_dir else None)
+        predict_rows(rows, links, cores, args.contention, Path(args.profile_dir).resolve() if args.profile_dir else None)
     finish(rows, links, meta, out_dir)
     return 0
 
@@ -391,11 +420,11 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
         work = Path(tmp)
         pdir = profile_dir or work
         pdir.mkdir(parents=True, exist_ok=True)
-        for (ds, L, H, R, rate) in sorted({(r["dataset"], r["layers"], r["hidden"], r["ranks"], r["rate_Bps"])
-                                           for r in rows}):
-            job = job_args(ds, L, H)
+        for (ds, L, H, sp, R, rate) in sorted({(r["dataset"], r["layers"], r["hidden"], r.get("layer_split", "equal"),
+                                                r["ranks"], r["rate_Bps"]) for r in rows}):
+            job = job_args(ds, L, H, sp)
             prof = pdir / f"profile_{ds.replace(':', '_')}_{L}_{H}_{R}.json"
-            here = [m for lk in links if lk["ranks"] == R and abs(lk["mbit"] - rate * 8 / 1e6) < 1e-6
+            here = [m for lk in links if lk["ranks"] == R and _same_rate(lk["mbit"], rate * 8 / 1e6)
                     for m in lk["measured"]]
             ex = [m["exchange_ratio"] for m in here if "exchange_ratio" in m]
             lat = statistics.median(m["latency_s"] for m in here) if here else 0.0
@@ -405,14 +434,20 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
                 links.append({"job": "-", "ranks": R, "mbit": rate * 8 / 1e6, "measured": got})
                 ex = [m["exchange_ratio"] for m in got]
                 lat = statistics.median(m["latency_s"] for m in got)
-            full = run_plan(job, R, rate, cores, work, prof, contention, latency_s=lat)
-            xrec = run_plan(job, R, rate, cores, work, prof, contention, rate * sum(ex) / len(ex), lat) if ex else []
+            # an unshaped link (rate inf) is predicted at its measured one-way rate
+            eff = statistics.median(m["measured_Bps"] for m in here) if math.isinf(rate) and here else rate
+            E = max((len(r.get("epoch_s_all") or []) for r in rows), default=0) or None
+            full = run_plan(job, R, eff, cores, work, prof, contention, latency_s=lat, epochs=E)
+            xrec = (run_plan(job, R, eff, cores, work, prof, contention, eff * sum(ex) / len(ex), lat, epochs=E)
+                    if ex else [])
             for row in rows:
-                if (row["dataset"], row["layers"], row["hidden"], row["ranks"], row["rate_Bps"]) != (ds, L, H, R, rate):
+                if (row["dataset"], row["layers"], row["hidden"], row.get("layer_split", "equal"), row["ranks"],
+                        row["rate_Bps"]) != (ds, L, H, sp, R, rate):
                     continue
                 pr = pick_prediction(full, row["ways"], row["stages"], row["chunks"])
                 if pr:
                     row.update(pred_epoch_s=pr["predicted_epoch_s"], pred_bytes=pr["predicted_bytes"],
+                               pred_recompute=pr.get("recompute"),
                                pred_over_meas=pr["predicted_epoch_s"] / row["epoch_s"])
                 px = pick_prediction(xrec, row["ways"], row["stages"], row["chunks"])
                 if px:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import math
 import os
 import secrets
 import shutil
@@ -119,7 +120,8 @@ class Mesh:
     """A full mesh of shaped links between ``ranks // ranks_per_node`` namespaces (module docstring).
 
     Args:
-        ranks: ranks (>= 2). inter_Bps: bytes/s of each link between nodes, each direction.
+        ranks: ranks (>= 2). inter_Bps: bytes/s of each link between nodes, each direction (``math.inf``: the
+            veths unshaped, as fast as this machine moves bytes between namespaces).
         intra_Bps: bytes/s of a node's loopback (``None``: unshaped). ranks_per_node: ranks per namespace.
         token: the hex part of the names (default: random).
 
@@ -130,7 +132,8 @@ class Mesh:
                  token: Optional[str] = None) -> None:
         if ranks < 2 or ranks_per_node < 1 or ranks % ranks_per_node:
             raise ValueError(f"ranks ({ranks}) must be >= 2 and a multiple of ranks_per_node ({ranks_per_node})")
-        tbf_params(inter_Bps)
+        if not math.isinf(inter_Bps):
+            tbf_params(inter_Bps)
         if intra_Bps is not None:
             tbf_params(intra_Bps)
         self.ranks, self.rpn = int(ranks), int(ranks_per_node)
@@ -182,7 +185,8 @@ class Mesh:
             for q in range(self.nodes):
                 if q != n:
                     cmds.append(["ip", "-n", ns, "link", "set", f"v{q}", "up"])
-                    cmds.append(tbf_command(ns, f"v{q}", self.inter_Bps))
+                    if not math.isinf(self.inter_Bps):
+                        cmds.append(tbf_command(ns, f"v{q}", self.inter_Bps))
             cmds.append(["ip", "-n", ns, "addr", "add", f"{self.address(n)}/32", "dev", self.ifname(n)])
             for q in range(self.nodes):
                 if q != n:
@@ -316,8 +320,10 @@ class Mesh:
             res = sub.run(lambda r: [sys.executable, str(Path(__file__).resolve()), "_probe", "--reps", str(reps)],
                           timeout_s=600, port=port)
             rec = json.loads(res[0].stdout.strip().splitlines()[-1])
-            rec.update(nodes=[a, b], set_Bps=self.inter_Bps, ratio=rec["measured_Bps"] / self.inter_Bps,
-                       exchange_ratio=rec["exchange_Bps"] / self.inter_Bps)
+            # an unshaped link: the ratios are against the measured one-way rate
+            ref = rec["measured_Bps"] if math.isinf(self.inter_Bps) else self.inter_Bps
+            rec.update(nodes=[a, b], set_Bps=self.inter_Bps, ratio=rec["measured_Bps"] / ref,
+                       exchange_ratio=rec["exchange_Bps"] / ref)
             out.append(rec)
         return out
 

@@ -157,6 +157,25 @@ def test_layouts_prediction_pick_and_crossover():
     assert bench.crossover(pts) == pytest.approx(7e6)
     assert bench.crossover({"gp": pts["gp"][:1], "gnnpipe": pts["gnnpipe"]}) is None
     assert bench.crossover({"gp": [(1e6, 1.0), (2e6, 0.5)], "gnnpipe": [(1e6, 2.0), (2e6, 1.5)]}) is None
+    # an unshaped link (rate inf) is the fit's intercept
+    inf = float("inf")
+    assert bench.crossover({m: v + [(inf, 1.0 if m == "gp" else 2.0)] for m, v in pts.items()}) == pytest.approx(7e6)
+
+
+def test_an_unshaped_mesh_has_no_qdisc():
+    import math
+
+    m = nl.Mesh(2, math.inf, token="abc123")
+    cmds = m.commands()
+    assert not any("tbf" in c for c in cmds) and sum("veth" in c for c in cmds) == 1
+    assert any(c[-2:] == ["src", "10.213.0.1"] for c in cmds)  # addressed and routed as a shaped mesh
+
+
+def test_job_arguments_carry_the_layer_split():
+    assert "--layer-split" not in bench.job_args("Computers", 32, 100)
+    argv = bench.job_args("synthetic:500", 8, 64, "profiled")
+    assert argv[-2:] == ["--layer-split", "profiled"] and argv[:2] == ["--num-nodes", "500"]
+    assert bench.job_name("Physics", 32, 100, "profiled") == "Physics GCNII-32 h100 profiled split"
 
 
 def test_network_deltas_subtract_the_fastest_rate():
