@@ -51,9 +51,14 @@ class Calculator(_AseCalculator):
             raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
         self.unseen_elements = unseen_elements
         if isinstance(model, (str, Path)):
-            from .cli.predict import load_model
+            if Path(model).expanduser().is_dir():  # a checkpoint folder: its best weights, as gnnpipe relax reads it
+                from .core.run.checkpoint import model_from_checkpoint
 
-            model = load_model(str(model))  # a model file, or a checkpoint folder (its best weights)
+                model = model_from_checkpoint(str(model), "best")
+            else:
+                from .models import load
+
+                model = load(model)
         from .tasks.s2ef.predict import task_meta
 
         task_meta(model)  # refuse a node-classification model now, not at the first call

@@ -96,7 +96,8 @@ class LayoutPrediction:
         the ``cpu_s`` a run records).
         plan_info: the plan's description (chunk sizes, mirror count, …).
         recompute: whether the layout recomputes activations in the backward (a pipeline's or hybrid's
-            ``recompute="auto"`` decided by :func:`choose_recompute`, as ``gnnpipe train`` decides it).
+            ``recompute="auto"`` decided by ``choose_recompute``, as ``gnnpipe train``
+            decides it).
     """
 
     spec: LayoutSpec

@@ -413,7 +413,7 @@ def relax_file(model, dataset: str | os.PathLike, out: str | os.PathLike, **kwar
     the others at their current positions with ``relax_done=False``).
 
     Raises:
-        ConfigError: ``out`` does not end in ``.extxyz`` or ``.xyz`` (:func:`check_extxyz_out`; before relaxing).
+        ConfigError: ``out`` does not end in ``.extxyz`` or ``.xyz`` (checked before relaxing).
     """
     import ase.io
 
