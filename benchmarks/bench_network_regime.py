@@ -30,6 +30,7 @@ Usage::
 
     python benchmarks/bench_network_regime.py --smoke                        # 1-3 minutes, leaves nothing behind
     python benchmarks/bench_network_regime.py --datasets Computers --layers 32 --ranks 2 4 --mbit 62.5 250 1000
+    python benchmarks/bench_network_regime.py --datasets Physics --ranks 2 --mbit 250 inf   # inf: veths unshaped
 """
 
 from __future__ import annotations
