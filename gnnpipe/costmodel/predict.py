@@ -835,10 +835,11 @@ def _history_copies(config) -> int:
 
 # ---------------------------------------------------------------------------------------------- ranking
 def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: Hardware, floor_bytes: int = 0,
-                   plan=None) -> LayoutPrediction:
+                   plan=None, memory_profiles: Optional[dict] = None) -> LayoutPrediction:
     """Build the layout's plan (the same chunking the run will use) and predict it; a pipeline's or hybrid's
     ``recompute="auto"`` (``None``) is decided first, as the run decides it (:func:`choose_recompute`: with
-    recompute every backward repeats its forward)."""
+    recompute every backward repeats its forward). ``memory_profiles``: a cache of those memory profiles by graph,
+    shared by the layouts of one ranking."""
     from ..core.training.trainer import make_model
 
     cfg = layout_config(config, spec)
@@ -850,7 +851,10 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
         # profile's activation sizes, which are measured on other rows and can tip the choice the other way
         from .profile import memory_profile
 
-        choice = choose_recompute(cfg, plan, model, memory_profile(cfg, plan.data))
+        cache = {} if memory_profiles is None else memory_profiles
+        if id(plan.data) not in cache:
+            cache[id(plan.data)] = (plan.data, memory_profile(cfg, plan.data))  # the graph kept alive with its id
+        choice = choose_recompute(cfg, plan, model, cache[id(plan.data)][1])
         cfg = attrs.evolve(cfg, recompute=choice.on)
     nbytes = predict_bytes(cfg, plan, model)
     t, comp, k, work = predict_time(cfg, plan, model, profile, hardware)
@@ -901,6 +905,7 @@ def plan_layouts(config, data, ranks: int, profile: Profile, hardware: Optional[
         raise ConfigError(f"no feasible layout of {ranks} rank(s) for a model of {len(profile.units)} units")
     preds = []
     plans: dict[tuple, Any] = {}
+    memory_profiles: dict = {}
     for spec in specs:
         key = (spec.ways, spec.stages, spec.chunks, spec.over_partition)
         if progress:
@@ -908,7 +913,8 @@ def plan_layouts(config, data, ranks: int, profile: Profile, hardware: Optional[
                   f"{spec.scheduler}", file=sys.stderr)
         if key not in plans:
             plans[key] = build_layout_plan(config, data, spec)
-        preds.append(predict_layout(config, data, spec, profile, hardware, floor, plan=plans[key]))
+        preds.append(predict_layout(config, data, spec, profile, hardware, floor, plan=plans[key],
+                                    memory_profiles=memory_profiles))
     preds.sort(key=lambda p: (not p.fits, p.epoch_s))
     return preds
 
