@@ -94,8 +94,11 @@ def _log_receives(rank, world, config, plan):
 @pytest.mark.parametrize("scheduler", ["gpipe", "1f1b"])
 def test_receives_are_posted_one_action_ahead(scheduler):
     """Each boundary receive is posted before the preceding action of the stage starts, so its transfer
-    overlaps that action's compute (Comm.irecv); only the epoch's first action posts its own. Checked on
-    every stage of a 3-stage pipeline (the middle one receives both ways)."""
+    overlaps that action's compute (Comm.irecv); only the epoch's first action posts its own. And when any
+    action starts, the next receive from each neighbour (other than the action's own) is already posted: a
+    middle stage of 1f1b alternates forwards from s−1 and backwards from s+1, and gloo moves a tensor only
+    once its receive is posted. Checked on every stage of a 3-stage pipeline (the middle one receives both
+    ways)."""
     from gnnpipe.core.run import launch
     from gnnpipe.core.training.runner import build_plan
 
@@ -116,3 +119,12 @@ def test_receives_are_posted_one_action_ahead(scheduler):
                 assert post > action, log
             else:
                 assert post < previous[-1], f"stage {s}: receive of tag {tag} posted late: {log}"
+        for i in starts:  # one receive posted ahead per neighbour (tag % 4: 0 from s-1, 2 from s+1)
+            pending = {ev[1] for ev in log[:i] if ev[0] == "post"} - {ev[1] for ev in log[:i] if ev[0] == "wait"}
+            end = min([k for k in starts if k > i] + [len(log)])
+            own = {log[j][1] for j in waits if i < j < end}  # this action's own receive
+            later = [log[j][1] for j in waits if j > i]
+            for off in (0, 2):
+                nxt = next((t for t in later if t % 4 == off and t not in own), None)
+                if nxt is not None:
+                    assert nxt in pending, f"stage {s}: at action {log[i]}, receive {nxt} not yet posted: {log}"

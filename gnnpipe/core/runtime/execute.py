@@ -21,9 +21,9 @@ shape (``S``, ``C``, the chunk orders) is run, on every rank, before the rank se
 for it — an invalid custom schedule raises :class:`~gnnpipe.errors.ScheduleError` (the problems and the
 ASCII picture) on every rank instead of deadlocking.
 
-**Pre-posted receives** (gloo only): while a stage computes action k, the receive of action k+1 is already
-posted, so its boundary tensor arrives off the critical path (``benchmarks/bench_pipeline_timeline.py``,
-docs/RESULTS.md §5). NCCL runs a pair's sends and receives in issue order on one stream, so a receive posted
+**Pre-posted receives** (gloo only): while a stage computes action k, the receive of the next action that reads
+from each neighbour is already posted, so its boundary tensor arrives off the critical path
+(``benchmarks/bench_pipeline_timeline.py``, docs/RESULTS.md §5). NCCL runs a pair's sends and receives in issue order on one stream, so a receive posted
 before this action's send would deadlock against the peer's; there receives are posted when needed.
 
 Exact inference through the stages (evaluation, the full refresh) is :meth:`Executor.infer`: each stage
@@ -183,6 +183,21 @@ class Executor:
             shape, src, tag = spec
             self._posted[key] = self.comm.irecv(shape, self.stage.dtype, src, tag)
 
+    def _post_ahead(self) -> None:
+        """Post, for each neighbour, the receive of the next action that reads from it (up to the next ``STEP``),
+        so that both neighbours' boundary tensors arrive while this action computes: a middle stage of 1f1b
+        alternates forwards (from s−1) and backwards (from s+1), and gloo moves a tensor's bytes only once its
+        receive is posted. One receive per neighbour keeps the posts in stream order per (source, tag)."""
+        seen: set[int] = set()
+        for kind, c, e in reversed(self._stream):
+            if kind == "STEP" or len(seen) == 2:
+                return
+            spec = self._recv_spec(kind, c)
+            if spec is None or spec[1] in seen:
+                continue
+            seen.add(spec[1])
+            self._post(kind, c, e)
+
     def _receive(self, kind: str, c: int, e: int) -> Optional[Tensor]:
         """The boundary tensor of action ``(kind, c, e)`` (its pre-posted receive, or one posted now), or ``None``."""
         if self._recv_spec(kind, c) is None:
@@ -276,10 +291,8 @@ class Executor:
         while self._stream:
             kind, c, e = self._stream.pop()
             self._start_epoch(e)
-            if self.prepost and self._stream and self._stream[-1][0] != "STEP":
-                # post the next action's receive, so that its boundary tensor arrives while this one computes
-                nk, nc, ne = self._stream[-1]
-                self._post(nk, nc, ne)
+            if self.prepost:
+                self._post_ahead()
             if kind == "F":
                 self.forward(c, e)
             elif kind == "B":
