@@ -36,8 +36,8 @@ costs the slowest way's chunk plus the peers' exchange of the slot's rows per op
 all-reduce. Ranks beyond a CPU node's cores share them: compute is slowed by ``max(1, demand / cores)``, with
 ``demand`` the mean number of that node's ranks computing at once in the unshared simulation (work / makespan),
 and the schedule is simulated again; and the epoch is at least :func:`shared_cores_bound` — the node's work plus
-the core time each blocking wait costs when ranks are time-sliced (measured with more ranks than cores), over
-its cores.
+the core time each blocking wait and each byte sent costs when ranks are time-sliced (measured with more ranks than
+cores), over its cores.
 
 **Memory**: :mod:`.memory`.
 """
@@ -341,7 +341,8 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link, duplex
 
 
 def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_peers: Sequence[float], cores: int,
-                       switch_s: float, switch_peer_s: float) -> float:
+                       switch_s: float, switch_peer_s: float, bytes_sent: Optional[Sequence[float]] = None,
+                       switch_byte_s: float = 0.0) -> float:
     """Least epoch seconds of the ranks of one node that share ``cores`` CPU cores (``len(work_s) > cores``;
     otherwise 0: every rank has a core of its own and the schedule's simulation decides).
 
@@ -349,8 +350,9 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
     at best always busy, and every blocking wait costs core time the ranks' own threads do not use (the transport
     threads, the switch between ranks, a core left idle when the ranks that could run are all waiting). With
     ``switch_s`` core seconds per wait of a rank for one peer and ``switch_peer_s`` per further peer of the same
-    wait (measured by :func:`gnnpipe.costmodel.profile.profile_link` with more ranks than cores), the epoch takes
-    at least ``(Σ work + switch_s · Σ waits + switch_peer_s · Σ extra_peers) / cores``.
+    wait, and ``switch_byte_s`` per byte a rank sends (the transport's threads and the kernel moving it; both
+    measured by :func:`gnnpipe.costmodel.profile.profile_link` with more ranks than cores), the epoch takes at least
+    ``(Σ work + switch_s · Σ waits + switch_peer_s · Σ extra_peers + switch_byte_s · Σ bytes_sent) / cores``.
 
     Args:
         work_s: per rank on the node, its main thread's CPU seconds per epoch (compute and message handling).
@@ -358,17 +360,20 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
         extra_peers: per rank, the peers beyond the first summed over its waits (an exchange with ``p`` peers
             adds ``p − 1``).
         cores: the node's cores (>= 1).
+        bytes_sent: per rank, the bytes it sends per epoch (``None``: not counted).
 
     Raises:
-        ConfigError: the three lists differ in length, or ``cores < 1``.
+        ConfigError: the lists differ in length, or ``cores < 1``.
     """
-    if not (len(work_s) == len(waits) == len(extra_peers)):
+    sent = [0.0] * len(work_s) if bytes_sent is None else list(bytes_sent)
+    if not (len(work_s) == len(waits) == len(extra_peers) == len(sent)):
         raise ConfigError(f"one work, wait and peer count per rank: got {len(work_s)}, {len(waits)}, {len(extra_peers)}")
     if int(cores) < 1:
         raise ConfigError(f"a node needs at least one core, got {cores!r}")
     if len(work_s) <= cores:
         return 0.0
-    return (sum(work_s) + switch_s * sum(waits) + switch_peer_s * sum(extra_peers)) / int(cores)
+    return (sum(work_s) + switch_s * sum(waits) + switch_peer_s * sum(extra_peers)
+            + switch_byte_s * sum(sent)) / int(cores)
 
 
 def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float, list]:
@@ -432,14 +437,17 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         return min(1.0, max(0.0, (m - 1.0) / (P - 1.0)))
 
     def bound(work: list[float], waits: list[float], extra: list[float]) -> float:
-        """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription)."""
+        """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription); every
+        rank sends an equal share of the epoch's bytes."""
         if cores is None:
             return 0.0
         nodes: dict[int, list[int]] = {}
         for r in range(R):
             nodes.setdefault(hardware.node_of(r, R), []).append(r)
+        per_rank = sum(predict_bytes(config, plan, model).values()) / R if profile.switch_byte_s else 0.0
         return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
-                                      profile.switch_s, profile.switch_peer_s) for rs in nodes.values())
+                                      profile.switch_s, profile.switch_peer_s, [per_rank] * len(rs),
+                                      profile.switch_byte_s) for rs in nodes.values())
 
     if W == 1 and S == 1:
         t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(U))

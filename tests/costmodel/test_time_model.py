@@ -14,8 +14,9 @@ from gnnpipe.core.training.runner import build_plan
 from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware, Link
-from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time, shared_cores_bound
-from gnnpipe.costmodel.profile import LINK_FIELDS, UnitKind, link_fields, size_factor, switch_costs
+from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_bytes, predict_time, shared_cores_bound
+from gnnpipe.costmodel.profile import (LINK_FIELDS, UnitKind, link_fields, size_factor, switch_byte_cost,
+                                      switch_costs)
 from gnnpipe.costmodel.profile.link import _fit_link
 from gnnpipe.errors import ConfigError
 
@@ -48,8 +49,13 @@ def test_shared_cores_bound():
     got = shared_cores_bound([1.0, 2.0, 3.0, 4.0], [10, 20, 30, 40], [0, 1, 2, 3], 2, 0.01, 0.1)
     assert got == pytest.approx((10.0 + 100 * 0.01 + 6 * 0.1) / 2)
     assert shared_cores_bound([1.0, 1.0, 1.0], [0, 0, 0], [0, 0, 0], 2, 1.0, 1.0) == pytest.approx(1.5)
+    # and the core time of the bytes each rank sends
+    got = shared_cores_bound([1.0, 1.0, 1.0], [0, 0, 0], [0, 0, 0], 2, 1.0, 1.0, [1e6, 2e6, 3e6], 1e-9)
+    assert got == pytest.approx((3.0 + 6e6 * 1e-9) / 2)
     with pytest.raises(ConfigError, match="per rank"):
         shared_cores_bound([1.0, 1.0, 1.0], [0, 0], [0, 0, 0], 2, 0.0, 0.0)
+    with pytest.raises(ConfigError, match="per rank"):
+        shared_cores_bound([1.0, 1.0, 1.0], [0, 0, 0], [0, 0, 0], 2, 0.0, 0.0, [1.0], 1e-9)
     with pytest.raises(ConfigError, match="core"):
         shared_cores_bound([1.0], [0], [0], 0, 0.0, 0.0)
 
@@ -71,6 +77,12 @@ def test_switch_costs_from_synthetic_rounds():
     # two ranks: no further peers; a negative loss (faster than the cores allow: noise) is clipped at 0
     s2, p2 = switch_costs(rounds([0.1], 0.2)[:2], rounds([0.1], 0.2)[:2], cores, 0.0, iters)
     assert s2 == 0.0 and p2 == 0.0
+    # the ring with 1 MiB messages: 2 * 0.9 - 0.8 = 1.0 s -> 25 ms per wait, 20 ms more than with 64 KiB
+    large = rounds([0.9, 0.9, 0.9], 0.2)
+    assert switch_byte_cost(ring, large, cores, iters, 65536, 1 << 20) == pytest.approx(0.02 / ((1 << 20) - 65536))
+    assert switch_byte_cost(large, ring, cores, iters, 65536, 1 << 20) == 0.0  # faster with more bytes: noise
+    with pytest.raises(ValueError, match="must exceed"):
+        switch_byte_cost(ring, large, cores, iters, 1 << 20, 65536)
 
 
 def test_link_fit_is_robust_to_one_erratic_size():
@@ -81,10 +93,12 @@ def test_link_fit_is_robust_to_one_erratic_size():
 
 
 def test_link_fields_and_profile_round_trip():
-    raw = {"floor": 123, "msg_cpu": (2e-5, 1e-10), "ranks": 4, "switch": (7e-4, 1e-4)}
+    raw = {"floor": 123, "msg_cpu": (2e-5, 1e-10), "ranks": 4, "switch": (7e-4, 1e-4, 1e-9)}
     f = link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), raw)
     assert set(f) == set(LINK_FIELDS)
-    assert (f["switch_s"], f["switch_peer_s"], f["switch_ranks"], f["runtime_floor_bytes"]) == (7e-4, 1e-4, 4, 123)
+    assert (f["switch_s"], f["switch_peer_s"], f["switch_byte_s"], f["switch_ranks"],
+            f["runtime_floor_bytes"]) == (7e-4, 1e-4, 1e-9, 4, 123)
+    assert link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), dict(raw, switch=(7e-4, 1e-4)))["switch_byte_s"] == 0.0
     assert link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), {"floor": 1})["switch_ranks"] == 0  # not measured
 
 
@@ -103,7 +117,7 @@ def test_profile_measures_the_runtime_costs(tiny):
         assert len(k.scale_forward) == len(k.scale_backward) >= 2 and k.unfused > 0
     assert prof.switch_ranks == 0 and prof.msg_cpu_s == 0  # no link measured
     d = prof.to_dict()
-    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "msg_cpu_s"):  # a profile saved before these fields loads
+    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "switch_byte_s", "msg_cpu_s"):  # older profiles load
         d.pop(key)
     for k in d["unit_kinds"].values():
         k.pop("scale_forward"), k.pop("unfused")
@@ -157,6 +171,11 @@ def test_ranks_sharing_cores_wait_at_a_cost(tiny):
     *_, (t1, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01), spec, two)
     waits = 8 * (0 + 1) + 8 * 2 + 8 * 2 + 8 * (1 + 0)  # each stage's boundary receives per epoch
     assert t1 >= (sum(work) + waits * 0.01) / 2 - 1e-12 and t1 > t0
+    # and the bytes the ranks send: the epoch's bytes at the measured core time per byte
+    _, plan, model, (t4, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01, switch_byte_s=1e-6),
+                                             spec, two)
+    sent = sum(predict_bytes(layout_config(cfg, spec), plan, model).values())
+    assert sent > 0 and t4 >= (sum(work) + waits * 0.01 + sent * 1e-6) / 2 - 1e-12 and t4 > t1
     *_, (t2, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.01), spec, four)
     *_, (t3, _, _, _) = _predict(cfg, data, attrs.evolve(base, switch_s=0.0), spec, four)
     assert t2 == pytest.approx(t3)
@@ -177,6 +196,22 @@ def test_link_probe_measures_every_size_and_a_positive_link():
     assert [b for b, _ in raw["stream"]["send"]] == [65536, 1 << 20, 4 << 20] and len(raw["stream"]["recv"]) == 3
     assert p2p.latency_s > 0 and p2p.bandwidth_Bps > 0
     assert allreduce.latency_s > 0 and allreduce.bandwidth_Bps > 0
+
+
+@pytest.mark.timeout(180)
+def test_link_probe_with_more_ranks_than_cores_measures_what_sharing_costs():
+    """With more ranks than cores the probe also runs the exchange rounds: the core time lost per wait, per
+    further peer and per byte sent, all >= 0 and carried into the profile's fields."""
+    from gnnpipe.costmodel.profile import profile_link
+    from gnnpipe.costmodel.profile.contention import cores_here
+
+    cores = cores_here()
+    if cores > 3:
+        pytest.skip("more than 3 cores: the probe would start a rank per core and one more")
+    p2p, allreduce, raw = profile_link(sizes=(4, 65536), reps=2, timeout_s=90, ranks=cores + 1)
+    assert len(raw["switch"]) == 3 and all(v >= 0 for v in raw["switch"])
+    f = link_fields(p2p, allreduce, raw)
+    assert f["switch_ranks"] == cores + 1 and (f["switch_s"], f["switch_peer_s"], f["switch_byte_s"]) == raw["switch"]
 
 
 def test_unfused_ratio_is_the_median_of_back_to_back_rounds(monkeypatch):

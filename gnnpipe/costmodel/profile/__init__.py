@@ -13,7 +13,8 @@ optimizer step, the link. One idea per module:
 from __future__ import annotations
 
 from .contention import cores_here, measure_contention
-from .link import STREAM_MESSAGES, STREAM_SIZES, SWITCH_PROBE, link_fields, profile_link, switch_costs
+from .link import (STREAM_MESSAGES, STREAM_SIZES, SWITCH_PROBE, link_fields, profile_link, switch_byte_cost,
+                   switch_costs)
 from .measure import profile
 from .memory import memory_profile, saved_bytes
 from .record import (
@@ -47,6 +48,7 @@ __all__ = [
     "profile_link",
     "saved_bytes",
     "size_factor",
+    "switch_byte_cost",
     "switch_costs",
     "unit_key",
 ]

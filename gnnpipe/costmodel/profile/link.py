@@ -36,8 +36,9 @@ STREAM_SIZES = (65536, 1 << 20, 4 << 20)
 STREAM_MESSAGES = 12
 
 
-#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message
-SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536}
+#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message, and the
+#: larger message of a third pattern (the ring again) from which the core time per byte moved is taken
+SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nbytes_large": 1 << 20}
 
 
 def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
@@ -62,13 +63,15 @@ def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], l
 
 
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
-           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None) -> dict:
+           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None,
+           nbytes_large: int = 0) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
     ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
     3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
     rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
     of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
-    rank (``all``). With ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
+    rank (``all``), and with ``nbytes_large`` the ring again with messages of that size (``ring_large``). With
+    ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
     1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). Returns the medians of the ping-pong and each
     round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result)."""
 
@@ -80,7 +83,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     from ...core.training import runner  # noqa: F401  (what a training rank imports)
 
     out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
-                 "stream": []}
+                 "ring_large": [], "stream": []}
     pair = dist.new_group([0, 1]) if world > 2 else None  # every rank takes part in making the group
     if rank < 2:
         for n in sizes:
@@ -131,10 +134,10 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
         out["p2p"][0] = (b0, min(w_0, statistics.median(walls)), c_0)
     dist.barrier()
     if rounds > 0:
-        send = torch.zeros(max(1, nbytes // 4))
-        bufs = [torch.empty_like(send) for _ in range(world)]
         nxt, prv = (rank + 1) % world, (rank - 1) % world
-        for pattern in ("ring", "all"):
+        for pattern in ("ring", "all", "ring_large")[:3 if nbytes_large else 2]:
+            send = torch.zeros(max(1, (nbytes_large if pattern == "ring_large" else nbytes) // 4))
+            bufs = [torch.empty_like(send) for _ in range(world)]
             peers = [q for q in range(world) if q != rank] if pattern == "all" else [nxt]
             sources = [q for q in range(world) if q != rank] if pattern == "all" else [prv]
             for r in range(rounds + 1):
@@ -169,6 +172,34 @@ def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
     return Link(latency_s=lat, bandwidth_Bps=1.0 / inv_bw)
 
 
+def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
+    """Core seconds lost per wait of a rank: the median over rounds of ``(cores · wall − Σ CPU) / (R · iters)``
+    (clipped at 0); ``rounds_by_rank``: per rank, per round, ``(wall, main-thread CPU)``."""
+    R = len(rounds_by_rank)
+    n = min(len(r) for r in rounds_by_rank)
+    vals = []
+    for k in range(n):
+        wall = max(r[k][0] for r in rounds_by_rank)
+        cpu = sum(r[k][1] for r in rounds_by_rank)
+        vals.append((cores * wall - cpu) / (R * iters))
+    return max(0.0, statistics.median(vals)) if vals else 0.0
+
+
+def switch_byte_cost(ring: Sequence[Sequence[Sequence[float]]], ring_large: Sequence[Sequence[Sequence[float]]],
+                     cores: int, iters: int, nbytes: int, nbytes_large: int) -> float:
+    """Core seconds lost per byte a rank sends while ranks share the cores (the transport's threads and the
+    kernel moving the bytes): the growth of the ring's lost core time per wait (:func:`switch_costs`) from
+    messages of ``nbytes`` to messages of ``nbytes_large``, over the difference, clipped at 0.
+
+    Raises:
+        ValueError: ``nbytes_large`` not above ``nbytes``.
+    """
+    if nbytes_large <= nbytes:
+        raise ValueError(f"nbytes_large ({nbytes_large}) must exceed nbytes ({nbytes})")
+    small, large = _lost_per_wait(ring, cores, iters), _lost_per_wait(ring_large, cores, iters)
+    return max(0.0, (large - small) / (nbytes_large - nbytes))
+
+
 def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequence[Sequence[float]]], cores: int,
                  work_s: float, iters: int) -> tuple[float, float]:
     """``(switch_s, switch_peer_s)`` from the exchange rounds of :func:`_probe` (per rank, per round, ``(wall,
@@ -182,18 +213,8 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
     """
 
     R = len(ring)
-
-    def per_wait(rounds_by_rank) -> float:
-        n = min(len(r) for r in rounds_by_rank)
-        vals = []
-        for k in range(n):
-            wall = max(r[k][0] for r in rounds_by_rank)
-            cpu = sum(r[k][1] for r in rounds_by_rank)
-            vals.append((cores * wall - cpu) / (R * iters))
-        return max(0.0, statistics.median(vals)) if vals else 0.0
-
-    d_ring = per_wait(ring)
-    d_all = per_wait(every) if R > 2 else d_ring
+    d_ring = _lost_per_wait(ring, cores, iters)
+    d_all = _lost_per_wait(every, cores, iters) if R > 2 else d_ring
     return d_ring, (max(0.0, (d_all - d_ring) / (R - 2)) if R > 2 else 0.0)
 
 
@@ -207,12 +228,12 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…], "allreduce": […], "floor": peak resident bytes of a rank
     before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
     "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
-    "switch": (switch_s, switch_peer_s) or None}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    "switch": (switch_s, switch_peer_s, switch_byte_s) or None}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
     receive: a rank does both alike).
 
     With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
     ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
-    a rank's blocking wait costs when ranks share cores.
+    a rank's blocking wait costs when ranks share cores, and per byte a rank sends (:func:`switch_byte_cost`).
 
     Raises:
         DistributedError: a rank failed.
@@ -223,7 +244,8 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     world = max(2, int(ranks))
     rounds = SWITCH_PROBE["rounds"] if world > cores else 0
     outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
-                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline), backend=backend,
+                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline, SWITCH_PROBE["nbytes_large"]),
+                 backend=backend,
                  timeout_s=timeout_s, threads=1)
     raw = dict(outs[0])
     p2p = _fit_link(raw["p2p"])
@@ -241,8 +263,11 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     raw["cores"], raw["ranks"] = cores, world
     raw["switch"] = (switch_costs([o["ring"] for o in outs], [o["all"] for o in outs], cores,
                                   SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
-    raw.pop("ring", None)
-    raw.pop("all", None)
+    if rounds:
+        raw["switch"] += (switch_byte_cost([o["ring"] for o in outs], [o["ring_large"] for o in outs], cores,
+                                           SWITCH_PROBE["iters"], SWITCH_PROBE["nbytes"], SWITCH_PROBE["nbytes_large"]),)
+    for key in ("ring", "all", "ring_large"):
+        raw.pop(key, None)
     if pipeline is not None:
         raw["pipeline"] = [o["pipeline"] for o in outs[:2]]
     return p2p, allreduce, raw
@@ -255,4 +280,6 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
     a, b = raw.get("msg_cpu", (0.0, 0.0))
     return {"p2p": p2p, "allreduce": allreduce, "runtime_floor_bytes": int(raw.get("floor", 0)),
             "msg_cpu_s": float(a), "msg_cpu_s_per_byte": float(b), "switch_s": float(sw[0]) if sw else 0.0,
-            "switch_peer_s": float(sw[1]) if sw else 0.0, "switch_ranks": int(raw.get("ranks", 0)) if sw else 0}
+            "switch_peer_s": float(sw[1]) if sw else 0.0,
+            "switch_byte_s": float(sw[2]) if sw and len(sw) > 2 else 0.0,
+            "switch_ranks": int(raw.get("ranks", 0)) if sw else 0}

@@ -239,7 +239,7 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     prof.profile_s = time.perf_counter() - t_start
     if verbose:
         sw = (f", a wait with ranks sharing cores {1e3 * prof.switch_s:.2f} ms (+{1e3 * prof.switch_peer_s:.2f} ms "
-              f"per further peer)" if prof.switch_ranks else "")
+              f"per further peer, +{1e3 * prof.switch_byte_s * 2 ** 20:.2f} ms per MiB sent)" if prof.switch_ranks else "")
         ct = (", with " + str(prof.contention_ranks) + " cores computing at once the units take " + ", ".join(
               f"{k.contended_forward:.2f}/{k.contended_backward:.2f}x" for k in kinds.values()) + " (F/B)"
               if prof.contention_ranks else "")

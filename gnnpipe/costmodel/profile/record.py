@@ -158,6 +158,8 @@ class Profile:
         switch_s, switch_peer_s, switch_ranks: on a node with more ranks than cores, core seconds lost per
             blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
             ``switch_ranks`` ranks on this machine's cores (0: not measured); see ``measure_link``.
+        switch_byte_s: likewise, core seconds lost per byte a rank sends (the transport's threads and the kernel
+            moving it; :func:`~gnnpipe.costmodel.profile.link.switch_byte_cost`; 0: not measured).
         notes: free text.
     """
 
@@ -189,6 +191,7 @@ class Profile:
     msg_cpu_s_per_byte: float = 0.0
     switch_s: float = 0.0
     switch_peer_s: float = 0.0
+    switch_byte_s: float = 0.0
     switch_ranks: int = 0
     contention_ranks: int = 0
     oversubscribed_ranks: int = 0
@@ -288,4 +291,4 @@ def unit_key(unit: Any) -> str:
 
 #: the :class:`Profile` fields the link probe sets (``link_fields``)
 LINK_FIELDS = ("p2p", "allreduce", "runtime_floor_bytes", "msg_cpu_s", "msg_cpu_s_per_byte", "switch_s",
-               "switch_peer_s", "switch_ranks")
+               "switch_peer_s", "switch_byte_s", "switch_ranks")
