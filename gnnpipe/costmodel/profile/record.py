@@ -159,7 +159,7 @@ class Profile:
             blocking wait of a rank (its exchange with one peer), and per further peer of the wait, measured with
             ``switch_ranks`` ranks on this machine's cores (0: not measured); see ``measure_link``.
         switch_byte_s: likewise, core seconds lost per byte a rank sends (the transport's threads and the kernel
-            moving it; :func:`~gnnpipe.costmodel.profile.link.switch_byte_cost`; 0: not measured).
+            moving it; ``gnnpipe.costmodel.profile.switch_byte_cost``; 0: not measured).
         notes: free text.
     """
 
