@@ -376,9 +376,11 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
             + switch_byte_s * sum(sent)) / int(cores)
 
 
-def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> tuple[float, list[float], float, list]:
+def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
+                 epoch_bytes: Optional[dict] = None) -> tuple[float, list[float], float, list]:
     """``(epoch seconds, compute seconds per rank, CPU-sharing slowdown, CPU work seconds per rank)`` for ``plan``
     on ``hardware`` (the work is the compute without the sharing slowdown: what the rank's thread CPU time measures).
+    ``epoch_bytes``: the plan's :func:`predict_bytes`, if the caller has it (computed here only when needed).
 
     Work of a rank: its units on its chunks or part (``UnitKind.time``, the plain path for graph parallelism
     and hybrids), the runtime's cost per chunk action (pipeline, hybrid) or graph parallelism's bookkeeping per
@@ -444,7 +446,9 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware) -> t
         nodes: dict[int, list[int]] = {}
         for r in range(R):
             nodes.setdefault(hardware.node_of(r, R), []).append(r)
-        per_rank = sum(predict_bytes(config, plan, model).values()) / R if profile.switch_byte_s else 0.0
+        per_rank = 0.0
+        if profile.switch_byte_s and any(len(rs) > cores for rs in nodes.values()):
+            per_rank = sum((epoch_bytes or predict_bytes(config, plan, model)).values()) / R
         return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
                                       profile.switch_s, profile.switch_peer_s, [per_rank] * len(rs),
                                       profile.switch_byte_s) for rs in nodes.values())
@@ -865,7 +869,7 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
         choice = choose_recompute(cfg, plan, model, cache[id(plan.data)][1])
         cfg = attrs.evolve(cfg, recompute=choice.on)
     nbytes = predict_bytes(cfg, plan, model)
-    t, comp, k, work = predict_time(cfg, plan, model, profile, hardware)
+    t, comp, k, work = predict_time(cfg, plan, model, profile, hardware, nbytes)
     mem = predict_memory(cfg, plan, model, profile)
     fits = hardware.fits([floor_bytes + m.resident_peak for m in mem])
     return LayoutPrediction(spec=spec, epoch_s=t, bytes=nbytes, memory=mem, floor_bytes=int(floor_bytes), fits=fits,

@@ -189,8 +189,9 @@ class Executor:
         alternates forwards (from s−1) and backwards (from s+1), and gloo moves a tensor's bytes only once its
         receive is posted. One receive per neighbour keeps the posts in stream order per (source, tag)."""
         seen: set[int] = set()
+        neighbours = (self.s > 0) + (self.s < self.S - 1)
         for kind, c, e in reversed(self._stream):
-            if kind == "STEP" or len(seen) == 2:
+            if kind == "STEP" or len(seen) == neighbours:
                 return
             spec = self._recv_spec(kind, c)
             if spec is None or spec[1] in seen:
