@@ -342,7 +342,7 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link, duplex
 
 def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_peers: Sequence[float], cores: int,
                        switch_s: float, switch_peer_s: float, bytes_sent: Optional[Sequence[float]] = None,
-                       switch_byte_s: float = 0.0) -> float:
+                       switch_byte_s: float = 0.0, switch_curve: Optional[Sequence[Sequence[float]]] = None) -> float:
     """Least epoch seconds of the ranks of one node that share ``cores`` CPU cores (``len(work_s) > cores``;
     otherwise 0: every rank has a core of its own and the schedule's simulation decides).
 
@@ -353,6 +353,9 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
     wait, and ``switch_byte_s`` per byte a rank sends (the transport's threads and the kernel moving it; both
     measured by :func:`gnnpipe.costmodel.profile.profile_link` with more ranks than cores), the epoch takes at least
     ``(Σ work + switch_s · Σ waits + switch_peer_s · Σ extra_peers + switch_byte_s · Σ bytes_sent) / cores``.
+    A wait costs more after a longer burst of compute: with ``switch_curve`` (``[(busy seconds, switch seconds)…]``,
+    measured after bursts of each length), a rank's ``switch_s`` is the curve's at its work per wait, linear in the
+    log of the burst and held at the ends.
 
     Args:
         work_s: per rank on the node, its main thread's CPU seconds per epoch (compute and message handling).
@@ -361,6 +364,7 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
             adds ``p − 1``).
         cores: the node's cores (>= 1).
         bytes_sent: per rank, the bytes it sends per epoch (``None``: not counted).
+        switch_curve: the measured points (two or more; otherwise ``switch_s`` holds for every rank).
 
     Raises:
         ConfigError: the lists differ in length, or ``cores < 1``.
@@ -372,8 +376,13 @@ def shared_cores_bound(work_s: Sequence[float], waits: Sequence[float], extra_pe
         raise ConfigError(f"a node needs at least one core, got {cores!r}")
     if len(work_s) <= cores:
         return 0.0
-    return (sum(work_s) + switch_s * sum(waits) + switch_peer_s * sum(extra_peers)
-            + switch_byte_s * sum(sent)) / int(cores)
+    pts = sorted((float(w), float(c)) for w, c in (switch_curve or []) if w > 0)
+    if len(pts) >= 2:
+        xs, ys = np.log([w for w, _ in pts]), [c for _, c in pts]
+        lost = sum(float(np.interp(np.log(max(wk / n, 1e-9)), xs, ys)) * n for wk, n in zip(work_s, waits) if n > 0)
+    else:
+        lost = switch_s * sum(waits)
+    return (sum(work_s) + lost + switch_peer_s * sum(extra_peers) + switch_byte_s * sum(sent)) / int(cores)
 
 
 def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
@@ -385,8 +394,10 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     Work of a rank: its units on its chunks or part (``UnitKind.time``, the plain path for graph parallelism
     and hybrids), the runtime's cost per chunk action (pipeline, hybrid) or graph parallelism's bookkeeping per
     op (:attr:`Profile.gp_op_s`), its main thread's CPU per message sent or received (:meth:`Profile.msg_cpu`) and
-    the optimizer step. The epoch is the simulated schedule (module docstring); on a CPU node with more ranks than
-    cores, at least :func:`shared_cores_bound` of its ranks."""
+    the optimizer step. A batched exchange (graph parallelism's per op, a hybrid's peer op) takes the link's time,
+    and on a CPU node at least the host transport's (:attr:`Profile.host_exchange`). The epoch is the simulated
+    schedule (module docstring); on a CPU node with more ranks than cores, at least :func:`shared_cores_bound` of
+    its ranks."""
     from ..core.training.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
@@ -406,6 +417,15 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     host = speed if hardware.kind == "cpu" else 1.0
     def msg(nbytes: float) -> float:
         return profile.msg_cpu(nbytes) / host
+
+    # gloo on a CPU node: no exchange takes less than the host transport's own (Profile.host_exchange)
+    floor = profile.host_exchange if hardware.kind == "cpu" else None
+
+    def exchange_s(link: Link, nbytes: float) -> float:
+        """Seconds of one batched exchange of ``nbytes`` each way over ``link``: the link's, and at least the host
+        transport's on a CPU node."""
+        t = link.latency_s + nbytes / link.exchange_bandwidth_Bps
+        return max(t, floor.time(nbytes)) if floor is not None else t
 
     def share_factor(per_rank_compute: list[float], makespan: float) -> float:
         if cores is None or makespan <= 0:
@@ -451,7 +471,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
             per_rank = sum((epoch_bytes or predict_bytes(config, plan, model)).values()) / R
         return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
                                       profile.switch_s, profile.switch_peer_s, [per_rank] * len(rs),
-                                      profile.switch_byte_s) for rs in nodes.values())
+                                      profile.switch_byte_s, profile.switch_curve) for rs in nodes.values())
 
     if W == 1 and S == 1:
         t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(U))
@@ -490,7 +510,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
             for u in range(U):
                 for d in profile.agg_dims[u]:
                     n_dir = 2 if u in back_units else 1  # forward rows, and their gradients back where needed
-                    total += n_dir * (link.latency_s + rows * d * b / link.exchange_bandwidth_Bps)  # batched: both ways
+                    total += n_dir * exchange_s(link, rows * d * b)  # batched: both ways
             P = sum(P_units)
             ar = hardware.group_link(list(range(W)), R, measured_ar)
             total += ar.allreduce_time(P * b, W) + step_pp * P * k
@@ -529,7 +549,7 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
             rows = max(max(p) for p in pairs)
             sent, recv = max(p[0] for p in pairs), max(p[1] for p in pairs)
             for d in profile.agg_dims[u]:
-                t += link.latency_s + rows * d * b / link.exchange_bandwidth_Bps  # one batched exchange, both ways
+                t += exchange_s(link, rows * d * b)  # one batched exchange, both ways
                 cpu += (W - 1) * (msg(sent * d * b / (W - 1)) + msg(recv * d * b / (W - 1)))
         return t, cpu
 

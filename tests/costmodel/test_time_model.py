@@ -15,7 +15,7 @@ from gnnpipe.core.training.trainer import make_model
 from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware, Link
 from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_bytes, predict_time, shared_cores_bound
-from gnnpipe.costmodel.profile import (LINK_FIELDS, UnitKind, link_fields, size_factor, switch_byte_cost,
+from gnnpipe.costmodel.profile import (LINK_FIELDS, SWITCH_PROBE, UnitKind, link_fields, size_factor, switch_byte_cost,
                                       switch_costs)
 from gnnpipe.costmodel.profile.link import _fit_link
 from gnnpipe.errors import ConfigError
@@ -52,6 +52,17 @@ def test_shared_cores_bound():
     # and the core time of the bytes each rank sends
     got = shared_cores_bound([1.0, 1.0, 1.0], [0, 0, 0], [0, 0, 0], 2, 1.0, 1.0, [1e6, 2e6, 3e6], 1e-9)
     assert got == pytest.approx((3.0 + 6e6 * 1e-9) / 2)
+    # a wait's cost at each rank's compute per wait: interpolated in log(burst), held at the ends
+    curve = [(0.008, 0.002), (0.002, 0.001)]
+    got = shared_cores_bound([0.1, 0.8, 2.0], [100, 100, 100], [0, 0, 0], 2, 0.5, 0.0, switch_curve=curve)
+    mid = 0.001 + 0.001 * math.log(0.004 / 0.002) / math.log(0.008 / 0.002)  # 0.8 s / 100 waits: halfway in log
+    assert mid == pytest.approx(0.0015)
+    assert got == pytest.approx((2.9 + 100 * (0.001 + 0.002 + 0.002)) / 2)  # 1 ms below, 8 ms and 20 ms above
+    got = shared_cores_bound([0.4, 0.4, 0.4], [100, 100, 100], [0, 0, 0], 2, 0.5, 0.0, switch_curve=curve)
+    assert got == pytest.approx((1.2 + 300 * mid) / 2)
+    # one point is no curve: switch_s for every rank
+    assert shared_cores_bound([1.0] * 3, [10] * 3, [0] * 3, 2, 0.5, 0.0, switch_curve=curve[:1]) == pytest.approx(
+        (3.0 + 30 * 0.5) / 2)
     with pytest.raises(ConfigError, match="per rank"):
         shared_cores_bound([1.0, 1.0, 1.0], [0, 0], [0, 0, 0], 2, 0.0, 0.0)
     with pytest.raises(ConfigError, match="per rank"):
@@ -93,9 +104,11 @@ def test_link_fit_is_robust_to_one_erratic_size():
 
 
 def test_link_fields_and_profile_round_trip():
-    raw = {"floor": 123, "msg_cpu": (2e-5, 1e-10), "ranks": 4, "switch": (7e-4, 1e-4, 1e-9)}
+    raw = {"floor": 123, "msg_cpu": (2e-5, 1e-10), "ranks": 4, "switch": (7e-4, 1e-4, 1e-9),
+           "switch_curve": [(0.002, 7e-4), (0.008, 1.2e-3)], "exchange": Link(2e-3, 1.5e9)}
     f = link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), raw)
-    assert set(f) == set(LINK_FIELDS)
+    assert set(f) == set(LINK_FIELDS) and f["host_exchange"] == Link(2e-3, 1.5e9)
+    assert f["switch_curve"] == [(0.002, 7e-4), (0.008, 1.2e-3)]
     assert (f["switch_s"], f["switch_peer_s"], f["switch_byte_s"], f["switch_ranks"],
             f["runtime_floor_bytes"]) == (7e-4, 1e-4, 1e-9, 4, 123)
     assert link_fields(Link(1e-5, 1e9), Link(2e-5, 5e8), dict(raw, switch=(7e-4, 1e-4)))["switch_byte_s"] == 0.0
@@ -117,12 +130,12 @@ def test_profile_measures_the_runtime_costs(tiny):
         assert len(k.scale_forward) == len(k.scale_backward) >= 2 and k.unfused > 0
     assert prof.switch_ranks == 0 and prof.msg_cpu_s == 0  # no link measured
     d = prof.to_dict()
-    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "switch_byte_s", "msg_cpu_s"):  # older profiles load
+    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "switch_byte_s", "msg_cpu_s", "host_exchange"):  # older load
         d.pop(key)
     for k in d["unit_kinds"].values():
         k.pop("scale_forward"), k.pop("unfused")
     old = Profile.from_dict(d)
-    assert old.switch_s == 0.0 and all(k.unfused == 1.0 for k in old.unit_kinds.values())
+    assert old.switch_s == 0.0 and old.host_exchange is None and all(k.unfused == 1.0 for k in old.unit_kinds.values())
 
 
 def _predict(cfg, data, prof, spec, hw):
@@ -160,6 +173,34 @@ def test_messages_and_bookkeeping_enter_the_work_exactly(tiny):
         assert b - a == pytest.approx(Cw * n * 1e-3)
 
 
+def test_an_exchange_takes_at_least_the_host_transport(tiny):
+    """Graph parallelism's exchanges and a hybrid's peer exchanges take at least ``Profile.host_exchange`` on a CPU
+    node (the wall time, not the ranks' CPU work); a link slower than it decides alone; a GPU node ignores it."""
+    cfg, data, base = tiny
+    quiet = attrs.evolve(base, contention_ranks=0, p2p=Link(0.0, 1e12), allreduce=Link(0.0, 1e12))
+    hw = Hardware(name="8 cores", devices_per_node=8)
+    gp = LayoutSpec(2, 1, 2, 1, "gpipe")
+    _, _, model, (t0, _, _, w0) = _predict(cfg, data, quiet, gp, hw)
+    floor = Link(0.01, 1e12)
+    *_, (t1, _, _, w1) = _predict(cfg, data, attrs.evolve(quiet, host_exchange=floor), gp, hw)
+    back = {i for i, _, _ in model.backward_aggregation_dims()}
+    n_ex = sum(len(quiet.agg_dims[u]) * (2 if u in back else 1) for u in range(len(quiet.units)))
+    assert n_ex > 0 and t1 - t0 == pytest.approx(n_ex * 0.01, rel=1e-6) and w1 == w0
+    assert Profile.from_dict(attrs.evolve(quiet, host_exchange=floor).to_dict()).host_exchange == floor
+    # a floor below the link's time changes nothing: the larger of the two, not their sum
+    *_, (t2, _, _, _) = _predict(cfg, data, attrs.evolve(quiet, host_exchange=Link(1e-12, 1e15)), gp, hw)
+    assert t2 == pytest.approx(t0, rel=1e-9)
+    gpu = Hardware(name="8 GPUs", devices_per_node=8, kind="gpu")
+    *_, (g0, _, _, _) = _predict(cfg, data, quiet, gp, gpu)
+    *_, (g1, _, _, _) = _predict(cfg, data, attrs.evolve(quiet, host_exchange=floor), gp, gpu)
+    assert g1 == pytest.approx(g0, rel=1e-9)
+    # a hybrid's peer exchanges: the epoch grows, its ranks' CPU work does not
+    hyb = LayoutSpec(2, 2, 8, 1, "gpipe")
+    *_, (h0, _, _, hw0) = _predict(cfg, data, quiet, hyb, hw)
+    *_, (h1, _, _, hw1) = _predict(cfg, data, attrs.evolve(quiet, host_exchange=floor), hyb, hw)
+    assert h1 > h0 + 0.01 and np.allclose(hw1, hw0)
+
+
 def test_ranks_sharing_cores_wait_at_a_cost(tiny):
     """Four ranks on a 2-core node: the epoch is at least (work + waits · switch) / cores, and grows with the
     measured cost of a wait; with a core per rank the cost of a wait does not apply."""
@@ -185,7 +226,7 @@ def test_ranks_sharing_cores_wait_at_a_cost(tiny):
 def test_link_probe_measures_every_size_and_a_positive_link():
     """The two-rank ping-pong (``profile_link``) over gloo: one point per message size (one-way wall and CPU
     seconds), the smallest size timed once more after the stream (the lesser median is kept), a fitted link with
-    a positive latency and bandwidth, and the main thread's CPU per streamed message."""
+    a positive latency and bandwidth, the main thread's CPU per streamed message, and the host's exchange."""
     from gnnpipe.costmodel.profile import profile_link
 
     sizes = (4, 65536, 1 << 20)
@@ -196,12 +237,16 @@ def test_link_probe_measures_every_size_and_a_positive_link():
     assert [b for b, _ in raw["stream"]["send"]] == [65536, 1 << 20, 4 << 20] and len(raw["stream"]["recv"]) == 3
     assert p2p.latency_s > 0 and p2p.bandwidth_Bps > 0
     assert allreduce.latency_s > 0 and allreduce.bandwidth_Bps > 0
+    # the host's batched exchange after a burst of compute, carried into the profile's fields
+    assert raw["exchange"].latency_s > 0 and raw["exchange"].bandwidth_Bps > 0
+    assert link_fields(p2p, allreduce, raw)["host_exchange"] == raw["exchange"]
 
 
 @pytest.mark.timeout(180)
 def test_link_probe_with_more_ranks_than_cores_measures_what_sharing_costs():
-    """With more ranks than cores the probe also runs the exchange rounds: the core time lost per wait, per
-    further peer and per byte sent, all >= 0 and carried into the profile's fields."""
+    """With more ranks than cores the probe also runs the exchange rounds: the core time lost per wait (after a
+    short and a long burst of compute), per further peer and per byte sent, all >= 0 and carried into the profile's
+    fields."""
     from gnnpipe.costmodel.profile import profile_link
     from gnnpipe.costmodel.profile.contention import cores_here
 
@@ -212,6 +257,9 @@ def test_link_probe_with_more_ranks_than_cores_measures_what_sharing_costs():
     assert len(raw["switch"]) == 3 and all(v >= 0 for v in raw["switch"])
     f = link_fields(p2p, allreduce, raw)
     assert f["switch_ranks"] == cores + 1 and (f["switch_s"], f["switch_peer_s"], f["switch_byte_s"]) == raw["switch"]
+    # the ring after a short and a long burst of compute: switch_s is the short one's
+    assert [w for w, _ in f["switch_curve"]] == [SWITCH_PROBE["work_s"], SWITCH_PROBE["work_long_s"]]
+    assert f["switch_curve"][0][1] == f["switch_s"] and f["switch_curve"][1][1] >= 0
 
 
 def test_unfused_ratio_is_the_median_of_back_to_back_rounds(monkeypatch):

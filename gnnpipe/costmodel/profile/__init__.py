@@ -13,7 +13,7 @@ optimizer step, the link. One idea per module:
 from __future__ import annotations
 
 from .contention import cores_here, measure_contention
-from .link import (STREAM_MESSAGES, STREAM_SIZES, SWITCH_PROBE, link_fields, profile_link, switch_byte_cost,
+from .link import (EXCHANGE_PROBE, STREAM_MESSAGES, STREAM_SIZES, SWITCH_PROBE, link_fields, profile_link, switch_byte_cost,
                    switch_costs)
 from .measure import profile
 from .memory import memory_profile, saved_bytes
@@ -30,6 +30,7 @@ from .record import (
 from .units import REDUCE
 
 __all__ = [
+    "EXCHANGE_PROBE",
     "FEATURES",
     "LINK_FIELDS",
     "REDUCE",

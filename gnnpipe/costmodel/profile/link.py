@@ -2,9 +2,12 @@
 
 A ping-pong between two ranks over the actual backend (gloo on CPU): one-way time of point-to-point
 messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of many round trips), each fitted as
-``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. With more ranks
-than cores, an exchange probe measures the core time a rank's blocking wait costs when ranks share the cores
-(:func:`switch_costs`).
+``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. A batched exchange
+both ways between bursts of compute, as graph parallelism and a hybrid's peer ops run one (:data:`EXCHANGE_PROBE`),
+gives the host transport's own time per exchange, fitted likewise: on this 2-core VM gloo takes about 3 ms for an
+exchange of up to 1 MiB that follows a few milliseconds of compute, against 0.1-0.5 ms back to back; no link
+between the ranks is faster than that. With more ranks than cores, an exchange probe measures the core time a
+rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
 """
 
 from __future__ import annotations
@@ -36,9 +39,43 @@ STREAM_SIZES = (65536, 1 << 20, 4 << 20)
 STREAM_MESSAGES = 12
 
 
-#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message, and the
-#: larger message of a third pattern (the ring again) from which the core time per byte moved is taken
-SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nbytes_large": 1 << 20}
+#: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message, the
+#: larger message of a third pattern (the ring again) from which the core time per byte moved is taken, and the
+#: longer busy CPU (and its iterations) of a fourth (the ring again): a wait costs more after a longer burst
+SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nbytes_large": 1 << 20,
+                "work_long_s": 0.008, "iters_long": 8}
+
+
+#: the host-exchange probe of :func:`_probe`: busy CPU before each exchange (an aggregation op's compute, long
+#: enough that the exchange's time no longer grows with it: measured here, 4-32 ms all give 3-3.7 ms), exchanges
+#: per round, rounds, and the bytes each way
+EXCHANGE_PROBE = {"work_s": 0.008, "iters": 10, "rounds": 3, "sizes": (65536, 1 << 20, 4 << 20)}
+
+
+def _host_exchange(rank: int, pair, sizes: Sequence[int], work_s: float, iters: int, rounds: int) -> list:
+    """Ranks 0 and 1: per size, the wall seconds of one batched exchange both ways (receive posted first, as
+    ``Comm.exchange``) after ``work_s`` of busy CPU, beyond that CPU; the median of ``rounds`` rounds of ``iters``
+    (after a warm-up round). Returns ``[(bytes, seconds), …]``."""
+    import torch.distributed as dist
+
+    other = 1 - rank
+    points = []
+    for n in sizes:
+        send = torch.zeros(max(1, int(n) // 4))
+        buf = torch.empty_like(send)
+        per = []
+        for r in range(rounds + 1):
+            dist.barrier(group=pair)
+            w0 = time.perf_counter()
+            for _ in range(iters):
+                _busy(work_s)
+                ops = [dist.P2POp(dist.irecv, buf, other), dist.P2POp(dist.isend, send, other)]
+                for work in dist.batch_isend_irecv(ops):
+                    work.wait()
+            if r:
+                per.append(max(0.0, time.perf_counter() - w0 - iters * work_s) / iters)
+        points.append((send.numel() * 4, statistics.median(per)))
+    return points
 
 
 def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
@@ -64,16 +101,20 @@ def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], l
 
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
            nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None,
-           nbytes_large: int = 0) -> dict:
+           nbytes_large: int = 0, exchange: Optional[dict] = None, work_long_s: float = 0.0,
+           iters_long: int = 0) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
     ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
     3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
     rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
     of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
-    rank (``all``), and with ``nbytes_large`` the ring again with messages of that size (``ring_large``). With
+    rank (``all``), with ``nbytes_large`` the ring again with messages of that size (``ring_large``), and with
+    ``work_long_s`` the ring again, ``iters_long`` times ``work_long_s`` of busy CPU per exchange (``ring_long``). With
     ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
-    1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). Returns the medians of the ping-pong and each
-    round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result)."""
+    1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). With ``exchange`` (:data:`EXCHANGE_PROBE`), ranks
+    0 and 1 first time the host's batched exchange (:func:`_host_exchange`). Returns the medians of the ping-pong and
+    each round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result, ``"exchange"``:
+    the host exchange's points)."""
 
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
@@ -83,7 +124,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     from ...core.training import runner  # noqa: F401  (what a training rank imports)
 
     out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
-                 "ring_large": [], "stream": []}
+                 "ring_large": [], "ring_long": [], "stream": [], "exchange": []}
     pair = dist.new_group([0, 1]) if world > 2 else None  # every rank takes part in making the group
     if rank < 2:
         for n in sizes:
@@ -127,6 +168,9 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                         cpu += time.thread_time() - c0
                 per.append(cpu / STREAM_MESSAGES)
             out["stream"].append((t.numel() * 4, statistics.median(per)))
+    if rank < 2 and exchange:
+        out["exchange"] = _host_exchange(rank, pair, exchange["sizes"], exchange["work_s"], exchange["iters"],
+                                         exchange["rounds"])
     if rank < 2 and sizes:  # the smallest message once more: a transient (a rank still starting) is not the latency
         t = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32)
         walls, _ = _ping_pong(rank, t, 3 * reps, pair)
@@ -135,16 +179,18 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     dist.barrier()
     if rounds > 0:
         nxt, prv = (rank + 1) % world, (rank - 1) % world
-        for pattern in ("ring", "all", "ring_large")[:3 if nbytes_large else 2]:
+        patterns = ["ring", "all"] + (["ring_large"] if nbytes_large else []) + (["ring_long"] if work_long_s else [])
+        for pattern in patterns:
             send = torch.zeros(max(1, (nbytes_large if pattern == "ring_large" else nbytes) // 4))
+            busy, n_it = (work_long_s, iters_long) if pattern == "ring_long" else (work_s, iters)
             bufs = [torch.empty_like(send) for _ in range(world)]
             peers = [q for q in range(world) if q != rank] if pattern == "all" else [nxt]
             sources = [q for q in range(world) if q != rank] if pattern == "all" else [prv]
             for r in range(rounds + 1):
                 dist.barrier()
                 w0, c0 = time.perf_counter(), time.thread_time()
-                for _ in range(iters):
-                    _busy(work_s)
+                for _ in range(n_it):
+                    _busy(busy)
                     ops = ([dist.P2POp(dist.irecv, bufs[q], q) for q in sources]  # receives first, as Comm.exchange
                            + [dist.P2POp(dist.isend, send, q) for q in peers])
                     for work in dist.batch_isend_irecv(ops):
@@ -219,7 +265,8 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
 
 
 def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 10,
-                 timeout_s: float = 60.0, ranks: int = 2, pipeline: Optional[tuple] = None) -> tuple[Link, Link, dict]:
+                 timeout_s: float = 60.0, ranks: int = 2, pipeline: Optional[tuple] = None,
+                 exchange: Optional[dict] = EXCHANGE_PROBE) -> tuple[Link, Link, dict]:
     """Measure the link between two local ranks over ``backend``: ``(p2p, allreduce, raw points)``.
 
     ``p2p``: one-way time of a message (half a round trip; the median of ``reps`` round trips per size);
@@ -228,7 +275,10 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…], "allreduce": […], "floor": peak resident bytes of a rank
     before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
     "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
-    "switch": (switch_s, switch_peer_s, switch_byte_s) or None}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    "switch": (switch_s, switch_peer_s, switch_byte_s) or None, "switch_curve": ``[(busy seconds, switch_s)…]``
+    at :data:`SWITCH_PROBE`'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host exchange (a ``Link``: wall
+    seconds of a batched exchange both ways after a burst of compute, ``latency + bytes / bandwidth``, bytes each
+    way; ``None`` with ``exchange=None``)}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
     receive: a rank does both alike).
 
     With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
@@ -244,7 +294,8 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     world = max(2, int(ranks))
     rounds = SWITCH_PROBE["rounds"] if world > cores else 0
     outs = spawn(_probe, world, (list(sizes), int(reps), rounds, SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"],
-                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline, SWITCH_PROBE["nbytes_large"]),
+                                 SWITCH_PROBE["nbytes"], STREAM_SIZES, pipeline, SWITCH_PROBE["nbytes_large"],
+                                 exchange, SWITCH_PROBE["work_long_s"], SWITCH_PROBE["iters_long"]),
                  backend=backend,
                  timeout_s=timeout_s, threads=1)
     raw = dict(outs[0])
@@ -261,12 +312,20 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     raw["msg_cpu"] = (cpu.latency_s, 1.0 / cpu.bandwidth_Bps)
     raw["stream"] = {"send": sends, "recv": recvs}
     raw["cores"], raw["ranks"] = cores, world
+    # both ranks wait for the slower one's exchange: the mean of the two ranks' points
+    ex = [(b, (t0 + t1) / 2) for (b, t0), (_, t1) in zip(outs[0]["exchange"], outs[1]["exchange"])]
+    raw["exchange"] = _fit_link(ex) if ex else None
     raw["switch"] = (switch_costs([o["ring"] for o in outs], [o["all"] for o in outs], cores,
                                   SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
+    # the lost core time per wait against the busy CPU before it: (work_s, switch_s) points
+    raw["switch_curve"] = ([(SWITCH_PROBE["work_s"], raw["switch"][0]),
+                            (SWITCH_PROBE["work_long_s"], _lost_per_wait([o["ring_long"] for o in outs], cores,
+                                                                         SWITCH_PROBE["iters_long"]))]
+                           if rounds else [])
     if rounds:
         raw["switch"] += (switch_byte_cost([o["ring"] for o in outs], [o["ring_large"] for o in outs], cores,
                                            SWITCH_PROBE["iters"], SWITCH_PROBE["nbytes"], SWITCH_PROBE["nbytes_large"]),)
-    for key in ("ring", "all", "ring_large"):
+    for key in ("ring", "all", "ring_large", "ring_long"):
         raw.pop(key, None)
     if pipeline is not None:
         raw["pipeline"] = [o["pipeline"] for o in outs[:2]]
@@ -282,4 +341,6 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
             "msg_cpu_s": float(a), "msg_cpu_s_per_byte": float(b), "switch_s": float(sw[0]) if sw else 0.0,
             "switch_peer_s": float(sw[1]) if sw else 0.0,
             "switch_byte_s": float(sw[2]) if sw and len(sw) > 2 else 0.0,
-            "switch_ranks": int(raw.get("ranks", 0)) if sw else 0}
+            "switch_ranks": int(raw.get("ranks", 0)) if sw else 0,
+            "switch_curve": [tuple(map(float, p)) for p in raw.get("switch_curve") or []] if sw else [],
+            "host_exchange": raw.get("exchange")}

@@ -238,8 +238,13 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     )
     prof.profile_s = time.perf_counter() - t_start
     if verbose:
-        sw = (f", a wait with ranks sharing cores {1e3 * prof.switch_s:.2f} ms (+{1e3 * prof.switch_peer_s:.2f} ms "
-              f"per further peer, +{1e3 * prof.switch_byte_s * 2 ** 20:.2f} ms per MiB sent)" if prof.switch_ranks else "")
+        curve = (", ".join(f"{1e3 * c:.2f} ms after {1e3 * w:g} ms of compute" for w, c in prof.switch_curve)
+                 or f"{1e3 * prof.switch_s:.2f} ms")
+        sw = (f", a wait with ranks sharing cores {curve} (+{1e3 * prof.switch_peer_s:.2f} "
+              f"ms per further peer, +{1e3 * prof.switch_byte_s * 2 ** 20:.2f} ms per MiB sent)" if prof.switch_ranks else "")
+        if prof.host_exchange is not None:
+            sw += (f", an exchange after compute {1e3 * prof.host_exchange.latency_s:.2f} ms + "
+                   f"{1e3 * 2 ** 20 / prof.host_exchange.bandwidth_Bps:.2f} ms per MiB")
         ct = (", with " + str(prof.contention_ranks) + " cores computing at once the units take " + ", ".join(
               f"{k.contended_forward:.2f}/{k.contended_backward:.2f}x" for k in kinds.values()) + " (F/B)"
               if prof.contention_ranks else "")

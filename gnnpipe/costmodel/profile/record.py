@@ -160,6 +160,13 @@ class Profile:
             ``switch_ranks`` ranks on this machine's cores (0: not measured); see ``measure_link``.
         switch_byte_s: likewise, core seconds lost per byte a rank sends (the transport's threads and the kernel
             moving it; ``gnnpipe.costmodel.profile.switch_byte_cost``; 0: not measured).
+        switch_curve: ``[(busy seconds, switch_s)…]``: the lost core time per wait measured after bursts of compute
+            of each length (``[]``: only ``switch_s``); ``gnnpipe.costmodel.predict.shared_cores_bound`` uses the
+            point of each rank's own compute per wait.
+        host_exchange: the wall time of one batched exchange both ways between two ranks of this machine after a
+            burst of compute, as graph parallelism's and a hybrid's peer ops run it (``latency + bytes each way /
+            bandwidth``; ``None``: not measured). On a CPU node no exchange is faster than this, whatever the
+            link (:func:`gnnpipe.costmodel.predict.predict_time`).
         notes: free text.
     """
 
@@ -193,6 +200,8 @@ class Profile:
     switch_peer_s: float = 0.0
     switch_byte_s: float = 0.0
     switch_ranks: int = 0
+    switch_curve: list = attrs.field(factory=list)
+    host_exchange: Optional[Link] = None
     contention_ranks: int = 0
     oversubscribed_ranks: int = 0
     notes: str = ""
@@ -225,7 +234,7 @@ class Profile:
     def from_dict(cls, d: dict) -> "Profile":
         d = dict(d)
         d["unit_kinds"] = {k: UnitKind(**v) for k, v in d["unit_kinds"].items()}
-        for key in ("p2p", "allreduce"):
+        for key in ("p2p", "allreduce", "host_exchange"):
             if d.get(key) is not None:
                 d[key] = Link(**d[key])
         return cls(**d)
@@ -291,4 +300,4 @@ def unit_key(unit: Any) -> str:
 
 #: the :class:`Profile` fields the link probe sets (``link_fields``)
 LINK_FIELDS = ("p2p", "allreduce", "runtime_floor_bytes", "msg_cpu_s", "msg_cpu_s_per_byte", "switch_s",
-               "switch_peer_s", "switch_byte_s", "switch_ranks")
+               "switch_peer_s", "switch_byte_s", "switch_ranks", "switch_curve", "host_exchange")
