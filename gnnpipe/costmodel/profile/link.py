@@ -4,9 +4,9 @@ A ping-pong between two ranks over the actual backend (gloo on CPU): one-way tim
 messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of many round trips), each fitted as
 ``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. A batched exchange
 both ways between bursts of compute, as graph parallelism and a hybrid's peer ops run one (:data:`EXCHANGE_PROBE`),
-gives the host transport's own time per exchange, fitted likewise: on this 2-core VM gloo takes about 3 ms for an
-exchange of up to 1 MiB that follows a few milliseconds of compute, against 0.1-0.5 ms back to back; no link
-between the ranks is faster than that. With more ranks than cores, an exchange probe measures the core time a
+gives the host transport's own time per exchange, fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange
+of 64 KiB-1 MiB that follows a few milliseconds of compute takes 1.5-3 ms, against 0.1-0.5 ms back to back; no
+link between the ranks makes it faster. With more ranks than cores, an exchange probe measures the core time a
 rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
 """
 
@@ -46,9 +46,9 @@ SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nby
                 "work_long_s": 0.008, "iters_long": 8}
 
 
-#: the host-exchange probe of :func:`_probe`: busy CPU before each exchange (an aggregation op's compute, long
-#: enough that the exchange's time no longer grows with it: measured here, 4-32 ms all give 3-3.7 ms), exchanges
-#: per round, rounds, and the bytes each way
+#: the host-exchange probe of :func:`_probe`: busy CPU before each exchange (an aggregation op's compute; the
+#: exchange's time grows with it up to a few milliseconds, then holds), exchanges per round, rounds, and the bytes
+#: each way
 EXCHANGE_PROBE = {"work_s": 0.008, "iters": 10, "rounds": 3, "sizes": (65536, 1 << 20, 4 << 20)}
 
 

@@ -166,7 +166,7 @@ class Profile:
         host_exchange: the wall time of one batched exchange both ways between two ranks of this machine after a
             burst of compute, as graph parallelism's and a hybrid's peer ops run it (``latency + bytes each way /
             bandwidth``; ``None``: not measured). On a CPU node no exchange is faster than this, whatever the
-            link (:func:`gnnpipe.costmodel.predict.predict_time`).
+            link (``gnnpipe.costmodel.predict.predict_time``).
         notes: free text.
     """
 
