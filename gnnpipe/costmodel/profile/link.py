@@ -5,7 +5,7 @@ messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of ma
 ``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. A batched exchange
 both ways between bursts of compute, as graph parallelism and a hybrid's peer ops run one (:data:`EXCHANGE_PROBE`),
 gives the host transport's own time per exchange, fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange
-of 64 KiB-1 MiB that follows a few milliseconds of compute takes 1.5-3 ms, against 0.1-0.5 ms back to back; no
+of 64 KiB-1 MiB that follows a few milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no
 link between the ranks makes it faster. With more ranks than cores, an exchange probe measures the core time a
 rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
 """
