@@ -52,29 +52,39 @@ SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nby
 EXCHANGE_PROBE = {"work_s": 0.008, "iters": 10, "rounds": 3, "sizes": (65536, 1 << 20, 4 << 20)}
 
 
+def _busy_exchanges(send: torch.Tensor, bufs: dict, peers: Sequence[int], work_s: float, iters: int, rounds: int,
+                    group=None) -> list[tuple[float, float]]:
+    """``rounds`` timed rounds (after a warm-up round, each after a barrier of ``group``) of ``iters`` times
+    ``work_s`` of busy CPU then one batched exchange: ``send`` to each of ``peers``, ``bufs[q]`` received from each
+    source ``q`` (receives posted first, as ``Comm.exchange``). Returns each round's ``(wall, main-thread CPU)``
+    seconds."""
+    import torch.distributed as dist
+
+    out = []
+    for r in range(rounds + 1):
+        dist.barrier(group=group)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(iters):
+            _busy(work_s)
+            ops = ([dist.P2POp(dist.irecv, b, q) for q, b in bufs.items()]
+                   + [dist.P2POp(dist.isend, send, q) for q in peers])
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        if r:
+            out.append((time.perf_counter() - w0, time.thread_time() - c0))
+    return out
+
+
 def _host_exchange(rank: int, pair, sizes: Sequence[int], work_s: float, iters: int, rounds: int) -> list:
     """Ranks 0 and 1: per size, the wall seconds of one batched exchange both ways (receive posted first, as
     ``Comm.exchange``) after ``work_s`` of busy CPU, beyond that CPU; the median of ``rounds`` rounds of ``iters``
     (after a warm-up round). Returns ``[(bytes, seconds), …]``."""
-    import torch.distributed as dist
-
     other = 1 - rank
     points = []
     for n in sizes:
         send = torch.zeros(max(1, int(n) // 4))
-        buf = torch.empty_like(send)
-        per = []
-        for r in range(rounds + 1):
-            dist.barrier(group=pair)
-            w0 = time.perf_counter()
-            for _ in range(iters):
-                _busy(work_s)
-                ops = [dist.P2POp(dist.irecv, buf, other), dist.P2POp(dist.isend, send, other)]
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
-            if r:
-                per.append(max(0.0, time.perf_counter() - w0 - iters * work_s) / iters)
-        points.append((send.numel() * 4, statistics.median(per)))
+        walls = _busy_exchanges(send, {other: torch.empty_like(send)}, [other], work_s, iters, rounds, pair)
+        points.append((send.numel() * 4, statistics.median(max(0.0, w - iters * work_s) / iters for w, _ in walls)))
     return points
 
 
@@ -183,20 +193,10 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
         for pattern in patterns:
             send = torch.zeros(max(1, (nbytes_large if pattern == "ring_large" else nbytes) // 4))
             busy, n_it = (work_long_s, iters_long) if pattern == "ring_long" else (work_s, iters)
-            bufs = [torch.empty_like(send) for _ in range(world)]
             peers = [q for q in range(world) if q != rank] if pattern == "all" else [nxt]
             sources = [q for q in range(world) if q != rank] if pattern == "all" else [prv]
-            for r in range(rounds + 1):
-                dist.barrier()
-                w0, c0 = time.perf_counter(), time.thread_time()
-                for _ in range(n_it):
-                    _busy(busy)
-                    ops = ([dist.P2POp(dist.irecv, bufs[q], q) for q in sources]  # receives first, as Comm.exchange
-                           + [dist.P2POp(dist.isend, send, q) for q in peers])
-                    for work in dist.batch_isend_irecv(ops):
-                        work.wait()
-                if r:
-                    out[pattern].append((time.perf_counter() - w0, time.thread_time() - c0))
+            out[pattern] = _busy_exchanges(send, {q: torch.empty_like(send) for q in sources}, peers, busy, n_it,
+                                           rounds)
     dist.barrier()
     if pipe is not None and rank < 2:
         out["pipeline"] = _pipeline_rank(rank, 2, *pipe)
