@@ -151,14 +151,15 @@ def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: st
 
 def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path, profile: Path,
              contention: bool, exchange_Bps: Optional[float] = None, latency_s: float = 0.0,
-             epochs: Optional[int] = None) -> list[dict]:
-    """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate and the measured latency (and,
-    given, the measured rate of an exchange both ways at once); the profile is taken once into ``profile`` and
-    reused."""
+             epochs: Optional[int] = None, cpu_s_per_byte: float = 0.0) -> list[dict]:
+    """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate, the measured latency and host CPU
+    per byte (and, given, the measured rate of an exchange both ways at once); the profile is taken once into
+    ``profile`` and reused."""
     tag = f"{profile.stem}_{int(rate_Bps)}_{'x' if exchange_Bps else 'f'}"
     hw = work / f"hw_{tag}.toml"
     hw.write_text(netns_links.hardware_toml(f"mesh {ranks} ranks at {rate_Bps * 8 / 1e6:g} Mbit/s", ranks,
-                                            rate_Bps, cores, latency_us=latency_s * 1e6, exchange_Bps=exchange_Bps))
+                                            rate_Bps, cores, latency_us=latency_s * 1e6, exchange_Bps=exchange_Bps,
+                                            cpu_s_per_byte=cpu_s_per_byte))
     out = work / f"plan_{tag}.json"
     # the runs' epochs and evaluation: the memory model's recompute="auto" decision depends on them
     runs = ["--epochs", str(epochs), "--eval-every", str(epochs)] if epochs else []
@@ -377,7 +378,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                         got = mesh.measure(pairs)
                         links.append({"job": "-", "ranks": R, "mbit": mbit, "measured": got})
                         print(f"{R} ranks, {mbit:g} Mbit/s: links measured/set "
-                              + ", ".join(f"{g['ratio']:.3f}" for g in got), file=sys.stderr)
+                              + ", ".join(f"{g['ratio']:.3f}" for g in got) + "; host CPU per byte "
+                              + ", ".join(f"{g['cpu_s_per_byte'] * 1e9:.2f} ns" for g in got), file=sys.stderr)
                     for ds in args.datasets:
                         for L in args.layers:
                             job = job_args(ds, L, args.hidden, args.layer_split)
@@ -433,14 +435,16 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
                 with netns_links.Mesh(R, rate) as mesh:
                     got = mesh.measure(mesh.links()[:1])
                 links.append({"job": "-", "ranks": R, "mbit": rate * 8 / 1e6, "measured": got})
-                ex = [m["exchange_ratio"] for m in got]
+                here, ex = got, [m["exchange_ratio"] for m in got]
                 lat = statistics.median(m["latency_s"] for m in got)
+            # the host's CPU per byte carried (links measured before it was: 0, the profile's loopback figure holds)
+            cpub = statistics.median([m.get("cpu_s_per_byte", 0.0) for m in here] or [0.0])
             # an unshaped link (rate inf) is predicted at its measured one-way rate
             eff = statistics.median(m["measured_Bps"] for m in here) if math.isinf(rate) and here else rate
             E = max((len(r.get("epoch_s_all") or []) for r in rows), default=0) or None
-            full = run_plan(job, R, eff, cores, work, prof, contention, latency_s=lat, epochs=E)
-            xrec = (run_plan(job, R, eff, cores, work, prof, contention, eff * sum(ex) / len(ex), lat, epochs=E)
-                    if ex else [])
+            full = run_plan(job, R, eff, cores, work, prof, contention, latency_s=lat, epochs=E, cpu_s_per_byte=cpub)
+            xrec = (run_plan(job, R, eff, cores, work, prof, contention, eff * sum(ex) / len(ex), lat, epochs=E,
+                             cpu_s_per_byte=cpub) if ex else [])
             for row in rows:
                 if (row["dataset"], row["layers"], row["hidden"], row.get("layer_split", "equal"), row["ranks"],
                         row["rate_Bps"]) != (ds, L, H, sp, R, rate):

@@ -53,6 +53,8 @@ SUBNET = "10.213.0."
 PROBE_SIZES = (4, 65536, 1 << 20, 8 << 20)
 #: bytes each rank sends in the exchange of :meth:`Mesh.measure` (both ways at once)
 EXCHANGE_BYTES = 8 << 20
+#: the host-CPU measurement of :meth:`Mesh.measure`: messages of this many bytes, one way, for about this long
+CPU_BYTES, CPU_WALL_S = 8 << 20, 2.0
 
 
 class NetnsError(RuntimeError):
@@ -101,15 +103,18 @@ def scaled_rate(paper_Bps: float, speed: float) -> float:
 
 
 def hardware_toml(name: str, ranks: int, rate_Bps: float, cores: int, intra_Bps: Optional[float] = None,
-                  latency_us: float = 0.0, exchange_Bps: Optional[float] = None, per_pair: bool = True) -> str:
+                  latency_us: float = 0.0, exchange_Bps: Optional[float] = None, per_pair: bool = True,
+                  cpu_s_per_byte: float = 0.0) -> str:
     """A ``gnnpipe plan --hardware`` TOML for a mesh on this machine: one node of ``cores`` CPU cores (the ranks
     time-share them, as they do here), every link at ``rate_Bps`` (``[link.inter]`` and ``[link.intra]``:
     within the cost model every rank of the mesh is on this one node; ``intra_Bps`` overrides ``[link.intra]``),
     ``per_pair = true`` as the mesh gives every pair of ranks a link of its own (``per_pair=False``: one link per
     rank, as one network card per node); ``exchange_Bps``: the rate in each direction when both ends send at once
-    (``exchange_gbps``; measured by :meth:`Mesh.measure`)."""
+    (``exchange_gbps``; measured by :meth:`Mesh.measure`); ``cpu_s_per_byte``: the host CPU seconds per byte
+    carried (``cpu_ns_per_byte``; measured by :meth:`Mesh.measure`; 0: not written)."""
     intra = rate_Bps if intra_Bps is None else intra_Bps
     ex = "" if exchange_Bps is None else f"exchange_gbps = {exchange_Bps / 1e9!r}\n"
+    ex += f"cpu_ns_per_byte = {cpu_s_per_byte * 1e9!r}\n" if cpu_s_per_byte > 0 else ""
     ex += f"per_pair = {'true' if per_pair else 'false'}\n"
     return (f'name = "{name}"\n\n[node]\ncount = 1\ndevices = {int(cores)}\nkind = "cpu"\n\n[device]\nspeed = 1.0\n\n'
             f"[link.intra]\nlatency_us = {latency_us}\nbandwidth_gbps = {intra / 1e9!r}\n{ex}\n"
@@ -312,8 +317,11 @@ class Mesh:
         """Each link between nodes (``pairs`` of nodes, default all) by the profile's ping-pong
         (``gnnpipe.costmodel.profile.link``: one-way time of 4 B … 8 MiB messages, fitted as latency + bytes /
         bandwidth), with one rank in each of the two namespaces; then an exchange of :data:`EXCHANGE_BYTES` both
-        ways at once (the median of 5; ``exchange_Bps``: bytes per second in each direction). Returns ``[{"nodes",
-        "set_Bps", "measured_Bps", "latency_s", "ratio", "exchange_Bps", "exchange_ratio"}]``."""
+        ways at once (the median of 5; ``exchange_Bps``: bytes per second in each direction); then the host's CPU
+        per byte carried (``cpu_s_per_byte``: messages of :data:`CPU_BYTES` one way for about :data:`CPU_WALL_S`
+        seconds, the busy CPU of all cores from ``/proc/stat`` less that of an idle wait as long, over the bytes;
+        nothing else may run on the machine meanwhile). Returns ``[{"nodes", "set_Bps", "measured_Bps",
+        "latency_s", "ratio", "exchange_Bps", "exchange_ratio", "cpu_s_per_byte"}]``."""
         out = []
         for a, b in (pairs if pairs is not None else self.links()):
             sub = _PairView(self, a, b)
@@ -397,13 +405,49 @@ def _probe_main(reps: int) -> int:
         dist.barrier()
         if i:
             times.append(time.perf_counter() - t0)
+    cpu_s_per_byte = _host_cpu_per_byte(rank, EXCHANGE_BYTES / statistics.median(times))
     dist.destroy_process_group()
     if rank == 0:
         link = _fit_link(out["p2p"])
         print(json.dumps({"measured_Bps": link.bandwidth_Bps, "latency_s": link.latency_s,
-                          "exchange_Bps": EXCHANGE_BYTES / statistics.median(times),
+                          "exchange_Bps": EXCHANGE_BYTES / statistics.median(times), "cpu_s_per_byte": cpu_s_per_byte,
                           "points": [list(p) for p in out["p2p"]]}))
     return 0
+
+
+def host_busy_s() -> float:
+    """CPU seconds this host's cores have been busy since boot (``/proc/stat``: user, nice, system, irq, softirq;
+    the whole machine, whichever namespace reads it)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def _host_cpu_per_byte(rank: int, rate_Bps: float) -> float:
+    """Ranks 0 and 1 (inside the process group): the host's busy CPU seconds per byte while rank 0 sends messages
+    of :data:`CPU_BYTES` to rank 1 for about :data:`CPU_WALL_S` seconds at ``rate_Bps`` (rank 0's estimate
+    decides the count), less the busy CPU of an idle wait as long (>= 0; rank 0's figure, 0.0 on rank 1)."""
+    import torch
+    import torch.distributed as dist
+
+    n = torch.tensor([max(1, min(1000, round(CPU_WALL_S * rate_Bps / CPU_BYTES)))])
+    dist.broadcast(n, 0)
+    t = torch.zeros(CPU_BYTES // 4)
+    dist.barrier()
+    b0, w0 = host_busy_s(), time.perf_counter()
+    for _ in range(int(n)):
+        if rank == 0:
+            dist.send(t, 1)
+        else:
+            dist.recv(t, 0)
+    dist.barrier()
+    wall, b1 = time.perf_counter() - w0, host_busy_s()
+    dist.barrier()
+    i0 = host_busy_s()
+    time.sleep(wall)
+    i1 = host_busy_s()
+    dist.barrier()
+    return max(0.0, (b1 - b0) - (i1 - i0)) / (int(n) * t.numel() * 4) if rank == 0 else 0.0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -427,7 +471,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"link {rec['nodes'][0]}-{rec['nodes'][1]}: set {rec['set_Bps'] * 8 / 1e6:.1f} Mbit/s, "
                       f"measured {rec['measured_Bps'] * 8 / 1e6:.1f} Mbit/s ({rec['ratio']:.3f}), latency "
                       f"{rec['latency_s'] * 1e6:.0f} us; both ways at once {rec['exchange_Bps'] * 8 / 1e6:.1f} "
-                      f"Mbit/s each ({rec['exchange_ratio']:.3f})")
+                      f"Mbit/s each ({rec['exchange_ratio']:.3f}); host CPU {rec['cpu_s_per_byte'] * 1e9:.2f} ns/byte")
         left = residue(mesh.prefix)
         print("left behind: " + (", ".join(left) if left else "nothing"))
         return 1 if left else 0

@@ -29,6 +29,7 @@ ping-pong over the actual backend is used)::
     bandwidth_gbps = 1.25
     exchange_gbps = 0.625   # optional: GB/s in each direction while both ends send at once (default: bandwidth)
     per_pair = false        # optional: every pair of ranks has a link of its own (default: one per rank)
+    cpu_ns_per_byte = 4.0   # optional: host CPU the transport and kernel spend per byte carried (default: 0)
 
 ``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once (measured
 by ``benchmarks/netns_links.py`` through the runtime's own exchange: 0.92–0.95 of a shaped veth's rate each way
@@ -41,6 +42,13 @@ of this kind, as a node has one network card: a graph-parallel rank's whole halo
 With ``per_pair = true`` every pair of ranks has a link of its own at the rate (a full mesh of point-to-point
 links, as ``benchmarks/netns_links.py`` builds): the peers of an exchange send at once, each over its own link, and
 the exchange takes as long as its largest pair.
+
+``cpu_ns_per_byte`` is the host's CPU time, summed over its cores, that carrying one byte over the link costs (the
+transport's threads and the kernel's network stack). It matters where ranks share cores: the time-sliced bound
+(:func:`gnnpipe.costmodel.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
+profile's own per-byte cost (:attr:`gnnpipe.costmodel.profile.Profile.switch_byte_s`, measured on the loopback).
+A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: about
+4 ns per byte through a veth shaped by ``tbf`` at 250 Mbit/s, under 1 ns unshaped, on a 2-core VM).
 
 Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``, ``h200x8``,
 ``h200x64``), in
@@ -68,7 +76,7 @@ GIB = 2 ** 30
 _TOP = {"name", "node", "device", "link"}
 _NODE = {"count", "devices", "kind", "memory_gib"}
 _DEVICE = {"speed", "memory_gib"}
-_LINK = {"latency_us", "bandwidth_gbps", "exchange_gbps", "per_pair"}
+_LINK = {"latency_us", "bandwidth_gbps", "exchange_gbps", "per_pair", "cpu_ns_per_byte"}
 _LINK_REQUIRED = {"latency_us", "bandwidth_gbps"}
 
 
@@ -82,12 +90,15 @@ class Link:
             duplex, ``bandwidth_Bps``). See the module docstring (``exchange_gbps``).
         per_pair: every pair of ranks has a link of its own (``True``) rather than one link per rank shared by
             all its peers (module docstring, ``per_pair``).
+        cpu_s_per_byte: host CPU seconds, summed over cores, per byte carried (>= 0; module docstring,
+            ``cpu_ns_per_byte``).
     """
 
     latency_s: float
     bandwidth_Bps: float
     exchange_Bps: Optional[float] = None
     per_pair: bool = False
+    cpu_s_per_byte: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
@@ -96,6 +107,8 @@ class Link:
             raise ConfigError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_Bps!r}")
         if self.exchange_Bps is not None and not self.exchange_Bps > 0:
             raise ConfigError(f"link exchange bandwidth must be > 0 bytes/s, got {self.exchange_Bps!r}")
+        if not (math.isfinite(self.cpu_s_per_byte) and self.cpu_s_per_byte >= 0):
+            raise ConfigError(f"link CPU per byte must be a finite number >= 0 seconds, got {self.cpu_s_per_byte!r}")
 
     @property
     def exchange_bandwidth_Bps(self) -> float:
@@ -227,11 +240,12 @@ def _link(doc: dict, key: str, where: str) -> Optional[Link]:
     lat = _number(sec, "latency_us", where, positive=False)
     bw = _number(sec, "bandwidth_gbps", where)
     ex = _number(sec, "exchange_gbps", where)
+    cpu = _number(sec, "cpu_ns_per_byte", where, positive=False, default=0.0)
     pp = sec.get("per_pair", False)
     if not isinstance(pp, bool):
         raise ConfigError(f"{where}: [link.{key}] per_pair must be true or false, got {pp!r}")
     return Link(latency_s=lat * 1e-6, bandwidth_Bps=bw * 1e9, exchange_Bps=None if ex is None else ex * 1e9,
-                per_pair=pp)
+                per_pair=pp, cpu_s_per_byte=cpu * 1e-9)
 
 
 def parse_hardware(doc: dict, where: str = "hardware") -> Hardware:

@@ -397,7 +397,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     the optimizer step. A batched exchange (graph parallelism's per op, a hybrid's peer op) takes the link's time,
     and on a CPU node at least the host transport's (:attr:`Profile.host_exchange`). The epoch is the simulated
     schedule (module docstring); on a CPU node with more ranks than cores, at least :func:`shared_cores_bound` of
-    its ranks."""
+    its ranks, each byte sent costing the host the larger of :attr:`Profile.switch_byte_s` and its links'
+    ``cpu_s_per_byte`` (:class:`gnnpipe.costmodel.hardware.Link`)."""
     from ..core.training.trainer import DTYPES
 
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
@@ -460,18 +461,21 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
 
     def bound(work: list[float], waits: list[float], extra: list[float]) -> float:
         """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription); every
-        rank sends an equal share of the epoch's bytes."""
+        rank sends an equal share of the epoch's bytes, each costing the host the larger of the profile's per-byte
+        cost (:attr:`Profile.switch_byte_s`, the loopback's) and its links' (``Link.cpu_s_per_byte``)."""
         if cores is None:
             return 0.0
         nodes: dict[int, list[int]] = {}
         for r in range(R):
             nodes.setdefault(hardware.node_of(r, R), []).append(r)
+        used = [hardware.intra] + ([hardware.inter] if len(nodes) > 1 else [])
+        per_byte = max([profile.switch_byte_s] + [lk.cpu_s_per_byte for lk in used if lk is not None])
         per_rank = 0.0
-        if profile.switch_byte_s and any(len(rs) > cores for rs in nodes.values()):
+        if per_byte and any(len(rs) > cores for rs in nodes.values()):
             per_rank = sum((epoch_bytes or predict_bytes(config, plan, model)).values()) / R
         return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
                                       profile.switch_s, profile.switch_peer_s, [per_rank] * len(rs),
-                                      profile.switch_byte_s, profile.switch_curve) for rs in nodes.values())
+                                      per_byte, profile.switch_curve) for rs in nodes.values())
 
     if W == 1 and S == 1:
         t = sum(profile.kind(u).whole_forward_s + profile.kind(u).whole_backward_s for u in range(U))

@@ -142,6 +142,27 @@ def test_hardware_exchange_rate_parses_and_is_checked():
                                                                    "exchange_gbps": -1}}})
 
 
+def test_hardware_cpu_per_byte_parses_and_is_checked():
+    from gnnpipe.costmodel.hardware import Link, parse_hardware
+    from gnnpipe.errors import ConfigError
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover
+        import tomli as tomllib
+    text = nl.hardware_toml("mesh", 2, 31.25e6, 2, cpu_s_per_byte=5.5e-9)
+    assert text.count("cpu_ns_per_byte") == 2  # both links of the one node
+    hw = parse_hardware(tomllib.loads(text))
+    assert hw.inter.cpu_s_per_byte == pytest.approx(5.5e-9) and hw.intra.cpu_s_per_byte == pytest.approx(5.5e-9)
+    plain = nl.hardware_toml("mesh", 2, 31.25e6, 2)
+    assert "cpu_ns_per_byte" not in plain and parse_hardware(tomllib.loads(plain)).inter.cpu_s_per_byte == 0.0
+    with pytest.raises(ConfigError, match="CPU per byte"):
+        Link(0.0, 1e6, cpu_s_per_byte=-1e-9)
+    with pytest.raises(ConfigError, match="cpu_ns_per_byte"):
+        parse_hardware({"node": {"devices": 1}, "link": {"inter": {"latency_us": 1, "bandwidth_gbps": 1,
+                                                                   "cpu_ns_per_byte": -1}}})
+
+
 def test_layouts_prediction_pick_and_crossover():
     assert bench.layouts(4, ["gp", "gnnpipe", "hybrid"]) == {"gp": (4, 1, None), "gnnpipe": (1, 4, 16),
                                                                "hybrid": (2, 2, 16)}
@@ -206,6 +227,8 @@ def test_emulated_link_has_the_set_rate_and_teardown_leaves_nothing():
     # the runtime's exchange (Comm.exchange, receives posted first) uses both directions at once: with the sends
     # posted first gloo's two directions took turns, 0.48-0.51 of the rate each
     assert got[0]["exchange_ratio"] >= 0.8, got
+    # the host's CPU per byte carried: measured, finite, at least 0 (about 5 ns through tbf at this rate here)
+    assert 0.0 <= got[0]["cpu_s_per_byte"] < 1e-6, got
     assert nl.residue(mesh.prefix) == []
     # a failure inside the block removes everything too
     mesh = nl.Mesh(3, 125e6)

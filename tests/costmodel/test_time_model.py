@@ -222,6 +222,31 @@ def test_ranks_sharing_cores_wait_at_a_cost(tiny):
     assert t2 == pytest.approx(t3)
 
 
+def test_a_link_that_costs_the_host_cpu_per_byte_charges_ranks_sharing_cores(tiny):
+    """Four ranks on a 2-core node: each byte sent costs the larger of the profile's per-byte core time and the
+    link's ``cpu_s_per_byte`` (a shaped link's kernel work); the ranks' work does not change, and with a core per
+    rank the link's cost does not apply."""
+    cfg, data, base = tiny
+    spec = LayoutSpec(1, 4, 8, 1, "1f1b")
+    prof = attrs.evolve(base, switch_s=0.01, switch_curve=[], switch_byte_s=1e-7)
+
+    def machine(cpu: float, cores: int = 2) -> Hardware:
+        lk = Link(0.0, 1e12, cpu_s_per_byte=cpu)
+        return Hardware(name=f"{cores} cores", devices_per_node=cores, intra=lk, inter=lk)
+
+    _, plan, model, (t_none, _, _, work) = _predict(cfg, data, prof, spec, machine(0.0))
+    *_, (t_low, _, _, _) = _predict(cfg, data, prof, spec, machine(1e-8))
+    assert t_low == pytest.approx(t_none, rel=1e-12)  # below the profile's own: the profile's holds
+    *_, (t_high, _, _, work_high) = _predict(cfg, data, prof, spec, machine(1e-5))
+    sent = sum(predict_bytes(layout_config(cfg, spec), plan, model).values())
+    waits = 8 * (0 + 1) + 8 * 2 + 8 * 2 + 8 * (1 + 0)  # each stage's boundary receives per epoch
+    assert sent > 0 and t_high == pytest.approx((sum(work) + waits * 0.01 + sent * 1e-5) / 2, rel=1e-9)
+    assert t_high > t_none and np.allclose(work_high, work)
+    *_, (f0, _, _, _) = _predict(cfg, data, prof, spec, machine(0.0, cores=4))
+    *_, (f1, _, _, _) = _predict(cfg, data, prof, spec, machine(1e-5, cores=4))
+    assert f1 == pytest.approx(f0, rel=1e-12)
+
+
 @pytest.mark.timeout(120)
 def test_link_probe_measures_every_size_and_a_positive_link():
     """The two-rank ping-pong (``profile_link``) over gloo: one point per message size (one-way wall and CPU
