@@ -47,8 +47,8 @@ the exchange takes as long as its largest pair.
 transport's threads and the kernel's network stack). It matters where ranks share cores: the time-sliced bound
 (:func:`gnnpipe.costmodel.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
 profile's own per-byte cost (:attr:`gnnpipe.costmodel.profile.Profile.switch_byte_s`, measured on the loopback).
-A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: about
-4 ns per byte through a veth shaped by ``tbf`` at 250 Mbit/s, under 1 ns unshaped, on a 2-core VM).
+A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: 4–7.5
+ns per byte through a veth shaped by ``tbf`` at 250 Mbit/s, under 1 ns unshaped, on a 2-core VM).
 
 Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core``, ``paper-a5000``, ``h200x8``,
 ``h200x64``), in
