@@ -24,6 +24,24 @@ from .build import build_model
 FORMAT = "gnnpipe.model"
 
 
+def _plain(value):
+    """``value`` with every int and float subclass (a setting marked "not given":
+    :func:`gnnpipe.core.settings.config.unset`) as the plain number, through dicts, lists and tuples, so the file holds
+    plain Python values only and :func:`load` can read it with ``weights_only=True``."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and type(value) is not int:
+        return int(value)
+    if isinstance(value, float) and type(value) is not float:
+        return float(value)
+    return value
+
+
 def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None:
     """Write ``model`` (built by :func:`gnnpipe.models.build_model`, so it has a ``spec``) to ``path``, with ``meta``
     (default: the model's own ``meta``, e.g. ``result.model``'s training config and data paths, which
@@ -39,6 +57,7 @@ def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None
     obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": model.preprocessing,
            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
            "meta": dict(meta if meta is not None else getattr(model, "meta", None) or {})}
+    obj = _plain(obj)
     target = Path(path).expanduser()
     if target.is_dir():
         raise ConfigError(f"{target} is a folder; give the model file to write (e.g. {target / 'model.pt'})")
@@ -58,8 +77,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel
         raise ConfigError(f"{path} is a folder (a checkpoint?); export it first: gnnpipe export {path} --out model.pt")
     if not path.is_file():
         raise ConfigError(f"no model file {path}; write one with `gnnpipe export CHECKPOINT --out {path.name}`")
-    try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+    from ..core.settings.config import _UnsetFloat, _UnsetInt
+
+    try:  # files written before save() made every value plain may hold the "not given" numbers: plain ints/floats
+        with torch.serialization.safe_globals([_UnsetInt, _UnsetFloat]):
+            obj = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # not a torch.save file, a damaged one, or one holding pickled classes
         raise ConfigError(f"{path} is not a gnnpipe model file ({type(exc).__name__}); write one with "
                           f"`gnnpipe export` or gnnpipe.models.save") from None
