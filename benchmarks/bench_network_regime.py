@@ -443,8 +443,9 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
             eff = statistics.median(m["measured_Bps"] for m in here) if math.isinf(rate) and here else rate
             E = max((len(r.get("epoch_s_all") or []) for r in rows), default=0) or None
             full = run_plan(job, R, eff, cores, work, prof, contention, latency_s=lat, epochs=E, cpu_s_per_byte=cpub)
-            xrec = (run_plan(job, R, eff, cores, work, prof, contention, eff * sum(ex) / len(ex), lat, epochs=E,
-                             cpu_s_per_byte=cpub) if ex else [])
+            # the exchange rate each way, at most the link's (a shaped link can measure a little above its set rate)
+            xrec = (run_plan(job, R, eff, cores, work, prof, contention, eff * min(1.0, sum(ex) / len(ex)), lat,
+                             epochs=E, cpu_s_per_byte=cpub) if ex else [])
             for row in rows:
                 if (row["dataset"], row["layers"], row["hidden"], row.get("layer_split", "equal"), row["ranks"],
                         row["rate_Bps"]) != (ds, L, H, sp, R, rate):

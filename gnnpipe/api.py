@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -409,6 +410,9 @@ def _auto_layout(config, data, ranks, hardware, progress, options):
     if best is None:
         raise ConfigError(f"no layout of {ranks} rank(s) fits the memory of {hw.name}; use more ranks, a smaller "
                           f"model, --recompute, or --hardware with more memory")
+    if not math.isfinite(best.epoch_s):
+        raise ConfigError(f"the cost model predicts no finite epoch time on {hw.name} (its fastest layout: "
+                          f"{best.epoch_s} s); check the hardware description's link and device values")
     s = best.spec
     print(f"gnnpipe: --layout auto picked {s.label()}, {s.chunks} chunk(s), over-partition {s.over_partition}"
           f"{', ' + s.scheduler if s.stages > 1 else ''} (predicted {1000 * best.epoch_s:,.1f} ms/epoch)",

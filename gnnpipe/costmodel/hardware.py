@@ -204,23 +204,27 @@ class Hardware:
         return attrs.asdict(self)
 
 
-def _section(doc: dict, key: str, allowed: set[str], where: str) -> dict:
+def _section(doc: dict, key: str, allowed: set[str], where: str, table: Optional[str] = None) -> dict:
+    """The table ``doc[key]`` (``{}`` when absent), its keys checked against ``allowed``; ``table``: its name in
+    messages (default ``key``, e.g. ``link.inter``)."""
+    table = table or key
     sec = doc.get(key, {})
     if not isinstance(sec, dict):
-        raise ConfigError(f"{where}: [{key}] must be a table, got {type(sec).__name__}")
+        raise ConfigError(f"{where}: [{table}] must be a table, got {type(sec).__name__}")
     unknown = set(sec) - allowed
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} in [{key}]; "
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} in [{table}]; "
                           f"allowed: {', '.join(sorted(allowed))}")
     return sec
 
 
-def _number(sec: dict, key: str, where: str, *, positive: bool = True, default: Any = None) -> Any:
+def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = True, default: Any = None) -> Any:
     if key not in sec:
         return default
     v = sec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise ConfigError(f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {v!r}")
+        raise ConfigError(f"{where}: [{table}] {key} must be a {'positive' if positive else 'non-negative'} number, "
+                          f"got {v!r}")
     return v
 
 
@@ -233,14 +237,18 @@ def _link(doc: dict, key: str, where: str) -> Optional[Link]:
         raise ConfigError(f"{where}: unknown link(s) {', '.join(sorted(unknown))}; use [link.intra] and [link.inter]")
     if key not in links:
         return None
-    sec = _section(links, key, _LINK, where)
+    sec = _section(links, key, _LINK, where, f"link.{key}")
     missing = _LINK_REQUIRED - set(sec)
     if missing:
         raise ConfigError(f"{where}: [link.{key}] needs {', '.join(sorted(missing))}")
-    lat = _number(sec, "latency_us", where, positive=False)
-    bw = _number(sec, "bandwidth_gbps", where)
-    ex = _number(sec, "exchange_gbps", where)
-    cpu = _number(sec, "cpu_ns_per_byte", where, positive=False, default=0.0)
+    t = f"link.{key}"
+    lat = _number(sec, "latency_us", where, t, positive=False)
+    bw = _number(sec, "bandwidth_gbps", where, t)
+    ex = _number(sec, "exchange_gbps", where, t)
+    cpu = _number(sec, "cpu_ns_per_byte", where, t, positive=False, default=0.0)
+    if ex is not None and ex > bw:
+        raise ConfigError(f"{where}: [{t}] exchange_gbps ({ex!r}) is the rate of each direction while both send: it "
+                          f"cannot exceed bandwidth_gbps ({bw!r})")
     pp = sec.get("per_pair", False)
     if not isinstance(pp, bool):
         raise ConfigError(f"{where}: [link.{key}] per_pair must be true or false, got {pp!r}")
@@ -264,14 +272,16 @@ def parse_hardware(doc: dict, where: str = "hardware") -> Hardware:
     for key in ("count", "devices"):
         if key in node and (isinstance(node[key], bool) or not isinstance(node[key], int) or node[key] < 1):
             raise ConfigError(f"{where}: [node] {key} must be an integer >= 1, got {node[key]!r}")
-    node_mem = _number(node, "memory_gib", where)
-    dev_mem = _number(dev, "memory_gib", where)
+    node_mem = _number(node, "memory_gib", where, "node")
+    dev_mem = _number(dev, "memory_gib", where, "device")
+    if node.get("kind", "cpu") not in ("cpu", "gpu"):
+        raise ConfigError(f"{where}: [node] kind must be \"cpu\" or \"gpu\", got {node['kind']!r}")
     name = doc.get("name", where)
     if not isinstance(name, str):
         raise ConfigError(f"{where}: name must be a string")
     return Hardware(
         name=name, nodes=int(node.get("count", 1)), devices_per_node=int(node["devices"]),
-        kind=str(node.get("kind", "cpu")), speed=float(_number(dev, "speed", where, default=1.0)),
+        kind=str(node.get("kind", "cpu")), speed=float(_number(dev, "speed", where, "device", default=1.0)),
         node_memory_bytes=None if node_mem is None else int(node_mem * GIB),
         device_memory_bytes=None if dev_mem is None else int(dev_mem * GIB),
         intra=_link(doc, "intra", where), inter=_link(doc, "inter", where),
@@ -305,6 +315,8 @@ def load_hardware(path_or_name: str | Path) -> Hardware:
         doc = tomllib.loads(p.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read the hardware file {str(p)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     return parse_hardware(doc, str(p))

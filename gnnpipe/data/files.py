@@ -126,8 +126,11 @@ def read_pt_graph(path: str | Path) -> Data:
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:
             raise ConfigError(f"cannot load {path} with torch.load ({type(e).__name__}: {e})") from e
-    except (OSError, RuntimeError, EOFError) as e:
-        raise ConfigError(f"cannot load {path} with torch.load ({type(e).__name__}: {e})") from e
+    except Exception as e:  # noqa: BLE001 - a damaged file fails in many ways (OSError, EOFError, KeyError, …)
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"cannot load {path} with torch.load ({type(e).__name__}: {e}); is it a file written "
+                          "by torch.save?") from e
     if isinstance(obj, (list, tuple)) and len(obj) >= 1 and isinstance(obj[0], dict) and len(obj) <= 4 and (
         len(obj) == 1 or obj[1] is None or isinstance(obj[1], dict)
     ):

@@ -177,6 +177,10 @@ def test_the_wait_limit_is_derived_unless_given():
     s, why = launch.wait_limit(None, "gloo", predicted_epoch_s=400.0)
     assert s == 4000.0 and why == "10 × the predicted epoch of 400 s"
     assert launch.wait_limit(5.0, "gloo", predicted_epoch_s=400.0) == (5.0, "--timeout")  # the user's override
+    # a prediction past any sense (a hardware file of absurd links): capped, and a non-finite one is ignored
+    s, why = launch.wait_limit(None, "gloo", predicted_epoch_s=1e300)
+    assert s == launch.MAX_WAIT_S and why.endswith(f"at most {launch.MAX_WAIT_S:,.0f} s")
+    assert launch.wait_limit(None, "gloo", predicted_epoch_s=float("inf")) == (1800.0, "torch's default for gloo")
 
 
 class _Launched(Exception):
@@ -279,3 +283,20 @@ def test_layout_auto_derives_the_wait_limit_from_the_predicted_epoch(monkeypatch
         api.train(num_nodes=120, layers=2, hidden=8, epochs=1, progress=False, layout="auto", ranks=2)
     assert seen["timeout_s"] == 4000.0
     assert "wait limit 4,000 s (10 × the predicted epoch of 400 s; --timeout sets it)" in capsys.readouterr().err
+
+
+def test_layout_auto_refuses_a_machine_with_no_finite_epoch(monkeypatch):
+    """A hardware description whose links make every predicted epoch infinite (e.g. ``bandwidth_gbps = 1e-320``)
+    is refused with a message naming the machine, not turned into an unbounded wait limit."""
+    import types
+
+    from gnnpipe import api
+    from gnnpipe.costmodel import predict
+    from gnnpipe.errors import ConfigError
+
+    pred = types.SimpleNamespace(fits=True, epoch_s=float("inf"), spec=None)
+    hw = types.SimpleNamespace(name="absurd links")
+    monkeypatch.setattr(api, "_plan_prepared", lambda *a, **k: ([pred], hw, None))
+    monkeypatch.setattr(predict, "format_ranking", lambda preds, hw: "")
+    with pytest.raises(ConfigError, match="no finite epoch time on absurd links"):
+        api._auto_layout(None, None, 2, "absurd.toml", False, {})

@@ -65,10 +65,16 @@ def test_missing_link_uses_measured():
     ("gpus = 2\n", "unknown key"),
     ("[node]\ncount = 1\n", "needs devices"),
     ("[node]\ndevices = 0\n", "integer >= 1"),
-    ("[node]\ndevices = 2\nkind = 'tpu'\n", "kind"),
-    ("[node]\ndevices = 2\n[device]\nspeed = -1\n", "speed"),
+    ("[node]\ndevices = 2\nkind = 'tpu'\n", r"bad\.toml: \[node\] kind"),  # the file, not the TOML's name
+    ("[node]\ndevices = 2\n[device]\nspeed = -1\n", r"\[device\] speed"),
+    ("[node]\ndevices = 2\n[device]\nmemory_gib = -1\n", r"\[device\] memory_gib"),
+    ("[node]\ndevices = 2\nmemory_gib = -1\n", r"\[node\] memory_gib"),
     ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\n", "bandwidth_gbps"),
-    ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 0\n", "positive"),
+    ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 0\n", r"\[link\.intra\] bandwidth_gbps .*positive"),
+    ("[node]\ndevices = 2\n[link.inter]\nlatency_us = -1\nbandwidth_gbps = 1\n", r"\[link\.inter\] latency_us"),
+    ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nfoo = 1\n", r"in \[link\.inter\]"),
+    ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nexchange_gbps = 100\n",
+     "cannot exceed bandwidth_gbps"),
     ("[node]\ndevices = 2\n[link.wan]\nlatency_us = 1\nbandwidth_gbps = 1\n", "unknown link"),
 ])
 def test_bad_descriptions_are_rejected_with_the_key(tmp_path, text, match):
@@ -85,6 +91,9 @@ def test_invalid_toml_and_missing_file(tmp_path):
         load_hardware(p)
     with pytest.raises(ConfigError, match="paper-a5000"):  # lists the shipped names
         load_hardware(tmp_path / "nope.toml")
+    p.write_bytes(b"\xff\xfe bad")  # not UTF-8: a clear error, not a UnicodeDecodeError
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_hardware(p)
 
 
 def test_parse_dict_defaults():

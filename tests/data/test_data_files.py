@@ -31,6 +31,12 @@ def test_pt_data(tmp_path, recwarn):
     assert out.name == "mine" and torch.equal(out.edge_index, d.edge_index) and torch.equal(out.train_mask, d.train_mask)
 
 
+def test_a_damaged_pt_file_is_a_clear_error(tmp_path):
+    (tmp_path / "junk.pt").write_text("junk\n")  # torch.load fails inside its unpickler (a KeyError)
+    with pytest.raises(ConfigError, match=r"cannot load .*junk\.pt with torch\.load .*torch\.save"):
+        load_dataset(str(tmp_path / "junk.pt"))
+
+
 def test_pt_dict_without_masks_gets_random_split(tmp_path):
     d = small()
     y = d.y.clone()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import os
 import pickle
 import signal
@@ -50,6 +51,8 @@ RENDEZVOUS_S = 300.0
 #: a derived wait limit is at least this many times the cost model's predicted epoch (which bounds every action in
 #: it: a chunk's pass, an evaluation's forward, the optimizer step), when that exceeds torch's default
 WAIT_FACTOR = 10.0
+#: the most a derived wait limit may be (7 days): a predicted epoch beyond it is not a reason to wait longer
+MAX_WAIT_S = 7 * 24 * 3600.0
 
 
 def torch_default_wait_s(backend: str) -> float:
@@ -80,8 +83,10 @@ def wait_limit(timeout_s: Optional[float], backend: str, predicted_epoch_s: Opti
     if timeout_s is not None:
         return float(timeout_s), "--timeout"
     base = torch_default_wait_s(backend)
-    if predicted_epoch_s is not None and WAIT_FACTOR * predicted_epoch_s > base:
-        return WAIT_FACTOR * predicted_epoch_s, f"{WAIT_FACTOR:g} × the predicted epoch of {predicted_epoch_s:,.0f} s"
+    if predicted_epoch_s is not None and math.isfinite(predicted_epoch_s) and WAIT_FACTOR * predicted_epoch_s > base:
+        limit = min(WAIT_FACTOR * predicted_epoch_s, MAX_WAIT_S)
+        return limit, f"{WAIT_FACTOR:g} × the predicted epoch of {predicted_epoch_s:,.0f} s" + (
+            "" if limit < MAX_WAIT_S else f", at most {MAX_WAIT_S:,.0f} s")
     return base, f"torch's default for {backend}"
 
 
