@@ -26,7 +26,7 @@ FORMAT = "gnnpipe.model"
 
 def _plain(value):
     """``value`` with every int and float subclass (a setting marked "not given":
-    :func:`gnnpipe.core.settings.config.unset`) as the plain number, through dicts, lists and tuples, so the file holds
+    ``gnnpipe.core.settings.config.unset``) as the plain number, through dicts, lists and tuples, so the file holds
     plain Python values only and :func:`load` can read it with ``weights_only=True``."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -77,11 +77,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel
         raise ConfigError(f"{path} is a folder (a checkpoint?); export it first: gnnpipe export {path} --out model.pt")
     if not path.is_file():
         raise ConfigError(f"no model file {path}; write one with `gnnpipe export CHECKPOINT --out {path.name}`")
-    from ..core.settings.config import _UnsetFloat, _UnsetInt
-
-    try:  # files written before save() made every value plain may hold the "not given" numbers: plain ints/floats
-        with torch.serialization.safe_globals([_UnsetInt, _UnsetFloat]):
-            obj = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # not a torch.save file, a damaged one, or one holding pickled classes
         raise ConfigError(f"{path} is not a gnnpipe model file ({type(exc).__name__}); write one with "
                           f"`gnnpipe export` or gnnpipe.models.save") from None
