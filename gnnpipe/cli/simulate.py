@@ -35,6 +35,10 @@ def _run(args: argparse.Namespace) -> int:
     from .. import schedulers as gs
     from ..errors import ConfigError
 
+    if not args.bandwidth > 0:  # inf (the default) is free communication
+        raise ConfigError(f"--bandwidth must be > 0 bytes per time unit, got {args.bandwidth!r}")
+    if not 0 <= args.latency < float("inf"):
+        raise ConfigError(f"--latency must be a finite number >= 0 time units, got {args.latency!r}")
     sch = build_from_args(args)
     stage_scale, chunk_scale = _floats(args.stage_scale), _floats(args.chunk_scale)
     if stage_scale is not None and len(stage_scale) != sch.num_stages:

@@ -150,6 +150,11 @@ def test_cli_simulate(tmp_path, capsys):
     assert "send-blocked" in out and "sends: 4" in out and "slot  stage 0" in out
     assert main(["simulate", "1f1b", "-S", "2", "-C", "2", "--stage-scale", "1"]) == 2
     assert "--stage-scale needs 2 numbers" in capsys.readouterr().err
+    # a link's values are checked whether or not bytes are given
+    assert main(["simulate", "1f1b", "-S", "2", "-C", "2", "--bandwidth", "-1"]) == 2
+    assert "--bandwidth must be > 0" in capsys.readouterr().err
+    assert main(["simulate", "1f1b", "-S", "2", "-C", "2", "--latency", "-1"]) == 2
+    assert "--latency must be a finite number >= 0" in capsys.readouterr().err
 
 
 # -- the CLI's CSV is what torch.distributed.pipelining reads (issue #17 item 16) ----------------------
