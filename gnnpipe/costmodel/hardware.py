@@ -44,9 +44,13 @@ links, as ``benchmarks/netns_links.py`` builds): the peers of an exchange send a
 the exchange takes as long as its largest pair.
 
 ``cpu_ns_per_byte`` is the host's CPU time, summed over its cores, that carrying one byte over the link costs (the
-transport's threads and the kernel's network stack). It matters where ranks share cores: the time-sliced bound
+transport's threads and the kernel's network stack). A pipeline's boundary send and its receive each take half of
+it per byte on their ranks' main threads (where it is more than the profile's own per-byte message cost), so it
+lengthens the schedule; where ranks share cores, the time-sliced bound
 (:func:`gnnpipe.costmodel.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
 profile's own per-byte cost (:attr:`gnnpipe.costmodel.profile.Profile.switch_byte_s`, measured on the loopback).
+A batched exchange (graph parallelism's, a hybrid's peer op) waits on the link while the host moves its bytes: only
+the bound charges it.
 A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: 4–7.5
 ns per byte through a veth shaped by ``tbf`` at 250 Mbit/s, under 1 ns unshaped, on a 2-core VM).
 

@@ -392,9 +392,10 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     ``epoch_bytes``: the plan's :func:`predict_bytes`, if the caller has it (computed here only when needed).
 
     Work of a rank: its units on its chunks or part (``UnitKind.time``, the plain path for graph parallelism
-    and hybrids), the runtime's cost per chunk action (pipeline, hybrid) or graph parallelism's bookkeeping per
-    op (:attr:`Profile.gp_op_s`), its main thread's CPU per message sent or received (:meth:`Profile.msg_cpu`) and
-    the optimizer step. A batched exchange (graph parallelism's per op, a hybrid's peer op) takes the link's time,
+    and hybrids; a pipeline's scaled by :attr:`Profile.executor_scale`), the runtime's cost per chunk action
+    (pipeline, hybrid) or graph parallelism's bookkeeping per op (:attr:`Profile.gp_op_s`), its main thread's CPU
+    per message sent or received (:meth:`Profile.msg_cpu`; a stage boundary's also half its link's
+    ``cpu_s_per_byte`` per byte, where that is more) and the optimizer step. A batched exchange (graph parallelism's per op, a hybrid's peer op) takes the link's time,
     and on a CPU node at least the host transport's (:attr:`Profile.host_exchange`). The epoch is the simulated
     schedule (module docstring); on a CPU node with more ranks than cores, at least :func:`shared_cores_bound` of
     its ranks, each byte sent costing the host the larger of :attr:`Profile.switch_byte_s` and its links'
@@ -416,8 +417,19 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     push_units = {i for i, u in enumerate(model.units) if getattr(u, "message_passing", False)}
     # the host's main-thread costs (message handling, bookkeeping) shrink with a faster CPU only
     host = speed if hardware.kind == "cpu" else 1.0
-    def msg(nbytes: float) -> float:
-        return profile.msg_cpu(nbytes) / host
+    def msg(nbytes: float, cpu_per_byte: float = 0.0) -> float:
+        """Main-thread CPU seconds of one message (a send or a receive) of ``nbytes`` over a link whose host CPU
+        per byte is ``cpu_per_byte`` (``Link.cpu_s_per_byte``, both ends together): the profile's, and half the
+        link's per byte where that is more than the profile's. A stage boundary's send and receive pay the link's;
+        a batched exchange (graph parallelism's, a hybrid's peer op) waits on the link while the host moves its
+        bytes, so its messages are given ``0`` and the link's CPU only counts where ranks share cores
+        (:func:`shared_cores_bound`)."""
+        extra = max(0.0, cpu_per_byte / 2 - profile.msg_cpu_s_per_byte / host)
+        return profile.msg_cpu(nbytes) / host + nbytes * extra if nbytes > 0 else 0.0
+
+    def link_cpu_on_work(cpu_per_byte: float) -> float:
+        """Of a byte's host CPU on a link (``cpu_per_byte``), what :func:`msg` puts in the two ends' work."""
+        return 2 * max(0.0, cpu_per_byte / 2 - profile.msg_cpu_s_per_byte / host)
 
     # gloo on a CPU node: no exchange takes less than the host transport's own (Profile.host_exchange)
     floor = profile.host_exchange if hardware.kind == "cpu" else None
@@ -462,17 +474,24 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     def bound(work: list[float], waits: list[float], extra: list[float]) -> float:
         """The largest :func:`shared_cores_bound` over the nodes (0 on GPUs or without oversubscription); every
         rank sends an equal share of the epoch's bytes, each costing the host the larger of the profile's per-byte
-        cost (:attr:`Profile.switch_byte_s`, the loopback's) and its links' (``Link.cpu_s_per_byte``)."""
+        cost (:attr:`Profile.switch_byte_s`, the loopback's) and its links' (``Link.cpu_s_per_byte``), less what
+        the boundary messages' work holds of it already (:func:`msg`)."""
         if cores is None:
             return 0.0
         nodes: dict[int, list[int]] = {}
         for r in range(R):
             nodes.setdefault(hardware.node_of(r, R), []).append(r)
-        used = [hardware.intra] + ([hardware.inter] if len(nodes) > 1 else [])
-        per_byte = max([profile.switch_byte_s] + [lk.cpu_s_per_byte for lk in used if lk is not None])
+        used = [lk for lk in [hardware.intra] + ([hardware.inter] if len(nodes) > 1 else []) if lk is not None]
+        cpb = max([lk.cpu_s_per_byte for lk in used], default=0.0)
+        per_byte = 0.0
         per_rank = 0.0
-        if per_byte and any(len(rs) > cores for rs in nodes.values()):
-            per_rank = sum((epoch_bytes or predict_bytes(config, plan, model)).values()) / R
+        if any(len(rs) > cores for rs in nodes.values()):
+            nb = epoch_bytes or predict_bytes(config, plan, model)
+            # every byte costs the larger per-byte cost; the boundary sends' messages (msg) hold some of it already
+            full = max(profile.switch_byte_s, cpb)
+            per_byte = full
+            if full > 0:
+                per_rank = (sum(nb.values()) - nb["layer"] * link_cpu_on_work(cpb) / full) / R
         return max(shared_cores_bound([work[r] for r in rs], [waits[r] for r in rs], [extra[r] for r in rs], cores,
                                       profile.switch_s, profile.switch_peer_s, [per_rank] * len(rs),
                                       per_byte, profile.switch_curve) for rs in nodes.values())
@@ -536,6 +555,8 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     Cw = (len(g.chunk_ptr) - 1) // W
     bases = [g.way_ptr[w] for w in range(W)]
     fused = W == 1  # a hybrid's peer op runs a unit's plain path
+    # the pipeline executor against the fitted units (measured with the fused path: a pipeline's, not a hybrid's)
+    unit_scale = profile.executor_scale if fused else 1.0
 
     def exch(c_local: int, s: int, backward: bool) -> tuple[float, float]:
         """``(link seconds, main-thread CPU seconds)`` of the peer exchanges of slot ``c_local`` on stage ``s``."""
@@ -563,6 +584,11 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
         d = profile.unit_dims[hi - 1][1] + sh
         return max(g.chunk_feats[bases[w] + c_local][1] for w in range(W)) * d * b
 
+    def boundary_cpb(s: int) -> float:
+        """The host CPU per byte (``Link.cpu_s_per_byte``) of the link between stages ``s`` and ``s + 1``, the
+        largest over the ways."""
+        return max(hardware.link(w * S + s, w * S + s + 1, R, measured).cpu_s_per_byte for w in range(W))
+
     def hyb(c_local: int, s: int, backward: bool) -> float:
         """A hybrid's peer-op bookkeeping of slot ``c_local`` on stage ``s`` (the slowest way's), per op."""
         if W == 1:
@@ -585,13 +611,14 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
             lo, hi = _stage_units(g.bounds, s)
             for c in range(Cw):
                 fw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "F", fused, cont)
-                               for w in range(W)) * k / speed
+                               for w in range(W)) * k * unit_scale / speed
                 bw[s][c] = max(profile.stage_time(lo, hi, g.chunk_feats[bases[w] + c], "B", fused, cont)
-                               for w in range(W)) * k / speed
+                               for w in range(W)) * k * unit_scale / speed
                 if config.recompute:
                     bw[s][c] += fw[s][c]
                 # messages on the main thread: F receives from s-1 and sends to s+1, B the reverse
-                m_f = (msg(boundary_bytes(s - 1, c)) if s > 0 else 0.0) + (msg(boundary_bytes(s, c)) if s < S - 1 else 0.0)
+                m_f = ((msg(boundary_bytes(s - 1, c), boundary_cpb(s - 1)) if s > 0 else 0.0)
+                       + (msg(boundary_bytes(s, c), boundary_cpb(s)) if s < S - 1 else 0.0))
                 m_b = m_f
                 ef, cf = exch(c, s, False)
                 eb, cb = exch(c, s, True)

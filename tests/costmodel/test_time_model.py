@@ -129,13 +129,15 @@ def test_profile_measures_the_runtime_costs(tiny):
     for k in prof.unit_kinds.values():  # one size factor per chunking and the whole graph
         assert len(k.scale_forward) == len(k.scale_backward) >= 2 and k.unfused > 0
     assert prof.switch_ranks == 0 and prof.msg_cpu_s == 0  # no link measured
+    assert 0.5 <= prof.executor_scale <= 2.0 and prof.executor_scale != 1.0  # measured, within its clip
     d = prof.to_dict()
-    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "switch_byte_s", "msg_cpu_s", "host_exchange"):  # older load
+    for key in ("gp_op_s", "hybrid_op_s", "switch_s", "switch_byte_s", "msg_cpu_s", "host_exchange",
+                "executor_scale"):  # older load
         d.pop(key)
     for k in d["unit_kinds"].values():
         k.pop("scale_forward"), k.pop("unfused")
     old = Profile.from_dict(d)
-    assert old.switch_s == 0.0 and old.host_exchange is None and all(k.unfused == 1.0 for k in old.unit_kinds.values())
+    assert old.switch_s == 0.0 and old.host_exchange is None and old.executor_scale == 1.0 and all(k.unfused == 1.0 for k in old.unit_kinds.values())
 
 
 def _predict(cfg, data, prof, spec, hw):
@@ -171,6 +173,26 @@ def test_messages_and_bookkeeping_enter_the_work_exactly(tiny):
         lo, hi = plan.bounds[r % 2], plan.bounds[r % 2 + 1]
         n = sum(len(quiet.agg_dims[u]) * (2 if u in back else 1) for u in range(lo, hi))
         assert b - a == pytest.approx(Cw * n * 1e-3)
+
+
+def test_executor_scale_multiplies_a_pipelines_units_only(tiny):
+    """``Profile.executor_scale`` (the pipeline executor over the fitted units) scales a pipeline's unit time
+    exactly, and neither graph parallelism's nor a hybrid's (they run the plain path it was not measured on)."""
+    cfg, data, base = tiny
+    quiet = attrs.evolve(base, msg_cpu_s=0.0, msg_cpu_s_per_byte=0.0, gp_op_s=0.0, gp_op_s_per_elem=0.0,
+                         hybrid_op_s=0.0, hybrid_op_s_per_elem=0.0, action_overhead_s=0.0, p2p=None, allreduce=None,
+                         contention_ranks=0, executor_scale=1.0)
+    hw = Hardware(name="8 cores", devices_per_node=8)
+    pipe = LayoutSpec(1, 2, 4, 1, "gpipe")
+    _, plan, model, (_, _, _, p0) = _predict(cfg, data, quiet, pipe, hw)
+    *_, (_, _, _, p1) = _predict(cfg, data, attrs.evolve(quiet, executor_scale=0.8), pipe, hw)
+    steps = [quiet.step_s_per_param * sum(quiet.kind(u).params for u in range(lo, hi))
+             for lo, hi in zip(plan.bounds[:-1], plan.bounds[1:])]
+    assert np.allclose(np.array(p1) - steps, 0.8 * (np.array(p0) - steps))
+    for spec in (LayoutSpec(2, 1, 2, 1, "gpipe"), LayoutSpec(2, 2, 8, 1, "gpipe")):
+        *_, (_, _, _, a) = _predict(cfg, data, quiet, spec, hw)
+        *_, (_, _, _, b) = _predict(cfg, data, attrs.evolve(quiet, executor_scale=0.8), spec, hw)
+        assert a == b
 
 
 def test_an_exchange_takes_at_least_the_host_transport(tiny):
@@ -222,29 +244,35 @@ def test_ranks_sharing_cores_wait_at_a_cost(tiny):
     assert t2 == pytest.approx(t3)
 
 
-def test_a_link_that_costs_the_host_cpu_per_byte_charges_ranks_sharing_cores(tiny):
-    """Four ranks on a 2-core node: each byte sent costs the larger of the profile's per-byte core time and the
-    link's ``cpu_s_per_byte`` (a shaped link's kernel work); the ranks' work does not change, and with a core per
-    rank the link's cost does not apply."""
+def test_a_link_that_costs_the_host_cpu_per_byte_charges_its_messages(tiny):
+    """A link's ``cpu_s_per_byte`` (a shaped link's kernel work, both ends together): each message's two ends pay
+    half of it per byte where that is more than the profile's own per byte, in the ranks' work and so on the
+    schedule's actions; four ranks on a 2-core node pay, per byte sent, the larger of the profile's per-byte core
+    time and the link's in all (the work's share counted once)."""
     cfg, data, base = tiny
     spec = LayoutSpec(1, 4, 8, 1, "1f1b")
-    prof = attrs.evolve(base, switch_s=0.01, switch_curve=[], switch_byte_s=1e-7)
+    prof = attrs.evolve(base, switch_s=0.01, switch_curve=[], switch_byte_s=1e-7, msg_cpu_s_per_byte=1e-10)
 
     def machine(cpu: float, cores: int = 2) -> Hardware:
         lk = Link(0.0, 1e12, cpu_s_per_byte=cpu)
         return Hardware(name=f"{cores} cores", devices_per_node=cores, intra=lk, inter=lk)
 
     _, plan, model, (t_none, _, _, work) = _predict(cfg, data, prof, spec, machine(0.0))
-    *_, (t_low, _, _, _) = _predict(cfg, data, prof, spec, machine(1e-8))
-    assert t_low == pytest.approx(t_none, rel=1e-12)  # below the profile's own: the profile's holds
-    *_, (t_high, _, _, work_high) = _predict(cfg, data, prof, spec, machine(1e-5))
     sent = sum(predict_bytes(layout_config(cfg, spec), plan, model).values())
+    *_, (t_low, _, _, work_low) = _predict(cfg, data, prof, spec, machine(1e-8))
+    assert sum(work_low) - sum(work) == pytest.approx(sent * (1e-8 - 2e-10), rel=1e-6)  # both ends, above 1e-10
+    assert t_low == pytest.approx(t_none, rel=1e-12)  # below the profile's core time per byte: that one holds
+    *_, (t_high, _, _, work_high) = _predict(cfg, data, prof, spec, machine(1e-5))
+    assert sum(work_high) - sum(work) == pytest.approx(sent * (1e-5 - 2e-10), rel=1e-6)
     waits = 8 * (0 + 1) + 8 * 2 + 8 * 2 + 8 * (1 + 0)  # each stage's boundary receives per epoch
     assert sent > 0 and t_high == pytest.approx((sum(work) + waits * 0.01 + sent * 1e-5) / 2, rel=1e-9)
-    assert t_high > t_none and np.allclose(work_high, work)
+    # a core per rank: no sharing bound, but the messages' CPU lengthens the schedule
     *_, (f0, _, _, _) = _predict(cfg, data, prof, spec, machine(0.0, cores=4))
     *_, (f1, _, _, _) = _predict(cfg, data, prof, spec, machine(1e-5, cores=4))
-    assert f1 == pytest.approx(f0, rel=1e-12)
+    assert f1 > f0
+    # below the profile's own per byte, a link adds nothing
+    *_, (f2, _, _, w2) = _predict(cfg, data, prof, spec, machine(1e-10, cores=4))
+    assert f2 == pytest.approx(f0, rel=1e-12) and w2 == work
 
 
 @pytest.mark.timeout(120)

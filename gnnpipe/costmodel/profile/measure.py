@@ -16,7 +16,7 @@ from ...errors import ConfigError
 from .contention import measure_contention
 from .link import link_fields, profile_link
 from .memory import saved_bytes
-from .overhead import _action_overhead, _gp_overhead, _hybrid_overhead, _pipeline_overhead
+from .overhead import _action_overhead, _executor_scale, _gp_overhead, _hybrid_overhead, _pipeline_overhead
 from .record import LINK_FIELDS, Profile, UnitKind, chunk_features
 from .units import REDUCE, _model_fields, _representatives, _subgraph, _time_step, _units_cpu
 
@@ -186,6 +186,11 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         C_sub = max(1, min(8, n_sub // 8))
         sptr = [round(k * n_sub / C_sub) for k in range(C_sub + 1)]
         overhead, fused_ph = _action_overhead(config, model, sub, sptr, repeats, step)
+        # the pipeline executor against the fit: the full model on the base chunking of the whole graph
+        base_feats = levels[0][0]
+        keys = _model_fields(full, data, F, Cls)["units"]
+        fitted = sum(kinds[keys[u]].time(f, ph) for u in range(len(keys)) for f in base_feats for ph in "FB")
+        executor_scale = _executor_scale(config, full, rdata, ptr, fitted, overhead, repeats, step)
         # the plain path of units that fuse their chunk step (a hybrid's peer op, graph parallelism runs it), against
         # the fused step, on the subgraph's chunks
         fusable = {key: i for key, i in rep.items() if getattr(model.units[i], "fusable", False)}
@@ -233,7 +238,7 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
         threads=config.threads, cpu_over_wall=ratio,
         fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
-        action_overhead_s=overhead, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
+        action_overhead_s=overhead, executor_scale=executor_scale, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
         contention_ranks=contention_ranks, oversubscribed_ranks=over_ranks, **fields,
     )
     prof.profile_s = time.perf_counter() - t_start
@@ -252,6 +257,6 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
             ct += (f", with {prof.oversubscribed_ranks} processes on them " + ", ".join(
                 f"{k.oversubscribed_forward:.2f}/{k.oversubscribed_backward:.2f}x" for k in kinds.values()))
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
-              f"{1e3 * overhead:.2f} ms per chunk action, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
+              f"{1e3 * overhead:.2f} ms per chunk action, executor / fitted units {executor_scale:.2f}, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
               f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
     return prof

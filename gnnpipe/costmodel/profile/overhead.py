@@ -2,7 +2,8 @@
 the units' cost that the difference removes is small: the pipeline's per chunk action (a one-stage executor
 against its units, :func:`_action_overhead`), graph parallelism's per op and direction (:func:`_gp_overhead`:
 both ways of a 2-way split run by the real executor without peers) and a hybrid's (:func:`_hybrid_overhead`).
-Each is the difference between the real executor's epoch and its units' time (:mod:`.units`).
+Each is the difference between the real executor's epoch and its units' time (:mod:`.units`). Last, the
+executor against the units' fit on the whole graph (:func:`_executor_scale`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,36 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
     epoch = _epoch_cpu(stage, repeats)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return max(0.0, (epoch - units_s - step_pp * params) / (2 * C)), units
+
+
+def _executor_scale(config, model, data, ptr: list[int], fitted_s: float, overhead_s: float, repeats: int,
+                    step_pp: float) -> float:
+    """The pipeline executor's units over their fitted cost (:attr:`Profile.executor_scale`): one executor holding
+    every unit of ``model`` (the full model), run as a single stage with gpipe over the chunks ``ptr`` of the whole
+    relabelled graph ``data`` (the profile's base chunking), its median epoch thread CPU seconds less the optimizer
+    step and ``overhead_s`` per chunk action, over ``fitted_s`` (the fitted seconds of the same units on the same
+    chunks). Below 1 where the executor runs a stage's units back to back on a chunk faster than the units timed
+    one by one, or where the fit lies above the chunks' measured cost; clipped to ``[0.5, 2]``; 1.0 when nothing
+    was fitted."""
+    import attrs as _attrs
+
+    from ... import correctors as corr
+    from ...core.ops.comm import Comm
+    from ...core.runtime.pipeline import make_pipeline_stage
+    from ...core.training.runner import _order_policy
+    from ...schedulers import get as get_scheduler
+
+    if fitted_s <= 0:
+        return 1.0
+    C = len(ptr) - 1
+    cfg = _attrs.evolve(config, stages=1, ways=1, chunks=C, scheduler="gpipe", stash_weights=False)
+    correctors = corr.build_correctors(cfg.correctors)
+    stage = make_pipeline_stage(cfg, model, data, torch.tensor(ptr), [0, model.num_units], 0, [0],
+                                get_scheduler("gpipe")(), _order_policy(cfg, correctors), correctors, Comm())
+    epoch = _epoch_cpu(stage, repeats)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    units_s = epoch - step_pp * params - 2 * C * overhead_s
+    return float(min(2.0, max(0.5, units_s / fitted_s)))
 
 
 class _LocalComm:

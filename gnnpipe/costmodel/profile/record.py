@@ -143,6 +143,9 @@ class Profile:
         profile_s: seconds the profile took.
         runtime_floor_bytes: resident bytes of a rank before it holds data.
         action_overhead_s: thread CPU seconds of the runtime per pipeline chunk action beyond its units.
+        executor_scale: the pipeline executor's unit time over the fitted (``UnitKind.time``), measured on the
+            whole graph's base chunking with the full model as one stage (``_executor_scale``); a pipeline's
+            fused unit times are multiplied by it (1.0: not measured, older profiles).
         gp_op_s, gp_op_s_per_elem: graph parallelism's bookkeeping per aggregation op and direction beyond the
             units' plain cost on the way's rows (gathers of mirror rows, concatenation with the halo, the halo
             rows' gradient and its ``index_add_``): ``gp_op_s + gp_op_s_per_elem · (rows + halo) · d``.
@@ -190,6 +193,7 @@ class Profile:
     profile_s: float = 0.0
     runtime_floor_bytes: int = 0
     action_overhead_s: float = 0.0
+    executor_scale: float = 1.0
     gp_op_s: float = 0.0
     gp_op_s_per_elem: float = 0.0
     hybrid_op_s: float = 0.0
