@@ -329,7 +329,10 @@ def fallback_footprint(config, data, role: str, bounds=None, stage: int = 0, *, 
     inputs = (model.units[lo].in_dim * b + sh) if lo > 0 else 0
     recompute = role in ("pipeline", "hybrid") and (config.recompute or not _flush(config))
     act = sum(saved[lo:hi]) / n
-    held = inputs + (0 if recompute else act)
+    # a recomputing stage under a flush schedule keeps each aggregation op's forward product (History.recall)
+    kept = sum(int(getattr(model.units[i], "agg_dim", model.units[i].in_dim)) * len(model.units[i].aggregations)
+               for i in range(lo, hi)) * b if recompute and _flush(config) else 0
+    held = inputs + (kept if recompute else act)
     backward = inputs + act + BACKWARD_WIDTHS * width
     return RoleFootprint(held=held, forward=inputs + act + 2 * width, backward=backward,
                          eval=inputs + EVAL_WIDTHS * width, measured=False)

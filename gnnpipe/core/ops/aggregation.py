@@ -198,7 +198,7 @@ class PushGather(torch.autograd.Function):
         if write:
             hist.H_in[start:end] = h.detach()
         ctx.hist, ctx.halo, ctx.c, ctx.start, ctx.end = hist, halo, c, start, end
-        return torch.cat([h.detach(), hist.H_in[halo].to(h.dtype)])
+        return torch.cat([h.detach(), hist.recall(start, write, lambda: hist.H_in[halo].to(h.dtype))])
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
@@ -501,7 +501,7 @@ class PeerChunkAggregate(torch.autograd.Function):
             hist.H_in[start:end] = x_c.detach()
             op.peers.exchange(hist.H_in, c, op.number, backward=False)
         ctx.op, ctx.at_c, ctx.start, ctx.end, ctx.c = op, at_c, start, end, c
-        return spmm(a_c, hist.H_in)
+        return hist.recall(start, write, lambda: spmm(a_c, hist.H_in), copy=True)
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
@@ -560,7 +560,7 @@ class PeerPushGather(torch.autograd.Function):
             hist.H_in[start:end] = h.detach()
             op.peers.exchange(hist.H_in, c, op.number, backward=False)
         ctx.op, ctx.c, ctx.start, ctx.end = op, c, start, end
-        return torch.cat([h.detach(), hist.H_in[op.bipartite(c)[0]].to(h.dtype)])
+        return torch.cat([h.detach(), hist.recall(start, write, lambda: hist.H_in[op.bipartite(c)[0]].to(h.dtype))])
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]

@@ -84,6 +84,30 @@ class History:
         #: a factor the pull applies to the ``G_out`` rows it wrote, right after its product (T2's doubling: 2.0)
         self.scale_after_pull: Optional[float] = None
         self._scaled: set = set()  # start rows of chunks whose rows the pull scaled (until take_scaled)
+        #: ``{chunk start row: tensor}``, or ``None``: what each chunk's forward read of this history, kept for its
+        #: recomputation (:meth:`recall`; set by a stage that recomputes under a flush schedule)
+        self.kept: Optional[dict] = None
+
+    def recall(self, start: int, write: bool, read, copy: bool = False) -> Tensor:
+        """What the chunk op of the chunk starting at row ``start`` reads of this history: ``read()``, except
+        that with :attr:`kept` set the forward (``write=True``) keeps it (a copy with ``copy``: a result the caller
+        may change in place) and the chunk's recomputation in its backward (``write=False``) gets the kept tensor
+        instead of reading again. Later chunks' forwards have written history since; the recomputed forward must
+        see the values the forward saw, or the gradient is taken at other activations than the loss (DESIGN §5:
+        the forward returns ``Â[R_c, :] @ H_in`` as ``H_in`` is then).
+
+        Returns:
+            the tensor ``read()`` returns (its shape and dtype).
+        """
+        kept = self.kept
+        if kept is None:
+            return read()
+        if write:
+            out = read()
+            kept[start] = out.clone() if copy else out
+            return out
+        out = kept.pop(start, None)
+        return read() if out is None else out
 
     def ensure(self, dim: int) -> None:
         """Allocate zero buffers of width ``dim`` if not yet allocated."""
@@ -361,7 +385,11 @@ class ChunkPushPull:
     def push(self, h: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         """``Â[R_c, :] @ H_in`` after ``H_in[R_c] ← h`` (``h ⊙ mask`` with a mask); ``[|R_c|, d]`` → ``[|R_c|, d]``.
         Rows of ``H_in`` known to be zero (:meth:`History.zero_inputs`) are read from the zero row. Call without
-        autograd (inside an ``autograd.Function``)."""
+        autograd (inside an ``autograd.Function``). A recomputation (``write=False``) of a history that keeps its
+        reads (:attr:`History.kept`) returns the forward's product (:meth:`History.recall`)."""
+        return self.hist.recall(self.start, self.write, lambda: self._push(h, mask), copy=True)
+
+    def _push(self, h: Tensor, mask: Optional[Tensor]) -> Tensor:
         hist = self.hist
         if hist._h_view is None:
             hist.ensure(h.size(1))

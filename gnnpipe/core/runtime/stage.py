@@ -107,6 +107,10 @@ class Stage:
         self.recompute = (config.recompute or not flush) if recompute is None else recompute
         for hist in self.histories.values():  # --recompute trades compute for memory: G_out too (History)
             hist.release_grads = bool(config.recompute)
+            # a recomputed chunk sees what its forward read of history (History.recall), not what later chunks
+            # wrote since: the same gradients as without recompute. Without a flush (async-stale) a chunk's
+            # backward may come after its next forward; it reads history as it is then.
+            hist.kept = {} if (self.recompute and flush) else None
         self.shared_dim = model.units[0].out_dim if model.shared_tensor else 0
         self.in_dim = model.units[self.lo_unit].in_dim
         self.out_dim = model.units[self.hi_unit - 1].out_dim
