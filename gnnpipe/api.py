@@ -124,6 +124,7 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
                           "or leave it out to rank every G")
     hw = hardware if isinstance(hardware, Hardware) else (local_hardware() if hardware is None
                                                           else load_hardware(hardware))
+    hw.check_ranks(ranks)
     if profile_out:
         _check_writable(profile_out, "--profile-out")
     dtype = config.torch_dtype
@@ -227,6 +228,7 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
         hw = hardware
     else:
         hw = load_hardware(hardware)
+    hw.check_ranks(ranks)
     if profile_out:
         _check_writable(profile_out, "--profile-out")  # before profiling, not after
     if profile_in:

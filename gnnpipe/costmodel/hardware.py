@@ -164,6 +164,19 @@ class Hardware:
             raise ConfigError(f"hardware {self.name!r}: device speed must be a finite number > 0, got {self.speed!r}")
 
     # ------------------------------------------------------------------ placement
+    def check_ranks(self, ranks: int) -> None:
+        """Refuse more ranks than a GPU machine has devices (a rank computes on a GPU of its own; ranks sharing CPU
+        cores are modelled, ranks sharing a GPU are not).
+
+        Raises:
+            ConfigError: ``kind == "gpu"`` and ``ranks > nodes · devices_per_node``.
+        """
+        total = self.nodes * self.devices_per_node
+        if self.kind == "gpu" and int(ranks) > total:
+            raise ConfigError(f"hardware {self.name!r} has {total} GPU(s) ({self.nodes} node(s) x "
+                              f"{self.devices_per_node}); {ranks} ranks need one each: give --ranks {total} or "
+                              "fewer, or a hardware file with more nodes")
+
     def ranks_per_node(self, ranks: int) -> int:
         """``ceil(R / nodes)``: ranks fill the nodes in blocks."""
         return -(-int(ranks) // self.nodes)
@@ -222,6 +235,10 @@ def _section(doc: dict, key: str, allowed: set[str], where: str, table: Optional
     return sec
 
 
+#: the least value a positive number of a hardware file may take (a bandwidth of 1e-9 Gbit/s is 1 bit/s)
+MIN_POSITIVE = 1e-9
+
+
 def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = True, default: Any = None) -> Any:
     if key not in sec:
         return default
@@ -229,6 +246,8 @@ def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = Tru
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v == 0):
         raise ConfigError(f"{where}: [{table}] {key} must be a {'positive' if positive else 'non-negative'} number, "
                           f"got {v!r}")
+    if positive and v < MIN_POSITIVE:  # a rate or size this small gives no finite time (1 / 1e-320 overflows)
+        raise ConfigError(f"{where}: [{table}] {key} must be at least {MIN_POSITIVE:g}, got {v!r}")
     return v
 
 

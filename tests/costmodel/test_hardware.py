@@ -71,6 +71,8 @@ def test_missing_link_uses_measured():
     ("[node]\ndevices = 2\nmemory_gib = -1\n", r"\[node\] memory_gib"),
     ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\n", "bandwidth_gbps"),
     ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 0\n", r"\[link\.intra\] bandwidth_gbps .*positive"),
+    ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 1e-320\n", r"\[link\.intra\] bandwidth_gbps .*at least"),
+    ("[node]\ndevices = 2\n[device]\nspeed = 1e-12\n", r"\[device\] speed .*at least"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = -1\nbandwidth_gbps = 1\n", r"\[link\.inter\] latency_us"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nfoo = 1\n", r"in \[link\.inter\]"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nexchange_gbps = 100\n",
@@ -99,3 +101,20 @@ def test_invalid_toml_and_missing_file(tmp_path):
 def test_parse_dict_defaults():
     hw = parse_hardware({"node": {"devices": 3}})
     assert (hw.nodes, hw.kind, hw.speed, hw.intra, hw.inter) == (1, "cpu", 1.0, None, None)
+
+
+def test_more_ranks_than_gpus_is_refused_and_cpu_cores_may_be_shared():
+    """A GPU rank computes on a device of its own: ``check_ranks`` refuses more ranks than the machine's GPUs and
+    names the limit; ranks sharing CPU cores are modelled (``shared_cores_bound``) and pass."""
+    h200 = load_hardware("h200x8")
+    h200.check_ranks(8)
+    with pytest.raises(ConfigError, match=r"8 GPU\(s\).*16 ranks.*--ranks 8"):
+        h200.check_ranks(16)
+    load_hardware("local-2core").check_ranks(16)
+
+
+def test_plan_refuses_more_ranks_than_gpus_before_profiling():
+    from gnnpipe import api
+
+    with pytest.raises(ConfigError, match="16 ranks need one each"):
+        api.plan(ranks=16, hardware="h200x8", num_nodes=200, progress=False)
