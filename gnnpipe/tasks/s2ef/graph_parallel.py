@@ -132,7 +132,7 @@ class GraphParallelS2EFTrainer(S2EFTrainer):
     graph_in_loader = False  # each rank builds the graph and its plan from the structures the workers read
 
     def comms(self) -> list:
-        return [self.gp_comm]
+        return [self.gp_comm, self.grad_comm]
 
     def needs_triplets(self) -> bool:
         """Always: the graph-parallel partitioners balance the shards by triplets."""

@@ -29,18 +29,19 @@ def _data():
     return structures, splits, norm
 
 
-def _train(rank: int, world: int, batch_size: int):
+def _train(rank: int, world: int, batch_size: int, epochs: int = EPOCHS):
     previous = torch.get_default_dtype()  # the single-process reference runs in pytest's process: restore it
     torch.set_default_dtype(torch.float64)
     try:
         structures, splits, norm = _data()
         tr = S2EFTrainer(_config(batch_size), structures, splits, norm, rank=rank, world=world,
                          model=PairPotential(seed=1).double(), graph_fn=graph_builder(4.0, 20))
-        losses = [tr.train_step(e)["loss"] for e in range(EPOCHS)]
+        recs = [tr.train_step(e) for e in range(epochs)]
     finally:
         torch.set_default_dtype(previous)
     return {"weights": {k: v.clone() for k, v in tr.model.state_dict().items()}, "ema": tr.weights(),
-            "eval": tr.evaluate(), "losses": losses}
+            "eval": tr.evaluate(), "losses": [r["loss"] for r in recs], "records": recs,
+            "params": sum(p.numel() for p in tr.params), "steps": tr.steps_per_epoch}
 
 
 @pytest.mark.slow  # ~15 s per case alone (spawned gloo ranks), a minute under load
@@ -71,3 +72,18 @@ def test_a_wrong_gradient_sum_would_be_caught():
     """The comparison has teeth: one process on the plain batch (not D times) differs."""
     a, b = _train(0, 1, 4), _train(0, 1, 2)
     assert any(not torch.allclose(a["weights"][k], b["weights"][k], rtol=1e-6) for k in a["weights"])
+
+
+def test_the_gradient_all_reduce_is_counted_as_the_ring_and_the_cost_model_count_it():
+    """The epoch record's ``bytes_weight`` is the gradient all-reduce's, summed over the ranks: per step the ring's
+    ``2 (D − 1) / D`` of the flat float64 buffer (every gradient and the loss: ``(P + 1) · 8`` bytes) on each of
+    the ``D`` ranks — what the atomistic cost model's ``grad`` bytes are per step
+    (``gnnpipe.costmodel.atomistic.predict_layout``); one process sends nothing."""
+    world = 2
+    outs = spawn(_train, world, (2, 1), backend="gloo", timeout_s=120, max_runtime_s=300)
+    P, steps = outs[0]["params"], outs[0]["steps"]
+    assert P > 0 and steps == 4  # 13 structures, global batches of 4
+    ring = 2.0 * (world - 1) * (P + 1) * 8 / world
+    for out in outs:
+        assert out["records"][0]["bytes_weight"] == round(steps * world * ring)
+    assert _train(0, 1, 4, epochs=1)["records"][0]["bytes_weight"] == 0
