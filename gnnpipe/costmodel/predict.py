@@ -395,8 +395,9 @@ def predict_time(config, plan, model, profile: Profile, hardware: Hardware,
     and hybrids; a pipeline's scaled by :attr:`Profile.executor_scale`), the runtime's cost per chunk action
     (pipeline, hybrid) or graph parallelism's bookkeeping per op (:attr:`Profile.gp_op_s`), its main thread's CPU
     per message sent or received (:meth:`Profile.msg_cpu`; a stage boundary's also half its link's
-    ``cpu_s_per_byte`` per byte, where that is more) and the optimizer step. A batched exchange (graph parallelism's per op, a hybrid's peer op) takes the link's time,
-    and on a CPU node at least the host transport's (:attr:`Profile.host_exchange`). The epoch is the simulated
+    ``cpu_s_per_byte`` per byte, where that is more) and the optimizer step. A batched exchange (graph
+    parallelism's per op, a hybrid's peer op) takes the link's time, and on a CPU node at least the host
+    transport's (:attr:`Profile.host_exchange`). The epoch is the simulated
     schedule (module docstring); on a CPU node with more ranks than cores, at least :func:`shared_cores_bound` of
     its ranks, each byte sent costing the host the larger of :attr:`Profile.switch_byte_s` and its links'
     ``cpu_s_per_byte`` (:class:`gnnpipe.costmodel.hardware.Link`)."""
