@@ -1033,7 +1033,8 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit_p[lo:hi])
         units = set(range(lo, hi)) | ({-1} if hi == len(model.units) else set())
-        ar_bytes = (P + 1) * job.allreduce_element_size
+        # a pipeline stage's flat gradient is of the training dtype; one stage's also holds the loss (float64)
+        ar_bytes = P * b if S > 1 else (P + 1) * job.allreduce_element_size
         ar_s = grad_link.allreduce_time(ar_bytes, D * G)
         grad_total += D * G * (2.0 * (D * G - 1) * ar_bytes / (D * G) if D * G > 1 else 0.0)
         for g in range(G):

@@ -586,7 +586,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
     def train_step(self, epoch: int) -> dict:
         """One epoch of steps, each one schedule through the stages (from the resumed batch of a checkpoint written
         inside it); returns ``loss`` (mean over steps of the global batch's loss), ``lr``, ``train_energy_mae`` /
-        ``train_force_mae`` (eV, eV/Å), ``bytes_layer`` (boundary bytes sent, summed over ranks), ``idle_s`` (per
+        ``train_force_mae`` (eV, eV/Å), ``bytes_layer`` (boundary bytes sent, summed over ranks), ``bytes_weight`` (the
+        stages' gradient all-reduces over their ``D·G`` ranks, summed over ranks), ``idle_s`` (per
         rank: seconds blocked waiting for a peer, in receives and in sends not yet taken); ``{"loss": nan}`` when the
         run ended inside the epoch (``--max-steps``)."""
         c0, t0 = time.thread_time(), time.perf_counter()
@@ -597,7 +598,7 @@ class PipelineS2EFTrainer(S2EFTrainer):
         m = self.metrics.compute(self._all_reduce(self.metrics.totals().clone()))
         c = self.comm.counters()
         per = torch.tensor([c["bytes_layer"], c["idle_s"], self.gp_comm.counters()["bytes_gp"],
-                            time.thread_time() - c0], dtype=torch.float64)
+                            time.thread_time() - c0, c["bytes_weight"]], dtype=torch.float64)
         rows = [torch.zeros_like(per) for _ in range(self.world)] if self.world > 1 else [per]
         if self.world > 1:
             dist.all_gather(rows, per)
@@ -605,7 +606,8 @@ class PipelineS2EFTrainer(S2EFTrainer):
         n = len(self.epoch_losses)
         out = {"loss": sum(self.epoch_losses) / n if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
                "train_force_mae": m["force_mae"], "bytes_layer": round(float(r[:, 0].sum())),
-               "idle_s": r[:, 1].tolist(), "bytes_gp": round(float(r[:, 2].sum())), "cpu_s": r[:, 3].tolist()}
+               "idle_s": r[:, 1].tolist(), "bytes_gp": round(float(r[:, 2].sum())), "cpu_s": r[:, 3].tolist(),
+               "bytes_weight": round(float(r[:, 4].sum()))}
         if self.steps_loop is not None:
             out["time_s"] = self.steps_loop.epoch_time(t0)
         return out

@@ -157,6 +157,10 @@ def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
             assert o["merged"] == sorted(o["weights"]) and o["task_state"] is None
     if cfg.stages > 1 and cfg.graph_parallel_group_size == 1 and D == 1:  # the cost model's boundary bytes
         assert outs[0]["rec"]["bytes_layer"] == _predicted_boundary_bytes(cfg)
+    if cfg.stages > 1:  # each stage's gradient all-reduce over its D·G ranks: the ring, per step, summed over ranks
+        R = D * cfg.graph_parallel_group_size
+        P = sum(v.numel() for v in ref["grads"][0].values())
+        assert outs[0]["rec"]["bytes_weight"] == round(len(BATCHES) * 2 * (R - 1) * P * 8)
 
 
 def _predicted_boundary_bytes(cfg: TrainConfig) -> int:
