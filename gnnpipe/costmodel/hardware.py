@@ -107,10 +107,10 @@ class Link:
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise ConfigError(f"link latency must be a finite number >= 0 seconds, got {self.latency_s!r}")
-        if not self.bandwidth_Bps > 0:
-            raise ConfigError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_Bps!r}")
-        if self.exchange_Bps is not None and not self.exchange_Bps > 0:
-            raise ConfigError(f"link exchange bandwidth must be > 0 bytes/s, got {self.exchange_Bps!r}")
+        for what, v in (("bandwidth", self.bandwidth_Bps), ("exchange bandwidth", self.exchange_Bps)):
+            # finite, and large enough that a byte takes a finite time (1 / 1e-320 overflows)
+            if v is not None and not (v > 0 and math.isfinite(v) and math.isfinite(1.0 / v)):
+                raise ConfigError(f"link {what} must be a finite number > 0 bytes/s, got {v!r}")
         if not (math.isfinite(self.cpu_s_per_byte) and self.cpu_s_per_byte >= 0):
             raise ConfigError(f"link CPU per byte must be a finite number >= 0 seconds, got {self.cpu_s_per_byte!r}")
 
@@ -237,6 +237,8 @@ def _section(doc: dict, key: str, allowed: set[str], where: str, table: Optional
 
 #: the least value a positive number of a hardware file may take (a bandwidth of 1e-9 Gbit/s is 1 bit/s)
 MIN_POSITIVE = 1e-9
+#: the largest value any number of a hardware file may take (1e12 GiB of memory, 1e12 us = 11.6 days of latency)
+MAX_NUMBER = 1e12
 
 
 def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = True, default: Any = None) -> Any:
@@ -248,6 +250,8 @@ def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = Tru
                           f"got {v!r}")
     if positive and v < MIN_POSITIVE:  # a rate or size this small gives no finite time (1 / 1e-320 overflows)
         raise ConfigError(f"{where}: [{table}] {key} must be at least {MIN_POSITIVE:g}, got {v!r}")
+    if v > MAX_NUMBER:  # beyond any machine: in bytes (memory_gib · 2³⁰) it overflows, in a time it prints absurdly
+        raise ConfigError(f"{where}: [{table}] {key} must be at most {MAX_NUMBER:g}, got {v!r}")
     return v
 
 

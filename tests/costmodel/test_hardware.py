@@ -73,6 +73,8 @@ def test_missing_link_uses_measured():
     ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 0\n", r"\[link\.intra\] bandwidth_gbps .*positive"),
     ("[node]\ndevices = 2\n[link.intra]\nlatency_us = 1\nbandwidth_gbps = 1e-320\n", r"\[link\.intra\] bandwidth_gbps .*at least"),
     ("[node]\ndevices = 2\n[device]\nspeed = 1e-12\n", r"\[device\] speed .*at least"),
+    ("[node]\ndevices = 2\nmemory_gib = 1e308\n", r"\[node\] memory_gib .*at most"),
+    ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1e308\nbandwidth_gbps = 1\n", r"\[link\.inter\] latency_us .*at most"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = -1\nbandwidth_gbps = 1\n", r"\[link\.inter\] latency_us"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nfoo = 1\n", r"in \[link\.inter\]"),
     ("[node]\ndevices = 2\n[link.inter]\nlatency_us = 1\nbandwidth_gbps = 1\nexchange_gbps = 100\n",
@@ -118,3 +120,11 @@ def test_plan_refuses_more_ranks_than_gpus_before_profiling():
 
     with pytest.raises(ConfigError, match="16 ranks need one each"):
         api.plan(ranks=16, hardware="h200x8", num_nodes=200, progress=False)
+
+
+@pytest.mark.parametrize("bw", [0.0, -1.0, 1e-320, float("inf"), float("nan")])
+def test_a_link_refuses_a_bandwidth_that_gives_no_finite_time(bw):
+    with pytest.raises(ConfigError, match="bandwidth must be a finite number"):
+        Link(1e-5, bw)
+    with pytest.raises(ConfigError, match="exchange bandwidth"):
+        Link(1e-5, 1e9, exchange_Bps=bw)

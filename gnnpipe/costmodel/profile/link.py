@@ -215,7 +215,7 @@ def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
     inv_bw = float((b @ t) / (b @ b)) if b.size and float(b @ b) > 0 else 0.0
     if inv_bw <= 0:
         inv_bw = max(pts[-1][1], 1e-12) / max(pts[-1][0], 1.0)
-    return Link(latency_s=lat, bandwidth_Bps=1.0 / inv_bw)
+    return Link(latency_s=lat, bandwidth_Bps=1.0 / max(inv_bw, 1e-15))  # at most 1 PB/s: a finite rate
 
 
 def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
