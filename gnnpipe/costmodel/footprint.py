@@ -330,8 +330,7 @@ def fallback_footprint(config, data, role: str, bounds=None, stage: int = 0, *, 
     recompute = role in ("pipeline", "hybrid") and (config.recompute or not _flush(config))
     act = sum(saved[lo:hi]) / n
     # a recomputing stage under a flush schedule keeps each aggregation op's forward product (History.recall)
-    kept = sum(int(getattr(model.units[i], "agg_dim", model.units[i].in_dim)) * len(model.units[i].aggregations)
-               for i in range(lo, hi)) * b if recompute and _flush(config) else 0
+    kept = sum(int(d) for i, _, d in model.aggregation_dims() if lo <= i < hi) * b if recompute and _flush(config) else 0
     held = inputs + (kept if recompute else act)
     backward = inputs + act + BACKWARD_WIDTHS * width
     return RoleFootprint(held=held, forward=inputs + act + 2 * width, backward=backward,
