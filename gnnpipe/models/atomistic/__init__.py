@@ -1,5 +1,5 @@
-"""Atomistic models of the zoo (task ``s2ef``: structure → energy and forces): ``schnet``, ``dimenet++`` and
-``gemnet-t`` (GemNet-T; GemNet-dT with direct forces).
+"""Atomistic models of the zoo (task ``s2ef``: structure → energy and forces): ``schnet``, ``dimenet++``,
+``gemnet-t`` (GemNet-T; GemNet-dT with direct forces) and ``escn-md`` (eSCN-MD, fairchem's UMA backbone).
 
 Each is a sequence of units over a ``state`` dict with a readout (:mod:`.base`), calling the graph-parallel hooks
 of a ``comm`` object (:mod:`.comm`; :class:`LocalComm` by default) where graph parallelism communicates, so one
@@ -19,5 +19,6 @@ from .base import (  # noqa: F401
 )
 from .comm import LOCAL, Comm, LocalComm  # noqa: F401
 from .dimenet import DimeNetPlusPlus  # noqa: F401
+from .escn import ESCNMD  # noqa: F401
 from .gemnet import GemNetT  # noqa: F401
 from .schnet import SchNet  # noqa: F401
