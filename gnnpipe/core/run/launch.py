@@ -20,6 +20,12 @@ whole run; ranks join it as clients. No port is chosen, released and bound again
 starting at the same moment cannot race for one port. Ranks wait for each other on the store (with a
 generous limit, as starting a process that imports torch can take seconds) before the process group
 starts, so a short ``timeout_s`` bounds communication, not process start-up.
+
+Ranks and their children: local ranks are ordinary (non-daemonic) processes, so a rank may start children of its
+own (a ``DataLoader``'s workers: Python refuses children to a daemonic process). A rank ends with its launcher: it
+asks the kernel for ``SIGKILL`` when the launcher dies (``PR_SET_PDEATHSIG`` on Linux) and a watchdog thread checks
+its parent every second where that is not available; its loader workers end with it (they watch their parent). So
+a crash of the launcher, a ``kill -9`` of it or a Ctrl-C leaves no orphaned rank or worker behind.
 """
 
 from __future__ import annotations
@@ -243,8 +249,35 @@ def _interruptible_children():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+#: seconds between a rank's checks that its launcher is still alive (where ``PR_SET_PDEATHSIG`` is not available)
+PARENT_CHECK_S = 1.0
+
+
+def _end_with_parent(parent: int) -> None:
+    """Make this process end when its launcher ``parent`` does: ``PR_SET_PDEATHSIG`` (Linux; the kernel sends
+    ``SIGKILL``), and a daemon thread that polls ``os.getppid()`` (every platform; also covers a launcher that died
+    before the request was made)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(PARENT_CHECK_S)
+
+    threading.Thread(target=watch, name="gnnpipe-parent-watch", daemon=True).start()
+
+
 def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float, threads: int,
-           fn: Callable, args: tuple, results) -> None:
+           fn: Callable, args: tuple, results, parent: int = 0) -> None:
+    if parent:
+        _end_with_parent(parent)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
@@ -325,8 +358,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     port = store.port
     # one pipe per rank (no semaphores to leak, unlike a multiprocessing.Queue)
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
-    procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, pipes[r][1]),
-                         daemon=True, name=f"gnnpipe-rank{r}") for r in range(world_size)]
+    procs = [ctx.Process(target=_entry, args=(r, world_size, port, backend, timeout_s, threads, fn, args, pipes[r][1],
+                                                 os.getpid()),
+                         daemon=False, name=f"gnnpipe-rank{r}") for r in range(world_size)]
     with _main_not_reimported(unreadable_main), _interruptible_children():
         for p in procs:
             p.start()

@@ -8,9 +8,13 @@ data-parallel rank see the same ones without any state.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import os
 import pickle
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -178,6 +182,20 @@ def default_num_workers(config) -> int:
     return max(0, min(4, (cores - ranks * config.threads) // ranks))
 
 
+def steps_per_epoch(config, n_train: int) -> int:
+    """Optimizer steps of an epoch over ``n_train`` training structures: global batches of ``batch_size × ways``."""
+    return max(-(-int(n_train) // (config.batch_size * config.ways)), 1)
+
+
+def resolved_num_workers(config, n_train: int) -> int:
+    """Loader workers per rank of a run over ``n_train`` training structures: ``--num-workers``, else
+    :func:`default_num_workers`, or none for an epoch of fewer than :data:`MIN_STEPS_FOR_WORKERS` steps (starting
+    workers costs about what a few steps do). Resolved where the run is launched, so every rank uses one count."""
+    if config.num_workers is not None:
+        return int(config.num_workers)
+    return default_num_workers(config) if steps_per_epoch(config, n_train) >= MIN_STEPS_FOR_WORKERS else 0
+
+
 @dataclass
 class StepData:
     """One step's structures as a loader worker prepared them.
@@ -285,9 +303,12 @@ class StructureLoader:
         if not workers:
             it = (steps[k] for k in range(len(steps)))
         else:
-            it = iter(torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False,
-                                                  num_workers=min(self.num_workers, len(steps)),
-                                                  prefetch_factor=self.prefetch, collate_fn=_identity))
+            with _workers_ignore_interrupts():
+                it = iter(torch.utils.data.DataLoader(steps, batch_size=None, shuffle=False,
+                                                      num_workers=min(self.num_workers, len(steps)),
+                                                      prefetch_factor=self.prefetch, collate_fn=_identity,
+                                                      worker_init_fn=functools.partial(_init_worker,
+                                                                                       parent=os.getpid())))
         for step in it:
             if isinstance(step, bytes):
                 step = pickle.loads(step)
@@ -298,3 +319,36 @@ class StructureLoader:
 
 def _identity(x):
     return x
+
+
+@contextlib.contextmanager
+def _workers_ignore_interrupts():
+    """Start loader workers with SIGINT ignored (an ignored signal stays ignored through fork and exec, and Python
+    keeps it so): a terminal's Ctrl-C reaches the whole process group, and the rank, not its workers, decides how to
+    stop (at the end of the step, :mod:`gnnpipe.core.run.stopping`); a worker still importing would otherwise die of
+    it and fail the run. The workers end when the rank closes its loader or dies (:func:`_init_worker`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _init_worker(worker_id: int, parent: int) -> None:
+    """A loader worker ends with the process that started it (``parent``).
+
+    torch's own watch compares the worker's parent with the one it had when the worker reached its loop; a rank
+    killed while its worker was still starting (importing) would leave the worker orphaned for good. So the worker
+    asks the kernel for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``, Linux) and then checks that its
+    parent is still ``parent`` (it may have died before the request)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: torch's watch remains
+        pass
+    if os.getppid() != parent:
+        os._exit(1)

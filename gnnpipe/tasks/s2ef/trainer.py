@@ -18,6 +18,7 @@ optimizer step, :meth:`~S2EFTrainer.flush_losses` its step losses made global).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 import warnings
@@ -30,7 +31,7 @@ from torch import Tensor
 from ...core.settings.config import TrainConfig
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
 from ...core.run.results import Selection, TrainResult
-from .data import MIN_STEPS_FOR_WORKERS, StructureLoader, default_num_workers, epoch_batches, share
+from .data import StructureLoader, epoch_batches, resolved_num_workers, share
 from .loss import S2EFMetrics, s2ef_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
@@ -58,11 +59,12 @@ def make_model(config: TrainConfig):
 
 def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True, with_reverse: bool = False) -> Callable:
     """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``, each edge's
-    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet)."""
+    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet). Picklable: loader workers started
+    with ``spawn`` (inside a rank) receive it."""
     from ...data.atoms import build_graph
 
-    return lambda batch: build_graph(batch, cutoff, max_neighbors, with_triplets=with_triplets,
-                                     with_reverse=with_reverse)
+    return functools.partial(build_graph, cutoff=cutoff, max_neighbors=max_neighbors, with_triplets=with_triplets,
+                             with_reverse=with_reverse)
 
 
 def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
@@ -139,12 +141,8 @@ class S2EFTrainer:
     graph_in_loader = True
 
     def num_workers(self) -> int:
-        """Loader workers of this rank: ``--num-workers``, else :func:`~.data.default_num_workers` (0 for an epoch of
-        fewer than :data:`~.data.MIN_STEPS_FOR_WORKERS` steps)."""
-        n = getattr(self.config, "num_workers", None)
-        if n is None:  # starting workers costs about what a few steps do: none for short epochs
-            return default_num_workers(self.config) if self.steps_per_epoch >= MIN_STEPS_FOR_WORKERS else 0
-        return int(n)
+        """Loader workers of this rank (:func:`~.data.resolved_num_workers`; the launcher resolves the count once)."""
+        return resolved_num_workers(self.config, len(self.splits["train"]))
 
     def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
         """``(B, n_free, skipped)`` of the global batch ``ids``: from the in-memory counts, or summed over the
