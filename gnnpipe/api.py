@@ -342,7 +342,9 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
         launch.check_torchrun_world(config.world_size, f"the layout --layout auto picked ({config.ways} × "
                                     f"{config.stages})")
         _check_resume(config, options)
-    if progress and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
+    # the header whenever the run reports anything: a progress bar or epoch lines (logged runs, --no-progress,
+    # need it most); torchrun: rank 0 only
+    if (progress or options.log_every != 0) and os.environ.get("RANK", "0") == "0":
         print(task.describe(config, data, given), file=sys.stderr)
     plan = task.plan(config, data)                    # one process, or the ranks and what each holds
     if auto is not None and getattr(plan, "run", None) is not None:  # bounds the ranks' wait limit (launch.wait_limit)

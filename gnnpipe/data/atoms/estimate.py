@@ -229,7 +229,7 @@ def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | N
                      with_triplets: bool = False, batch_size: int = 1, what: str = "--cutoff",
                      when: str = "at every step",
                      fix: str = "lower --cutoff to about {cutoff} Å or less",
-                     available: int | None = None) -> GraphEstimate:
+                     available: int | None = None, source: str = "structure") -> GraphEstimate:
     """Refuse a cutoff whose graph cannot be built here, warn about one that is large (:func:`estimate_graph`).
 
     Refused when building one batch's graph would need more than :data:`MEMORY_FRACTION` of the memory available
@@ -242,17 +242,22 @@ def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | N
     Args:
         what: how the message names the cutoff (``"--cutoff"``, ``"the model's cutoff"``). when: how often the
             graph is built (``"at every step"``). fix: the way out;
-            ``{cutoff}`` in it becomes the cutoff that would fit (the pairs grow as its cube).
+            ``{cutoff}`` in it becomes the cutoff that would fit (the pairs grow as its cube). source: how
+            messages name the structures (``"FILE: structure"``).
 
     Returns:
         The estimate.
 
     Raises:
+        DataValidationError: a periodic structure with a singular cell (checked first: the estimate divides by the
+            cell's volume; :func:`gnnpipe.data.atoms.validate.check_cells`).
         ConfigError: the graph would not fit or would take too long to build.
     """
     from ...errors import ConfigError
     from ..validation import DataWarning
+    from .validate import check_cells
 
+    check_cells(structures, source=source)
     est = estimate_graph(structures, cutoff, max_neighbors, with_triplets=with_triplets, batch_size=batch_size)
     if not est.estimated:
         return est

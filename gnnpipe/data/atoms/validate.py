@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 from ...errors import DataValidationError
 from ..validation import DataWarning
 
-__all__ = ["MAX_ATOMIC_NUMBER", "check_max_z", "validate_structures"]
+__all__ = ["MAX_ATOMIC_NUMBER", "check_cells", "check_max_z", "isolated_structures", "validate_structures"]
 
 #: the largest atomic number (oganesson)
 MAX_ATOMIC_NUMBER = 118
@@ -74,6 +74,33 @@ def check_max_z(structures: Sequence[Data], max_z: int, *, source: str = "struct
                 f"remove the structure, or use a model with a larger embedding (--model-arg max_z={max(bad)})")
 
 
+def _check_cell(where: str, cell: np.ndarray, pbc: np.ndarray) -> None:
+    if pbc.any() and _cell_is_singular(cell, pbc):
+        raise DataValidationError(
+            f"{where}: the cell is singular along its periodic directions (pbc={pbc.tolist()}, cell rows "
+            f"{np.round(cell, 4).tolist()}); give independent non-zero cell vectors for the periodic "
+            "directions, or set pbc False where the structure is not periodic")
+
+
+def check_cells(structures: Sequence[Data], *, source: str = "structure", start: int = 0) -> None:
+    """Refuse a periodic structure whose cell vectors along its periodic directions are zero or linearly dependent
+    (checked before anything reads the cell: a neighbour search or its estimate divides by the cell's volume).
+
+    Args:
+        structures: ``Data`` with optional ``cell`` ``[1, 3, 3]`` (Å, rows) and ``pbc`` ``[1, 3]`` (bool).
+        source: how messages name where the structures came from. start: the index of the first structure.
+
+    Raises:
+        DataValidationError: the first singular cell, naming the structure, its cell and the fix.
+    """
+    for k, data in enumerate(structures, start):
+        cell, pbc = getattr(data, "cell", None), getattr(data, "pbc", None)
+        if cell is None or pbc is None or cell.numel() != 9 or pbc.numel() != 3:
+            continue  # no cell to judge (validate_structures names malformed shapes)
+        _check_cell(_where(k, source), cell.detach().double().reshape(3, 3).numpy(),
+                    pbc.detach().reshape(-1).bool().numpy())
+
+
 def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:
     rows = cell[pbc]
     if not len(rows):
@@ -87,6 +114,32 @@ def _cell_is_singular(cell: np.ndarray, pbc: np.ndarray) -> bool:
 
 #: Å: the reach of the first search for a pair within the cutoff (a wider one follows only when it finds none)
 ISOLATION_PROBE = 4.0
+
+
+def _no_pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, reach: float, d: np.ndarray,
+                    cutoff: float) -> bool:
+    """Whether no pair of atoms is closer than ``cutoff``, given the distances ``d`` of the pairs within ``reach``."""
+    return not bool(np.any(d < cutoff)) and not _pair_within(pos, cell, pbc, reach, cutoff)
+
+
+def isolated_structures(structures: Sequence[Data], cutoff: float) -> list[int]:
+    """The positions in ``structures`` of those with no pair of atoms (periodic images counted) within ``cutoff``
+    Å: their neighbour graphs have no edges. Reads ``pos`` ``[n, 3]``, ``cell`` and ``pbc`` (cells assumed valid:
+    :func:`check_cells`)."""
+    from .graph import neighbor_pairs
+
+    out = []
+    reach = min(float(cutoff), ISOLATION_PROBE)
+    for k, data in enumerate(structures):
+        pos = data.pos.detach().double().numpy()
+        cell = getattr(data, "cell", None)
+        pbc = getattr(data, "pbc", None)
+        cell_np = np.zeros((3, 3)) if cell is None else cell.detach().double().reshape(3, 3).numpy()
+        pbc_np = np.zeros(3, dtype=bool) if pbc is None else pbc.detach().reshape(-1).bool().numpy()
+        d = neighbor_pairs(pos, cell_np, pbc_np, reach)[3]
+        if _no_pair_within(pos, cell_np, pbc_np, reach, d, cutoff):
+            out.append(k)
+    return out
 
 
 def _pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, start: float, cutoff: float) -> bool:
@@ -164,11 +217,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
         pbc_np = np.zeros(3, dtype=bool) if pbc is None else pbc.detach().reshape(-1).bool().numpy()
         if pbc_np.size != 3:
             raise DataValidationError(f"{where}: pbc must be [1, 3] booleans, got {list(pbc.shape)}")
-        if pbc_np.any() and _cell_is_singular(cell_np, pbc_np):
-            raise DataValidationError(
-                f"{where}: the cell is singular along its periodic directions (pbc={pbc_np.tolist()}, cell rows "
-                f"{np.round(cell_np, 4).tolist()}); give independent non-zero cell vectors for the periodic "
-                "directions, or set pbc False where the structure is not periodic")
+        _check_cell(where, cell_np, pbc_np)
         energy = getattr(data, "energy", None)
         forces = getattr(data, "forces", None)
         if require_labels and (energy is None or forces is None):
@@ -192,8 +241,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
         reach = max(min_distance, min(cutoff, ISOLATION_PROBE) if cutoff else 0.0)
         if reach > 0:
             i, j, off, d = neighbor_pairs(pos_np, cell_np, pbc_np, reach)
-            if cutoff is not None and not bool(np.any(d < cutoff)) \
-                    and not _pair_within(pos_np, cell_np, pbc_np, reach, cutoff):
+            if cutoff is not None and _no_pair_within(pos_np, cell_np, pbc_np, reach, d, cutoff):
                 isolated.append(k)
             if len(d) and d.min() < min_distance:
                 e = int(np.argmin(d))

@@ -36,14 +36,15 @@ __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
 class S2EFData:
     """Loaded S2EF data: ``structures`` (validated PyG ``Data`` in a list, or a lazy
     ``gnnpipe.data.atoms.sets.PreparedSet`` that validates each when it is read), ``splits`` (index tensors),
-    the fitted ``normalizer``, ``name`` (what the run trains on), and ``mean_atoms`` (atoms per structure of the
-    reference sample)."""
+    the fitted ``normalizer``, ``name`` (what the run trains on), ``mean_atoms`` (atoms per structure of the
+    reference sample) and ``elements`` (the sorted atomic numbers of the reference sample)."""
 
     structures: Any
     splits: dict
     normalizer: EnergyNormalizer
     name: str
     mean_atoms: float = 0.0
+    elements: tuple = ()
 
 
 @attrs.define
@@ -80,6 +81,12 @@ def _reference_structures(structures: Any, ids: Any) -> list:
     return out
 
 
+def _symbol(z: int) -> str:
+    from ase.data import chemical_symbols
+
+    return chemical_symbols[z] if 0 < z < len(chemical_symbols) else f"Z={z}"
+
+
 def _pipelined(config: Any) -> bool:
     """Whether ``config`` asks for the S2EF pipeline (``--stages S > 1`` or ``--chunks C > 1``)."""
     return config.stages > 1 or (config.chunks or 1) > 1
@@ -94,30 +101,53 @@ def _model_task(name: str) -> Optional[str]:
         return None
 
 
-def check_structures_for(config: Any, structures: list) -> None:
-    """Refuse, before any process starts, structures the model of ``config`` cannot read: an atomic number beyond
-    its embedding (``max_z``; :func:`gnnpipe.data.atoms.validate.check_max_z`), or a cutoff whose graph cannot be
-    built here (:func:`gnnpipe.data.atoms.estimate.check_graph_size`, which warns about one that is merely large).
+def check_structures_for(config: Any, structures: list, warn_isolated: bool = False) -> None:
+    """Refuse, before any process starts, structures the model of ``config`` cannot read: a periodic structure with
+    a singular cell (:func:`gnnpipe.data.atoms.validate.check_cells`, first: the graph estimate needs the volume),
+    an atomic number beyond its embedding (``max_z``; :func:`gnnpipe.data.atoms.validate.check_max_z`), a cutoff
+    whose graph cannot be built here (:func:`gnnpipe.data.atoms.estimate.check_graph_size`, which warns about one
+    that is merely large), or a set in which no structure has a pair of atoms within the cutoff (no edges anywhere:
+    the model would learn per-atom energies and zero forces). ``warn_isolated``: also warn of the structures without
+    edges (the structures were not validated whole, which warns of them).
 
     Raises:
-        DataValidationError: an atomic number beyond ``max_z``. ConfigError: a graph too large to build.
+        DataValidationError: a singular cell; an atomic number beyond ``max_z``. ConfigError: a graph too large to
+        build; no edges in any structure.
     """
     from pathlib import Path
+
+    import warnings
 
     from ... import models
     from ...costmodel.predict import available_memory_bytes
     from ...data.atoms.estimate import check_graph_size
-    from ...data.atoms.validate import check_max_z
+    from ...data.atoms.validate import check_cells, check_max_z, isolated_structures
+    from ...data.validation import DataWarning
+    from ...errors import ConfigError
 
     ds = config.dataset
     source = f"{Path(ds).name}: structure" if is_structure_dataset(ds) and "." in str(ds) else "structure"
+    check_cells(structures, source=source)
     if config.model_args.get("max_z") is not None:
         check_max_z(structures, config.model_args["max_z"], source=source, model=config.model)
     triplets = bool(getattr(models.get(config.model), "uses_triplets", True)) or config.graph_parallel_group_size > 1
     check_graph_size(structures, config.cutoff, config.max_neighbors, with_triplets=triplets,
                      batch_size=config.batch_size, available=available_memory_bytes(),
                      fix="lower --cutoff to about {cutoff} Å or less" + (" (or --max-neighbors: the triplets grow "
-                                                                         "with its square)" if triplets else ""))
+                                                                         "with its square)" if triplets else ""),
+                     source=source)
+    isolated = isolated_structures(structures, config.cutoff)
+    what = "the" if len(structures) <= REFERENCE_SAMPLE else f"a sample of {len(structures):,} of the"
+    name = Path(ds).name if ds else "given"
+    if structures and len(isolated) == len(structures):
+        raise ConfigError(f"no structure of {what} {name} structures has a pair of atoms within --cutoff "
+                          f"{config.cutoff} Å: their graphs have no edges, so the model would see only per-atom terms "
+                          f"and predict zero forces; raise --cutoff to the distance between neighbouring atoms")
+    if isolated and warn_isolated:
+        shown = ", ".join(map(str, isolated[:10])) + (", …" if len(isolated) > 10 else "")
+        warnings.warn(f"{len(isolated)} of {what} {len(structures):,} structures (positions {shown}) have no pair "
+                      f"of atoms within --cutoff {config.cutoff} Å: their graphs have no edges, so a model sees only "
+                      f"per-atom terms; raise the cutoff if this is unintended", DataWarning, stacklevel=3)
 
 
 def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
@@ -192,6 +222,9 @@ class S2EF(Task):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such files, or a "
                               f"generated set (oc20-like, md17-like)")
+        if config.device is not None and config.device_type() != "cpu":  # cuda without a GPU: refused there
+            raise ConfigError(f"--device {config.device}: S2EF training runs on the CPU in this version; use "
+                              f"--device cpu (the calculator and gnnpipe relax run on a GPU)")
         config, self.defaults_chosen = apply_model_defaults(config)
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
@@ -240,15 +273,21 @@ class S2EF(Task):
 
             n = len(structures)
             check_structures_for(config, sample if n > REFERENCE_SAMPLE else
-                                 _reference_structures(structures, torch.arange(n)))
+                                 _reference_structures(structures, torch.arange(n)), warn_isolated=True)
             structures.max_z = config.model_args.get("max_z")
             structures.release()  # the sample's pages unmapped here: the loader workers read from now on
         normalizer = EnergyNormalizer.fit(sample)
         mean_atoms = sum(int(d.z.numel()) for d in sample) / max(len(sample), 1)
-        return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms)
+        elements = tuple(sorted({int(z) for d in sample for z in d.z.unique().tolist()}))
+        return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms,
+                        elements=elements)
 
     def describe(self, config: Any, data: S2EFData, given: bool = False) -> str:
-        """The run's header line; a layout that cannot run is refused here, before the line is printed
+        """The run's header, printed whatever ``--no-progress`` says: the defaults chosen for the flags not given,
+        the data (file, structures, split sizes, elements), the model (name, parameters, size, cutoff, forces), the
+        layout (``S × G × D`` ranks, partitioner, micro-batches, loader workers), the loss, the optimisation
+        (learning rate, warm-up, decay, moving average, clipping; in epochs or steps) and the scale file loaded. A
+        layout that cannot run is refused here, before anything is printed
         (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``, ``gnnpipe.tasks.s2ef.pipeline.check_pipeline``;
         outside torchrun).
 
@@ -256,38 +295,54 @@ class S2EF(Task):
             ConfigError, UnknownComponentError: as those checks.
         """
         from ...core.run import launch
+        from .data import resolved_num_workers, steps_per_epoch
 
         if not launch.under_torchrun():  # torchrun's ranks refuse in check(), recording the message for its summary
             check_graph_parallel(config, None)
             if _pipelined(config):
                 check_pipeline(config)
         n = len(data.structures)
-        sizes = "/".join(str(len(data.splits[k])) for k in ("train", "val", "test"))
-        s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {data.name} ({n:,} structures, "
-             f"{data.mean_atoms:.1f} atoms on average, train/val/test {sizes}) for "
-             + (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs)" if config.max_steps else
-                f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}")
-             + f": energy and {'direct' if config.direct_forces else 'conservative'}"
-             f" forces, cutoff {config.cutoff} Å, at most {config.max_neighbors} neighbours, loss "
-             f"{config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}), lr {config.lr:g}; ")
-        chosen = self.defaults_chosen
-        if chosen:
-            s = (f"{config.model}'s S2EF defaults for the flags not given "
-                 f"({', '.join('--' + k.replace('_', '-') for k in chosen)}); ") + s
-        G = config.graph_parallel_group_size
-        gp = (f"; each replica's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
-              f"{config.graph_parallel_mode}), {config.ways * G} ranks in all") if G > 1 else ""
+        sizes = "/".join(f"{len(data.splits[k]):,}" for k in ("train", "val", "test"))
+        lines = []
+        if self.defaults_chosen:
+            lines.append(f"{config.model}'s S2EF defaults for the flags not given: "
+                         + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in self.defaults_chosen.items()))
+        elements = ", ".join(_symbol(z) for z in data.elements) if data.elements else "?"
+        lines.append(f"data: {data.name}, {n:,} structures ({data.mean_atoms:.1f} atoms on average), train/val/test "
+                     f"{sizes}; elements {elements}")
+        forces = "direct" if config.direct_forces else "conservative"
+        lines.append(f"model: {config.model}, {num_parameters(config):,} parameters ({config.layers} interaction "
+                     f"blocks, hidden {config.hidden}), {forces} forces, cutoff {config.cutoff:g} Å, at most "
+                     f"{config.max_neighbors} neighbours, {config.dtype}")
+        G, S, D = config.graph_parallel_group_size, config.stages, config.ways
+        workers = resolved_num_workers(config, len(data.splits["train"]))
+        layout = (f"layout: S {S} × G {G} × D {D} = {S * G * D} rank{'s' if S * G * D != 1 else ''}; batch "
+                  f"{config.batch_size} structures per replica (global {config.batch_size * D})")
         if _pipelined(config):
-            S = config.stages
-            gp = ((f"; each stage's graph split over {G} graph-parallel ranks ({config.graph_parallel_partitioner}, "
-                   f"{config.graph_parallel_mode})") if G > 1 else "") + f", {config.ways * S * G} ranks in all"
-            s += (f"the model's units over {S} pipeline stage{'s' if S != 1 else ''} ({config.scheduler}, "
-                  f"{config.chunks} micro-batches per replica batch of {config.batch_size})")
-            return s + (f", {config.ways} data-parallel replicas" if config.ways > 1 else "") + gp
-        if config.ways == 1:
-            return s + f"{'one replica' if G > 1 else 'single process'}, batch {config.batch_size}" + gp
-        return s + (f"data parallel over {config.ways} replicas, {config.batch_size} structures each "
-                    f"(global batch {config.batch_size * config.ways})") + gp
+            layout += f", {config.chunks} micro-batches, scheduler {config.scheduler}"
+        if G > 1:
+            layout += f", graph-parallel partitioner {config.graph_parallel_partitioner} ({config.graph_parallel_mode})"
+        lines.append(layout + f"; {workers} loader worker{'s' if workers != 1 else ''} per rank")
+        lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}) on normalised "
+                     f"targets")
+        per_epoch = steps_per_epoch(config, len(data.splits["train"]))
+        total = config.max_steps if config.max_steps else config.epochs * per_epoch
+        length = (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs of {per_epoch:,})"
+                  if config.max_steps else f"{config.epochs} epoch{'s' if config.epochs != 1 else ''} of "
+                  f"{per_epoch:,} steps")
+        sched = f"lr {config.lr:g}"
+        if config.warmup_steps:
+            sched += f", linear warm-up over {config.warmup_steps:,} steps from {config.warmup_factor:g}×"
+        sched += {"cosine": f", cosine decay to 0.01× over {total:,} steps", "plateau": ", ×0.8 on a plateau of the "
+                  "validation force MAE", "constant": ", constant"}.get(config.lr_schedule, f", {config.lr_schedule}")
+        sched += f"; EMA {config.ema_decay:g}" if config.ema_decay else "; no EMA"
+        if config.clip_grad_norm:
+            sched += f"; gradient norm clipped at {config.clip_grad_norm:g}"
+        lines.append(f"training: {length}; {sched}")
+        scale = config.model_args.get("scale_file")
+        if scale:
+            lines.append(f"scale factors: loaded from {scale}")
+        return "\n".join(lines)
 
     def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
         if _pipelined(config):
@@ -344,7 +399,11 @@ class S2EF(Task):
         from ...core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
         from ...core.settings.options import RunOptions
 
+        from .data import resolved_num_workers
+
         options = options or RunOptions()
+        # the loader workers counted once, here: every rank (and a test faking this machine's cores) agrees
+        config = attrs.evolve(config, num_workers=resolved_num_workers(config, len(plan.data.splits["train"])))
         nparams = num_parameters(config)
         meta = read_meta(options.resume) if options.resume else None
         check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0,
@@ -371,17 +430,6 @@ class S2EF(Task):
         from ...core.run.session import RecordCollector, partial_result
         from ...errors import DistributedError
 
-        if _pipelined(config):
-            print(f"pipeline: {S} stage(s) x {G} graph-parallel rank(s) x {config.ways} replica(s) = "
-                  f"{config.ways * S * G} ranks (gloo), {config.chunks or 1} micro-batch(es) of the "
-                  f"{config.batch_size} structures per replica and step, scheduler {config.scheduler}",
-                  file=sys.stderr)
-        elif G == 1:
-            print(f"data parallel: {config.ways} ranks (gloo), {config.batch_size} structures each per step",
-                  file=sys.stderr)
-        else:
-            print(f"graph parallel: {config.ways} replica(s) x {G} ranks = {config.ways * G} ranks (gloo), "
-                  f"{config.batch_size} structures per replica and step", file=sys.stderr)
         wait_s, why = launch.wait_limit(config.timeout_s, "gloo")
         plan.info["wait_limit"] = {"seconds": wait_s, "why": why}
         print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)

@@ -137,7 +137,7 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     check_elements(model, structures, unseen_elements, source)
     check_graph_size(structures, meta["cutoff"], meta["max_neighbors"], with_triplets=triplets,
                      available=available_memory_bytes(),
-                     batch_size=min(batch_size, max(len(structures), 1)), what="the model's cutoff",
+                     batch_size=min(batch_size, max(len(structures), 1)), what="the model's cutoff", source=source,
                      when="for each batch predicted",
                      fix="predict smaller structures, or use a model trained with a cutoff of about {cutoff} Å or "
                          "less")

@@ -214,3 +214,48 @@ def test_the_cutoff_said_to_fit_a_refused_slab_fits():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)
         check_graph_size(slabs, fit, 12, batch_size=4)  # not refused
+
+
+def test_a_device_the_run_does_not_use_is_refused_with_one_line(xyz, capsys):
+    """``--device cuda`` is never silently ignored: without a GPU it is refused as node classification refuses it."""
+    assert main(["train", "--dataset", xyz, "--model", "schnet", "--layers", "1", "--hidden", "8", "--epochs", "1",
+                 "--device", "cuda", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device cuda" in err[0] and err[0].startswith("gnnpipe: error:")
+
+
+def test_a_singular_periodic_cell_is_named_before_the_graph_is_estimated(tmp_path, capsys):
+    good = bulk("Cu", "fcc", a=3.6, cubic=True)
+    bad = good.copy()
+    bad.set_cell([[3.6, 0, 0], [7.2, 0, 0], [0, 0, 3.6]])
+    path = _write(tmp_path / "s.extxyz", [good.copy(), good.copy(), bad, good.copy()])
+    assert main(["train", "--dataset", path, "--model", "schnet", "--layers", "1", "--hidden", "8", "--epochs", "1",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "s.extxyz: structure 2: the cell is singular" in err and "enumerates" not in err
+
+
+def test_a_set_with_no_neighbours_anywhere_is_refused_and_some_isolated_ones_are_warned_of(tmp_path, capsys):
+    from ase import Atoms
+
+    far = [Atoms("Cu2", positions=[[0, 0, 0], [15, 0, 0]]) for _ in range(10)]
+    path = _write(tmp_path / "far.extxyz", far)
+    with pytest.raises(ConfigError, match="no structure of the far.extxyz structures has a pair of atoms within "
+                                          "--cutoff 4.0 Å"):
+        api.train(TrainConfig(dataset=path, epochs=1, **{k: v for k, v in SMALL.items() if k != "log_every"}),
+                  log_every=0)
+    near = [Atoms("Cu2", positions=[[0, 0, 0], [2.5, 0, 0]]) for _ in range(8)]
+    path = _write(tmp_path / "some.extxyz", far[:2] + near)
+    with pytest.warns(DataWarning, match="2 of the 10 structures .* have no pair of atoms within --cutoff 4.0 Å"):
+        api.train(TrainConfig(dataset=path, epochs=1, **{k: v for k, v in SMALL.items() if k != "log_every"}),
+                  log_every=0)
+
+
+def test_the_header_is_printed_without_progress_and_names_data_model_layout_and_schedule(xyz, capsys):
+    main(["train", "--dataset", xyz, "--model", "schnet", "--layers", "1", "--hidden", "8", "--epochs", "1",
+          "--ways", "1", "--warmup-steps", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    for part in ("data: ", "structures", "train/val/test", "elements ", "model: schnet", "parameters",
+                 "layout: S 1 × G 1 × D 1 = 1 rank", "loader worker", "loss: ", "training: 1 epoch",
+                 "warm-up over 2 steps", "EMA"):
+        assert part in err, part
