@@ -177,14 +177,14 @@ class SO2Convolution(nn.Module):
         E = x.size(0)
         parts = x.split(self.x_split, dim=1)
         r = self.radial(edge_features).split(self.r_split, dim=1) if self.radial is not None else None
-        x0 = parts[0].reshape(E, -1)
+        x0 = parts[0].reshape(E, (self.lmax + 1) * self.cin)
         y0 = self.m0(x0 if r is None else x0 * r[0])
         gates = None
         if self.gates:
             gates, y0 = y0.split([self.gates, y0.size(1) - self.gates], dim=1)
         out = [y0.reshape(E, self.lmax + 1, self.cout)]
         for m, lin in enumerate(self.m_linears, start=1):
-            xm = parts[m].reshape(E, 2, -1)  # [E, (+m, −m), (l = m … lmax) · C_in]
+            xm = parts[m].reshape(E, 2, (self.lmax - m + 1) * self.cin)  # [E, (+m, −m), (l = m … lmax) · C_in]
             if r is not None:
                 xm = xm * r[m].unsqueeze(1)
             y = lin(xm)  # [E, 2, 2 · half]: (W₁; W₂) applied to x₊ₘ and to x₋ₘ
@@ -288,7 +288,7 @@ class ESCNEmbedding(AtomisticUnit):
         radial = self.degree_radial(geo["edge_features"]).reshape(E, self.lmax + 1, C)
         back = geo["wigner"][:, :self.lmax + 1].transpose(1, 2) * geo["env"].view(-1, 1, 1)   # [E, L, lmax+1]
         deg = scatter_sum(torch.bmm(back, radial) / DEGREE_RESCALE, graph.edge_index[1], graph.num_nodes)
-        x = x + comm.atoms_reduce(deg.reshape(graph.num_nodes, L * C)).reshape(-1, L, C)
+        x = x + comm.atoms_reduce(deg.reshape(graph.num_nodes, L * C)).reshape(z.size(0), L, C)
         return {**state, **geo, "x": x, "sigma": sigma, "elem": elem}
 
 
@@ -316,7 +316,7 @@ class ESCNBlock(AtomisticUnit):
 
     def gate(self, x: Tensor, gates: Tensor) -> Tensor:
         """SiLU on ``l = 0``, the other rows of ``x`` ``[E, M, H]`` times ``sigmoid`` of their degree's gate."""
-        g = torch.sigmoid(gates).reshape(x.size(0), self.lmax, -1).index_select(1, self.gate_degree)
+        g = torch.sigmoid(gates).reshape(x.size(0), self.lmax, x.size(2)).index_select(1, self.gate_degree)
         return torch.cat([F.silu(x[:, :1]), x[:, 1:] * g], dim=1)
 
     def forward(self, state, graph, comm: Comm):
@@ -324,7 +324,7 @@ class ESCNBlock(AtomisticUnit):
         n, L, C = x.shape
         y = self.norm_1(x)
         y = torch.cat([y[:, :1] + state["sigma"].unsqueeze(1), y[:, 1:]], dim=1)
-        y = comm.atoms_gather(y.reshape(n, L * C)).reshape(-1, L, C)
+        y = comm.atoms_gather(y.reshape(n, L * C)).reshape(graph.num_nodes, L, C)
         j, i = graph.edge_index[0], graph.edge_index[1]
         D = state["wigner"]
         msg = torch.bmm(D, torch.cat([y.index_select(0, j), y.index_select(0, i)], dim=2))  # [E, M, 2C]
@@ -337,17 +337,34 @@ class ESCNBlock(AtomisticUnit):
         return {**state, "x": x}
 
 
+class L1ForceHead(nn.Module):
+    """Direct forces from the ``l = 1`` coefficients: ``F_i = Σ_c w_c x_i[l=1, c]`` (``w`` ``[C]``; fairchem's
+    ``Linear_Force_Head``, an ``SO3_Linear`` to one channel whose ``l = 1`` output is the force)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.numel())
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[n, (lmax+1)², C]`` → ``[n, 3]`` (eV/Å)."""
+        return x[:, 1:4] @ self.weight
+
+
 class ESCNHead(nn.Module):
     """The readout's parameters: the final norm, the energy MLP ``C → H → H → 1`` (SiLU) on ``l = 0`` and, with
-    direct forces, the force weights ``w`` ``[C]``: ``F_i = Σ_c w_c x_i[l=1, c]`` (fairchem's ``Linear_Force_Head``,
-    an ``SO3_Linear`` to one channel whose ``l = 1`` output is the force)."""
+    direct forces, the :class:`L1ForceHead`."""
 
     def __init__(self, c: dict):
         super().__init__()
         C, H = c["sphere_channels"], c["hidden_channels"]
         self.norm = RMSNormSH(c["lmax"], C)
         self.energy = nn.Sequential(nn.Linear(C, H), nn.SiLU(), nn.Linear(H, H), nn.SiLU(), nn.Linear(H, 1))
-        self.forces = nn.Parameter(torch.empty(C)) if c["direct_forces"] else None
+        self.forces = L1ForceHead(C) if c["direct_forces"] else None
 
     def reset_parameters(self) -> None:
         self.norm.reset_parameters()
@@ -355,8 +372,7 @@ class ESCNHead(nn.Module):
             if isinstance(layer, nn.Linear):
                 layer.reset_parameters()
         if self.forces is not None:
-            bound = 1 / math.sqrt(self.forces.numel())
-            nn.init.uniform_(self.forces, -bound, bound)
+            self.forces.reset_parameters()
 
 
 #: the options of eSCN-MD (fairchem's names) and their help
@@ -476,7 +492,7 @@ class ESCNMD(AtomisticModel):
         return scatter_sum(e, state["atom_batch"], state["num_structures"])
 
     def readout_forces(self, state, graph, comm: Comm) -> Tensor:
-        return self._normed(state)[:, 1:4] @ self.head.forces
+        return self.head.forces(self._normed(state))
 
 
 # --------------------------------------------------------------------------------------------- fairchem's weights
@@ -516,7 +532,7 @@ def fairchem_key_map(model: ESCNMD, backbone: str = "backbone.", energy_head: st
             out[key] = backbone + "norm.affine_bias"
         elif k.startswith("head.energy."):
             out[key] = energy_head + "energy_block." + k[len("head.energy."):]
-        elif k == "head.forces":
+        elif k == "head.forces.weight":
             out[key] = force_head + "linear.weight"
         else:  # pragma: no cover - every key of the model is named above
             raise ConfigError(f"no fairchem name for {key!r}")
@@ -566,7 +582,7 @@ def import_fairchem_state_dict(model: ESCNMD, state_dict: dict, backbone: str | 
         if theirs not in sd:
             raise ConfigError(f"the fairchem state dict has no {theirs!r} (for our {mine!r})")
         value = sd[theirs]
-        if mine == "head.forces":
+        if mine == "head.forces.weight":
             value = value[1, 0]
         if tuple(value.shape) != tuple(ours[mine].shape):
             raise ConfigError(f"{mine!r} has shape {list(ours[mine].shape)}, fairchem's {theirs!r} "
@@ -585,7 +601,7 @@ def export_fairchem_state_dict(model: ESCNMD, backbone: str = "backbone.", energ
     sd = model.state_dict()
     for mine, theirs in fairchem_key_map(model, backbone, energy_head, force_head).items():
         value = sd[mine].detach().clone()
-        if mine == "head.forces":
+        if mine == "head.forces.weight":
             value = torch.stack([torch.zeros_like(value), value]).unsqueeze(1)
             out[force_head + "linear.bias"] = value.new_zeros(1)
         out[theirs] = value
