@@ -484,6 +484,31 @@ class ESCNMD(AtomisticModel):
     def stage_geometry(self, state, graph, comm: Comm = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[dict]:
+        """The graph-parallel hook calls of one forward (with the trainer's gather of direct forces), in call order,
+        as ``{"unit", "hook", "width", "pos", "grad", "forward_only"}`` (the fields of the atomistic cost model's
+        ``HookCall``; ``unit`` −1: the readout; ``width``: values per row, or of the whole tensor for ``sum`` /
+        ``replicated_grad``; ``pos``: the input depends on the positions with conservative forces; ``grad``: it needs
+        a gradient; ``forward_only``: no autograd). A pipeline stage after the first gathers ``elem`` once more
+        (:meth:`stage_geometry`)."""
+        c = self.config
+        row, cons = num_coefficients(c["lmax"]) * c["sphere_channels"], not self.direct_forces
+
+        def call(unit, hook, width, pos=True, grad=True, forward_only=False):
+            return {"unit": unit, "hook": hook, "width": int(width), "pos": pos, "grad": grad,
+                    "forward_only": forward_only}
+
+        calls = [call(0, "atoms_gather", 2 * c["edge_channels"], pos=False),  # the element embeddings
+                 call(0, "atoms_reduce", row, pos=cons)]                     # the edge-degree embedding
+        for b in range(1, len(self.units)):
+            calls += [call(b, "atoms_gather", row, pos=cons), call(b, "atoms_reduce", row, pos=cons)]
+        calls.append(call(-1, "sum", num_structures, pos=False))
+        if cons:
+            calls.append(call(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
+        else:
+            calls.append(call(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
+        return calls
+
     def _normed(self, state) -> Tensor:
         return self.head.norm(state["x"])
 

@@ -38,7 +38,7 @@ def _model(direct=False, **kw) -> ESCNMD:
     with torch.no_grad():  # norm biases and the like start at zero: make every weight count
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    return model
+    return model.eval()
 
 
 def _graph(b, model):
@@ -148,7 +148,7 @@ def test_rotations_rotate_forces_and_leave_the_energy(direct):
     R = _rot("y", 0.3) @ _rot("x", 1.1)
     r.pos = b.pos @ R.T
     out, rot = model(b, _graph(b, model), forces=True), model(r, _graph(r, model), forces=True)
-    assert float((rot["energy"] - out["energy"]).abs().max() / out["energy"].abs().max()) < 1e-3
+    assert float((rot["energy"] - out["energy"]).detach().abs().max() / out["energy"].detach().abs().max()) < 1e-3
 
 
 @pytest.mark.parametrize("direct", [False, True])
@@ -190,7 +190,7 @@ def test_a_supercell_has_four_times_the_energy(direct):
     model = _model(direct, cutoff=4.0)
     b, big = _cell_batch(atoms), _cell_batch(atoms * (2, 2, 1))
     out, out4 = model(b, _graph(b, model), forces=True), model(big, _graph(big, model), forces=True)
-    assert math.isclose(float(out4["energy"]), 4 * float(out["energy"]), rel_tol=1e-10)
+    assert math.isclose(float(out4["energy"].detach()), 4 * float(out["energy"].detach()), rel_tol=1e-10)
     torch.testing.assert_close(out4["forces"], out["forces"].repeat(4, 1), rtol=1e-9, atol=1e-12)
 
 
@@ -346,6 +346,10 @@ def test_the_hooks_it_calls(direct):
         expected += [("atoms_gather", (N, L * C)), ("atoms_reduce", (N, L * C))]
     expected += [("sum", (2,))] + ([] if direct else [("replicated_grad", (N, 3))])
     assert comm.calls == expected
+    # the model's own description (for the cost model): the same calls and widths (direct: + the trainer's gather)
+    described = [(c["hook"], c["width"]) for c in model.hook_calls(N, 2) if not c["forward_only"]]
+    assert described == [(h, shape[1] if h not in ("sum", "replicated_grad") else math.prod(shape))
+                         for h, shape in expected]
 
 
 def test_weights_are_seeded_per_unit():
