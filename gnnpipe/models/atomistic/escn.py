@@ -1,6 +1,6 @@
 """eSCN-MD, the backbone of fairchem's UMA models (eSCN: Passaro & Zitnick, *Reducing SO(3) Convolutions to SO(2)
 for Efficient Equivariant GNNs*, ICML 2023, arXiv 2302.03655; eSCN-MD and UMA: Wood et al., *UMA: A Family of
-Universal Models for Atoms*, 2025, arXiv 2506.23971), as units around the graph-parallel hooks.
+Universal Models for Atoms*, 2025), as units around the graph-parallel hooks.
 
 Every atom carries an SO(3)-equivariant embedding ``x`` ``[N_r, (lmax+1)², C]`` (real spherical-harmonic
 coefficients of degrees ``0 … lmax``, ``C = sphere_channels``; conventions: :mod:`.so3`). With ``D_e`` the Wigner-D
@@ -21,7 +21,7 @@ and ``e_ji = [G(d_ji), s(z_j), t(z_i)]`` the invariant edge features (``G``: ``n
 * ``SO2`` (:class:`SO2Convolution`): for ``m = 0`` a linear map of the ``l = 0 … lmax`` coefficients (with
   bias; the first one also returns ``lmax·H`` gate scalars), for each ``0 < m ≤ mmax`` the complex product
   ``(W₁ + iW₂)(x₊ₘ + i x₋ₘ)`` over the ``l = m … lmax`` coefficients; ``SO2₁`` scales its inputs per edge by a
-  radial MLP of ``e_ji``. Eq. 9–10 of the eSCN paper.
+  radial MLP of ``e_ji`` (the eSCN paper's SO(2) convolution).
 * ``gate``: SiLU on the ``l = 0`` coefficient, the others times ``sigmoid`` of a per-degree gate scalar.
 * ``RMSNorm`` (fairchem's ``rms_norm_sh``): the ``l = 0`` coefficient centred over channels, every coefficient
   divided by ``√(mean_c Σ_l mean_m x² / (lmax+1) + 1e-5)``, times a per-degree, per-channel weight, plus a bias
@@ -141,7 +141,7 @@ class RMSNormSH(nn.Module):
 
 class SO2Convolution(nn.Module):
     """An SO(2) convolution of rotated edge features ``[E, M, C_in]`` (m-major, ``|m| ≤ mmax``) → ``[E, M, C_out]``
-    (eSCN, eq. 9–10; module docstring).
+    (eSCN's convolution in the edge frame; module docstring).
 
     Args:
         in_channels, out_channels, lmax, mmax: the sizes.
