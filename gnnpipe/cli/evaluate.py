@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("model", metavar="MODEL", help="a model file (gnnpipe export) or a checkpoint folder")
     p.add_argument("--task", choices=["is2rs"], required=True, help="what to evaluate (is2rs: relaxations; its "
                    "IS2RE energy MAE is reported with it)")
-    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, ASE .db)")
+    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb, or a folder of such files)")
     p.add_argument("--reference", required=True, help="the reference relaxed structures with energies, same order")
     p.add_argument("--oracle", default="emt", help="ASE calculator for FbT / AFbT: emt, lj or module:Class")
     p.add_argument("--relaxed", default=None, help="score these model-relaxed structures (a gnnpipe relax --out) "

@@ -9,7 +9,7 @@ per epoch (DESIGN §6, exact) and peak memory per rank (runtime floor + the memo
 fit the hardware's memory are marked and sorted last. ``--hardware FILE`` predicts for another machine
 (TOML; shipped: local-2core, cpu-16core, paper-a5000, h200x8, h200x64). ``--out plan.json`` writes the records.
 
-An atomistic job (``--model schnet`` / ``dimenet++``, or ``--task s2ef``) is ranked over its S x G x D layouts
+An atomistic job (an atomistic ``--model`` (``gnnpipe models`` lists them), or ``--task s2ef``) is ranked over its S x G x D layouts
 (pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.costmodel.atomistic`: one profiled training
 step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
 ``--params 1e9`` projects a model of that size (docs/guides/atomistic-cost.md).
@@ -34,7 +34,7 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
     add_plan_arguments(p)
-    a = p.add_argument_group("atomistic jobs (S2EF: --model schnet / dimenet++, or --task s2ef)")
+    a = p.add_argument_group("atomistic jobs (S2EF: an atomistic --model, or --task s2ef)")
     a.add_argument("--task", choices=["auto", "s2ef"], default="auto",
                    help="s2ef: plan an atomistic job (S x G x D layouts; default model dimenet++); auto: from "
                         "--model / --dataset")
@@ -115,7 +115,8 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
         if config.model != type(config)().model:
             from ..errors import ConfigError
 
-            raise ConfigError(f"--task s2ef needs an atomistic model (schnet, dimenet++), not --model {config.model}")
+            raise ConfigError(f"--task s2ef needs an atomistic model ({', '.join(_atomistic_models())}), not "
+                              f"--model {config.model}")
         config = attrs.evolve(config, model="dimenet++", model_args={})
     config = tasks.get("s2ef")().resolve(config)
     warn_layout_flags(config, "gnnpipe plan predicts every S x G x D layout of --ranks ranks; --gp-size keeps those "
@@ -144,3 +145,10 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
         Path(args.out).write_text(json.dumps(json_safe([p.to_record() for p in preds]), indent=1))
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _atomistic_models() -> list[str]:
+    """The registered models that predict energies and forces (``task = "s2ef"``)."""
+    from .. import models
+
+    return [n for n in models.available() if getattr(models.get(n), "task", None) == "s2ef"]

@@ -165,18 +165,17 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
     from ..core.settings.config import TrainConfig
     from ..errors import ConfigError
     from ..tasks.s2ef import S2EF
-    from ..tasks.s2ef.data import load_structures
+    from ..tasks.s2ef.data import is_structure_dataset, load_structures
     from ..tasks.s2ef.predict import predict_structures
 
     fields = attrs.fields_dict(TrainConfig)
     cfg = {k: v for k, v in trained.items() if k in fields}
     if args.dataset is not None:
         cfg.update(dataset=args.dataset, root=args.root)
-        structures = load_structures(TrainConfig(**cfg)) if cfg["dataset"].lower().endswith(
-            (".extxyz", ".xyz", ".traj", ".db")) else None
-        if structures is None:
-            raise ConfigError(f"--dataset {args.dataset!r} is not a structure file (.extxyz, .xyz, .traj, .db); "
-                              f"convert an .aselmdb or .lmdb set with gnnpipe atoms convert FILE OUT.extxyz")
+        if not is_structure_dataset(cfg["dataset"]):
+            raise ConfigError(f"--dataset {args.dataset!r} is not a structure file or folder (.extxyz, .xyz, .traj, "
+                              f".db, .aselmdb, .lmdb) or a generated set (oc20-like, md17-like)")
+        structures = load_structures(TrainConfig(**cfg), labelled=False)
         groups = {"all": torch.arange(len(structures))}
     else:
         if meta.get("data_given"):

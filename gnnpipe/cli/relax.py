@@ -45,6 +45,9 @@ def add_relax_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gp-mode", dest="graph_parallel_mode", choices=["allgather", "halo"], default="allgather",
                    help="how the ranks exchange edge rows (default: allgather)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--log-every-steps", type=int, default=50, metavar="K",
+                   help="where no progress bar is drawn (--no-progress, or not a terminal): a line as each phase and "
+                        "batch starts and every K optimizer steps (0: none)")
 
 
 def register(sub) -> None:
@@ -53,7 +56,7 @@ def register(sub) -> None:
     p = sub.add_parser("relax", help="relax structures with a trained S2EF model (batched FIRE / L-BFGS)",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("model", metavar="MODEL", help="a model file (gnnpipe export) or a checkpoint folder")
-    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, ASE .db)")
+    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb, or a folder of such files)")
     p.add_argument("--out", required=True, help="the relaxed structures (.extxyz) to write")
     add_relax_arguments(p)
     p.add_argument("--trajectory", default=None, help="folder for each structure's frames (<index>.extxyz)")
@@ -66,8 +69,13 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
 
     from ..errors import ConfigError
 
+    from .. import partitioners
+
     if not args.fmax > 0:
         raise ConfigError(f"--fmax must be > 0 eV/Å, got {args.fmax}")
+    partitioners.get_edge_partitioner(args.graph_parallel_partitioner)  # a typo before anything is loaded
+    if args.log_every_steps < 0:
+        raise ConfigError(f"--log-every-steps must be >= 0, got {args.log_every_steps}")
     if args.steps < 0:
         raise ConfigError(f"--steps must be >= 0, got {args.steps}")
     if not args.maxstep > 0:
@@ -96,11 +104,17 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         raise ConfigError(f"--device: {e}") from None
 
 
+def _phases(args: argparse.Namespace):
+    """``phase(text)``: a line on standard error as a slow phase starts, where no progress bar is drawn."""
+    quiet = args.log_every_steps == 0 or (args.progress and sys.stderr.isatty())
+    return (lambda text: None) if quiet else (lambda text: print(f"relax: {text}", file=sys.stderr, flush=True))
+
+
 def relax_options(args: argparse.Namespace) -> dict:
     return dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
                 batch_size=args.batch_size, device=args.device, progress=args.progress,
                 gp_size=args.graph_parallel_group_size, gp_partitioner=args.graph_parallel_partitioner,
-                gp_mode=args.graph_parallel_mode, threads=args.threads)
+                gp_mode=args.graph_parallel_mode, threads=args.threads, log_every_steps=args.log_every_steps)
 
 
 def summary(res, seconds: float) -> str:
@@ -117,8 +131,11 @@ def run(args: argparse.Namespace) -> int:
     from .predict import load_model
 
     check_relax_arguments(args)
+    start = time.perf_counter()
+    phase = _phases(args)
     model = load_model(args.model)
     task_meta(model)
+    phase(f"loaded {args.model} ({type(model).__name__}, {time.perf_counter() - start:.1f} s); reading {args.dataset}")
     start = time.perf_counter()
     res = relax_file(model, args.dataset, args.out, trajectories=args.trajectory is not None, **relax_options(args))
     if args.trajectory is not None:
@@ -127,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gnnpipe: interrupted: {int(res.done.sum())} of {len(res.structures)} structures relaxed; all written "
               f"to {args.out} (the others at their current positions, relax_done=False)", file=sys.stderr)
         return 130
-    print(summary(res, time.perf_counter() - start), file=sys.stderr)
-    print(args.out)
+    print(summary(res, time.perf_counter() - start) + f"\nwrote {args.out}", file=sys.stderr)
+    if not sys.stdout.isatty():  # the file for a script reading stdout; a terminal has it in the line above
+        print(args.out)
     return 0

@@ -19,8 +19,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = _DEFAULT
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help="dataset name (Cora, Computers, squirrel, …) or a .pt/.npz file "
-                   "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db) "
-                   "or oc20-like / md17-like (generated; what --model schnet or dimenet++ trains on without --dataset: oc20-like)")
+                   "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, "
+                   ".lmdb), a folder of such files, or oc20-like / md17-like (generated; what an atomistic --model trains on "
+                   "without --dataset: oc20-like)")
     g.add_argument("--root", default=None, help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")

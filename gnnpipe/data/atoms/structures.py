@@ -168,9 +168,14 @@ def _db_atoms(path: Path, index, energy_key: str, forces_key: str) -> list:
 
 
 def _row_atoms(row, energy_key: str, forces_key: str):
-    """One database row as ``ase.Atoms``, its labels put where :func:`from_atoms` looks."""
+    """One database row as ``ase.Atoms``, its labels put where :func:`from_atoms` looks: the energy from a key-value
+    pair, the row's calculator column or its ``data`` (SchNetPack's databases keep every property there, the energy as
+    a one-element array); the forces from the row's column or its ``data``."""
     atoms = row.toatoms()
     energy = row.key_value_pairs.get(energy_key, row.get(energy_key))
+    if energy is None and energy_key in row.data:
+        energy = np.asarray(row.data[energy_key], dtype=np.float64).reshape(-1)
+        energy = energy[0] if energy.size == 1 else None  # not one value per structure: not an energy label
     forces = row.get(forces_key)
     if forces is None and forces_key in row.data:
         forces = row.data[forces_key]
@@ -197,11 +202,14 @@ def _index(items: list, index, path) -> list:
 def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forces_key: str = "forces",
                     index: str | int | slice = ":", dtype: torch.dtype = torch.float32,
                     require_labels: bool = False) -> list[Data]:
-    """Read structures from a file (extended XYZ ``.xyz``/``.extxyz``, ASE trajectory ``.traj``, ASE database
-    ``.db``) through ``ase.io`` / ``ase.db``.
+    """Read every structure of a file or folder into memory: extended XYZ ``.xyz``/``.extxyz``, ASE trajectory
+    ``.traj`` and ASE database ``.db`` through ``ase.io`` / ``ase.db``; ASE-LMDB ``.aselmdb``, fairchem LMDB
+    ``.lmdb`` and folders of such files through their lazy sets (:func:`gnnpipe.data.atoms.open_structures`). The
+    one reader of ``train`` (small sets), ``predict``, ``relax``, ``evaluate`` and the calculator's users.
 
     Args:
-        path: the file; the suffix picks the format (:data:`STRUCTURE_SUFFIXES`).
+        path: the file (the suffix picks the format: :data:`STRUCTURE_SUFFIXES`,
+            :data:`gnnpipe.data.atoms.FORMATS`) or a folder of files of one format.
         energy_key: the energy's key (eV): an ``info`` key of extended XYZ (``energy=… `` in the comment line), a
             key-value pair or column of a database row; the default also finds what ``ase.io`` attached.
         forces_key: the forces' key (eV/Å): a per-atom column of extended XYZ, a database row's ``forces`` or
@@ -218,14 +226,25 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
         DataValidationError: an unknown suffix, an unreadable file, a value that overflows in ``dtype``, or a
             structure without labels when required.
     """
+    from .sets import FORMATS, open_structures
+
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(2, "no such structure file (extended XYZ .xyz/.extxyz, .traj or ASE .db)", str(p))
+        raise FileNotFoundError(2, "no such structure file or folder (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb)",
+                                str(p))
+    if p.is_dir() or p.suffix.lower() in (".aselmdb", ".lmdb"):
+        lazy = open_structures(p, energy_key=energy_key, forces_key=forces_key)
+        out = [_in_dtype(lazy[i], dtype, lazy.where(i)) for i in _index(list(range(len(lazy))), index, p)]
+        if require_labels:
+            for i, d in enumerate(out):
+                if getattr(d, "energy", None) is None or getattr(d, "forces", None) is None:
+                    raise DataValidationError(f"{lazy.where(i)} has no energy or forces label; training needs both")
+        return out
     fmt = STRUCTURE_SUFFIXES.get(p.suffix.lower())
     if fmt is None:
-        raise DataValidationError(f"{p}: unknown structure file suffix {p.suffix!r}; use one of "
-                                  f"{', '.join(sorted(STRUCTURE_SUFFIXES))} (convert an .aselmdb or fairchem .lmdb set with "
-                                  f"gnnpipe atoms convert {p.name} {p.stem}.extxyz; other formats with ase.io)")
+        known = sorted(set(STRUCTURE_SUFFIXES) | set(FORMATS))
+        raise DataValidationError(f"{p}: unknown structure file suffix {p.suffix!r}; use one of {', '.join(known)} "
+                                  f"or a folder of such files (other formats: convert them with ase.io)")
     try:
         if fmt == "db":
             atoms = _db_atoms(p, index, energy_key, forces_key)
@@ -241,6 +260,16 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
                                   f"file is {fmt} and not truncated") from exc
     return from_atoms(atoms, energy_key=energy_key, forces_key=forces_key, dtype=dtype,
                       require_labels=require_labels, source=f"{p.name}: structure")
+
+
+def _in_dtype(d: Data, dtype: torch.dtype, where: str) -> Data:
+    """A structure of a lazy set (float64) with its floats in ``dtype`` (overflow refused, naming it)."""
+    src, k = where.rsplit(" ", 1)
+    for name in ("pos", "cell", "energy", "forces"):
+        v = getattr(d, name, None)
+        if v is not None:
+            setattr(d, name, _cast(v.double().numpy(), dtype, int(k), src, name))
+    return d
 
 
 def split_structures(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, *,

@@ -65,9 +65,10 @@ def dataset_path(config, what: str) -> Path:
     return path
 
 
-def load_structures(config) -> list:
-    """The structures of ``config.dataset`` (``None``: the generated ``oc20-like`` set of ``config.frames``
-    frames, seeded by ``config.seed``), in ``config.dtype``, validated.
+def load_structures(config, labelled: bool = True) -> list:
+    """The structures of ``config.dataset`` in memory (``None``: the generated ``oc20-like`` set of ``config.frames``
+    frames, seeded by ``config.seed``; a file or folder of any format :func:`gnnpipe.data.atoms.read_structures`
+    reads), in ``config.dtype``, validated; ``labelled``: each must have energy and forces.
 
     Raises:
         ConfigError: a missing file. DataValidationError: a malformed structure (the message names it and the fix).
@@ -79,10 +80,11 @@ def load_structures(config) -> list:
         structures = atoms.generated_structures(ds.lower().split("-")[0], config.frames, config.seed,
                                                 dtype=config.torch_dtype)
     else:
-        path = dataset_path(config, "an existing .extxyz/.xyz/.traj/.db file")
+        path = dataset_path(config, f"an existing file ({', '.join(STRUCTURE_SUFFIXES + DATA_SUFFIXES[3:])}) or a "
+                                    f"folder of such files")
         kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
         structures = atoms.read_structures(str(path), dtype=config.torch_dtype, **kw)
-        return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff,
+        return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff, labelled=labelled,
                                   source=f"{path.name}: structure")
     return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff)
 

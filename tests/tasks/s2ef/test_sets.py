@@ -201,3 +201,28 @@ def test_release_closes_this_process_handles_and_the_next_read_reopens(files, su
     assert not any(k[1] == str(s.path.resolve()) and k[2] == os.getpid() for k in sets._OPEN)
     assert not any(k.startswith("_h") for k in s.__dict__)
     assert torch.equal(s[2].pos, first.pos)
+
+
+def test_every_command_reads_every_format(clusters, files, tmp_path, capsys):
+    """One reader: ``read_structures`` (in memory), ``gnnpipe predict --dataset`` and ``gnnpipe relax --dataset``
+    take every format ``train`` takes."""
+    from gnnpipe.cli.main import main
+    from gnnpipe.data.atoms import read_structures
+    from gnnpipe.models import save
+
+    for suf, path in files.items():
+        got = read_structures(path, dtype=torch.float64)
+        assert len(got) == len(clusters), suf
+        for a, b in zip(clusters, got):
+            for f in ("z", "pos", "cell", "energy", "forces"):
+                assert torch.equal(getattr(a, f), getattr(b, f).to(getattr(a, f).dtype)), (suf, f)
+    assert read_structures(files[".lmdb"], index="2:4", dtype=torch.float32)[0].pos.dtype == torch.float32
+    r = api.train(**{**TRAIN, "epochs": 1}, dataset=files[".extxyz"])
+    model = tmp_path / "m.pt"
+    save(r.model, model)
+    capsys.readouterr()
+    assert main(["predict", str(model), "--dataset", files[".lmdb"], "--out", str(tmp_path / "p.pt")]) == 0
+    assert len(torch.load(tmp_path / "p.pt")["energy"]) == len(clusters)
+    assert main(["relax", str(model), "--dataset", files[".aselmdb"], "--out", str(tmp_path / "r.extxyz"),
+                 "--steps", "2", "--no-progress"]) == 0
+    assert len(read_structures(tmp_path / "r.extxyz")) == len(clusters)
