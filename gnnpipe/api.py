@@ -359,12 +359,18 @@ def _run_options(options, progress: bool, overrides: dict):
     ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
     from .core.settings.options import RunOptions
 
+    from .core.run.epochlog import tensorboard_writer
+
     opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
     if options is None:
         if not progress and "log_every" not in opt_kw:
             opt_kw["log_every"] = 0
-        return RunOptions(**opt_kw)
-    return attrs.evolve(options, **opt_kw) if opt_kw else options
+        options = RunOptions(**opt_kw)
+    elif opt_kw:
+        options = attrs.evolve(options, **opt_kw)
+    if options.tensorboard:
+        tensorboard_writer()  # a missing package is refused before any data is read or file written
+    return options
 
 
 def _check_layout(layout) -> None:

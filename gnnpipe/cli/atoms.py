@@ -105,7 +105,8 @@ def run_generate(args: argparse.Namespace) -> int:
         write_structures(args.out, GENERATORS[args.kind](args.frames, args.seed), overwrite=args.overwrite)
     else:
         path = generated_file(args.kind, args.frames, args.seed, out=args.out, overwrite=args.overwrite)
-    print(path)
+    if not sys.stdout.isatty():  # the file for a script reading stdout; a terminal has it in the line below
+        print(path)
     also = ""
     if args.kind == "oc20-is2rs":
         from ..data.atoms.generate import reference_path

@@ -29,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_checkpoint(args.checkpoint, args.keep)
     save(model, args.out, meta=model.meta)
     n = sum(p.numel() for p in model.parameters())
-    print(f"wrote {args.out}: {model.spec['name']} with {n:,} parameters ({model.meta['weights']} weights after "
-          f"{model.meta['epochs']} epochs of {model.meta['checkpoint']})", file=sys.stderr)
+    done = model.meta["epochs"]
+    best = model.meta.get("best_epoch", -1)
+    which = (f"the best validation epoch's weights (epoch {best + 1} of {done})" if model.meta["weights"] == "best"
+             and best >= 0 else f"the weights after {done} epoch{'s' if done != 1 else ''}")
+    print(f"wrote {args.out}: {model.spec['name']} with {n:,} parameters, {which}, from {model.meta['checkpoint']}",
+          file=sys.stderr)
     return 0

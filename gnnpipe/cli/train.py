@@ -229,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         partial = getattr(exc, "result", None)
         if partial is not None and args.out:  # the epochs completed so far are not lost
             partial.save(args.out)
-            print(f"wrote {args.out} ({partial.status} after {len(partial.epochs)} epochs)", file=sys.stderr)
+            n = len(partial.epochs)
+            print(f"wrote {args.out} ({partial.status} after {n} epoch{'s' if n != 1 else ''})", file=sys.stderr)
         raise
     finally:
         if previous is not None:

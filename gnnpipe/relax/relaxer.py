@@ -21,6 +21,7 @@ all-reduce of the stop flag) to return what they have.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -91,7 +92,7 @@ def _optimizer(name: str, batch: Tensor, num: int, options: dict):
 def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float = 0.05, steps: int = 200,
           device: str | torch.device = "cpu", batch_size: Optional[int] = None, trajectories: bool = False,
           progress: bool = False, gp_size: int = 1, gp_partitioner: str = "edge-chunk", gp_mode: str = "allgather",
-          threads: Optional[int] = None, **options) -> RelaxResult:
+          threads: Optional[int] = None, log_every_steps: int = 0, **options) -> RelaxResult:
     """Relax ``structures`` together with ``model``'s energies and forces.
 
     Args:
@@ -107,6 +108,9 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
         batch_size: at most this many structures in one batch (``None``: all at once); further batches run after.
         trajectories: keep every structure's frames (``RelaxResult.trajectories``).
         progress: draw a progress bar (structures converged / running) on a terminal.
+        log_every_steps: where no bar is drawn (not a terminal, or ``progress=False``), a line on standard error
+            every ``k`` optimizer steps (the batch, structures converged and running, the largest force) and one as
+            each batch starts; ``0``: none.
         gp_size: graph-parallel ranks ``G`` computing each step's forces (the module docstring); ``1``: this
             process. ``gp_partitioner`` (``edge-chunk``, ``atom-owner``, …) and ``gp_mode`` (``allgather``,
             ``halo``) as ``gnnpipe train --gp-partitioner / --gp-mode``.
@@ -144,7 +148,7 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     if gp_size > 1 and gp is None:
         return _spawn_gp(model, structures, dict(optimizer=optimizer, fmax=fmax, steps=steps, device=str(device),
                                                  batch_size=batch_size, trajectories=trajectories,
-                                                 progress=progress, **options),
+                                                 progress=progress, log_every_steps=log_every_steps, **options),
                          gp_size, gp_partitioner, gp_mode, threads)
     device = torch.device(device)
     model = model.to(device).eval()
@@ -161,10 +165,13 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
+    lines = _StepLines(log_every_steps if bar.disable and (gp is None or gp["rank"] == 0) else 0,
+                       -(-n // size), n)
     try:
         for start in range(0, n, size):
+            lines.batch(min(n, start + size) - start)
             _relax_group(model, structures, list(range(start, min(n, start + size))), res, optimizer, options,
-                         fmax, steps, device, bar, gp)
+                         fmax, steps, device, bar, gp, lines)
     except KeyboardInterrupt:
         res.interrupted = True
     finally:
@@ -215,7 +222,8 @@ def _gp_rank(rank: int, world: int, model, structures, opts, partitioner, mode):
 
     if rank:
         opts = {**opts, "progress": False}
-    gp = {"size": world, "partitioner": partitioner, "mode": mode, "comm": Comm(torch.device(opts["device"]))}
+    gp = {"size": world, "partitioner": partitioner, "mode": mode, "comm": Comm(torch.device(opts["device"])),
+          "rank": rank}
     with stopping.installed(announce=rank == 0, unit="step"):
         res = relax(model, structures, _gp=gp, **opts)
     return res if rank == 0 else None
@@ -232,8 +240,28 @@ def _as_structures(structures) -> list:
     return structures
 
 
+class _StepLines:
+    """Progress of :func:`relax` as plain lines on standard error, where no bar is drawn: one as each batch starts,
+    one every ``every`` optimizer steps (``0``: none)."""
+
+    def __init__(self, every: int, batches: int, total: int):
+        self.every, self.batches, self.total, self.number = int(every or 0), batches, total, 0
+
+    def batch(self, size: int) -> None:
+        self.number += 1
+        if self.every:
+            print(f"relax: batch {self.number}/{self.batches}: {size} structure{'s' if size != 1 else ''}",
+                  file=sys.stderr, flush=True)
+
+    def step(self, taken: int, res: RelaxResult, running: int, worst: Tensor) -> None:
+        if self.every and taken and taken % self.every == 0:
+            print(f"relax: batch {self.number}/{self.batches} step {taken}: {int(res.done.sum())} of {self.total} "
+                  f"done ({int(res.converged.sum())} converged), {running} running, largest force "
+                  f"{float(worst.max()) if worst.numel() else 0.0:.3g} eV/Å", file=sys.stderr, flush=True)
+
+
 def _relax_group(model, structures, indices, res: RelaxResult, optimizer, options, fmax, steps, device, bar,
-                 gp=None):
+                 gp=None, lines: Optional[_StepLines] = None):
     """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes (``gp``: this
     graph-parallel rank's group size, partitioner, mode and byte counter)."""
     from torch_geometric.data import Batch
@@ -327,6 +355,8 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
                 free = ~batch.fixed.bool()
             pos = opt.step(pos, forces, energy)
             taken += 1
+            if lines is not None:
+                lines.step(taken, res, len(running), worst)
     except KeyboardInterrupt:
         for local, r in enumerate(running):     # the running structures at their current positions
             k = indices[r]

@@ -21,6 +21,22 @@ def is2rs_files(tmp_path_factory):
     return path, reference_path(path)
 
 
+def test_relax_says_what_it_does_without_a_progress_bar(schnet_file, is2rs_files, tmp_path, capsys):
+    initial, _ = is2rs_files
+    assert main(["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "r.extxyz"),
+                 "--steps", "4", "--batch-size", "2", "--fmax", "1e-6", "--log-every-steps", "2",
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"relax: loaded {schnet_file} (SchNet, ") and f"reading {initial}" in err[0]
+    assert "relax: batch 1/2: 2 structures" in err and "relax: batch 2/2: 1 structure" in err
+    steps = [ln for ln in err if ln.startswith("relax: batch 1/2 step ")]
+    assert [ln.split(":")[1].split()[-1] for ln in steps] == ["2", "4"], steps
+    assert "largest force" in steps[0] and err[-1] == f"wrote {tmp_path / 'r.extxyz'}"
+    assert main(["relax", str(schnet_file), "--dataset", str(initial), "--out", str(tmp_path / "q.extxyz"),
+                 "--steps", "4", "--log-every-steps", "0", "--no-progress"]) == 0
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("relax:")]
+
+
 def _one_error_line(capsys) -> str:
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("gnnpipe: error: "), err

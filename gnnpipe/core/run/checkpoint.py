@@ -234,7 +234,8 @@ def read_weights(path: str | Path, which: str = "best") -> dict[str, Tensor]:
 def model_from_checkpoint(path, which: str = "best"):
     """The single-process model a checkpoint folder holds (``which``: ``"best"`` or ``"last"`` weights), with
     ``meta`` = ``{"config", "epochs", "checkpoint", "weights", "data_paths"}`` (``weights``: those loaded, ``"last"``
-    when the run kept no best ones; ``data_paths``: :func:`data_paths` of the run) and the run's preprocessing.
+    when the run kept no best ones; ``data_paths``: :func:`data_paths` of the run; with the best weights also
+    ``best_epoch``, counted from 0) and the run's preprocessing.
 
     Raises:
         ConfigError: no checkpoint at ``path``.
@@ -254,6 +255,9 @@ def model_from_checkpoint(path, which: str = "best"):
     held = "best" if which == "best" and any(k.startswith("best.") for k in _metadata(p)) else "last"
     model.meta = {"config": meta["config"], "epochs": meta["epochs"], "checkpoint": str(p), "weights": held,
                   "data_paths": meta.get("data_paths") or {}}  # older checkpoints lack it
+    if held == "best":
+        loop = pickle.loads(_load(p, {"loop": None})["loop"])
+        model.meta["best_epoch"] = int(loop.get("best_epoch", -1))  # counted from 0
     if meta.get("task_meta"):
         model.meta["task_meta"] = meta["task_meta"]
     return model.eval()

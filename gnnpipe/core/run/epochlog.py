@@ -77,6 +77,20 @@ def _scalar(v):
     return v
 
 
+def tensorboard_writer():
+    """``torch.utils.tensorboard.SummaryWriter``.
+
+    Raises:
+        ConfigError: the ``tensorboard`` package is missing (the message says how to install it).
+    """
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError("--tensorboard needs the tensorboard package: pip install 'gnnpipe[tensorboard]' "
+                          "(or pip install tensorboard)") from None
+    return SummaryWriter
+
+
 class EpochLogger:
     """``after_epoch`` hook writing the records of one run.
 
@@ -106,6 +120,8 @@ class EpochLogger:
         self.fields = list(fields or CSV_FIELDS)
         self._csv_file = None
         self._csv = None
+        self._tb = None
+        writer = tensorboard_writer() if tensorboard else None  # refused before any file is written
         if csv_path:
             path = Path(csv_path).expanduser()
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,14 +130,8 @@ class EpochLogger:
             self._csv = csv.DictWriter(self._csv_file, fieldnames=self.fields, extrasaction="ignore")
             if new:
                 self._csv.writeheader()
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("--tensorboard needs the tensorboard package: pip install 'gnnpipe[tensorboard]' "
-                                  "(or pip install tensorboard)") from None
-            self._tb = SummaryWriter(log_dir=str(Path(tensorboard).expanduser()))
+        if writer is not None:
+            self._tb = writer(log_dir=str(Path(tensorboard).expanduser()))
 
     def __call__(self, epoch: int, rec: dict, state=None) -> None:
         if self.every and ((epoch + 1) % self.every == 0 or epoch + 1 == self.epochs):

@@ -92,8 +92,11 @@ class TrainResult:
         n = len(self.epochs)
         if self.steps:
             lines.append(f"optimizer steps       {self.steps[-1]['step']:,}")
-        if n:
-            lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n} epoch{'' if n == 1 else 's'}")
+        since = min(int(self.extra.get("layout_from_epoch", 0)), n)
+        if n - since:
+            lines.append(f"mean epoch time       {self.mean_epoch_time_s * 1000:.1f} ms over {n - since} epoch"
+                         f"{'' if n - since == 1 else 's'}"
+                         + (f" in this layout (the {since} before the resume ran in another)" if since else ""))
         else:  # --max-steps inside the first epoch, or stopped in it: no mean of nothing ("nan ms over 0 epochs")
             lines.append("mean epoch time       none (no epoch completed)")
         for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
@@ -148,7 +151,8 @@ class LoopState:
                 "since": self.since, "epochs": r.epochs, "best_val_acc": r.best_val_acc,
                 "test_acc_at_best_val": r.test_acc_at_best_val, "best_epoch": r.best_epoch,
                 "best_metrics": r.best_metrics, "next_step": self.next_step, "step": self.step,
-                "partial": self.partial, "steps": r.steps}
+                "partial": self.partial, "steps": r.steps,
+                "layout_from_epoch": int(r.extra.get("layout_from_epoch", 0))}
 
     @classmethod
     def from_dict(cls, d: dict, config) -> "LoopState":
@@ -156,6 +160,8 @@ class LoopState:
                         best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
                         best_epoch=d["best_epoch"], best_metrics=dict(d.get("best_metrics") or {}),
                         steps=[dict(s) for s in d.get("steps") or []])
+        if d.get("layout_from_epoch"):
+            r.extra["layout_from_epoch"] = int(d["layout_from_epoch"])
         return cls(result=r, next_epoch=d["next_epoch"], best=tuple(d["best"]), best_loss=d["best_loss"],
                    since=d["since"], next_step=int(d.get("next_step", 0)), step=int(d.get("step", 0)),
                    partial=d.get("partial"))

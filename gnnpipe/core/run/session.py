@@ -87,7 +87,7 @@ class RunSession:
         if self.options.resume:
             import time
 
-            from .checkpoint import load_checkpoint
+            from .checkpoint import layout_of, load_checkpoint, read_meta
 
             t0 = time.perf_counter()
             loop, best = load_checkpoint(self.options.resume, self.executor, self.rank, self.config, self.plan_info,
@@ -95,6 +95,10 @@ class RunSession:
             self.best_state = best if self.options.keep == "best" else None
             self.loop_state = LoopState.from_dict(loop, self.config)
             self.read_s = time.perf_counter() - t0
+            meta = read_meta(self.options.resume)
+            if meta.get("layout") != layout_of(self.config, self.plan_info) or meta.get("world") != self.world:
+                # the epochs before ran in another layout: the summary's times and bytes are this layout's
+                self.loop_state.result.extra["layout_from_epoch"] = self.loop_state.next_epoch
             if self.checkpointer is not None:
                 self.checkpointer.last_saved = self.loop_state.position
             if self.lead and self.options.log_every != 0:

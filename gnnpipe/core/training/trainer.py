@@ -115,7 +115,8 @@ def diverged_message(epoch: int, loss: float, config: TrainConfig) -> str:
 
 
 def _finish(result: TrainResult) -> TrainResult:
-    times = [e["time_s"] for e in result.epochs]
+    """The mean epoch time: of the epochs in the run's last layout (a resumed run may have changed it)."""
+    times = [e["time_s"] for e in result.epochs[result.extra.get("layout_from_epoch", 0):]]
     result.mean_epoch_time_s = sum(times) / len(times) if times else float("nan")
     return result
 

@@ -177,9 +177,14 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
                           f"it (now --ways {config.ways} --stages {config.stages} --gp-size "
                           f"{config.graph_parallel_group_size}): resume with {was}, or from an epoch checkpoint "
                           f"(ckpt-{epochs:06d}) in the new layout")
+    old_batch = int(old.get("batch_size", config.batch_size)) * int(old.get("ways", config.ways))
+    new_batch = config.batch_size * config.ways
+    batch = (f"; the global batch is now {new_batch} structures (--batch-size {config.batch_size} × --ways "
+             f"{config.ways}; it was {old_batch}), so an epoch has {'fewer' if new_batch > old_batch else 'more'} "
+             f"optimizer steps and the learning-rate schedule runs over them") if new_batch != old_batch else ""
     warnings.warn(f"resuming {path} in another layout ({', '.join(changed) or 'world size'} changed; written by "
                   f"{was}): weights, optimizer state and the epoch records carry over; random states restart, so "
-                  f"the continuation is not bit-identical to an uninterrupted run", stacklevel=3)
+                  f"the continuation is not bit-identical to an uninterrupted run{batch}", stacklevel=3)
 
 
 @register("s2ef")
