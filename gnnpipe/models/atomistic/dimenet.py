@@ -1,11 +1,12 @@
 """DimeNet++ (Gasteiger et al., *Fast and Uncertainty-Aware Directional Message Passing for Non-Equilibrium
 Molecules*, 2020, arXiv 2011.14115) on PyG's blocks, as units around the graph-parallel hooks.
 
-The weights live in PyG's own modules (``BesselBasisLayer``, ``SphericalBasisLayer``, ``EmbeddingBlock``,
-``InteractionPPBlock``, ``OutputPPBlock`` of ``torch_geometric.nn.models.dimenet``); the forward passes are
-written here so that per-atom work (the embedding of ``z``, the output blocks' MLPs) runs on owned atoms and
-every cross-shard read is a hook call. With the same weights the energies equal PyG's ``DimeNetPlusPlus``
-(tests/models/atomistic/test_equal_pyg.py).
+The weights live in PyG's own modules (``BesselBasisLayer``, ``EmbeddingBlock``, ``InteractionPPBlock``,
+``OutputPPBlock`` of ``torch_geometric.nn.models.dimenet``); the forward passes are written here so that per-atom
+work (the embedding of ``z``, the output blocks' MLPs) runs on owned atoms and every cross-shard read is a hook
+call. The parameter-free spherical basis is PyG's ``SphericalBasisLayer`` with its functions evaluated numerically
+(:mod:`.basis`) instead of derived with sympy (tens of seconds per process). With the same weights the energies
+equal PyG's ``DimeNetPlusPlus`` (tests/models/atomistic/test_equal_pyg.py, test_basis.py).
 
 Units: ``[embedding, interaction_1 … interaction_L]``. The embedding unit computes the geometry (edge vectors,
 distances, angles), the radial basis ``rbf`` ``[E, R]`` and the spherical basis ``sbf`` ``[T, S·R]``, the edge
@@ -16,7 +17,9 @@ running per-atom output sum ``P`` ``[N_r, 1]`` travels in the state.
 
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from functools import partial
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -32,93 +35,111 @@ from torch_geometric.nn.models.dimenet import (
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
+from .basis import bessel_normalizers, spherical_bessel_zeros, spherical_harmonics_y0, spherical_jn
 from .comm import LOCAL, Comm
 
-#: (num_spherical, num_radial) -> (sph_funcs, bessel_funcs) of PyG's SphericalBasisLayer (sympy forms are slow
-#: to derive: tens of seconds for 7 × 6; derived once per process)
-_SBF_FUNCS: dict[tuple[int, int], tuple[list, list]] = {}
+
+@contextmanager
+def single_threaded():
+    """torch's intra-op threads set to 1 inside the block (restored after). The models' orthogonal initialisations
+    (PyG's ``glorot_orthogonal``, GemNet's He-orthogonal) are QR factorisations of small matrices, which run 10–40×
+    slower on several OpenMP threads of a busy machine (seconds per model) and whose last bits depend on the
+    thread count; on one thread they are fast and the same in every process."""
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
+
+
+def _bessel_radial(zeros: Tensor, norm: Tensor, order: int, x: Tensor) -> Tensor:
+    """``[E]`` distances over the cutoff → ``[E]``: ``norm · j_order(zeros · x)`` (one of PyG's ``bessel_funcs``)."""
+    return norm.to(x.dtype) * spherical_jn(order, zeros.to(x.dtype) * x)
+
+
+def _spherical_harmonic(order: int, angle: Tensor) -> Tensor:
+    """``[T]`` angles → ``[T]``: ``Y_order^0(angle)`` (one of PyG's ``sph_funcs``)."""
+    return spherical_harmonics_y0(angle, order + 1)[..., order]
+
+
+#: (num_spherical, num_radial) -> (zeros, normalizers), float64 ``[S, R]`` on the CPU (float32 values, DimeNet's)
+_SBF_CONSTANTS: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+#: (num_spherical, num_radial, dtype, device) -> (zeros, normalizers, orders) flattened ``[S·R]`` for the forward
+_SBF_FLAT: dict[tuple, tuple[Tensor, Tensor, tuple[int, ...]]] = {}
+
+
+def _sbf_constants(num_spherical: int, num_radial: int) -> tuple[Tensor, Tensor]:
+    key = (int(num_spherical), int(num_radial))
+    if key not in _SBF_CONSTANTS:
+        zeros = spherical_bessel_zeros(*key)
+        _SBF_CONSTANTS[key] = (torch.from_numpy(zeros.astype("float64")),
+                               torch.from_numpy(bessel_normalizers(zeros).astype("float64")))
+    return _SBF_CONSTANTS[key]
 
 
 class CachedSphericalBasis(SphericalBasisLayer):
-    """PyG's ``SphericalBasisLayer`` (same attributes and forward) whose sympy-derived functions are built once per
-    process and shared by every instance of the same sizes (the layer has no parameters)."""
+    """PyG's ``SphericalBasisLayer`` (same constructor, attributes and forward) with its functions evaluated
+    numerically (:mod:`.basis`) instead of derived with sympy: built in microseconds, with PyG's values (its roots
+    and normalisers; ``tests/models/atomistic/test_basis.py``). The layer has no parameters.
+
+    Attributes:
+        num_spherical, num_radial, cutoff, envelope: as PyG's.
+        bessel_funcs: ``S·R`` callables ``[E] → [E]``, ``N_ln · j_l(z_ln · x)`` of ``x = d/c`` (order ``l``
+            major, root ``n`` minor). sph_funcs: ``S`` callables ``[T] → [T]``, ``Y_l^0(α)``. Both are built on
+            each access (plain functions, so the layer pickles).
+    """
 
     def __init__(self, num_spherical: int, num_radial: int, cutoff: float = 5.0, envelope_exponent: int = 5):
-        key = (int(num_spherical), int(num_radial))
-        if key not in _SBF_FUNCS:
-            layer = SphericalBasisLayer(num_spherical, num_radial, cutoff, envelope_exponent)
-            _SBF_FUNCS[key] = (layer.sph_funcs, layer.bessel_funcs)
         nn.Module.__init__(self)
-        self.num_spherical, self.num_radial = key
+        self.num_spherical, self.num_radial = int(num_spherical), int(num_radial)
+        if self.num_spherical < 1 or self.num_radial < 1:
+            raise ConfigError(f"the spherical basis needs num_spherical, num_radial >= 1, got {num_spherical}, "
+                              f"{num_radial}")
         self.cutoff = cutoff
         self.envelope = Envelope(envelope_exponent)
-        self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
 
-    def __getstate__(self) -> dict:
-        """Pickled without the sympy-derived functions (lambdified code cannot be pickled: a model travelling from
-        a rank to the launcher); :meth:`__setstate__` takes them from this process's cache."""
-        state = dict(self.__dict__)
-        state.pop("sph_funcs", None)
-        state.pop("bessel_funcs", None)
-        return state
+    @property
+    def bessel_funcs(self) -> list:
+        zeros, norm = _sbf_constants(self.num_spherical, self.num_radial)
+        return [partial(_bessel_radial, zeros[l, n], norm[l, n], l)
+                for l in range(self.num_spherical) for n in range(self.num_radial)]
 
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        key = (self.num_spherical, self.num_radial)
-        if key not in _SBF_FUNCS:
-            layer = SphericalBasisLayer(*key, self.cutoff)
-            _SBF_FUNCS[key] = (layer.sph_funcs, layer.bessel_funcs)
-        self.sph_funcs, self.bessel_funcs = _SBF_FUNCS[key]
-
-
-#: num_spherical -> (j_0 … j_{S−1}) lambdified spherical Bessel functions (PyG's ``spherical_bessel_formulas``)
-_SPHERICAL_BESSEL: dict[int, list] = {}
-#: (num_spherical, num_radial) -> (zeros, normalizer) ``[S, R]``: PyG's ``Jn_zeros`` and its normalizer, the values PyG
-#: computes (float32 roots), cast to the input's dtype when used
-_BESSEL_ROOTS: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
-
-
-def _radial_forms(num_spherical: int, num_radial: int) -> tuple[list, Tensor, Tensor]:
-    """``(j, zeros, normalizer)`` of PyG's ``bessel_basis(S, R)``: its function ``(l, n)`` is
-    ``normalizer[l, n] · j_l(zeros[l, n] · x)`` (the same float32 roots of ``Jn_zeros``, the same normalizer
-    ``1/√(½ J_{l+1}(z)²)``), derived once per process."""
-    import numpy as np
-    import sympy as sym
-    from torch_geometric.nn.models.dimenet_utils import Jn, Jn_zeros, spherical_bessel_formulas
-
-    S, R = int(num_spherical), int(num_radial)
-    if S not in _SPHERICAL_BESSEL:
-        x = sym.symbols("x")
-        _SPHERICAL_BESSEL[S] = [sym.lambdify([x], f, {"sin": torch.sin, "cos": torch.cos})
-                                for f in spherical_bessel_formulas(S)]
-    if (S, R) not in _BESSEL_ROOTS:
-        zeros = Jn_zeros(S, R)
-        norm = np.array([[1 / (0.5 * Jn(zeros[l, n], l + 1) ** 2) ** 0.5 for n in range(R)] for l in range(S)])
-        _BESSEL_ROOTS[S, R] = (torch.from_numpy(zeros.astype(np.float64)), torch.from_numpy(norm))
-    return (_SPHERICAL_BESSEL[S], *_BESSEL_ROOTS[S, R])
+    @property
+    def sph_funcs(self) -> list:
+        return [partial(_spherical_harmonic, l) for l in range(self.num_spherical)]
 
 
 class SphericalBasis(CachedSphericalBasis):
-    """:class:`CachedSphericalBasis` whose forward evaluates the radial functions one order at a time on all their
-    roots (``S`` calls on ``[E, R]`` instead of ``S·R`` calls on ``[E]``: fewer operations for small batches, such as
-    a pipeline's micro-batches) and reads the triplets' edges with ``index_select``; equal to PyG's values within
-    rounding (``tests/models/atomistic/test_equal_pyg.py``)."""
+    """:class:`CachedSphericalBasis` whose forward evaluates all ``S·R`` radial functions at once (one
+    :func:`~.basis.spherical_jn` call on ``[E, S·R]``, whose backward keeps only its argument) and reads the
+    triplets' edges with ``index_select``; equal to PyG's values within rounding
+    (``tests/models/atomistic/test_basis.py``, ``test_equal_pyg.py``)."""
+
+    def _flat(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor, tuple[int, ...]]:
+        key = (self.num_spherical, self.num_radial, dtype, device)
+        flat = _SBF_FLAT.get(key)
+        if flat is None:
+            zeros, norm = _sbf_constants(self.num_spherical, self.num_radial)
+            orders = tuple(l for l in range(self.num_spherical) for _ in range(self.num_radial))
+            flat = _SBF_FLAT[key] = (zeros.reshape(-1).to(device, dtype), norm.reshape(-1).to(device, dtype), orders)
+        return flat
 
     def radial(self, x: Tensor) -> Tensor:
         """``[E]`` distances over the cutoff → ``[E, S·R]``: ``normalizer[l, n] · j_l(zeros[l, n] · x)`` in PyG's
         order (order ``l`` major, root ``n`` minor), before the envelope."""
-        j, zeros, norm = _radial_forms(self.num_spherical, self.num_radial)
-        zeros, norm = zeros.to(x.device, x.dtype), norm.to(x.device, x.dtype)
-        arg = x.unsqueeze(-1) * zeros.unsqueeze(1)  # [S, E, R]
-        return torch.cat([norm[l] * j[l](arg[l]) for l in range(self.num_spherical)], dim=1)
+        zeros, norm, orders = self._flat(x.dtype, x.device)
+        return spherical_jn(orders, x.unsqueeze(-1) * zeros) * norm
 
     def forward(self, dist: Tensor, angle: Tensor, idx_kj: Tensor) -> Tensor:
         """PyG's forward with ``index_select`` for the triplets' read (its backward is a dense ``index_add``):
-        ``[E]`` distances, ``[T]`` angles, ``[T]`` edge ids → ``[T, S·R]``."""
+        ``[E]`` distances (Å), ``[T]`` angles (radians), ``[T]`` edge ids → ``[T, S·R]``."""
         dist = dist / self.cutoff
         rbf = self.radial(dist)
         rbf = self.envelope(dist).unsqueeze(-1) * rbf
-        cbf = torch.stack([f(angle) for f in self.sph_funcs], dim=1)
+        cbf = spherical_harmonics_y0(angle, self.num_spherical)
         n, k = self.num_spherical, self.num_radial
         return (rbf.index_select(0, idx_kj).view(-1, n, k) * cbf.view(-1, n, 1)).view(-1, n * k)
 
@@ -235,7 +256,7 @@ class DimeNetPlusPlus(AtomisticModel):
         ConfigError: ``out_channels != 1``, ``dropout > 0``, ``bias=False``, ``num_spherical < 2``, sizes < 1.
     """
 
-    option_help = {
+    option_help: ClassVar[dict[str, str]] = {
         "int_emb_size": "triplet (interaction) embedding width", "basis_emb_size": "basis embedding width",
         "out_emb_channels": "output block MLP width", "num_spherical": "spherical harmonics degrees",
         "num_radial": "radial basis functions", "cutoff": "neighbour cutoff (Å)",
@@ -246,8 +267,8 @@ class DimeNetPlusPlus(AtomisticModel):
         "output_initializer": "zeros or glorot_orthogonal",
     }
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: int = 1, num_layers: int = 4,
-                 hidden: int = 128, dropout: float = 0.0, bias: bool = True, activation: Optional[str] = None,
+    def __init__(self, in_channels: int | None = None, out_channels: int = 1, num_layers: int = 4,
+                 hidden: int = 128, dropout: float = 0.0, bias: bool = True, activation: str | None = None,
                  int_emb_size: int = 64, basis_emb_size: int = 8, out_emb_channels: int = 256,
                  num_spherical: int = 7, num_radial: int = 6, cutoff: float = 6.0, envelope_exponent: int = 5,
                  num_before_skip: int = 1, num_after_skip: int = 2, num_output_layers: int = 3,
@@ -266,19 +287,25 @@ class DimeNetPlusPlus(AtomisticModel):
         act = atomistic_activation(activation or "swish")
         self.cutoff, self.max_neighbors, self.max_z = float(cutoff), int(max_neighbors), int(max_z)
         self.direct_forces = bool(direct_forces)
-        self.units = nn.ModuleList(
-            [DimeNetEmbedding(hidden, out_emb_channels, num_spherical, num_radial, cutoff, envelope_exponent,
-                              num_output_layers, max_z, act, output_initializer)]
-            + [DimeNetInteraction(hidden, int_emb_size, basis_emb_size, out_emb_channels, num_spherical,
-                                  num_radial, num_before_skip, num_after_skip, num_output_layers, act,
-                                  output_initializer) for _ in range(num_layers)])
-        self.head = DimeNetHead(hidden, self.direct_forces, act)
+        with single_threaded():  # PyG's blocks initialise their weights when built
+            self.units = nn.ModuleList(
+                [DimeNetEmbedding(hidden, out_emb_channels, num_spherical, num_radial, cutoff, envelope_exponent,
+                                  num_output_layers, max_z, act, output_initializer)]
+                + [DimeNetInteraction(hidden, int_emb_size, basis_emb_size, out_emb_channels, num_spherical,
+                                      num_radial, num_before_skip, num_after_skip, num_output_layers, act,
+                                      output_initializer) for _ in range(num_layers)])
+            self.head = DimeNetHead(hidden, self.direct_forces, act)
         self.pyg_prefixes = (("units.0.rbf.", "rbf."), ("units.0.sbf.", "sbf."), ("units.0.emb.", "emb."),
                              ("units.0.output.", "output_blocks.0."),
                              *((f"units.{b}.interaction.", f"interaction_blocks.{b - 1}.") for b in
                                range(1, num_layers + 1)),
                              *((f"units.{b}.output.", f"output_blocks.{b}.") for b in range(1, num_layers + 1)))
         self.reset_parameters()
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """:meth:`AtomisticModel.reset_parameters` on one thread (:func:`single_threaded`)."""
+        with single_threaded():
+            super().reset_parameters(seed)
 
     def pipeline_boundary(self) -> dict:
         """The radial basis ``rbf`` (it depends on the learnable Bessel frequencies of unit 0, so it travels), the

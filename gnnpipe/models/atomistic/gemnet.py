@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -59,7 +59,7 @@ def scaled_silu(x: Tensor) -> Tensor:
     return x * torch.sigmoid(x) * (1.0 / 0.6)
 
 
-def he_orthogonal_(weight: Tensor, fan_in: Optional[int] = None) -> Tensor:
+def he_orthogonal_(weight: Tensor, fan_in: int | None = None) -> Tensor:
     """In place: a random (semi-)orthogonal matrix, each output row standardised (zero mean, unit variance over
     its inputs), times ``1/√fan_in`` (He variance with decorrelated features). ``weight`` ``[out, in]`` (or
     ``[out, ...]``: flattened per output row); ``fan_in`` defaults to the inputs per output row."""
@@ -76,7 +76,7 @@ class Dense(nn.Module):
     """``act(x W^T + b)`` with a He-orthogonal ``W`` (and zero bias)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False,
-                 act: Optional[Callable[[Tensor], Tensor]] = None):
+                 act: Callable[[Tensor], Tensor] | None = None):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features, bias=bias)
         self.act = act
@@ -119,7 +119,7 @@ class ScaleFactor(nn.Module):
         self.register_buffer("scale_factor", torch.tensor(1.0, dtype=torch.float64))  # exact until cast
         self.fitting = False
 
-    def forward(self, x: Tensor, ref: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, ref: Tensor | None = None) -> Tensor:
         if self.fitting:
             with torch.no_grad():
                 var_out = float(torch.var(x.detach().double(), dim=0).mean()) if x.size(0) > 1 else 0.0
@@ -455,8 +455,8 @@ class GemNetT(AtomisticModel):
     uses_reverse_edges = True
     option_help = GEMNET_OPTION_HELP
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: int = 1, num_layers: int = 3,
-                 hidden: int = 512, dropout: float = 0.0, bias: bool = True, activation: Optional[str] = None,
+    def __init__(self, in_channels: int | None = None, out_channels: int = 1, num_layers: int = 3,
+                 hidden: int = 512, dropout: float = 0.0, bias: bool = True, activation: str | None = None,
                  num_spherical: int = 7, num_radial: int = 128, num_blocks: int = 0, emb_size_atom: int = 0,
                  emb_size_edge: int = 0, emb_size_trip: int = 64, emb_size_rbf: int = 16, emb_size_cbf: int = 16,
                  emb_size_bil_trip: int = 64, num_before_skip: int = 1, num_after_skip: int = 2,
@@ -467,11 +467,12 @@ class GemNetT(AtomisticModel):
         from .dimenet import _check_common
 
         blocks = num_blocks or num_layers
-        c = dict(num_spherical=num_spherical, num_radial=num_radial, emb_size_atom=emb_size_atom or hidden,
-                 emb_size_edge=emb_size_edge or hidden, emb_size_trip=emb_size_trip, emb_size_rbf=emb_size_rbf,
-                 emb_size_cbf=emb_size_cbf, emb_size_bil_trip=emb_size_bil_trip, num_before_skip=num_before_skip,
-                 num_after_skip=num_after_skip, num_concat=num_concat, num_atom=num_atom, cutoff=float(cutoff),
-                 envelope_exponent=envelope_exponent, max_z=max_z, direct_forces=bool(direct_forces))
+        c = {"num_spherical": num_spherical, "num_radial": num_radial, "emb_size_atom": emb_size_atom or hidden,
+             "emb_size_edge": emb_size_edge or hidden, "emb_size_trip": emb_size_trip, "emb_size_rbf": emb_size_rbf,
+             "emb_size_cbf": emb_size_cbf, "emb_size_bil_trip": emb_size_bil_trip,
+             "num_before_skip": num_before_skip, "num_after_skip": num_after_skip, "num_concat": num_concat,
+             "num_atom": num_atom, "cutoff": float(cutoff), "envelope_exponent": envelope_exponent, "max_z": max_z,
+             "direct_forces": bool(direct_forces)}
         positive = {k: c[k] for k in ("num_radial", "emb_size_atom", "emb_size_edge", "emb_size_trip",
                                       "emb_size_rbf", "emb_size_cbf", "emb_size_bil_trip", "envelope_exponent",
                                       "max_z")}
@@ -500,6 +501,15 @@ class GemNetT(AtomisticModel):
         self.scale_file = str(scale_file or "")
         if self.scale_file:
             self.load_scale_factors(self.scale_file)
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """:meth:`AtomisticModel.reset_parameters` on one thread: the He-orthogonal initialisation's QR
+        factorisations (about a hundred of ``emb_size_edge``² matrices) take seconds on several OpenMP threads of a
+        busy machine (:func:`~.dimenet.single_threaded`)."""
+        from .dimenet import single_threaded
+
+        with single_threaded():
+            super().reset_parameters(seed)
 
     # ------------------------------------------------------------------ scale factors
     def scale_factors(self) -> dict[str, ScaleFactor]:
