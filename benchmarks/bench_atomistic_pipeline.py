@@ -93,13 +93,13 @@ def _fixed_batches(batch, steps: int = 1):
 
 
 def _rank_memory(rank, world, cfg):
-    from gnnpipe.tasks.s2ef import pipeline as P
+    from gnnpipe.tasks.s2ef import trainer as P
 
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
-    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    tr = P.S2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     _fixed_batches(list(range(cfg.batch_size)))
-    tr.train_step(0)
+    tr.train_epoch(0)
     return {"bytes": _state_bytes(tr), "bounds": tr.bounds, "params": sum(p.numel() for p in tr.params)}
 
 
@@ -112,11 +112,11 @@ def _rank_peak(rank, world, cfg):
     from bench_graph_parallel import _status
 
     from gnnpipe.core.runtime.metrics import bound_heap_retention
-    from gnnpipe.tasks.s2ef import pipeline as P
+    from gnnpipe.tasks.s2ef import trainer as P
 
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
-    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    tr = P.S2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         bound_heap_retention(int(os.environ["MALLOC_MMAP_THRESHOLD_"]))
     _fixed_batches(list(range(cfg.batch_size)), steps=2)
@@ -124,19 +124,19 @@ def _rank_peak(rank, world, cfg):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     floor = _status("VmRSS")
-    tr.train_step(0)
+    tr.train_epoch(0)
     return {"peak": _status("VmHWM") - floor, "floor": floor, "bounds": tr.bounds}
 
 
 def _rank_timing(rank, world, cfg, steps, malloc="system"):
     """``steps`` training steps of the pipeline on one fixed batch; per step: wall, idle (receive waits), and the
     mean duration of each action kind on this rank."""
-    from gnnpipe.tasks.s2ef import pipeline as P
+    from gnnpipe.tasks.s2ef import trainer as P
 
     torch.set_num_threads(1)
     set_allocator(malloc)
     structures, splits, norm = _data(cfg)
-    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    tr = P.S2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     st, ex = tr.pipe_stage, tr.executor
     spans: dict[str, list[float]] = {"F": [], "B": [], "STEP": []}  # the stage's compute
     # (kind, action, start, end, receive wait inside it, the rank's receive waits so far) on the shared clock;
@@ -184,7 +184,7 @@ def _rank_timing(rank, world, cfg, steps, malloc="system"):
         sched["s"] = 0.0
         torch.distributed.barrier()
         t0 = time.perf_counter()
-        rec = tr.train_step(i)
+        rec = tr.train_epoch(i)
         wall = time.perf_counter() - t0
         # each action's time on the rank: from the end of the one before (the schedule's start for the first) to
         # its end, less the receive waits in between: its compute, posting its send and the next action's receive,
@@ -215,7 +215,7 @@ def _timed_steps(tr, steps):
     walls, cpus = [], []
     for i in range(steps):
         t0, c0 = time.perf_counter(), time.thread_time()
-        tr.train_step(i)
+        tr.train_epoch(i)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.thread_time() - c0)
     return walls, cpus
@@ -234,11 +234,11 @@ def _single_step(cfg, steps, threads):
 def _chunked_single_step(cfg, steps):
     """The single process stepping through the same micro-batches in turn (one stage, ``cfg.chunks`` chunks:
     gradients accumulated, one optimizer step): the pipeline's work without its parallelism."""
-    from gnnpipe.tasks.s2ef import pipeline as P
+    from gnnpipe.tasks.s2ef import trainer as P
 
     torch.set_num_threads(1)
     structures, splits, norm = _data(cfg)
-    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=0, world=1)
+    tr = P.S2EFTrainer(cfg, structures, splits, norm, rank=0, world=1)
     _fixed_batches(list(range(cfg.batch_size)))
     return _timed_steps(tr, steps)
 

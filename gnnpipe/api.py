@@ -113,7 +113,7 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
     from .costmodel import atomistic as A
     from .costmodel.hardware import Hardware, load_hardware, local_hardware
     from .errors import ConfigError
-    from .tasks.s2ef.trainer import make_model
+    from .tasks.s2ef.build import make_model
 
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")

@@ -39,17 +39,18 @@ LAYERS = {
 #: probe at the bottom, unit timing, then what is built on it, the link probe (it runs a pipeline), the whole profile.
 INNER_LAYERS = {
     "gnnpipe.core": {
-        "settings": 0, "ops": 0,
+        "settings": 0, "ops": 0, "grid": 0,
         "runtime": 1,
         "run": 2,
         "training": 3,
     },
     "gnnpipe.costmodel.profile": {
-        "record": 0, "contention": 0,
-        "units": 1,
-        "memory": 2, "overhead": 2,
-        "link": 3,
-        "measure": 4,
+        "robust": 0,
+        "record": 1, "contention": 1,
+        "units": 2,
+        "memory": 3, "overhead": 3,
+        "link": 4,
+        "measure": 5,
     },
 }
 CORE_LAYERS = INNER_LAYERS["gnnpipe.core"]

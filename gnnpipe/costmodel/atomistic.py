@@ -57,6 +57,7 @@ from typing import Any
 import attrs
 
 from ..core.ops.graph_parallel import plan_hook_bytes, reduces_locally
+from ..models.atomistic.cost import HookCall, UnitWidths
 
 __all__ = [
     "AtomJob",
@@ -91,98 +92,14 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class HookCall:
-    """One call of a graph-parallel hook in a model's forward.
-
-    Attributes:
-        unit: the unit that calls it (0: the embedding, ``l``: interaction block ``l``; ``-1``: the readout).
-        hook: ``atoms_gather``, ``atoms_reduce``, ``edges_gather``, ``sum`` or ``replicated_grad``.
-        width: values per row (``sum``/``replicated_grad``: the whole tensor's values).
-        pos: its input depends on the positions (its backward runs inside ``∂E/∂pos``).
-        grad: its input needs a gradient in the loss's backward (parameters or positions requiring one).
-        forward_only: the call runs without autograd (``replicate_owned``'s gather of direct forces).
-    """
-
-    unit: int
-    hook: str
-    width: int
-    pos: bool = True
-    grad: bool = True
-    forward_only: bool = False
-
-
-def _opt(model, *names):
-    return [getattr(model, n) for n in names]
-
-
-def _readout_calls(num_structures: int, num_atoms: int, direct: bool) -> list:
-    """The readout's hook calls, the same for every triplet model: the energies' sum, then the direct forces'
-    reduce and gather or the conservative forces' all-reduce of ``∂E_r/∂pos``."""
-    if direct:
-        return [HookCall(-1, "sum", num_structures, pos=False), HookCall(-1, "atoms_reduce", 3, pos=False),
-                HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True)]
-    return [HookCall(-1, "sum", num_structures, pos=False),
-            HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False)]
-
-
 def hook_calls(model: Any, num_atoms: int, num_structures: int) -> list[HookCall]:
-    """The hook calls of one forward of ``model`` (``schnet``, ``dimenet++`` or ``gemnet-t``, either force kind)
-    on a batch of ``num_atoms`` atoms and ``num_structures`` structures, in call order (the models' code:
-    :mod:`gnnpipe.models.atomistic.schnet`, :mod:`gnnpipe.models.atomistic.dimenet`).
+    """The hook calls of one forward of ``model`` on a batch of ``num_atoms`` atoms and ``num_structures`` structures,
+    in call order: what the model says of itself (:meth:`~gnnpipe.models.atomistic.AtomisticModel.hook_calls`).
 
     Raises:
-        ConfigError: a model whose hook calls are not described here.
+        ModelDescriptionError: a model that does not describe them.
     """
-    from ..errors import ConfigError
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-    from ..models.atomistic.gemnet import GemNetT
-    from ..models.atomistic.schnet import SchNet
-
-    direct = bool(getattr(model, "direct_forces", False))
-    calls: list[HookCall] = []
-    L = len(model.units) - 1
-    if isinstance(model, SchNet):
-        F = model.units[1].interaction.conv.lin1.out_features if L else 0
-        H = model.head.lin1.in_features
-        for b in range(1, L + 1):
-            # block 1 gathers lin1(embedding(z)): parameters only; later blocks read h, which depends on pos
-            calls.append(HookCall(b, "atoms_gather", F, pos=(b > 1) and not direct))
-            calls.append(HookCall(b, "atoms_reduce", F, pos=not direct))
-        calls.append(HookCall(-1, "sum", num_structures, pos=False))
-        if direct:
-            calls.append(HookCall(-1, "atoms_gather", H, pos=False))
-            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
-            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
-        else:
-            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
-        return calls
-    if isinstance(model, DimeNetPlusPlus):
-        emb = model.units[0]
-        H = emb.emb.lin.out_features
-        I = model.units[1].interaction.lin_down.out_features if L else 0
-        c = not direct
-        calls += [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
-                  HookCall(0, "atoms_gather", H, pos=False),  # the embedding of z
-                  HookCall(0, "atoms_reduce", H, pos=c)]  # output block 0
-        for b in range(1, L + 1):
-            calls += [HookCall(b, "edges_gather", I, pos=c), HookCall(b, "atoms_reduce", H, pos=c)]
-        return calls + _readout_calls(num_structures, num_atoms, direct)
-    if isinstance(model, GemNetT):
-        z = _gemnet_sizes(model)
-        A, Ed, c = z["A"], z["Ed"], not direct
-        calls += [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
-                  HookCall(0, "atoms_gather", A, pos=False),  # the atom embedding of z
-                  HookCall(0, "atoms_reduce", Ed, pos=c)]  # output block 0
-        for b in range(1, L + 1):
-            calls += [HookCall(b, "edges_gather", z["Tr"], pos=c),  # the triplets' in-edges
-                      HookCall(b, "edges_gather", z["Bil"], pos=c),  # the reverse edges' aggregates
-                      HookCall(b, "atoms_reduce", Ed, pos=c),  # the atom update
-                      HookCall(b, "atoms_gather", A, pos=c),  # the edge-atom concatenation
-                      HookCall(b, "atoms_reduce", Ed, pos=c)]  # the output block
-        return calls + _readout_calls(num_structures, num_atoms, direct)
-    raise ConfigError(f"the atomistic cost model describes schnet, dimenet++ and gemnet-t; {type(model).__name__} has no "
-                      "description of its hook calls (add one to gnnpipe.costmodel.atomistic.hook_calls)")
+    return model.hook_calls(num_atoms, num_structures)
 
 
 def _step(model: Any, plan: Any, num_structures: int, mode: str, element_size: int, backend: str, atoms_reduce: str,
@@ -228,7 +145,7 @@ def step_bytes(model: Any, plan: Any, *, num_structures: int, mode: str = "allga
 
     Returns:
         per rank, ``{unit: bytes}`` (unit ``-1``: the readout's energy and force reductions; with direct forces
-        also the trainer's gather of the owned forces, :func:`gnnpipe.tasks.s2ef.graph_parallel.replicate_owned`).
+        also the trainer's gather of the owned forces, :func:`gnnpipe.tasks.s2ef.layout.replicate_owned`).
     """
     return [per for per, _ in _step(model, plan, num_structures, mode, element_size, backend, atoms_reduce,
                                     training)]
@@ -241,42 +158,6 @@ def step_collectives(model: Any, plan: Any, *, num_structures: int, mode: str = 
 
 
 # ---------------------------------------------------------------------------------------------- model sizes
-@attrs.frozen
-class UnitWidths:
-    """Values per element of one unit (activation widths) or multiply-adds per element (work).
-
-    Attributes:
-        edge: per edge the unit's rank owns. triplet: per owned triplet. atom: per owned atom. read_edge: per edge
-        row the rank's triplets read (``E_read``: all ``E`` edges in ``allgather`` mode, the owned and halo rows in
-        ``halo`` mode; DimeNet++'s spherical basis is computed on them). padded: per slot of the rank's triplets
-        padded per edge (``E_r · K_r``, ``K_r`` the most triplets of an owned edge: GemNet's bilinear layer;
-        :func:`padded_slots`).
-    """
-
-    edge: float = 0.0
-    triplet: float = 0.0
-    atom: float = 0.0
-    read_edge: float = 0.0
-    padded: float = 0.0
-
-    def total(self, edges: float, triplets: float, atoms: float, read_edges: float | None = None,
-              padded: float | None = None) -> float:
-        """``Σ width × count``; ``read_edges`` defaults to ``edges`` (a single process reads its own edges),
-        ``padded`` to ``triplets``."""
-        read = edges if read_edges is None else read_edges
-        pad = triplets if padded is None else padded
-        return (self.edge * edges + self.triplet * triplets + self.atom * atoms + self.read_edge * read
-                + self.padded * pad)
-
-    def __add__(self, other: UnitWidths) -> UnitWidths:
-        return UnitWidths(self.edge + other.edge, self.triplet + other.triplet, self.atom + other.atom,
-                          self.read_edge + other.read_edge, self.padded + other.padded)
-
-    def __sub__(self, other: UnitWidths) -> UnitWidths:
-        return UnitWidths(self.edge - other.edge, self.triplet - other.triplet, self.atom - other.atom,
-                          self.read_edge - other.read_edge, self.padded - other.padded)
-
-
 def padded_slots(plan: Any) -> list[int]:
     """Per rank of ``plan``, ``E_r · K_r``: the owned edges times the most triplets one of them updates (the
     per-edge padding of GemNet's bilinear layer)."""
@@ -289,101 +170,16 @@ def padded_slots(plan: Any) -> list[int]:
     return out
 
 
-def _dimenet_sizes(model) -> dict:
-    emb, L = model.units[0], len(model.units) - 1
-    out = emb.output
-    sizes = {"H": emb.emb.lin.out_features, "R": emb.rbf.freq.numel(), "S": emb.sbf.num_spherical,
-             "O": out.lin_up.out_features, "n_out": len(out.lins), "L": L}
-    if L:
-        ib = model.units[1].interaction
-        sizes.update(I=ib.lin_down.out_features, B=ib.lin_rbf1.out_features, before=len(ib.layers_before_skip),
-                     after=len(ib.layers_after_skip))
-    else:
-        sizes.update(I=0, B=0, before=0, after=0)
-    return sizes
-
-
-def _gemnet_sizes(model) -> dict:
-    c = model.config
-    return {"A": c["emb_size_atom"], "Ed": c["emb_size_edge"], "Tr": c["emb_size_trip"], "Rb": c["emb_size_rbf"],
-            "Cb": c["emb_size_cbf"], "Bil": c["emb_size_bil_trip"], "R": c["num_radial"], "S": c["num_spherical"],
-            "before": c["num_before_skip"], "after": c["num_after_skip"], "concat": c["num_concat"],
-            "atom": c["num_atom"], "L": len(model.units) - 1, "direct": bool(model.direct_forces)}
-
-
-def _schnet_sizes(model) -> dict:
-    L = len(model.units) - 1
-    conv = model.units[1].interaction.conv if L else None
-    return {"H": model.head.lin1.in_features, "F": conv.lin1.out_features if conv else 0,
-            "G": model.units[0].distance_expansion.offset.numel(), "L": L}
-
-
 def activation_widths(model: Any) -> list[UnitWidths]:
     """Per unit, the values its forward keeps for the backward, per owned edge, triplet and atom (the readout's
-    atoms added to the last unit), counted from the models' code: each linear map's input, each activation's
-    input and sigmoid (swish) or input (softplus), each product's factors; tensors shared between units (the
-    bases, a unit's input that the previous unit counted as its output) once. See the module docstring (κ).
-
-    DimeNet++ (``H`` hidden, ``I`` int_emb_size, ``B`` basis_emb_size, ``R`` num_radial, ``S`` num_spherical,
-    ``O`` out_emb_channels, ``n`` output layers, ``b``/``a`` residual layers before/after the skip), per interaction
-    block: edge ``(14 + 6b + 6a)·H + B + 3I``, triplet ``2I + B``, atom ``H + (3n + 1)·O``; the embedding: edge
-    ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``10·SR`` (the
-    spherical basis's radial part, sympy-derived Bessel functions of each order on all its roots: 10 kept values
-    per function, counted with autograd's saved-tensor hooks), triplet ``2SR + 9S + 2`` (angles, the angular part:
-    ~9 per degree, counted so). SchNet (``H`` hidden, ``F`` filters, ``G`` Gaussians), per block: edge ``5F + 4``,
-    atom ``3H + F``; the embedding: edge ``3G + 4``, atom ``H``; readout atom ``2H``. A pipeline stage's widths:
-    :func:`stage_widths`.
+    atoms added to the last unit), as the model counts them
+    (:meth:`~gnnpipe.models.atomistic.AtomisticModel.activation_widths`; κ of the module docstring scales them). A
+    pipeline stage's widths: :func:`stage_widths`.
 
     Raises:
-        ConfigError: a model other than schnet / dimenet++.
+        ModelDescriptionError: a model that does not describe them.
     """
-    from ..errors import ConfigError
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-    from ..models.atomistic.gemnet import GemNetT
-    from ..models.atomistic.schnet import SchNet
-
-    if isinstance(model, DimeNetPlusPlus):
-        z = _dimenet_sizes(model)
-        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
-        SR = S * R
-        out_atom = H + (3 * n + 1) * O
-        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 10 * SR)]
-        units += [UnitWidths((14 + 6 * z["before"] + 6 * z["after"]) * H + B + 3 * I, 2 * I + B, out_atom)
-                  for _ in range(z["L"])]
-        return units
-    if isinstance(model, SchNet):
-        z = _schnet_sizes(model)
-        H, F, G = z["H"], z["F"], z["G"]
-        units = [UnitWidths(3 * G + 4, 0, H)] + [UnitWidths(5 * F + 4, 0, 3 * H + F) for _ in range(z["L"])]
-        units[-1] = units[-1] + UnitWidths(0, 0, 2 * H)
-        return units
-    if isinstance(model, GemNetT):
-        return _gemnet_widths(model)
-    raise ConfigError(f"the atomistic cost model describes schnet, dimenet++ and gemnet-t, not {type(model).__name__}")
-
-
-def _gemnet_widths(model) -> list[UnitWidths]:
-    """GemNet-T's kept values per unit (see :func:`activation_widths`), counted with autograd's saved-tensor hooks
-    (floating tensors, per storage) on the model's code: ``A``/``D`` atom/edge widths, ``Tr`` emb_size_trip, ``Rb``
-    emb_size_rbf, ``Cb`` emb_size_cbf, ``Bl`` emb_size_bil_trip, ``R`` num_radial, ``S`` num_spherical, ``b``, ``a``,
-    ``c`` residual layers before / after the skip and after the concatenation, ``n`` num_atom. Embedding: edge
-    ``5D + 2A + 4R + Rb + 9`` (geometry, Gaussian basis with its envelope, edge embedding, output block 0),
-    triplet ``3S + 10`` (the angles' cosines, the Legendre recurrence, the circular basis), atom ``D + 3A + 6nA``;
-    interaction block: edge ``(21 + 6(b + a + c))·D + 2A + 3Rb + 2Tr + Cb·S + S·Tr + Cb·Tr + 2Bl + 1``, triplet
-    ``Tr`` (the in-edges read), padded slot ``S + Tr`` (the two batched products of the bilinear layer; ``S``
-    with direct forces: the circular basis then needs no gradient), atom ``2D + 5A + 12nA``. Direct forces add
-    ``(5 + 6n)·D`` per edge to each output block and ``8`` per edge to the readout."""
-    z = _gemnet_sizes(model)
-    A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
-    force = (5 + 6 * n) * D if z["direct"] else 0
-    units = [UnitWidths(5 * D + 2 * A + 4 * R + Rb + 9 + force, 3 * S + 10, D + 3 * A + 6 * n * A)]
-    block = UnitWidths((21 + 6 * (z["before"] + z["after"] + z["concat"])) * D + 2 * A + 3 * Rb + 2 * Tr + Cb * S
-                       + S * Tr + Cb * Tr + 2 * Bl + 1 + force, Tr, 2 * D + 5 * A + 12 * n * A, 0,
-                       S + (0 if z["direct"] else Tr))
-    units += [block for _ in range(z["L"])]
-    if z["direct"]:
-        units[-1] = units[-1] + UnitWidths(8)
-    return units
+    return model.activation_widths()
 
 
 def _conservative(model: Any) -> bool:
@@ -391,24 +187,10 @@ def _conservative(model: Any) -> bool:
 
 
 def geometry_widths(model: Any, conservative: bool | None = None) -> UnitWidths:
-    """The kept values of the parameter-free geometry (edge vectors, lengths, angles, the bases computed from them)
-    that a stage running an interaction block holds: with conservative forces (``conservative``, default: the
-    model's force mode) the positions need a gradient, so autograd keeps the whole derivation (DimeNet++: edge
-    ``10``, read edge ``10·SR``, triplet ``2SR + 9S + 2``, as :func:`activation_widths` counts them in unit 0;
-    SchNet: edge ``3G + 4``); with direct forces only the bases the blocks' linear maps read (DimeNet++: the
-    spherical basis, triplet ``SR``; SchNet: the Gaussian expansion, edge ``G``)."""
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-    from ..models.atomistic.gemnet import GemNetT
-
-    cons = _conservative(model) if conservative is None else bool(conservative)
-    if isinstance(model, DimeNetPlusPlus):
-        z = _dimenet_sizes(model)
-        SR, S = z["S"] * z["R"], z["S"]
-        return UnitWidths(10, 2 * SR + 9 * S + 2, 0, 10 * SR) if cons else UnitWidths(0, SR, 0, 0)
-    if isinstance(model, GemNetT):  # edge vectors and lengths; the cosines, their Legendre recurrence
-        return UnitWidths(4, 3 * _gemnet_sizes(model)["S"] + 10) if cons else UnitWidths()
-    G = _schnet_sizes(model)["G"]
-    return UnitWidths(3 * G + 4, 0, 0) if cons else UnitWidths(G, 0, 0)
+    """The kept values of the parameter-free geometry a stage running an interaction block holds, in the force mode
+    ``conservative`` (default: the model's), as the model counts them
+    (:meth:`~gnnpipe.models.atomistic.AtomisticModel.geometry_widths`)."""
+    return model.geometry_widths(_conservative(model) if conservative is None else bool(conservative))
 
 
 def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None) -> tuple[UnitWidths, UnitWidths]:
@@ -417,15 +199,12 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
     ``kept``: the values autograd keeps (scaled by ``κ`` in :func:`rank_memory`): the units' widths
     (:func:`activation_widths`) with the geometry counted once, in its force mode (:func:`geometry_widths`), where
     the stage runs an interaction block (a later stage recomputes it); a stage holding the embedding alone keeps
-    only, with conservative forces, the edge vectors and lengths DimeNet++'s radial basis derives from. ``boundary``: the
+    only what the model says it keeps of the geometry there (:meth:`~gnnpipe.models.atomistic.AtomisticModel.embedding_stage_widths`). ``boundary``: the
     stage's received boundary tensor (kept whole: its views are the block's inputs) and its sent one (kept until
     its gradient arrives), each :func:`boundary_widths` per micro-batch; with conservative forces a stage that
     sends forward also keeps the received ``G`` seed (the boundary's gradient and 3 position-gradient values per
     atom) until ``B``; zero for a single stage.
     """
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-    from ..models.atomistic.gemnet import GemNetT
-
     units = activation_widths(model)
     n = len(units)
     cons = _conservative(model) if conservative is None else bool(conservative)
@@ -437,8 +216,8 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
         kept = kept + w
     if hi > max(lo, 1):
         kept = kept + geometry_widths(model, cons)
-    elif lo == 0 and cons and isinstance(model, (DimeNetPlusPlus, GemNetT)):  # the embedding alone: its radial
-        kept = kept + UnitWidths(geometry_widths(model, True).edge)         # basis keeps the edge geometry's derivation
+    elif lo == 0:  # the embedding alone: what it keeps of the geometry (a radial basis derived from the edges)
+        kept = kept + model.embedding_stage_widths(cons)
     bw = boundary_widths(model)
     sides = (lo > 0) + (hi < n)
     seed = (hi < n) and cons
@@ -446,36 +225,11 @@ def stage_widths(model: Any, lo: int, hi: int, conservative: bool | None = None)
 
 
 def work_weights(model: Any) -> list[UnitWidths]:
-    """Per unit, the forward's multiply-adds per owned edge, triplet and atom (linear maps: ``in·out``; element-wise
-    work: one per kept value, :func:`activation_widths`). A training step with conservative forces costs a
+    """Per unit, the forward's multiply-adds per owned edge, triplet and atom: the linear maps' (``in·out``, as the
+    model counts them, :meth:`~gnnpipe.models.atomistic.AtomisticModel.work_widths`) and one per kept value
+    (element-wise work, :func:`activation_widths`). A training step with conservative forces costs a
     model-independent multiple of it (the profile measures the seconds per unit of work)."""
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-
-    from ..models.atomistic.gemnet import GemNetT
-
-    acts = activation_widths(model)
-    if isinstance(model, DimeNetPlusPlus):
-        z = _dimenet_sizes(model)
-        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
-        out_atom = H * O + n * O * O + O
-        mac = [UnitWidths(3 * H * H + 2 * R * H, 0, out_atom)]
-        mac += [UnitWidths((3 + 2 * (z["before"] + z["after"])) * H * H + 2 * H * I + B * H + R * B + R * H,
-                           S * R * B + B * I, out_atom) for _ in range(z["L"])]
-    elif isinstance(model, GemNetT):
-        z = _gemnet_sizes(model)
-        A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
-        out_atom = D * A + 2 * n * A * A + A
-        force = (1 + 2 * n) * D * D + Rb * D + D if z["direct"] else 0
-        mac = [UnitWidths((2 * A + R) * D + 3 * R * Rb + R * Cb * S + Rb * D + force, 0, out_atom)]
-        mac += [UnitWidths((2 + 2 * (z["before"] + z["after"] + z["concat"])) * D * D + 3 * Rb * D + D * Tr
-                           + Cb * S * Tr + Cb * Tr * Bl + 2 * Bl * D + (2 * A + D) * D + force, 0,
-                           D * A + 2 * n * A * A + out_atom, 0, S * Tr) for _ in range(z["L"])]
-    else:
-        z = _schnet_sizes(model)
-        H, F, G = z["H"], z["F"], z["G"]
-        mac = [UnitWidths(0, 0, 0)] + [UnitWidths(G * F + F * F, 0, 2 * H * F + H * H) for _ in range(z["L"])]
-        mac[-1] = mac[-1] + UnitWidths(0, 0, H * H // 2)
-    return [m + a for m, a in zip(mac, acts)]
+    return [m + a for m, a in zip(model.work_widths(), activation_widths(model))]
 
 
 def num_parameters(model: Any) -> int:
@@ -981,20 +735,10 @@ GPU_FLOOR_BYTES = 2 * 2 ** 30
 
 
 def boundary_widths(model: Any) -> UnitWidths:
-    """Values per owned edge and atom crossing a stage boundary (forward; its gradient goes back): DimeNet++ the
-    edge messages ``x`` (``H``), the radial basis ``rbf`` (``R``: it depends on the learnable Bessel frequencies)
-    and the running output ``P`` (1 per atom); SchNet the atom features ``h`` (``H``). The geometry and the other
-    bases are parameter-free and recomputed by each stage."""
-    from ..models.atomistic.dimenet import DimeNetPlusPlus
-    from ..models.atomistic.gemnet import GemNetT
-
-    if isinstance(model, DimeNetPlusPlus):
-        z = _dimenet_sizes(model)
-        return UnitWidths(z["H"] + z["R"], 0, 1)
-    if isinstance(model, GemNetT):  # h, m, the shared radial projections, P (and the direct forces' F per edge)
-        z = _gemnet_sizes(model)
-        return UnitWidths(z["Ed"] + 3 * z["Rb"] + z["Cb"] * z["S"] + z["direct"], 0, z["A"] + 1)
-    return UnitWidths(0, 0, _schnet_sizes(model)["H"])
+    """Values per owned edge and atom crossing a stage boundary (forward; its gradient goes back), as the model counts
+    them (:meth:`~gnnpipe.models.atomistic.AtomisticModel.boundary_widths`); the geometry and the parameter-free
+    bases are recomputed by each stage."""
+    return model.boundary_widths()
 
 
 def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardware: Any = None, *,

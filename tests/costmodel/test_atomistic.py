@@ -47,7 +47,7 @@ def _measure(rank: int, world: int, cases: list) -> list:
     from gnnpipe.costmodel.atomistic import step_bytes
     from gnnpipe.data.atoms import build_graph
     from gnnpipe.partitioners import plan_graph_parallel
-    from gnnpipe.tasks.s2ef.graph_parallel import replicate_owned
+    from gnnpipe.tasks.s2ef.layout import replicate_owned
 
     batch = _batch()
     graphs = {rev: build_graph(batch, 3.0, 8, with_reverse=rev) for rev in (False, True)}

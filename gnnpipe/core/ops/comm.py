@@ -289,3 +289,38 @@ def max_over_ranks(values: dict[str, float], group=None) -> dict[str, float]:
     t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return {k: float(v) for k, v in zip(keys, t.tolist())}
+
+
+def all_reduce_gradients(params: list, comm: Comm, group=None, *, dtype: Optional[torch.dtype] = None,
+                         extra: Optional[Tensor] = None) -> Optional[Tensor]:
+    """Sum the gradients of ``params`` over ``group`` (``None``: the world) with one all-reduce of the flattened
+    gradients (kind ``weight``: its ring bytes are counted); a parameter without a gradient contributes zeros and
+    gets the sum. The one gradient synchronisation of every layout of every kind of work.
+
+    Args:
+        params: the parameters whose ``.grad`` is summed in place (every rank of ``group`` passes the same list).
+        comm: the byte-counting communication. group: the process group.
+        dtype: the dtype on the wire (``None``: the gradients' own); the sums are cast back to each gradient's dtype.
+        extra: a 1-element tensor summed with the gradients (a loss travelling with them: no second collective).
+
+    Returns:
+        ``extra`` summed over ``group`` (``None`` without ``extra``).
+    """
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    parts = [g.reshape(-1) if dtype is None else g.reshape(-1).to(dtype) for g in grads]
+    if extra is not None:
+        parts.append(extra.reshape(1).to(parts[0].dtype if parts else extra.dtype))
+    if not parts:
+        return None
+    flat = torch.cat(parts)
+    comm.all_reduce(flat, group=group, kind="weight")
+    off = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        summed = flat[off:off + n].view_as(g)
+        if p.grad is not None and p.grad.dtype == summed.dtype:
+            p.grad.copy_(summed)
+        else:
+            p.grad = summed.to(g.dtype).clone()
+        off += n
+    return flat[-1:] if extra is not None else None

@@ -42,12 +42,12 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing import connection as mp_connection
 from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from multiprocessing import connection as mp_connection
 
 from ...errors import ConfigError, DistributedError, GnnpipeError
 from . import stopping

@@ -13,8 +13,8 @@ from torch import Tensor
 
 from ..runtime.assemble import executor_state
 from ..settings.config import TrainConfig
-from .epochlog import EpochLogger
 from ..settings.options import RunOptions
+from .epochlog import EpochLogger
 
 
 class RunSession:

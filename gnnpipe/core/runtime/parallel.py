@@ -51,6 +51,7 @@ from torch import Tensor
 
 from ... import schedulers
 from ...models import GNNModel
+from ..grid import RankGrid
 from ..ops.aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, PeerChunkAggregate: re-exported)
     TAG_EVAL,
     TAG_HALO,
@@ -64,19 +65,17 @@ from ..ops.aggregation import (  # noqa: F401  (HaloAggregate, HaloExchange, Pee
     PeerPushOp,
     op_numbers,
 )
-from ..ops.comm import Comm
-from ..settings.config import TrainConfig
-from .execute import Executor
+from ..ops.comm import Comm, all_reduce_gradients
 from ..ops.graph import GraphOps
-from .graphfile import release_edge_pages
 from ..ops.history import PushHistory
+from ..settings.config import TrainConfig
+from .graphfile import release_edge_pages
+from .node_executor import NodeExecutor
 from .pipeline import chunk_rows, history_ops
 from .stage import Stage
 
 __all__ = [
     "HaloExchange",
-    "allreduce_grads",
-    "hybrid_rank",
     "make_graph_parallel_way",
     "make_hybrid_member",
     "send_lists",
@@ -130,30 +129,9 @@ def _way_rows(plan, w: int) -> tuple[int, int]:
     return int(plan.chunk_ptr[int(plan.way_ptr[w])]), int(plan.chunk_ptr[int(plan.way_ptr[w + 1])])
 
 
-def allreduce_grads(params: list, comm: Comm, group) -> None:
-    """Sum the gradients of ``params`` over ``group`` with one all-reduce of the flattened gradient (kind ``weight``)."""
-    if not params:
-        return
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
-    comm.all_reduce(flat, group=group, kind="weight")
-    off = 0
-    for p in params:
-        n = p.numel()
-        p.grad.copy_(flat[off: off + n].view_as(p))
-        off += n
-
-
-def hybrid_rank(way: int, stage: int, num_stages: int) -> int:
-    """Global rank of ``(way, stage)``: ``way · S + stage`` (each pipeline is a block of consecutive ranks)."""
-    return way * num_stages + stage
-
-
 # ---------------------------------------------------------------------------------------------- GP
 def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int, comm: Comm, group=None,
-                            ranks: list[int] | None = None, device: torch.device | str = "cpu") -> Executor:
+                            ranks: list[int] | None = None, device: torch.device | str = "cpu") -> NodeExecutor:
     """One way of graph-parallel training (``W`` ranks × 1 stage); see the module docstring.
 
     Args:
@@ -163,7 +141,7 @@ def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int
             (``None`` = the world). ranks: global rank of each way (default ``0 … W−1``).
 
     Returns:
-        An :class:`Executor` of a one-stage, one-chunk schedule (gpipe): forward and backward of the way's rows
+        A :class:`NodeExecutor` of a one-stage, one-chunk schedule (gpipe): forward and backward of the way's rows
         with the halo op, the weight-gradient all-reduce and one Adam step per epoch. Correctors do not apply
         (exact: no history).
     """
@@ -181,15 +159,15 @@ def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int
            for i, u in enumerate(model.units) for j, kind in enumerate(u.aggregations)}
     st = Stage(config, model, data, [0, model.num_units], 0, lambda c: (lo, hi), agg, recompute=False, device=device,
                row_range=(lo, hi))
-    return Executor(st, config=config, num_stages=1, ranks=[way], chunks=[0], scheduler=schedulers.make_scheduler("gpipe"),
-                    order_policy=schedulers.FixedOrder(), correctors=[], comm=comm, data=data,
-                    chunk_ptr=plan.chunk_ptr, sync_grads=lambda: allreduce_grads(st.params, comm, group),
-                    inference_rows=(lo, hi))
+    return NodeExecutor(st, config=config, num_stages=1, ranks=[way], chunks=[0],
+                        scheduler=schedulers.make_scheduler("gpipe"), order_policy=schedulers.FixedOrder(),
+                        correctors=[], comm=comm, data=data, chunk_ptr=plan.chunk_ptr,
+                        sync_grads=lambda: all_reduce_gradients(st.params, comm, group), inference_rows=(lo, hi))
 
 
 # ---------------------------------------------------------------------------------------------- hybrid
 def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, stage: int, scheduler, order_policy,
-                       correctors, comm: Comm, peer_group, pipe_group, device: torch.device | str = "cpu") -> Executor:
+                       correctors, comm: Comm, peer_group, pipe_group, device: torch.device | str = "cpu") -> NodeExecutor:
     """Stage ``s`` of way ``w``'s pipeline in a ``W × S`` hybrid (module docstring).
 
     Chunk ids are global (``0 … C−1``); this way's chunks are ``base … base + C/W − 1``, and the scheduler and
@@ -199,10 +177,12 @@ def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, sta
     device = torch.device(device)
     W, S = config.ways, config.stages
     data = plan.data
-    ranks = [hybrid_rank(way, s, S) for s in range(S)]
+    grid = RankGrid.of(way=W, stage=S)
+    me = grid.rank(way=way, stage=stage)
+    ranks = grid.members(("stage",), me)
     way_base = [int(plan.way_ptr[q]) for q in range(W)]
     own = range(int(plan.way_ptr[way]), int(plan.way_ptr[way + 1]))
-    peer_ranks = [hybrid_rank(q, stage, S) for q in range(W)]
+    peer_ranks = grid.members(("way",), me)
     way_of = _way_of(plan)
     chunk_of = torch.repeat_interleave(torch.arange(len(plan.chunk_ptr) - 1), plan.chunk_ptr.diff())
     peers = PeerExchange(way, W, way_base, send_lists(data.edge_index, chunk_of, way_of, W),
@@ -236,7 +216,8 @@ def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, sta
                       hist_dtype=config.torch_history_dtype)
     st = Stage(config, model, data, plan.bounds, stage, rows, agg, flush=bool(getattr(scheduler, "flush", True)),
                stash=bool(getattr(scheduler, "stash_weights", False)), device=device, row_range=(lo, hi))
-    return Executor(st, config=config, num_stages=S, ranks=ranks, chunks=own, scheduler=scheduler,
-                    order_policy=order_policy, correctors=correctors, comm=comm, data=data, chunk_ptr=plan.chunk_ptr,
-                    sync_grads=lambda: allreduce_grads(st.params, comm, peer_group), peer_chunks=peers.peer_chunks,
-                    eval_group=pipe_group, inference_rows=(lo, hi), eval_tag=TAG_EVAL + 4096)
+    return NodeExecutor(st, config=config, num_stages=S, ranks=ranks, chunks=own, scheduler=scheduler,
+                        order_policy=order_policy, correctors=correctors, comm=comm, data=data,
+                        chunk_ptr=plan.chunk_ptr, sync_grads=lambda: all_reduce_gradients(st.params, comm, peer_group),
+                        peer_chunks=peers.peer_chunks, eval_group=pipe_group, inference_rows=(lo, hi),
+                        eval_tag=TAG_EVAL + 4096)

@@ -4,7 +4,7 @@ Rank layout (one way): the rank of stage ``s`` is ``ranks[s]``. Each rank holds 
 (:class:`~gnnpipe.core.runtime.stage.Stage`), the CSR row slices of ``Â`` and ``Âᵀ`` of every chunk, and one
 :class:`~gnnpipe.core.ops.history.History` per aggregation op it owns, read and written by the history-backed
 chunk op (:class:`~gnnpipe.core.ops.aggregation.HistoryOp`). The schedule interpreter
-(:class:`~gnnpipe.core.runtime.execute.Executor`) runs the rank's row of the validated schedule every epoch:
+(:class:`~gnnpipe.core.runtime.node_executor.NodeExecutor`) runs the rank's row of the validated schedule every epoch:
 
 * ``F`` of chunk c: take ``x[R_c]`` (stage 0) or receive the boundary rows (``|R_c| × d``, with the
   shared tensor concatenated on the right, e.g. GCNII's ``h0``) from stage s−1; run the stage's units
@@ -30,11 +30,12 @@ from ...correctors import Corrector
 from ...models import GNNModel
 from ..ops.aggregation import history_op
 from ..ops.comm import Comm
-from ..settings.config import TrainConfig
-from .execute import TAG_STRIDE, Executor
 from ..ops.graph import GraphOps
 from ..ops.history import History
+from ..settings.config import TrainConfig
+from .execute import TAG_STRIDE
 from .metrics import peak_memory_bytes  # re-exported: its old place
+from .node_executor import NodeExecutor
 from .stage import Stage, make_optimizer_for
 
 
@@ -80,7 +81,7 @@ def history_ops(model: GNNModel, data, units: range, chunks: Sequence[int], rows
 
 def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: Tensor, bounds: Sequence[int],
                         stage: int, ranks: Sequence[int], scheduler, order_policy, correctors: list[Corrector],
-                        comm: Comm, eval_group=None, device: torch.device | str = "cpu") -> Executor:
+                        comm: Comm, eval_group=None, device: torch.device | str = "cpu") -> NodeExecutor:
     """This rank's executor of a one-way pipeline: stage ``stage`` of ``len(ranks)``.
 
     Args:
@@ -99,7 +100,7 @@ def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: T
                       hist_dtype=config.torch_history_dtype)
     st = Stage(config, model, data, bounds, stage, rows, ops, flush=bool(getattr(scheduler, "flush", True)),
                stash=bool(getattr(scheduler, "stash_weights", False)), device=device)
-    return Executor(st, config=config, num_stages=len(ranks), ranks=ranks, chunks=range(C), scheduler=scheduler,
+    return NodeExecutor(st, config=config, num_stages=len(ranks), ranks=ranks, chunks=range(C), scheduler=scheduler,
                     order_policy=order_policy, correctors=correctors, comm=comm, data=data, chunk_ptr=chunk_ptr,
                     eval_group=eval_group, eval_tag=TAG_STRIDE * C + 1)
 

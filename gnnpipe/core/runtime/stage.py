@@ -25,6 +25,7 @@ from ...models import GNNModel
 from ..ops.aggregation import AggregationOp, unit_aggregators
 from ..settings.config import TrainConfig
 from .metrics import masked_loss
+from .protocol import PipelineStage
 
 
 def _rng_state(device: torch.device):
@@ -48,7 +49,7 @@ def make_optimizer_for(model: GNNModel, config: TrainConfig, units: range) -> to
     return torch.optim.Adam(groups, lr=config.lr)
 
 
-class Stage:
+class Stage(PipelineStage):
     """Units ``[bounds[s], bounds[s+1])`` of a model with their aggregation ops, on this rank.
 
     Args:
@@ -134,6 +135,17 @@ class Stage:
     def histories(self) -> dict:
         """``{(unit, op index): History}`` of the ops that keep one (correctors see these)."""
         return {k: op.history for k, op in self.ops.items() if op.history is not None}
+
+    def recv_shape(self, kind: str, c: int) -> Optional[tuple[int, int]]:
+        """``[rows of chunk c, width]`` of the boundary tensor ``F`` receives from ``s − 1`` (the input rows and the
+        shared tensor) and ``B`` from ``s + 1`` (their gradient); ``None`` on the first stage's ``F`` and the last
+        stage's ``B``."""
+        lo, hi = self.rows(c)
+        if kind == "F" and not self.is_first:
+            return (hi - lo, self.input_width())
+        if kind == "B" and not self.is_last:
+            return (hi - lo, self.output_width())
+        return None
 
     def input_width(self) -> int:
         """Columns of the boundary tensor this stage receives (its input rows plus the shared tensor)."""

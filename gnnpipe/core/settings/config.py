@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import math
+from typing import Optional
 
 import attrs
 import torch

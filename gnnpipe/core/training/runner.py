@@ -12,10 +12,9 @@ import torch.distributed as dist
 
 from ...errors import ConfigError
 from ..ops.comm import Comm, collective_device
-from ..settings.config import TrainConfig, ignored_options
 from ..runtime.graphfile import release_edge_pages
 from ..runtime.metrics import peak_memory_bytes, return_free_memory
-from ..run.results import TrainResult
+from ..settings.config import TrainConfig, ignored_options
 from .trainer import epoch_loop, make_model
 
 
@@ -119,7 +118,7 @@ def plan_backend(config: TrainConfig) -> tuple[str, str]:
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
     """Chunk/partition the graph and split the layers into stages (DESIGN §4 steps 3–5)."""
-    from ...partitioners import ChunkPlan, split_layers, partition_metrics
+    from ...partitioners import ChunkPlan, partition_metrics, split_layers
 
     F, Cls = int(data.x.size(1)), num_classes_of(data)
     model = make_model(config, F, Cls)
@@ -319,7 +318,7 @@ def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
 
 
 def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
-    """Build this rank's executor (:class:`~gnnpipe.core.runtime.execute.Executor`): a pipeline stage (``W = 1``), a
+    """Build this rank's executor (:class:`~gnnpipe.core.runtime.node_executor.NodeExecutor`): a pipeline stage (``W = 1``), a
     graph-parallel way (``S = 1``) or a hybrid member. Creates the process groups of a hybrid (every rank
     creates every group, in the same order).
 
@@ -327,7 +326,8 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
         ConfigError: the world size or the plan does not match the configuration.
     """
     from ... import correctors as corr
-    from ..runtime.parallel import hybrid_rank, make_graph_parallel_way, make_hybrid_member
+    from ..grid import RankGrid
+    from ..runtime.parallel import make_graph_parallel_way, make_hybrid_member
     from ..runtime.pipeline import make_pipeline_stage
 
     if world != config.world_size:
@@ -352,12 +352,13 @@ def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
             ex = make_graph_parallel_way(config, model, plan, rank, comm, group=None, ranks=list(range(W)),
                                          device=device)
         else:
-            peer_groups = [dist.new_group([hybrid_rank(w, s, S) for w in range(W)]) for s in range(S)]
-            pipe_groups = [dist.new_group([hybrid_rank(w, s, S) for s in range(S)]) for w in range(W)]
-            way, stage = divmod(rank, S)
-            ex = make_hybrid_member(config, model, plan, way, stage, _scheduler(config),
-                                    _order_policy(config, correctors), correctors, comm, peer_groups[stage],
-                                    pipe_groups[way], device=device)
+            grid = RankGrid.of(way=W, stage=S)  # every rank creates every group, in one order
+            peer_group = grid.new_group(("way",), rank)
+            pipe_group = grid.new_group(("stage",), rank)
+            at = grid.coords(rank)
+            ex = make_hybrid_member(config, model, plan, at["way"], at["stage"], _scheduler(config),
+                                    _order_policy(config, correctors), correctors, comm, peer_group, pipe_group,
+                                    device=device)
     release_edge_pages(plan.data)  # the rows of Â are built: the edge list is not read again
     return ex
 
@@ -383,7 +384,6 @@ def _gather_epoch(stage, wall: float, loss: float, cpu: float = 0.0) -> dict:
         "cpu_s": m[:, 8].tolist(),
         "comm_s": comms,
         "idle_s": idles,
-        "cpu_s": m[:, 8].tolist(),  # thread CPU seconds of each rank's epoch (compute_s is wall-derived)
     }
 
 
@@ -398,8 +398,8 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
-    from ..runtime.assemble import gather_state
     from ..run.session import RunSession
+    from ..runtime.assemble import gather_state
 
     torch.set_num_threads(config.threads)
     stage = make_stage(config, plan, rank, world)

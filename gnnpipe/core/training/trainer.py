@@ -13,10 +13,10 @@ import torch
 
 from ...models import GNNModel, build_model
 from ...models.base import unit_seed
-from ..settings.config import DTYPES, TrainConfig, check_names
 from ..ops.graph import GraphOps
-from ..runtime.metrics import accuracies, masked_loss
 from ..run.results import LoopState, Selection, TrainResult
+from ..runtime.metrics import accuracies, masked_loss
+from ..settings.config import DTYPES, TrainConfig, check_names
 
 __all__ = ["DTYPES", "SingleProcessTrainer", "accuracies", "epoch_loop", "make_model", "make_optimizer",
            "masked_loss", "materialised_units", "resolve_config", "unit_seed"]
@@ -302,9 +302,9 @@ class SingleProcessTrainer:
     def fit(self, progress: bool = True, options=None) -> TrainResult:
         """Train; ``options`` (:class:`~gnnpipe.core.settings.options.RunOptions`) selects the weights kept in
         ``result.model``, logging and checkpoints."""
-        from ..runtime.assemble import preprocessing_of
         from ..run.checkpoint import run_meta
         from ..run.session import RunSession
+        from ..runtime.assemble import preprocessing_of
 
         torch.manual_seed(self.config.seed + 1)
         plan = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,

@@ -28,6 +28,7 @@ Public API::
     check_graph_size(structures, cutoff, max_neighbors=None, ..., available=None) -> GraphEstimate   # or raises
 """
 
+from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .generate import (
                        EMT_METALS,
                        MD17_MOLECULES,
@@ -39,10 +40,9 @@ from .generate import (
                        generated_file,
                        generated_structures,
 )
-from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, reverse_edges, split_graph, triplets
-from .sets import FORMATS, PreparedSet, StructureSet, open_structures, write_structures
-from .structures import STRUCTURE_SUFFIXES, from_atoms, read_structures, split_structures, to_atoms
+from .sets import FORMATS, PreparedSet, StructureSet, open_structures, read_structures, write_structures
+from .structures import STRUCTURE_SUFFIXES, from_atoms, split_structures, to_atoms
 from .validate import validate_structures
 
 __all__ = [

@@ -405,7 +405,7 @@ def generated_structures(kind: str = "oc20", frames: int = 200, seed: int = 0, *
     """The structures (``Data``) of :func:`generated_file`, read back from the cached file."""
     import torch
 
-    from .structures import read_structures
+    from .sets import read_structures
 
     path = generated_file(kind, frames, seed, **kwargs)
     return read_structures(path, dtype=dtype or torch.float32, require_labels=True)

@@ -22,9 +22,7 @@ results of the structure's calculator (what ``ase.io`` attaches for the keys ``e
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,7 +31,7 @@ from torch_geometric.data import Data
 from ...errors import DataValidationError
 from .validate import _finite
 
-__all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "read_structures", "split_structures", "to_atoms"]
+__all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "split_structures", "to_atoms"]
 
 #: file suffixes :func:`read_structures` reads, and the ``ase.io`` format of each
 STRUCTURE_SUFFIXES = {".xyz": "extxyz", ".extxyz": "extxyz", ".traj": "traj", ".db": "db"}
@@ -158,15 +156,6 @@ def to_atoms(data: Data):
     return atoms
 
 
-def _db_atoms(path: Path, index, energy_key: str, forces_key: str) -> list:
-    """Rows of an ASE database as ``ase.Atoms``, their labels put where :func:`from_atoms` looks."""
-    import ase.db
-
-    rows = list(ase.db.connect(str(path)).select())
-    rows = _index(rows, index, path)
-    return [_row_atoms(row, energy_key, forces_key) for row in rows]
-
-
 def _row_atoms(row, energy_key: str, forces_key: str):
     """One database row as ``ase.Atoms``, its labels put where :func:`from_atoms` looks: the energy from a key-value
     pair, the row's calculator column or its ``data`` (SchNetPack's databases keep every property there, the energy as
@@ -184,92 +173,6 @@ def _row_atoms(row, energy_key: str, forces_key: str):
     if forces is not None:
         atoms.arrays[forces_key] = np.asarray(forces, dtype=np.float64).reshape(len(atoms), -1)
     return atoms
-
-
-def _index(items: list, index, path) -> list:
-    if isinstance(index, int):
-        return [items[index]]
-    if isinstance(index, slice):
-        return items[index]
-    if isinstance(index, str):
-        from ase.io.formats import string2index
-
-        sel = string2index(index)
-        return [items[sel]] if isinstance(sel, int) else items[sel]
-    raise DataValidationError(f"{path}: index must be an int, a slice or a string like ':' or '0:10', got {index!r}")
-
-
-def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forces_key: str = "forces",
-                    index: str | int | slice = ":", dtype: torch.dtype = torch.float32,
-                    require_labels: bool = False) -> list[Data]:
-    """Read every structure of a file or folder into memory: extended XYZ ``.xyz``/``.extxyz``, ASE trajectory
-    ``.traj`` and ASE database ``.db`` through ``ase.io`` / ``ase.db``; ASE-LMDB ``.aselmdb``, fairchem LMDB
-    ``.lmdb`` and folders of such files through their lazy sets (:func:`gnnpipe.data.atoms.open_structures`). The
-    one reader of ``train`` (small sets), ``predict``, ``relax``, ``evaluate`` and the calculator's users.
-
-    Args:
-        path: the file (the suffix picks the format: :data:`STRUCTURE_SUFFIXES`,
-            :data:`gnnpipe.data.atoms.FORMATS`) or a folder of files of one format.
-        energy_key: the energy's key (eV): an ``info`` key of extended XYZ (``energy=… `` in the comment line), a
-            key-value pair or column of a database row; the default also finds what ``ase.io`` attached.
-        forces_key: the forces' key (eV/Å): a per-atom column of extended XYZ, a database row's ``forces`` or
-            ``data[forces_key]``.
-        index: which structures: ``":"`` (all), ``"0:100"``, ``-1``, a slice (ASE's convention).
-        dtype: floating dtype of the tensors.
-        require_labels: raise if a structure lacks energy or forces (training needs both).
-
-    Returns:
-        list of ``Data`` (see :func:`from_atoms`).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        DataValidationError: an unknown suffix, an unreadable file, a value that overflows in ``dtype``, or a
-            structure without labels when required.
-    """
-    from .sets import FORMATS, open_structures
-
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(2, "no such structure file or folder (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb)",
-                                str(p))
-    if p.is_dir() or p.suffix.lower() in (".aselmdb", ".lmdb"):
-        lazy = open_structures(p, energy_key=energy_key, forces_key=forces_key)
-        out = [_in_dtype(lazy[i], dtype, lazy.where(i)) for i in _index(list(range(len(lazy))), index, p)]
-        if require_labels:
-            for i, d in enumerate(out):
-                if getattr(d, "energy", None) is None or getattr(d, "forces", None) is None:
-                    raise DataValidationError(f"{lazy.where(i)} has no energy or forces label; training needs both")
-        return out
-    fmt = STRUCTURE_SUFFIXES.get(p.suffix.lower())
-    if fmt is None:
-        known = sorted(set(STRUCTURE_SUFFIXES) | set(FORMATS))
-        raise DataValidationError(f"{p}: unknown structure file suffix {p.suffix!r}; use one of {', '.join(known)} "
-                                  f"or a folder of such files (other formats: convert them with ase.io)")
-    try:
-        if fmt == "db":
-            atoms = _db_atoms(p, index, energy_key, forces_key)
-        else:
-            import ase.io
-
-            got = ase.io.read(str(p), index=index, format=fmt)
-            atoms = got if isinstance(got, list) else [got]
-    except DataValidationError:
-        raise
-    except Exception as exc:  # ase raises many kinds on a malformed file
-        raise DataValidationError(f"{p}: cannot read it as {fmt} ({type(exc).__name__}: {exc}); check that the "
-                                  f"file is {fmt} and not truncated") from exc
-    return from_atoms(atoms, energy_key=energy_key, forces_key=forces_key, dtype=dtype,
-                      require_labels=require_labels, source=f"{p.name}: structure")
-
-
-def _in_dtype(d: Data, dtype: torch.dtype, where: str) -> Data:
-    """A structure of a lazy set (float64) with its floats in ``dtype`` (overflow refused, naming it)."""
-    src, k = where.rsplit(" ", 1)
-    for name in ("pos", "cell", "energy", "forces"):
-        v = getattr(d, name, None)
-        if v is not None:
-            setattr(d, name, _cast(v.double().numpy(), dtype, int(k), src, name))
-    return d
 
 
 def split_structures(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, *,

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ...errors import ConfigError, DataValidationError
 from ..base import ACTIVATIONS, ZooModel, unit_seed
 from .comm import LOCAL, Comm
+from .cost import HookCall, ModelDescriptionError, UnitWidths
 
 State = dict  # name -> Tensor (``num_structures``: int)
 
@@ -256,6 +257,62 @@ class AtomisticModel(ZooModel):
         if any(r == "triplets" for r, _ in boundary.values()):
             rows["triplets"] = int(graph.idx_kj.numel())
         return {k: (rows[r], *tail) for k, (r, tail) in boundary.items()}
+
+    # ------------------------------------------------------------------ its own cost (what the planner asks)
+    def _undescribed(self, what: str):
+        return ModelDescriptionError(f"{type(self).__name__} does not describe its {what}, which the cost and memory "
+                                     f"models of S2EF layouts need (gnnpipe plan, --layout auto, the predicted peak); "
+                                     f"implement {what}() on the model (gnnpipe.models.atomistic.cost), or choose the "
+                                     f"layout yourself (--stages, --gp-size, --ways)")
+
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
+        """The graph-parallel hook calls of one forward on a batch of ``num_atoms`` atoms and ``num_structures``
+        structures, in call order (with the trainer's gather of direct forces).
+
+        Raises:
+            ModelDescriptionError: the model does not describe them.
+        """
+        raise self._undescribed("hook_calls")
+
+    def activation_widths(self) -> list[UnitWidths]:
+        """Per unit, the values its forward keeps for the backward, per owned edge, triplet and atom (the readout's
+        atoms added to the last unit; unit 0 holds the geometry derived with conservative forces).
+
+        Raises:
+            ModelDescriptionError: the model does not describe them.
+        """
+        raise self._undescribed("activation_widths")
+
+    def geometry_widths(self, conservative: bool) -> UnitWidths:
+        """The kept values of the parameter-free geometry (edge vectors, lengths, angles, the bases computed from
+        them) that a stage running an interaction block holds, with conservative forces (the positions need a
+        gradient: the whole derivation is kept) or direct ones (only the bases the blocks' linear maps read).
+
+        Raises:
+            ModelDescriptionError: the model does not describe them.
+        """
+        raise self._undescribed("geometry_widths")
+
+    def embedding_stage_widths(self, conservative: bool) -> UnitWidths:
+        """What a pipeline stage holding the embedding alone keeps of the geometry (default: nothing)."""
+        return UnitWidths()
+
+    def work_widths(self) -> list[UnitWidths]:
+        """Per unit, the multiply-adds of the forward's linear maps per owned edge, triplet and atom (the cost model
+        adds one per kept value for the element-wise work).
+
+        Raises:
+            ModelDescriptionError: the model does not describe them.
+        """
+        raise self._undescribed("work_widths")
+
+    def boundary_widths(self) -> UnitWidths:
+        """Values per owned edge and atom crossing a pipeline stage boundary (:meth:`pipeline_boundary`'s tensors).
+
+        Raises:
+            ModelDescriptionError: the model does not describe them.
+        """
+        raise self._undescribed("boundary_widths")
 
     def readout_energy(self, state: State, graph, comm: Comm) -> Tensor:
         """The rank's partial per-structure energies ``[B]`` (before ``comm.sum``)."""

@@ -37,6 +37,7 @@ from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .basis import bessel_normalizers, spherical_bessel_zeros, spherical_harmonics_y0, spherical_jn
 from .comm import LOCAL, Comm
+from .cost import HookCall, UnitWidths, readout_hook_calls
 
 
 @contextmanager
@@ -306,6 +307,75 @@ class DimeNetPlusPlus(AtomisticModel):
         """:meth:`AtomisticModel.reset_parameters` on one thread (:func:`single_threaded`)."""
         with single_threaded():
             super().reset_parameters(seed)
+
+    # ------------------------------------------------------------------ its own cost
+    def _sizes(self) -> dict:
+        emb, L = self.units[0], len(self.units) - 1
+        out = emb.output
+        sizes = {"H": emb.emb.lin.out_features, "R": emb.rbf.freq.numel(), "S": emb.sbf.num_spherical,
+                 "O": out.lin_up.out_features, "n_out": len(out.lins), "L": L}
+        if L:
+            ib = self.units[1].interaction
+            sizes.update(I=ib.lin_down.out_features, B=ib.lin_rbf1.out_features, before=len(ib.layers_before_skip),
+                         after=len(ib.layers_after_skip))
+        else:
+            sizes.update(I=0, B=0, before=0, after=0)
+        return sizes
+
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
+        """The embedding's gather of the edge vectors ``k→j`` and of the embedded ``z``, and output block 0's
+        reduce; per block the gather of the down-projected messages its triplets read and its output block's
+        reduce; the readout (:func:`~.cost.readout_hook_calls`)."""
+        z = self._sizes()
+        direct = bool(self.direct_forces)
+        c = not direct
+        calls = [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
+                 HookCall(0, "atoms_gather", z["H"], pos=False),  # the embedding of z
+                 HookCall(0, "atoms_reduce", z["H"], pos=c)]  # output block 0
+        for b in range(1, z["L"] + 1):
+            calls += [HookCall(b, "edges_gather", z["I"], pos=c), HookCall(b, "atoms_reduce", z["H"], pos=c)]
+        return calls + readout_hook_calls(num_structures, num_atoms, direct)
+
+    def activation_widths(self) -> list[UnitWidths]:
+        """``H`` hidden, ``I`` int_emb_size, ``B`` basis_emb_size, ``R`` num_radial, ``S`` num_spherical, ``O``
+        out_emb_channels, ``n`` output layers, ``b``/``a`` residual layers before/after the skip; per interaction
+        block: edge ``(14 + 6b + 6a)·H + B + 3I``, triplet ``2I + B``, atom ``H + (3n + 1)·O``; the embedding: edge
+        ``9H + 3R + 10`` (geometry, the radial basis, the embedding MLP, output block 0), read edge ``10·SR`` (the
+        spherical basis's radial part), triplet ``2SR + 9S + 2`` (angles, the angular part)."""
+        z = self._sizes()
+        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
+        SR = S * R
+        out_atom = H + (3 * n + 1) * O
+        units = [UnitWidths(9 * H + 3 * R + 10, 2 * SR + 9 * S + 2, out_atom, 10 * SR)]
+        units += [UnitWidths((14 + 6 * z["before"] + 6 * z["after"]) * H + B + 3 * I, 2 * I + B, out_atom)
+                  for _ in range(z["L"])]
+        return units
+
+    def geometry_widths(self, conservative: bool) -> UnitWidths:
+        """Conservative: edge ``10``, read edge ``10·SR``, triplet ``2SR + 9S + 2``; direct: the spherical basis,
+        triplet ``SR``."""
+        z = self._sizes()
+        SR, S = z["S"] * z["R"], z["S"]
+        return UnitWidths(10, 2 * SR + 9 * S + 2, 0, 10 * SR) if conservative else UnitWidths(0, SR, 0, 0)
+
+    def embedding_stage_widths(self, conservative: bool) -> UnitWidths:
+        """The embedding alone: with conservative forces its radial basis keeps the edge geometry's derivation."""
+        return UnitWidths(self.geometry_widths(True).edge) if conservative else UnitWidths()
+
+    def work_widths(self) -> list[UnitWidths]:
+        z = self._sizes()
+        H, I, B, R, S, O, n = z["H"], z["I"], z["B"], z["R"], z["S"], z["O"], z["n_out"]
+        out_atom = H * O + n * O * O + O
+        mac = [UnitWidths(3 * H * H + 2 * R * H, 0, out_atom)]
+        mac += [UnitWidths((3 + 2 * (z["before"] + z["after"])) * H * H + 2 * H * I + B * H + R * B + R * H,
+                           S * R * B + B * I, out_atom) for _ in range(z["L"])]
+        return mac
+
+    def boundary_widths(self) -> UnitWidths:
+        """The edge messages ``x`` (``H``), the radial basis ``rbf`` (``R``: it depends on the learnable Bessel
+        frequencies) and the running output ``P`` (1 per atom)."""
+        z = self._sizes()
+        return UnitWidths(z["H"] + z["R"], 0, 1)
 
     def pipeline_boundary(self) -> dict:
         """The radial basis ``rbf`` (it depends on the learnable Bessel frequencies of unit 0, so it travels), the

@@ -64,6 +64,7 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
 from .comm import LOCAL, Comm
+from .cost import HookCall
 from .gemnet import radial_envelope
 from .so3 import edge_rotation, m_major_degrees, m_major_index, num_coefficients, s2_grid_matrices, wigner_d
 
@@ -484,10 +485,9 @@ class ESCNMD(AtomisticModel):
     def stage_geometry(self, state, graph, comm: Comm = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
-    def hook_calls(self, num_atoms: int, num_structures: int) -> list[dict]:
-        """The graph-parallel hook calls of one forward (with the trainer's gather of direct forces), in call order,
-        as ``{"unit", "hook", "width", "pos", "grad", "forward_only"}`` (the fields of the atomistic cost model's
-        ``HookCall``; ``unit`` −1: the readout; ``width``: values per row, or of the whole tensor for ``sum`` /
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
+        """The graph-parallel hook calls of one forward (with the trainer's gather of direct forces), in call order
+        (``unit`` −1: the readout; ``width``: values per row, or of the whole tensor for ``sum`` /
         ``replicated_grad``; ``pos``: the input depends on the positions with conservative forces; ``grad``: it needs
         a gradient; ``forward_only``: no autograd). A pipeline stage after the first gathers ``elem`` once more
         (:meth:`stage_geometry`)."""
@@ -495,8 +495,7 @@ class ESCNMD(AtomisticModel):
         row, cons = num_coefficients(c["lmax"]) * c["sphere_channels"], not self.direct_forces
 
         def call(unit, hook, width, pos=True, grad=True, forward_only=False):
-            return {"unit": unit, "hook": hook, "width": int(width), "pos": pos, "grad": grad,
-                    "forward_only": forward_only}
+            return HookCall(unit, hook, int(width), pos=pos, grad=grad, forward_only=forward_only)
 
         calls = [call(0, "atoms_gather", 2 * c["edge_channels"], pos=False),  # the element embeddings
                  call(0, "atoms_reduce", row, pos=cons)]                     # the edge-degree embedding

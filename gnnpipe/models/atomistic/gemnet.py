@@ -50,6 +50,7 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
 from .comm import LOCAL, Comm
+from .cost import HookCall, UnitWidths, readout_hook_calls
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -575,6 +576,80 @@ class GemNetT(AtomisticModel):
                 f.fitting = False
             self.train(was)
         return self.scale_factor_values()
+
+    # ------------------------------------------------------------------ its own cost
+    def _sizes(self) -> dict:
+        c = self.config
+        return {"A": c["emb_size_atom"], "Ed": c["emb_size_edge"], "Tr": c["emb_size_trip"], "Rb": c["emb_size_rbf"],
+                "Cb": c["emb_size_cbf"], "Bil": c["emb_size_bil_trip"], "R": c["num_radial"], "S": c["num_spherical"],
+                "before": c["num_before_skip"], "after": c["num_after_skip"], "concat": c["num_concat"],
+                "atom": c["num_atom"], "L": len(self.units) - 1, "direct": bool(self.direct_forces)}
+
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
+        """The embedding's gathers (edge vectors ``k→j``, the atom embedding) and output block 0's reduce; per block
+        the gathers of the triplets' in-edges and the reverse edges' aggregates, the atom update's reduce, the
+        edge-atom concatenation's gather and the output block's reduce; the readout
+        (:func:`~.cost.readout_hook_calls`)."""
+        z = self._sizes()
+        A, Ed, c = z["A"], z["Ed"], not z["direct"]
+        calls = [HookCall(0, "edges_gather", 3, pos=c, grad=c),  # the edge vectors k→j (geometry)
+                 HookCall(0, "atoms_gather", A, pos=False),  # the atom embedding of z
+                 HookCall(0, "atoms_reduce", Ed, pos=c)]  # output block 0
+        for b in range(1, z["L"] + 1):
+            calls += [HookCall(b, "edges_gather", z["Tr"], pos=c),  # the triplets' in-edges
+                      HookCall(b, "edges_gather", z["Bil"], pos=c),  # the reverse edges' aggregates
+                      HookCall(b, "atoms_reduce", Ed, pos=c),  # the atom update
+                      HookCall(b, "atoms_gather", A, pos=c),  # the edge-atom concatenation
+                      HookCall(b, "atoms_reduce", Ed, pos=c)]  # the output block
+        return calls + readout_hook_calls(num_structures, num_atoms, z["direct"])
+
+    def activation_widths(self) -> list[UnitWidths]:
+        """Counted with autograd's saved-tensor hooks (floating tensors, per storage) on the model's code: ``A``/``D``
+        atom/edge widths, ``Tr`` emb_size_trip, ``Rb`` emb_size_rbf, ``Cb`` emb_size_cbf, ``Bl`` emb_size_bil_trip,
+        ``R`` num_radial, ``S`` num_spherical, ``b``, ``a``, ``c`` residual layers before / after the skip and after
+        the concatenation, ``n`` num_atom. Embedding: edge ``5D + 2A + 4R + Rb + 9`` (geometry, Gaussian basis with
+        its envelope, edge embedding, output block 0), triplet ``3S + 10`` (the angles' cosines, the Legendre
+        recurrence, the circular basis), atom ``D + 3A + 6nA``; interaction block: edge
+        ``(21 + 6(b + a + c))·D + 2A + 3Rb + 2Tr + Cb·S + S·Tr + Cb·Tr + 2Bl + 1``, triplet ``Tr`` (the in-edges
+        read), padded slot ``S + Tr`` (the two batched products of the bilinear layer; ``S`` with direct forces:
+        the circular basis then needs no gradient), atom ``2D + 5A + 12nA``. Direct forces add ``(5 + 6n)·D`` per
+        edge to each output block and ``8`` per edge to the readout."""
+        z = self._sizes()
+        A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
+        force = (5 + 6 * n) * D if z["direct"] else 0
+        units = [UnitWidths(5 * D + 2 * A + 4 * R + Rb + 9 + force, 3 * S + 10, D + 3 * A + 6 * n * A)]
+        block = UnitWidths((21 + 6 * (z["before"] + z["after"] + z["concat"])) * D + 2 * A + 3 * Rb + 2 * Tr
+                           + Cb * S + S * Tr + Cb * Tr + 2 * Bl + 1 + force, Tr, 2 * D + 5 * A + 12 * n * A, 0,
+                           S + (0 if z["direct"] else Tr))
+        units += [block for _ in range(z["L"])]
+        if z["direct"]:
+            units[-1] = units[-1] + UnitWidths(8)
+        return units
+
+    def geometry_widths(self, conservative: bool) -> UnitWidths:
+        """Conservative: the edge vectors and lengths (edge ``4``), the cosines and their Legendre recurrence
+        (triplet ``3S + 10``); direct: nothing (the blocks read no basis needing a gradient)."""
+        return UnitWidths(4, 3 * self._sizes()["S"] + 10) if conservative else UnitWidths()
+
+    def embedding_stage_widths(self, conservative: bool) -> UnitWidths:
+        """The embedding alone: with conservative forces its radial basis keeps the edge geometry's derivation."""
+        return UnitWidths(self.geometry_widths(True).edge) if conservative else UnitWidths()
+
+    def work_widths(self) -> list[UnitWidths]:
+        z = self._sizes()
+        A, D, Tr, Rb, Cb, Bl, R, S, n = (z[k] for k in ("A", "Ed", "Tr", "Rb", "Cb", "Bil", "R", "S", "atom"))
+        out_atom = D * A + 2 * n * A * A + A
+        force = (1 + 2 * n) * D * D + Rb * D + D if z["direct"] else 0
+        mac = [UnitWidths((2 * A + R) * D + 3 * R * Rb + R * Cb * S + Rb * D + force, 0, out_atom)]
+        mac += [UnitWidths((2 + 2 * (z["before"] + z["after"] + z["concat"])) * D * D + 3 * Rb * D + D * Tr
+                           + Cb * S * Tr + Cb * Tr * Bl + 2 * Bl * D + (2 * A + D) * D + force, 0,
+                           D * A + 2 * n * A * A + out_atom, 0, S * Tr) for _ in range(z["L"])]
+        return mac
+
+    def boundary_widths(self) -> UnitWidths:
+        """``h``, ``m``, the shared radial projections, ``P`` (and the direct forces' ``F`` per edge)."""
+        z = self._sizes()
+        return UnitWidths(z["Ed"] + 3 * z["Rb"] + z["Cb"] * z["S"] + z["direct"], 0, z["A"] + 1)
 
     # ------------------------------------------------------------------ the hooks of AtomisticModel
     def pipeline_boundary(self) -> dict:

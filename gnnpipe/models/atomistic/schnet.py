@@ -24,6 +24,7 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .comm import LOCAL, Comm
+from .cost import HookCall, UnitWidths
 from .dimenet import _check_common
 
 
@@ -145,6 +146,58 @@ class SchNet(AtomisticModel):
                              *((f"units.{b}.interaction.", f"interactions.{b - 1}.")
                                for b in range(1, num_layers + 1)),
                              ("head.lin1.", "lin1."), ("head.lin2.", "lin2."))
+
+    # ------------------------------------------------------------------ its own cost
+    def _sizes(self) -> dict:
+        L = len(self.units) - 1
+        conv = self.units[1].interaction.conv if L else None
+        return {"H": self.head.lin1.in_features, "F": conv.lin1.out_features if conv else 0,
+                "G": self.units[0].distance_expansion.offset.numel(), "L": L}
+
+    def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
+        """Per block the gather of ``lin1(h)`` onto the edges' sources and the reduce of the messages; the readout's
+        energy sum and the forces' all-reduce (direct: the head's gather, the reduce, the trainer's gather)."""
+        direct = bool(self.direct_forces)
+        z = self._sizes()
+        calls: list[HookCall] = []
+        for b in range(1, z["L"] + 1):
+            # block 1 gathers lin1(embedding(z)): parameters only; later blocks read h, which depends on pos
+            calls.append(HookCall(b, "atoms_gather", z["F"], pos=(b > 1) and not direct))
+            calls.append(HookCall(b, "atoms_reduce", z["F"], pos=not direct))
+        calls.append(HookCall(-1, "sum", num_structures, pos=False))
+        if direct:
+            calls.append(HookCall(-1, "atoms_gather", z["H"], pos=False))
+            calls.append(HookCall(-1, "atoms_reduce", 3, pos=False))
+            calls.append(HookCall(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
+        else:
+            calls.append(HookCall(-1, "replicated_grad", 3 * num_atoms, pos=False, grad=False))
+        return calls
+
+    def activation_widths(self) -> list[UnitWidths]:
+        """``H`` hidden, ``F`` filters, ``G`` Gaussians; per block: edge ``5F + 4``, atom ``3H + F``; the embedding:
+        edge ``3G + 4``, atom ``H``; the readout atom ``2H``."""
+        z = self._sizes()
+        H, F, G = z["H"], z["F"], z["G"]
+        units = [UnitWidths(3 * G + 4, 0, H)] + [UnitWidths(5 * F + 4, 0, 3 * H + F) for _ in range(z["L"])]
+        units[-1] = units[-1] + UnitWidths(0, 0, 2 * H)
+        return units
+
+    def geometry_widths(self, conservative: bool) -> UnitWidths:
+        """Conservative: edge ``3G + 4`` (vectors, lengths, the Gaussian expansion's derivation); direct: the
+        expansion ``G``."""
+        G = self._sizes()["G"]
+        return UnitWidths(3 * G + 4, 0, 0) if conservative else UnitWidths(G, 0, 0)
+
+    def work_widths(self) -> list[UnitWidths]:
+        z = self._sizes()
+        H, F, G = z["H"], z["F"], z["G"]
+        mac = [UnitWidths(0, 0, 0)] + [UnitWidths(G * F + F * F, 0, 2 * H * F + H * H) for _ in range(z["L"])]
+        mac[-1] = mac[-1] + UnitWidths(0, 0, H * H // 2)
+        return mac
+
+    def boundary_widths(self) -> UnitWidths:
+        """The atom features ``h`` (``H``)."""
+        return UnitWidths(0, 0, self._sizes()["H"])
 
     def pipeline_boundary(self) -> dict:
         """The owned atoms' features ``h`` only: the geometry is recomputed on each stage (:meth:`stage_geometry`)."""

@@ -1,7 +1,7 @@
 """The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
 process, data-parallel over ``--ways D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
-(``D × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.graph_parallel`), and pipelined over ``--stages S`` with ``--chunks C``
-micro-batches of structures (``D × S × G`` ranks; :mod:`~gnnpipe.tasks.s2ef.pipeline`).
+(``D × G`` ranks), and pipelined over ``--stages S`` with ``--chunks C``
+micro-batches of structures (``D × S × G`` ranks), all by one trainer (:mod:`~gnnpipe.tasks.s2ef.trainer`; the layouts: :mod:`~gnnpipe.tasks.s2ef.layout`).
 
 ``gnnpipe train --dataset FILE.extxyz --model dimenet++`` (or no ``--dataset``: a generated OC20-like set) runs
 the steps of :class:`~gnnpipe.tasks.base.Task`: :meth:`S2EF.resolve` (the model must be atomistic; its
@@ -18,15 +18,12 @@ from typing import Any, Optional
 
 import attrs
 
-from ..registry import register
 from ..base import Task
+from ..registry import register
 from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
-from .graph_parallel import check_graph_parallel, gp_plan_info
-from .graph_parallel import worker as gp_worker
+from .layout import check_graph_parallel, check_pipeline, pipelined, plan_info
 from .normalizer import EnergyNormalizer
-from .pipeline import check_pipeline, pipeline_plan_info
-from .pipeline import worker as pipe_worker
 from .trainer import SELECTION, S2EFTrainer, worker
 
 __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
@@ -87,11 +84,6 @@ def _symbol(z: int) -> str:
     return chemical_symbols[z] if 0 < z < len(chemical_symbols) else f"Z={z}"
 
 
-def _pipelined(config: Any) -> bool:
-    """Whether ``config`` asks for the S2EF pipeline (``--stages S > 1`` or ``--chunks C > 1``)."""
-    return config.stages > 1 or (config.chunks or 1) > 1
-
-
 def _model_task(name: str) -> Optional[str]:
     from ... import models
 
@@ -114,9 +106,8 @@ def check_structures_for(config: Any, structures: list, warn_isolated: bool = Fa
         DataValidationError: a singular cell; an atomic number beyond ``max_z``. ConfigError: a graph too large to
         build; no edges in any structure.
     """
-    from pathlib import Path
-
     import warnings
+    from pathlib import Path
 
     from ... import models
     from ...costmodel.predict import available_memory_bytes
@@ -293,7 +284,7 @@ class S2EF(Task):
         layout (``S × G × D`` ranks, partitioner, micro-batches, loader workers), the loss, the optimisation
         (learning rate, warm-up, decay, moving average, clipping; in epochs or steps) and the scale file loaded. A
         layout that cannot run is refused here, before anything is printed
-        (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``, ``gnnpipe.tasks.s2ef.pipeline.check_pipeline``;
+        (``gnnpipe.tasks.s2ef.layout.check_graph_parallel``, ``gnnpipe.tasks.s2ef.layout.check_pipeline``;
         outside torchrun).
 
         Raises:
@@ -304,7 +295,7 @@ class S2EF(Task):
 
         if not launch.under_torchrun():  # torchrun's ranks refuse in check(), recording the message for its summary
             check_graph_parallel(config, None)
-            if _pipelined(config):
+            if pipelined(config):
                 check_pipeline(config)
         n = len(data.structures)
         sizes = "/".join(f"{len(data.splits[k]):,}" for k in ("train", "val", "test"))
@@ -323,7 +314,7 @@ class S2EF(Task):
         workers = resolved_num_workers(config, len(data.splits["train"]))
         layout = (f"layout: S {S} × G {G} × D {D} = {S * G * D} rank{'s' if S * G * D != 1 else ''}; batch "
                   f"{config.batch_size} structures per replica (global {config.batch_size * D})")
-        if _pipelined(config):
+        if pipelined(config):
             layout += f", {config.chunks} micro-batches, scheduler {config.scheduler}"
         if G > 1:
             layout += f", graph-parallel partitioner {config.graph_parallel_partitioner} ({config.graph_parallel_mode})"
@@ -350,18 +341,17 @@ class S2EF(Task):
         return "\n".join(lines)
 
     def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
-        if _pipelined(config):
+        if pipelined(config):
             check_pipeline(config)  # before the stage bounds are computed
-            return S2EFPlan(data=data, info=pipeline_plan_info(config, data.splits))
-        return S2EFPlan(data=data, info=gp_plan_info(config, data.splits))
+        return S2EFPlan(data=data, info=plan_info(config, data.splits))
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
         """Refuse an empty training split, ``--eval-every-steps`` without a validation split
         (``gnnpipe.tasks.s2ef.steps.check_steps``, which also warns of a ``--max-steps`` beyond ``--epochs``),
         a torchrun world that is not ``--ways × --stages × --gp-size``, what
-        cannot be pipelined (``gnnpipe.tasks.s2ef.pipeline.check_pipeline``), a graph-parallel
+        cannot be pipelined (``gnnpipe.tasks.s2ef.layout.check_pipeline``), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
-        that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.graph_parallel.check_graph_parallel``).
+        that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.layout.check_graph_parallel``).
 
         Raises:
             ConfigError, UnknownComponentError: as above.
@@ -377,7 +367,7 @@ class S2EF(Task):
         check_steps(config, plan.data.splits, options)
         G = config.graph_parallel_group_size
         world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
-        if _pipelined(config):
+        if pipelined(config):
             try:
                 check_graph_parallel(config, None)
                 check_pipeline(config, world)
@@ -403,7 +393,6 @@ class S2EF(Task):
         from ...core.run import launch
         from ...core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
         from ...core.settings.options import RunOptions
-
         from .data import resolved_num_workers
 
         options = options or RunOptions()
@@ -419,16 +408,15 @@ class S2EF(Task):
         norm = d.normalizer.to_dict()
         G = config.graph_parallel_group_size
         S = config.stages
-        run_rank = pipe_worker if _pipelined(config) else worker if G == 1 else gp_worker
         if launch.under_torchrun():
             import torch.distributed as dist
 
             rank, world = launch.init_env_process_group("gloo", config.timeout_s)  # None: torch's default
-            out = run_rank(rank, world, config, d.structures, d.splits, norm, progress, options)
+            out = worker(rank, world, config, d.structures, d.splits, norm, progress, options)
             dist.barrier()
             dist.destroy_process_group()
             return _with_params(out["result"], nparams) if out else None
-        if config.ways * G == 1 and not _pipelined(config):
+        if config.ways * G == 1 and not pipelined(config):
             torch.set_num_threads(config.threads)
             return _with_params(S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(
                 progress, options, plan_info=plan.info), nparams)
@@ -440,7 +428,7 @@ class S2EF(Task):
         print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
         records = RecordCollector().start()
         try:
-            outs = launch.spawn(run_rank, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
+            outs = launch.spawn(worker, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
                                                             options, records.send_end),
                                 backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
@@ -459,7 +447,7 @@ def num_parameters(config: Any) -> int:
     import torch
 
     from ...costmodel.atomistic import num_parameters as count
-    from .trainer import make_model
+    from .build import make_model
 
     with torch.device("meta"):
         return count(make_model(config))

@@ -124,8 +124,8 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
 
     from ...costmodel.predict import available_memory_bytes
     from ...data.atoms.estimate import check_graph_size
+    from .build import graph_builder
     from .data import prepare_structures
-    from .trainer import graph_builder
 
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])

@@ -2,7 +2,7 @@
 
 On a set of millions of structures an epoch is hours, so OC20-style training is counted in optimizer steps. A
 :class:`StepLoop` rides inside the shared epoch loop (:func:`~gnnpipe.core.training.trainer.epoch_loop`): the
-executor's ``train_step(epoch)`` calls :meth:`StepLoop.begin_epoch` (where to start: the resumed batch) and
+trainer's ``train_epoch(epoch)`` calls :meth:`StepLoop.begin_epoch` (where to start: the resumed batch) and
 :meth:`StepLoop.after_step` after each optimizer step, on every rank at the same steps (all its decisions follow
 from the step count, the configuration and one all-reduced stop flag), so the collectives it triggers line up.
 

@@ -1,24 +1,39 @@
-"""S2EF training: one executor for a single process and for each of ``D`` data-parallel ranks.
+"""S2EF training: one trainer for every layout, ``D`` data-parallel replicas × ``S`` pipeline stages × ``G``
+graph-parallel ranks (:mod:`~gnnpipe.tasks.s2ef.layout`; the single process is the layout 1 × 1 × 1).
 
 Each step takes one global batch (``D × batch_size`` structures, :func:`~gnnpipe.tasks.s2ef.data.epoch_batches`);
-rank ``r`` computes the loss of its share as sums divided by the global counts (:func:`~.loss.s2ef_loss`) and
-back-propagates; the ranks' gradients are summed with one all-reduce, so every rank holds exactly the gradient of
-the global batch — the same as one process training on it (an uneven or empty share included). Then every rank
-clips, steps AdamW and updates the moving average identically, so the replicas never drift.
+replica ``d`` reads its share, and every rank computes its part of the loss as sums divided by the global batch's
+counts (:func:`~.loss.s2ef_loss`), so the gradients summed over the ranks are exactly the single process's gradient
+of the whole batch (an uneven or empty share included). How a rank computes its part is the layout's:
 
-The executor plugs into the shared runtime: :func:`~gnnpipe.core.training.trainer.epoch_loop` (progress bar, early
+* **whole model** (``S = 1``, one micro-batch): the model runs on the share — with ``G > 1`` on this rank's
+  :class:`~gnnpipe.core.ops.graph_parallel.LocalGraph` through a
+  :class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm` over the graph-parallel group (energies and
+  conservative forces come back replicated, reduced exactly once inside the model; direct forces are gathered
+  with :func:`~.layout.replicate_owned`) — and the loss is back-propagated;
+* **pipeline** (``S > 1`` or ``--chunks C > 1``): the share is cut into ``C`` micro-batches of whole structures
+  that flow through the stages' :class:`~.stage.AtomisticStage` under the schedule interpreter
+  (:class:`~gnnpipe.core.runtime.execute.Executor`; conservative forces: a second-order schedule).
+
+Then, the same in every layout (:meth:`S2EFTrainer.optimizer_step`): one all-reduce of the flattened gradients over
+the rank's gradient group (the ``D·G`` ranks holding the same units: every rank when ``S = 1``, a stage's ranks
+otherwise; :func:`~gnnpipe.core.ops.comm.all_reduce_gradients`), gradient clipping, the learning rate of the step,
+AdamW and the moving average — identically on every rank of the group, so replicas never drift. Only the first rank
+of each graph-parallel group reports the loss and the metrics, so each structure counts once.
+
+The trainer plugs into the shared runtime: :func:`~gnnpipe.core.training.trainer.epoch_loop` (progress bar, early
 stopping, selection on the validation force MAE), :class:`~gnnpipe.core.run.session.RunSession` (epoch lines, CSV,
 TensorBoard, best weights, Ctrl-C) and :mod:`gnnpipe.core.run.checkpoint` through ``checkpoint_modules``,
 ``task_state`` / ``load_task_state`` (moving average, learning-rate schedule) and ``task_meta``. Training by steps
 (``--max-steps``, ``--eval-every-steps``, ``--checkpoint-every-steps``) is :class:`~gnnpipe.tasks.s2ef.steps.StepLoop`
-inside :meth:`S2EFTrainer.train_step`, the same in every layout (:meth:`~S2EFTrainer.train_batch` is a layout's
-optimizer step, :meth:`~S2EFTrainer.flush_losses` its step losses made global).
+inside :meth:`S2EFTrainer.train_epoch`, the same in every layout.
+
+Bytes: the gradient all-reduce's under kind ``weight`` (``bytes_weight``), the graph-parallel collectives' under
+``gp`` (``bytes_gp``), the pipeline's boundary tensors under ``layer`` (``bytes_layer``), each summed over ranks.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import math
 import time
 import warnings
@@ -26,92 +41,79 @@ from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
-from ...core.settings.config import TrainConfig
+from ... import schedulers
+from ...core.ops.comm import KINDS, Comm, all_reduce_gradients
+from ...core.ops.graph_parallel import GraphParallelComm
+from ...core.run import stopping
+from ...core.run.checkpoint import run_meta
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
 from ...core.run.results import Selection, TrainResult
+from ...core.run.session import RunSession
+from ...core.runtime.execute import Executor
+from ...core.runtime.metrics import bound_heap_retention, return_free_memory
+from ...core.settings.config import TrainConfig
+from ...core.training.trainer import epoch_loop
+from ...models.atomistic import LOCAL
+from ...partitioners import plan_graph_parallel
+from .build import forward, graph_builder, make_model
 from .data import StructureLoader, epoch_batches, resolved_num_workers, share
+from .layout import pipelined, plan_info, rank_grid, replicate_owned, stage_bounds
 from .loss import S2EFMetrics, s2ef_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
+from .scaling import fit_scale_factors
+from .stage import EVAL_ENERGY_TAG, AtomisticStage, drop_weights
+from .steps import StepLoop
+
+__all__ = ["SELECTION", "S2EFTrainer", "forward", "graph_builder", "make_model", "worker"]
 
 #: S2EF model selection: the lowest validation force MAE (ties: the lower validation loss)
 SELECTION = Selection(monitor="val_force_mae", mode="min")
 
 
-def make_model(config: TrainConfig):
-    """The atomistic model of ``config`` (``layers`` interaction blocks, ``hidden`` channels, the ``cutoff``, the
-    model's own options), its weights drawn after ``torch.manual_seed(config.seed)`` (the same on every rank)."""
-    from ...models import build_model, model_options
-
-    opts = model_options(config.model)
-    kw = dict(config.model_args)
-    for name, value in (("cutoff", config.cutoff), ("direct_forces", config.direct_forces),
-                        ("max_neighbors", config.max_neighbors)):
-        if name in opts:
-            kw.setdefault(name, value)
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, 0, 1, num_layers=config.layers, hidden=config.hidden,
-                        dropout=config.dropout or 0.0, **kw)
-    return model.to(config.torch_dtype)
-
-
-def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True, with_reverse: bool = False) -> Callable:
-    """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``, each edge's
-    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet). Picklable: loader workers started
-    with ``spawn`` (inside a rank) receive it."""
-    from ...data.atoms import build_graph
-
-    return functools.partial(build_graph, cutoff=cutoff, max_neighbors=max_neighbors, with_triplets=with_triplets,
-                             with_reverse=with_reverse)
-
-
-def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:
-    """``(ê [b], F̂ [n, 3], batch)``: the model's (normalised) energies and forces of ``structures`` (the model's
-    direct head, or conservative ``−∂ê/∂pos``, differentiable again while the model trains and grad is on)."""
-    from torch_geometric.data import Batch
-
-    batch = Batch.from_data_list(structures)
-    out = model(batch, graph_fn(batch), forces=True)
-    return out["energy"].reshape(-1), out["forces"], batch
-
-
 class S2EFTrainer:
-    """The executor of one rank (``world = 1``: the single process).
+    """The trainer of one rank of any S2EF layout (``world = 1``: the single process).
 
     Args:
-        config: the resolved S2EF configuration. structures: all structures (each rank holds them all; the
+        config: the resolved S2EF configuration (``stages`` = ``S``, ``graph_parallel_group_size`` = ``G``,
+            ``chunks`` = ``C``). structures: all structures (every rank holds them all, or the same lazy set; the
             shares are chosen per step). splits: ``{"train", "val", "test"}`` index tensors.
         normalizer: the energy reference and normalisation fitted on the training split.
-        rank, world: this rank and the number of data-parallel ranks ``D`` (a process group is initialised
-            when ``world > 1``). Subclasses may place several ranks on one replica (graph parallelism,
-            :mod:`~gnnpipe.tasks.s2ef.graph_parallel`): ``replica`` / ``replicas`` say which batch share a rank
-            reads, ``reporting`` whether its loss and metrics count, :meth:`forward` how it computes them.
-        model: a pre-built model (default :func:`make_model`). graph_fn: ``batch → graph`` (default
-            :func:`graph_builder` with the config's cutoff and neighbour cap, triplets when
-            :meth:`needs_triplets`).
+        rank, world: this rank and the number of ranks ``D·S·G`` (a process group is initialised when
+            ``world > 1``; ``D = world / (S·G)``).
+        model: a pre-built model (default :func:`make_model`, its data-dependent scale factors fitted).
+        graph_fn: ``batch → graph`` (default :func:`graph_builder` with the config's cutoff and neighbour cap,
+            triplets when :meth:`needs_triplets`).
+
+    Raises:
+        ConfigError: ``S·G`` does not divide ``world``; more stages than units (:func:`~.layout.stage_bounds`).
     """
 
     log_fields = REGRESSION_CSV_FIELDS
 
-    def __init__(self, config: TrainConfig, structures: list, splits: dict, normalizer: EnergyNormalizer, *,
+    def __init__(self, config: TrainConfig, structures, splits: dict, normalizer: EnergyNormalizer, *,
                  rank: int = 0, world: int = 1, model=None, graph_fn: Optional[Callable] = None):
-        from ...core.runtime.metrics import bound_heap_retention, return_free_memory
-
         bound_heap_retention()  # weight-sized temporaries must not leave resident holes step after step
         self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
         self.rank, self.world = rank, world
-        self.replica, self.replicas, self.reporting = self.replica_of(rank, world)
+        self.grid = rank_grid(config, world)
+        at = self.grid.coords(rank)
+        self.replica, self.stage, self.g = at["replica"], at["stage"], at["gp"]
+        self.D, self.S, self.G = (self.grid.axis_size(a) for a in ("replica", "stage", "gp"))
+        self.C = config.chunks or 1
+        self.replicas, self.reporting = self.D, self.g == 0
+        #: the pipeline's schedule runs the steps (``S > 1`` or ``C > 1``); else the whole model runs on the share
+        self.pipelined = pipelined(config)
         self.device = torch.device("cpu")
         self.model = model if model is not None else make_model(config)
         if model is None:  # data-dependent initialisation (GemNet's scale factors), the same in every layout
-            from .scaling import fit_scale_factors
-
             fit_scale_factors(self.model, config, structures, splits)
-        self.units = range(len(getattr(self.model, "units", ())))
+        self.direct = bool(getattr(self.model, "direct_forces", False))
         self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(),
                                                   bool(getattr(self.model, "uses_reverse_edges", False)))
+        self.bounds = stage_bounds(self.model, self.S, config.layer_split) if self.pipelined else [0, 0]
         self.trained = self.trained_module()
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
@@ -129,20 +131,145 @@ class S2EFTrainer:
         self.epoch_losses: list[float] = []  # the global-batch loss of each step of the epoch in progress
         self._pending: list = []  # step losses not yet made global (:meth:`flush_losses`)
         self.steps_loop = None  # the run's StepLoop (:meth:`run`); None: whole epochs (a trainer driven directly)
-        from ...core.ops.comm import Comm
-
-        self.grad_comm = Comm(self.device)  # the gradient all-reduce (:meth:`_sync_grads`): its bytes, as "weight"
+        # the process groups, from the one grid: a graph-parallel group shares each structure's graph; a gradient
+        # group holds the same units (every rank when S = 1)
+        self.gp_group = self.grid.new_group(("gp",), rank)
+        self.grad_group = self.grid.new_group(("replica", "gp"), rank) if self.pipelined else None
+        self.grad_comm = Comm(self.device)  # the gradient all-reduce (:meth:`optimizer_step`), as "weight"
+        self.gp_comm = Comm(self.device)  # the graph-parallel collectives, as "gp"
+        self.comm = Comm(self.device)  # the pipeline's boundary tensors, as "layer"
         self.loader = StructureLoader(structures, self.num_workers(),
                                       self.graph_fn if self.graph_in_loader and graph_fn is None else None)
+        self.steps = 0  # optimizer steps taken (the pipeline's schedule counter)
+        if self.pipelined:
+            self.pipe_stage = AtomisticStage(self)
+            self.ranks = [self.grid.rank(replica=self.replica, stage=s, gp=self.g) for s in range(self.S)]
+            scheduler = schedulers.make_scheduler(config.scheduler, **({} if self.direct else {"second_order": True}))
+            self.executor = Executor(self.pipe_stage, num_stages=self.S, ranks=self.ranks, chunks=range(self.C),
+                                     scheduler=scheduler, order_policy=schedulers.order_policy("fixed"),
+                                     comm=self.comm)
         return_free_memory()  # what building freed (a stage's dropped weights) stays out of training's peak
 
-    #: whether the loader's workers build each step's batch and graph (the single process and data parallelism);
-    #: graph parallelism and the pipeline build them from the structures the workers read
-    graph_in_loader = True
+    # ------------------------------------------------------------------ layout
+    @property
+    def graph_in_loader(self) -> bool:
+        """Whether the loader's workers build each step's batch and graph: the whole model without graph
+        parallelism; graph parallelism builds its plan, and the pipeline one graph per step split by micro-batch,
+        from the structures the workers read."""
+        return not self.pipelined and self.G == 1
 
     def num_workers(self) -> int:
         """Loader workers of this rank (:func:`~.data.resolved_num_workers`; the launcher resolves the count once)."""
         return resolved_num_workers(self.config, len(self.splits["train"]))
+
+    def needs_triplets(self) -> bool:
+        """Whether the default graph builds triplets: when the model reads them (``uses_triplets``; SchNet does
+        not, so its steps skip the ``O(edges × neighbours)`` enumeration), and always under graph parallelism (its
+        partitioners balance the shards by triplets)."""
+        return self.config.graph_parallel_group_size > 1 or bool(getattr(self.model, "uses_triplets", True))
+
+    def trained_module(self) -> nn.Module:
+        """The module this rank trains, averages and checkpoints, its ``state_dict`` names the single-process
+        model's: the whole model, or a pipeline stage's units (and the readout on the last stage), the other
+        units' weights moved to the ``meta`` device (no storage)."""
+        if not self.pipelined:
+            return self.model
+        lo, hi = self.bounds[self.stage], self.bounds[self.stage + 1]
+        mod = nn.Module()
+        mod.units = nn.ModuleDict({str(i): self.model.units[i] for i in range(lo, hi)})
+        if self.stage == self.S - 1:
+            mod.head = self.model.head
+        else:
+            drop_weights(self.model.head)
+        for i, u in enumerate(self.model.units):
+            if not lo <= i < hi:
+                drop_weights(u)
+        return mod
+
+    def share(self, ids: Tensor) -> Tensor:
+        """This rank's part of a global batch (its replica's share)."""
+        return share(ids, self.replica, self.replicas)
+
+    def make_comm(self, graph, batch) -> Optional[GraphParallelComm]:
+        """The graph-parallel hooks of a batch's graph (``None`` with ``G = 1``): every rank of the group builds
+        the same deterministic plan (``--gp-partitioner``) and takes its local view (``--gp-mode``)."""
+        if self.G == 1:
+            return None
+        cfg = self.config
+        plan = plan_graph_parallel(graph, self.G, cfg.graph_parallel_partitioner, pos=batch.pos)
+        return GraphParallelComm(plan, group=self.gp_group, mode=cfg.graph_parallel_mode, comm=self.gp_comm,
+                                 device=self.device)
+
+    def hooks(self, mb):
+        """The graph-parallel hooks a micro-batch's model calls (the identity without graph parallelism)."""
+        return LOCAL if mb.comm is None else mb.comm
+
+    def replicate(self, rows: Tensor, mb) -> Tensor:
+        """A micro-batch's direct forces of the owned atoms as every rank of the group needs them for the loss."""
+        return rows if mb.comm is None else replicate_owned(rows, mb.comm)
+
+    def comms(self) -> list:
+        """The communication wrappers whose byte counters the epoch record reports."""
+        return [self.comm, self.gp_comm, self.grad_comm]
+
+    # ------------------------------------------------------------------ the checkpoint interface
+    def checkpoint_modules(self) -> dict:
+        return {"": self.trained}
+
+    def task_state(self) -> Optional[dict]:
+        """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
+        ``gnnpipe export --keep last`` exports (:func:`gnnpipe.core.run.checkpoint.read_weights`). Collective in a
+        pipeline: on rank 0 every stage's moving average and weights, ``None`` on the other ranks (the checkpoint
+        stores rank 0's, which every rank reads on resume)."""
+        weights = self.weights()
+        ema = self.ema.state_dict()
+        if self.pipelined and self.world > 1:
+            parts = [None] * self.world if self.rank == 0 else None
+            dist.gather_object(ema if self.replica == 0 and self.g == 0 else None, parts, dst=0)
+            if parts is None:
+                return None
+            shadow = {}
+            for p in parts:
+                if p:
+                    shadow.update(p["shadow"])
+            ema = {"updates": ema["updates"], "shadow": shadow}
+        return {"ema": ema, "schedule": self.schedule.state_dict(), "weights": weights}
+
+    def load_task_state(self, state: dict) -> None:
+        own = set(self.ema.shadow)
+        ema = state["ema"]
+        self.ema.load_state_dict({"updates": ema["updates"], "shadow": {k: v for k, v in ema["shadow"].items()
+                                                                           if k in own}})
+        self.schedule.load_state_dict(state["schedule"])
+
+    def task_meta(self) -> dict:
+        """What a model file needs to be used (:mod:`gnnpipe.tasks.s2ef.predict`): plain values only."""
+        return {"task": "s2ef", "normalizer": self.normalizer.to_dict(), "cutoff": float(self.config.cutoff),
+                "max_neighbors": int(self.config.max_neighbors), "direct_forces": bool(self.config.direct_forces)}
+
+    def weights(self) -> dict[str, Tensor]:
+        """CPU copies of the weights evaluation uses (the moving average, when kept), by ``state_dict`` names.
+        Collective in a pipeline: on rank 0 every stage's merged (the single-process ``state_dict``), elsewhere the
+        rank's own stage's. Gathered on rank 0 only: a rank holding every stage's weights (and the buffers of an
+        all-gather: ``world`` pickles of a stage) would hold far more than its stage."""
+        with self.ema.averaged(self.trained) as m:
+            own = {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
+        if not self.pipelined or self.world == 1:
+            return own
+        parts = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(own if self.replica == 0 and self.g == 0 else {}, parts, dst=0)
+        if parts is None:
+            return own
+        merged: dict[str, Tensor] = {}
+        for p in parts:
+            merged.update(p)
+        return merged
+
+    # ------------------------------------------------------------------ training
+    def _targets(self, batch) -> tuple[Tensor, Tensor, Tensor]:
+        ref = self.normalizer.reference(batch.z, batch.batch, batch.num_graphs)
+        e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
+        return e_t, batch.forces / self.normalizer.std, ref
 
     def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
         """``(B, n_free, skipped)`` of the global batch ``ids``: from the in-memory counts, or summed over the
@@ -155,93 +282,51 @@ class S2EFTrainer:
             t = t // (self.world // self.replicas)
         return int(t[0]), int(t[1]), int(t[2])
 
-    def forward_step(self, step) -> tuple[Tensor, Tensor, object]:
-        """:meth:`forward` of a loader step's structures (which finds the batch and graph its worker built)."""
-        self._step = step
-        try:
-            return self.forward(step.structures)
-        finally:
-            self._step = None
-
-    def trained_module(self) -> torch.nn.Module:
-        """The module this rank trains, averages and checkpoints (its ``state_dict`` names are the single-process
-        model's): the whole model here; a pipeline stage's units (:mod:`~gnnpipe.tasks.s2ef.pipeline`)."""
-        return self.model
-
-    def needs_triplets(self) -> bool:
-        """Whether the default graph builds triplets: when the model reads them (``uses_triplets``; SchNet does
-        not, so its steps skip the ``O(edges × neighbours)`` enumeration)."""
-        return bool(getattr(self.model, "uses_triplets", True))
-
-    # ------------------------------------------------------------------ the checkpoint interface
-    def checkpoint_modules(self) -> dict:
-        return {"": self.trained}
-
-    def task_state(self) -> dict:
-        """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
-        ``gnnpipe export --keep last`` exports (:func:`gnnpipe.core.run.checkpoint.read_weights`)."""
-        return {"ema": self.ema.state_dict(), "schedule": self.schedule.state_dict(),
-                "weights": self.weights()}  # by state_dict names, shared modules under each of their names
-
-    def load_task_state(self, state: dict) -> None:
-        self.ema.load_state_dict(state["ema"])
-        self.schedule.load_state_dict(state["schedule"])
-
-    def task_meta(self) -> dict:
-        """What a model file needs to be used (:mod:`gnnpipe.tasks.s2ef.predict`): plain values only."""
-        return {"task": "s2ef", "normalizer": self.normalizer.to_dict(), "cutoff": float(self.config.cutoff),
-                "max_neighbors": int(self.config.max_neighbors), "direct_forces": bool(self.config.direct_forces)}
-
-    def weights(self) -> dict[str, Tensor]:
-        """CPU copies of the weights evaluation uses (the moving average, when kept), by ``state_dict`` names."""
-        with self.ema.averaged(self.trained) as m:
-            return {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
-
-    # ------------------------------------------------------------------ training
-    def _targets(self, batch) -> tuple[Tensor, Tensor, Tensor]:
-        ref = self.normalizer.reference(batch.z, batch.batch, batch.num_graphs)
-        e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
-        return e_t, batch.forces / self.normalizer.std, ref
-
-    def replica_of(self, rank: int, world: int) -> tuple[int, int, bool]:
-        """``(replica, replicas, reporting)`` of ``rank`` among ``world`` ranks: here every rank is a replica."""
-        return rank, world, True
-
-    def share(self, ids: Tensor) -> Tensor:
-        """This rank's part of a global batch (its replica's share)."""
-        return share(ids, self.replica, self.replicas)
-
-    def forward(self, structures: list) -> tuple[Tensor, Tensor, object]:
-        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` (:func:`forward`; on the batch and graph a loader worker
-        built, when these are the structures of the step :meth:`forward_step` runs)."""
-        step = getattr(self, "_step", None)
+    def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object]:
+        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` with the whole model, replicated on every rank of the
+        graph-parallel group (on the batch and graph a loader worker built, when ``step`` holds them)."""
         if step is not None and step.graph is not None and structures is step.structures:
             out = self.model(step.batch, step.graph, forces=True)
             return out["energy"].reshape(-1), out["forces"], step.batch
-        return forward(self.model, structures, self.graph_fn)
+        if self.G == 1:
+            return forward(self.model, structures, self.graph_fn)
+        from torch_geometric.data import Batch
 
-    def _all_reduce(self, t: Tensor) -> Tensor:
-        if self.world > 1:
-            dist.all_reduce(t)
-        return t
+        batch = Batch.from_data_list(structures)
+        graph = self.graph_fn(batch)
+        comm = self.make_comm(graph, batch)
+        out = self.model(batch, comm.local_graph(graph), comm, forces=True)
+        forces = replicate_owned(out["forces"], comm) if self.direct else out["forces"]
+        return out["energy"].reshape(-1), forces, batch
 
-    def train_step(self, epoch: int) -> dict:
-        """One epoch of steps (from the resumed batch of a checkpoint written inside it); returns ``loss`` (mean over
-        steps of the global batch's loss), ``lr`` (of the last step), ``train_energy_mae``, ``train_force_mae`` (of
-        the training forward passes, eV and eV/Å); ``{"loss": nan}`` when the run ended inside the epoch
-        (``--max-steps``: the epoch loop then records nothing)."""
+    def train_epoch(self, epoch: int) -> dict:
+        """One epoch of steps (from the resumed batch of a checkpoint written inside it). Returns ``loss`` (mean
+        over steps of the global batch's loss), ``lr`` (of the last step), ``train_energy_mae``,
+        ``train_force_mae`` (of the training forward passes, eV and eV/Å), ``bytes_weight`` (the gradient
+        all-reduces, summed over ranks), ``cpu_s`` (per rank); with graph parallelism ``bytes_gp``,
+        ``gp_comm_s`` and ``compute_s`` (per rank, seconds); in a pipeline ``bytes_layer`` (boundary tensors),
+        ``bytes_gp`` and ``idle_s`` (per rank: seconds blocked on a peer). ``{"loss": nan}`` when the run ended
+        inside the epoch (``--max-steps``: the epoch loop then records nothing)."""
         c0, t0 = time.thread_time(), time.perf_counter()
-        self.grad_comm.reset()
+        for c in self.comms():
+            c.reset()
         if not self.epoch_steps(epoch):
             return {"loss": float("nan")}
-        totals = self.metrics.totals()
-        vec = torch.cat([totals.to(torch.float64), torch.tensor([self.grad_comm.bytes.get("weight", 0.0)],
-                                                                dtype=torch.float64)])
-        vec = self._all_reduce(vec)
-        m = self.metrics.compute(vec[:-1].to(totals.dtype))
-        out = {"loss": sum(self.epoch_losses) / max(len(self.epoch_losses), 1), "lr": self.lr,
-               "train_energy_mae": m["energy_mae"], "train_force_mae": m["force_mae"],
-               "cpu_s": [time.thread_time() - c0], "bytes_weight": round(float(vec[-1]))}
+        m = self.metrics.compute(self._all_reduce(self.metrics.totals().clone()))
+        c, gp = self.comm.counters(), self.gp_comm.counters()
+        per = torch.tensor([c["bytes_layer"], c["idle_s"], gp["bytes_gp"], gp["comm_s"], time.thread_time() - c0,
+                            self.grad_comm.counters()["bytes_weight"], time.perf_counter() - t0],
+                           dtype=torch.float64)
+        r = torch.stack(self._gather(per))
+        n = len(self.epoch_losses)
+        out = {"loss": sum(self.epoch_losses) / n if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
+               "train_force_mae": m["force_mae"], "cpu_s": r[:, 4].tolist(), "bytes_weight": round(float(r[:, 5].sum()))}
+        if self.pipelined:
+            out.update(bytes_layer=round(float(r[:, 0].sum())), idle_s=r[:, 1].tolist(),
+                       bytes_gp=round(float(r[:, 2].sum())))
+        elif self.G > 1:
+            out.update(bytes_gp=round(float(r[:, 2].sum())), gp_comm_s=r[:, 3].tolist(),
+                       compute_s=(r[:, 6] - r[:, 3]).tolist())
         if self.steps_loop is not None:
             out["time_s"] = self.steps_loop.epoch_time(t0)
         if getattr(self.config, "skip_invalid", False):
@@ -264,24 +349,34 @@ class S2EFTrainer:
         start = loop.begin_epoch(epoch) if loop is not None else 0
         steps = self.loader.iterate([self.share(train[gb]) for gb in batches[start:]])
         for j, step in zip(range(start, len(batches)), steps):
-            self._pending.append(self.train_batch(train[batches[j]], step))
+            self.train_batch(train[batches[j]], step)
             if loop is not None and loop.after_step(epoch, j, len(batches), t0):
                 return False
         self.flush_losses()
         return True
 
-    def train_batch(self, ids: Tensor, step=None) -> float:
+    def train_batch(self, ids: Tensor, step=None) -> None:
         """One optimizer step on the global batch ``ids`` (this rank computes its share, ``step``: as the loader
-        read it; ``None``: read here); returns the global batch's loss (every rank has it)."""
-        cfg = self.config
+        read it; ``None``: read here); its loss joins the step losses (:meth:`flush_losses` makes them global)."""
         if step is None:
             step = next(iter(self.loader.iterate([self.share(ids)])))
         num_structures, num_free, skip = self.global_counts(ids, step)
         self.skipped += skip
+        if self.pipelined:
+            self.pipe_stage.set_batches(self._groups(step.structures), num_structures, num_free)
+            self._pending.append(float(self.executor.train_epoch(self.steps)["loss"]))  # its STEP: optimizer_step
+        else:
+            self._whole_model_step(step, num_structures, num_free)
+        self.steps += 1
+
+    def _whole_model_step(self, step, num_structures: int, num_free: int) -> None:
+        """The whole model on this rank's share, the loss back-propagated, then :meth:`optimizer_step` with the
+        loss (made global by the gradients' all-reduce)."""
+        cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
         loss_value = torch.zeros((), dtype=torch.float64)
         if step.structures:
-            e_hat, f_hat, batch = self.forward_step(step)
+            e_hat, f_hat, batch = self.forward(step.structures, step)
             e_t, f_t, ref = self._targets(batch)
             free = ~batch.fixed
             loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
@@ -289,34 +384,80 @@ class S2EFTrainer:
             loss.backward()
             if self.reporting:
                 loss_value = loss.detach().to(torch.float64)
-            with torch.no_grad():
-                s = self.normalizer.std
-                if self.reporting:
+                with torch.no_grad():
                     self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                                        f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1),
-                                        batch.batch)
-        losses: list[float] = []
-        self._sync_grads(loss_value, losses)
-        clip_and_norm(self.params, cfg.clip_grad_norm)
+                                        f_hat.detach() * self.normalizer.std, batch.forces, free,
+                                        batch.natoms.reshape(-1), batch.batch)
+        self.epoch_losses.append(self.optimizer_step(loss_value))  # global: it travelled with the gradients
+
+    def optimizer_step(self, loss: Optional[Tensor] = None) -> Optional[float]:
+        """The step of every layout (the pipeline interpreter's ``STEP``): the gradients summed over the gradient
+        group with one all-reduce (:func:`~gnnpipe.core.ops.comm.all_reduce_gradients`; the whole model's in
+        float64 with its ``loss`` riding along, a stage's in their own dtype), clipped at the norm of the whole
+        model's gradient, the learning rate of the step, AdamW, the moving average. Returns the global ``loss``."""
+        group_size = self.D * self.G
+        if group_size > 1 and self.params:
+            summed = all_reduce_gradients(self.params, self.grad_comm, self.grad_group,
+                                          dtype=None if self.pipelined else torch.float64, extra=loss)
+        else:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            summed = loss
+        self._clip()
         self.lr = self.schedule.apply()
         self.optimizer.step()
         self.ema.update(self.trained)
-        return losses[0]
+        return None if summed is None else float(summed.reshape(-1)[0])
+
+    def _clip(self) -> None:
+        """Clip at ``--clip-grad-norm`` the norm of the whole model's gradient: this rank's own where it holds the
+        whole model; over every stage in a pipeline (each stage's squared norm counted once per rank of its
+        gradient group: ``D·G`` times)."""
+        max_norm = self.config.clip_grad_norm
+        if not self.pipelined:
+            clip_and_norm(self.params, max_norm)
+            return
+        if not max_norm:
+            return
+        sq = torch.zeros((), dtype=torch.float64)
+        for p in self.params:
+            sq += p.grad.double().square().sum()
+        if self.world > 1:
+            dist.all_reduce(sq)
+            sq /= self.D * self.G
+        coef = min(max_norm / (float(sq.sqrt()) + 1e-6), 1.0)
+        if coef < 1.0:
+            for p in self.params:
+                p.grad.mul_(coef)
 
     def flush_losses(self) -> None:
-        """Append the step losses of :meth:`train_batch` since the last call to :attr:`epoch_losses`, made global
-        (here they are already; a pipeline all-reduces them: collective)."""
-        self.epoch_losses.extend(float(v) for v in self._pending)
+        """Collective (``world > 1``): the step losses since the last call summed over the ranks (each stage's and
+        replica's part) and appended to :attr:`epoch_losses`."""
+        if not self._pending:
+            return
+        vec = self._all_reduce(torch.tensor(self._pending, dtype=torch.float64))
+        self.epoch_losses.extend(vec.tolist())
         self._pending = []
 
-    def comms(self) -> list:
-        """The communication wrappers (:class:`~gnnpipe.core.ops.comm.Comm`) whose byte counters the epoch record
-        reports (here the gradient all-reduce's; graph parallelism and the pipeline add theirs)."""
-        return [self.grad_comm]
+    def _groups(self, structures: list) -> list[list]:
+        """A replica's share (the structures a loader step read) cut into ``C`` micro-batches."""
+        return [[structures[i] for i in part.tolist()]
+                for part in torch.tensor_split(torch.arange(len(structures)), self.C)]
+
+    def _all_reduce(self, t: Tensor) -> Tensor:
+        if self.world > 1:
+            dist.all_reduce(t)
+        return t
+
+    def _gather(self, t: Tensor) -> list[Tensor]:
+        if self.world == 1:
+            return [t]
+        rows = [torch.zeros_like(t) for _ in range(self.world)]
+        dist.all_gather(rows, t)
+        return rows
 
     def _rank_sums(self) -> Tensor:
-        from ...core.ops.comm import KINDS
-
         parts = [self.metrics.totals()]
         parts += [torch.tensor([float(c.bytes.get(k, 0.0)) for k in KINDS], dtype=torch.float64) for c in self.comms()]
         return torch.cat(parts)
@@ -326,10 +467,7 @@ class S2EFTrainer:
         ``losses`` (each step's global loss), ``ranks`` (each rank's training metric sums and bytes sent, in rank
         order), ``lr``, ``time_s`` (its training seconds)."""
         self.flush_losses()
-        mine = self._rank_sums()
-        rows = [torch.zeros_like(mine) for _ in range(self.world)] if self.world > 1 else [mine]
-        if self.world > 1:
-            dist.all_gather(rows, mine)
+        rows = self._gather(self._rank_sums())
         return {"losses": list(self.epoch_losses), "ranks": [r.tolist() for r in rows], "lr": self.lr,
                 "time_s": float(time_s)}
 
@@ -337,8 +475,6 @@ class S2EFTrainer:
         """Continue the sums of a checkpoint written inside an epoch (:meth:`partial_state`): each rank its own
         (so the epoch record equals an uninterrupted run's, bit for bit); into another world size, rank 0 all of
         them (the epoch's all-reduce counts them once)."""
-        from ...core.ops.comm import KINDS
-
         self.epoch_losses = [float(v) for v in part["losses"]]
         rows = torch.tensor(part["ranks"], dtype=torch.float64)
         if len(rows) == self.world:
@@ -347,35 +483,18 @@ class S2EFTrainer:
             mine = rows.sum(0) if self.rank == 0 else torch.zeros_like(rows[0])
         n = len(S2EFMetrics.FIELDS)
         self.metrics.sums += mine[:n]
-        for i, c in enumerate(self.comms()):
-            for j, k in enumerate(KINDS):
-                if n + i * len(KINDS) + j >= len(mine):  # a checkpoint of a version that counted fewer wrappers
-                    break
-                v = float(mine[n + i * len(KINDS) + j])
-                if v:
-                    c.bytes[k] = c.bytes.get(k, 0.0) + v
+        # bytes by kind, whatever wrappers wrote them, into the wrapper that reports each kind
+        by_kind = mine[n:n + (len(mine) - n) // len(KINDS) * len(KINDS)].view(-1, len(KINDS)).sum(0)
+        owner = {"gp": self.gp_comm, "weight": self.grad_comm}
+        for k, v in zip(KINDS, by_kind.tolist()):
+            if v:
+                c = owner.get(k, self.comm)
+                c.bytes[k] = c.bytes.get(k, 0.0) + v
         self.lr = float(part["lr"])
-
-    def _sync_grads(self, loss_value: Tensor, losses: list) -> None:
-        """Every parameter's gradient (zeros where this rank had none) summed over the ranks, with the loss."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        if self.world > 1:
-            flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads] + [loss_value.reshape(1)])
-            self.grad_comm.all_reduce(flat, kind="weight")  # counts the ring's bytes (Comm)
-            off = 0
-            for p, g in zip(self.params, grads):
-                n = g.numel()
-                p.grad = flat[off:off + n].view_as(g).to(g.dtype).clone()
-                off += n
-            losses.append(float(flat[-1]))
-        else:
-            for p, g in zip(self.params, grads):
-                p.grad = g
-            losses.append(float(loss_value))
 
     def export_model(self):
         """A whole single-process model object to load the final weights into (``result.model``)."""
-        return copy.deepcopy(self.model)
+        return make_model(self.config)
 
     # ------------------------------------------------------------------ evaluation
     def eval_counts(self, ids: Tensor, parts: list) -> tuple[int, int]:
@@ -392,41 +511,98 @@ class S2EFTrainer:
             n = n // (self.world // self.replicas)
         return int(n[0]), int(n[1])
 
-    def _eval_split(self, ids: Tensor, metrics: S2EFMetrics) -> None:
+    def _eval_split(self, ids: Tensor) -> None:
+        """This rank's metric sums of the split ``ids`` into :attr:`metrics` (its share, batch by batch)."""
         cfg = self.config
-        mine = self.share(ids)
-        parts = list(mine.split(cfg.batch_size)) if len(mine) else []
+        if self.pipelined:
+            parts = [self.share(gb) for gb in ids.split(cfg.batch_size * self.replicas)]
+        else:
+            mine = self.share(ids)
+            parts = list(mine.split(cfg.batch_size)) if len(mine) else []
         num_structures, num_free = self.eval_counts(ids, parts)
-        for step in self.loader.iterate(parts):
-            if not step.structures:
-                continue
-            with torch.no_grad():
-                e_hat, f_hat, batch = self.forward_step(step)
-                if not self.reporting:
-                    continue
-                e_t, f_t, ref = self._targets(batch)
-                free = ~batch.fixed
-                loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
-                                 energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
-                s = self.normalizer.std
-                metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                               f_hat.detach() * s, batch.forces, free, batch.natoms.reshape(-1), batch.batch,
-                               loss=float(loss))
+        for k, step in enumerate(self.loader.iterate(parts)):
+            if self.pipelined:
+                self._eval_pipeline_step(step, k, num_structures, num_free)
+            elif step.structures:
+                self._eval_whole_model_step(step, num_structures, num_free)
+        if self.pipelined:
+            self.executor.comm.wait_sends()
+
+    def _eval_whole_model_step(self, step, num_structures: int, num_free: int) -> None:
+        cfg = self.config
+        with torch.no_grad():
+            e_hat, f_hat, batch = self.forward(step.structures, step)
+            if not self.reporting:
+                return
+            e_t, f_t, ref = self._targets(batch)
+            free = ~batch.fixed
+            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
+                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+            self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                                f_hat.detach() * self.normalizer.std, batch.forces, free, batch.natoms.reshape(-1),
+                                batch.batch, loss=float(loss))
+
+    def _eval_pipeline_step(self, step, k: int, num_structures: int, num_free: int) -> None:
+        """Exact inference through the stages, ``C`` micro-batches: ``F`` (and ``G`` without a graph for
+        conservative forces, whose energies the last stage then sends to stage 0); the metrics are summed where
+        energies and forces are together (direct: the last stage; conservative: stage 0)."""
+        st, ex = self.pipe_stage, self.executor
+        st.set_batches(self._groups(step.structures), num_structures, num_free, training=False)
+        st.eval_energy, st.eval_forces = {}, {}
+        for c in range(self.C):
+            ex.forward(c, k)
+        if not self.direct:
+            for c in reversed(range(self.C)):
+                ex.force_grad(c, k)
+            self._conservative_metrics(st)
+        st.ctx.clear()
+
+    def _conservative_metrics(self, st: AtomisticStage) -> None:
+        """The last stage sends its micro-batches' energies to stage 0, which adds the metrics of each."""
+        from .loss import energy_loss
+
+        if not self.reporting or not (st.is_first or st.is_last):
+            return
+        chunks = [c for c, mb in enumerate(st.mbs) if mb is not None]
+        if st.is_last and not st.is_first:
+            if chunks:
+                self.comm.isend(torch.cat([st.eval_energy[c] for c in chunks]), self.ranks[0], EVAL_ENERGY_TAG,
+                                "eval")
+            return
+        if not chunks:
+            return
+        if not st.is_last:
+            n = sum(int(st.mbs[c].batch.num_graphs) for c in chunks)
+            flat = self.comm.recv((n,), st.dtype, self.ranks[-1], EVAL_ENERGY_TAG)
+            sizes = [int(st.mbs[c].batch.num_graphs) for c in chunks]
+            st.eval_energy = dict(zip(chunks, flat.split(sizes)))
+        cfg = self.config
+        for c in chunks:
+            mb = st.mbs[c]
+            e_t = self._targets(mb.batch)[0]
+            loss = (energy_loss(st.eval_energy[c], e_t, num_structures=st.num_structures,
+                                energy_coef=cfg.energy_coef, loss_fn=cfg.loss_fn)
+                    + st.ctx[c]["force_loss"])
+            st.record(mb, st.eval_energy[c], st.eval_forces[c], float(loss.detach()))
 
     def evaluate(self, size: Optional[int] = None) -> dict:
         """Validation and test metrics with the averaged weights: ``{val,test}_loss``, ``_energy_mae`` (eV),
         ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions);
         ``size``: only the first ``size`` structures of each split (a step evaluation, ``--val-size``)."""
         out = {}
+        kept = self.metrics
         with self.ema.averaged(self.trained):
             self.model.eval()
-            ms = {k: S2EFMetrics() for k in ("val", "test")}
-            for k, m in ms.items():
-                self._eval_split(self.splits[k][:size], m)
-            sums = self._all_reduce(torch.stack([ms["val"].totals(), ms["test"].totals()]))
+            totals = []
+            for k in ("val", "test"):
+                self.metrics = S2EFMetrics()
+                self._eval_split(self.splits[k][:size])
+                totals.append(self.metrics.totals())
+            sums = self._all_reduce(torch.stack(totals))
             for j, k in enumerate(("val", "test")):
                 out[f"{k}_loss"] = float(sums[j, S2EFMetrics.FIELDS.index("loss")])
-                out.update(ms[k].compute(sums[j], prefix=f"{k}_"))
+                out.update(S2EFMetrics().compute(sums[j], prefix=f"{k}_"))
+        self.metrics = kept
         self.schedule.observe(out["val_force_mae"])
         return out
 
@@ -434,13 +610,6 @@ class S2EFTrainer:
     def run(self, progress: bool, options, *, plan_info: dict, records=None) -> TrainResult:
         """Train with the shared epoch loop and session (collective when ``world > 1``); returns this rank's
         result (``result.model``: the trained model with its ``meta`` on rank 0)."""
-        from ...core.run import stopping
-        from ...core.run.checkpoint import run_meta
-        from ...core.run.session import RunSession
-        from ...core.training.trainer import epoch_loop
-
-        from .steps import StepLoop
-
         lead = self.rank == 0
         session = RunSession(self.config, options, self, lead=lead, rank=self.rank, world=self.world,
                              plan_info=plan_info)
@@ -462,7 +631,7 @@ class S2EFTrainer:
                                       stacklevel=2)
                     result = state.result
                 else:
-                    result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress and lead,
+                    result = epoch_loop(self.config, self.train_epoch, self.evaluate, progress=progress and lead,
                                         desc=f"s2ef {self.world}x" if self.world > 1 else "s2ef", state=state,
                                         on_best=session.on_best, after_epoch=hooks, warn=lead, selection=SELECTION)
             session.finish()
@@ -481,24 +650,20 @@ class S2EFTrainer:
         return result
 
 
-def plan_info(config: TrainConfig, splits: dict) -> dict:
-    """The layout of an S2EF run (stored in results and checkpoints)."""
-    return {"task": "s2ef", "ways": config.ways, "stages": 1, "world_size": config.ways,
-            "data_parallel": config.ways, "batch_size": config.batch_size,
-            "global_batch": config.batch_size * config.ways,
-            "structures": {k: int(len(v)) for k, v in splits.items()}}
-
-
-def worker(rank: int, world: int, config: TrainConfig, structures: list, splits: dict, normalizer: dict,
+def worker(rank: int, world: int, config: TrainConfig, structures, splits: dict, normalizer: dict,
            progress: bool = True, options=None, records=None) -> Optional[dict]:
-    """The function each data-parallel rank runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank).
+    """The function each rank of any S2EF layout runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank).
 
-    Returns ``{"result": TrainResult}`` on rank 0 (its ``model`` holds the trained weights), ``None`` elsewhere.
+    Returns ``{"result": TrainResult}`` on rank 0 (its ``model`` holds the trained weights;
+    ``extra["peak_mem_bytes"]``: every rank's peak), ``None`` elsewhere.
     """
     torch.set_num_threads(config.threads)
     tr = S2EFTrainer(config, structures, splits, EnergyNormalizer.from_dict(normalizer), rank=rank, world=world)
     result = tr.run(progress, options, plan_info=plan_info(config, splits), records=records)
     peaks = [None] * world
-    dist.all_gather_object(peaks, result.extra["peak_mem_bytes"][0])
+    if world > 1:
+        dist.all_gather_object(peaks, result.extra["peak_mem_bytes"][0])
+    else:
+        peaks = result.extra["peak_mem_bytes"]
     result.extra["peak_mem_bytes"] = peaks
     return {"result": result} if rank == 0 else None

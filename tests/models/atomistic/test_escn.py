@@ -347,7 +347,7 @@ def test_the_hooks_it_calls(direct):
     expected += [("sum", (2,))] + ([] if direct else [("replicated_grad", (N, 3))])
     assert comm.calls == expected
     # the model's own description (for the cost model): the same calls and widths (direct: + the trainer's gather)
-    described = [(c["hook"], c["width"]) for c in model.hook_calls(N, 2) if not c["forward_only"]]
+    described = [(c.hook, c.width) for c in model.hook_calls(N, 2) if not c.forward_only]
     assert described == [(h, shape[1] if h not in ("sum", "replicated_grad") else math.prod(shape))
                          for h, shape in expected]
 

@@ -36,7 +36,7 @@ def _train(rank: int, world: int, batch_size: int, epochs: int = EPOCHS):
         structures, splits, norm = _data()
         tr = S2EFTrainer(_config(batch_size), structures, splits, norm, rank=rank, world=world,
                          model=PairPotential(seed=1).double(), graph_fn=graph_builder(4.0, 20))
-        recs = [tr.train_step(e) for e in range(epochs)]
+        recs = [tr.train_epoch(e) for e in range(epochs)]
     finally:
         torch.set_default_dtype(previous)
     return {"weights": {k: v.clone() for k, v in tr.model.state_dict().items()}, "ema": tr.weights(),

@@ -17,7 +17,7 @@ from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.launch import spawn
 from gnnpipe.errors import ConfigError, DistributedError, UnknownComponentError
 from gnnpipe.tasks.s2ef import trainer as T
-from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelS2EFTrainer, check_graph_parallel, grid
+from gnnpipe.tasks.s2ef.layout import check_graph_parallel, rank_grid
 from gnnpipe.tasks.s2ef.normalizer import EnergyNormalizer
 
 from .toy import emt_clusters
@@ -66,13 +66,13 @@ def _run(rank: int, world: int, cfg: TrainConfig, batches=BATCHES) -> dict:
     the weights, the epoch record and the evaluation."""
     torch.set_num_threads(1)
     structures, splits, norm = _data()
-    cls = GraphParallelS2EFTrainer if cfg.graph_parallel_group_size > 1 else T.S2EFTrainer
+    cls = T.S2EFTrainer
     tr = cls(cfg, structures, splits, norm, rank=rank, world=world)
     seen = {"pred": [], "grads": []}
     forward, step = tr.forward, tr.optimizer.step
 
-    def recording_forward(structs):
-        e, f, b = forward(structs)
+    def recording_forward(structs, *step):
+        e, f, b = forward(structs, *step)
         seen["pred"].append((e.detach().clone(), f.detach().clone()))
         return e, f, b
 
@@ -84,11 +84,15 @@ def _run(rank: int, world: int, cfg: TrainConfig, batches=BATCHES) -> dict:
     original = T.epoch_batches
     T.epoch_batches = lambda n, gb, seed, epoch: [torch.tensor(b) for b in batches]
     try:
-        rec = tr.train_step(0)
+        rec = tr.train_epoch(0)
     finally:
         T.epoch_batches = original
     ev = tr.evaluate()
     return {**seen, "rec": rec, "eval": ev, "weights": {k: v.clone() for k, v in tr.model.state_dict().items()}}
+
+
+def _replica(rank: int, G: int) -> int:
+    return rank // G
 
 
 def _close(a, b, what):
@@ -165,8 +169,8 @@ def test_two_replicas_of_two_ranks_equal_two_replicas():
     gp = spawn(_grid_run, 4, (2,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=500)
     dp = spawn(_grid_run, 2, (1,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=500)
     for r in range(4):
-        _assert_equal(gp[r], dp[grid(r, 2)[0]], preds=False)
-        for (e, f), (e0, f0) in zip(gp[r]["pred"], dp[grid(r, 2)[0]]["pred"], strict=True):  # the replica's share
+        _assert_equal(gp[r], dp[_replica(r, 2)], preds=False)
+        for (e, f), (e0, f0) in zip(gp[r]["pred"], dp[_replica(r, 2)]["pred"], strict=True):  # the replica's share
             _close(e, e0, "energy")
             _close(f, f0, "forces")
 
@@ -205,7 +209,8 @@ def test_bad_configurations_are_refused_before_any_process_starts(monkeypatch, t
 def test_check_accepts_the_grid():
     check_graph_parallel(_config("dimenet++", 2), world=4)
     check_graph_parallel(_config("schnet", 3, "atom-owner", "halo"), world=None)
-    assert [grid(r, 3) for r in range(6)] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    grid = rank_grid(_config("schnet", 3), world=6)
+    assert [(grid.coords(r)["replica"], grid.coords(r)["gp"]) for r in range(6)] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
 
 
 def test_the_flags_and_study_keys():
@@ -227,7 +232,7 @@ def test_the_flags_and_study_keys():
 def _dying(rank: int, world: int) -> None:
     torch.set_num_threads(1)
     structures, splits, norm = _data()
-    tr = GraphParallelS2EFTrainer(_config("schnet", world, "edge-chunk", "halo"), structures, splits, norm,
+    tr = T.S2EFTrainer(_config("schnet", world, "edge-chunk", "halo"), structures, splits, norm,
                                   rank=rank, world=world)
     if rank == world - 1:
         forward = tr.forward
@@ -239,7 +244,7 @@ def _dying(rank: int, world: int) -> None:
             return forward(structs)
 
         tr.forward = failing
-    tr.train_step(0)
+    tr.train_epoch(0)
 
 
 @pytest.mark.slow

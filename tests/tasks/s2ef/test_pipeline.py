@@ -13,7 +13,7 @@ from gnnpipe import schedulers
 from gnnpipe.core.run.launch import spawn
 from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.errors import ConfigError
-from gnnpipe.tasks.s2ef import pipeline as P
+from gnnpipe.tasks.s2ef import layout as P
 from gnnpipe.tasks.s2ef import trainer as T
 
 from .test_graph_parallel import MODELS, _data
@@ -51,8 +51,8 @@ def _reference(cfg: TrainConfig) -> dict:
     seen = {"energy": [], "forces": [], "grads": []}
     forward, step = tr.forward, tr.optimizer.step
 
-    def rec_forward(structs):
-        e, f, b = forward(structs)
+    def rec_forward(structs, *step):
+        e, f, b = forward(structs, *step)
         seen["energy"].append(e.detach().clone())
         seen["forces"].append(f.detach().clone())
         return e, f, b
@@ -65,7 +65,7 @@ def _reference(cfg: TrainConfig) -> dict:
     original = T.epoch_batches
     T.epoch_batches = _patched_batches(BATCHES)
     try:
-        rec = tr.train_step(0)
+        rec = tr.train_epoch(0)
     finally:
         T.epoch_batches = original
     train = {k: list(v) for k, v in seen.items()}  # the training steps only
@@ -82,7 +82,7 @@ def attrs_evolve(cfg, **kw):
 def _run(rank: int, world: int, cfg: TrainConfig) -> dict:
     torch.set_num_threads(1)
     structures, splits, norm = _data()
-    tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
+    tr = T.S2EFTrainer(cfg, structures, splits, norm, rank=rank, world=world)
     st = tr.pipe_stage
     seen = {"energy": [], "forces": [], "grads": []}
     backward, step = st.backward_chunk, tr.optimizer.step
@@ -102,7 +102,7 @@ def _run(rank: int, world: int, cfg: TrainConfig) -> dict:
     original = T.epoch_batches  # every layout's step loop is the trainer's (S2EFTrainer.epoch_steps)
     T.epoch_batches = _patched_batches(BATCHES)
     try:
-        rec = tr.train_step(0)
+        rec = tr.train_epoch(0)
     finally:
         T.epoch_batches = original
     train = {k: list(v) for k, v in seen.items()}
@@ -185,7 +185,7 @@ def _ranks(rank: int, world: int, cases: list) -> dict:
     for case in cases:
         cfg = _config(*case)
         o = _run(rank, world, cfg)
-        o["rank_g"] = P.grid3(rank, cfg.stages, cfg.graph_parallel_group_size)[2]
+        o["rank_g"] = P.rank_grid(cfg, world).coords(rank)["gp"]
         out[case] = o
     return out
 
@@ -388,11 +388,11 @@ def test_a_step_builds_one_graph_and_splits_it_by_micro_batch():
     losses = []
     for wrap in (False, True):
         calls.clear()
-        tr = P.PipelineS2EFTrainer(cfg, structures, splits, norm, graph_fn=lambda b, w=wrap: counting(b, w))
+        tr = T.S2EFTrainer(cfg, structures, splits, norm, graph_fn=lambda b, w=wrap: counting(b, w))
         original = T.epoch_batches
         T.epoch_batches = _patched_batches(BATCHES[:2])
         try:
-            losses.append(tr.train_step(0)["loss"])
+            losses.append(tr.train_epoch(0)["loss"])
         finally:
             T.epoch_batches = original
         assert calls == ([3, 3] if not wrap else [3, 1, 1, 1, 1, 1, 1]), calls
