@@ -7,19 +7,29 @@ optimizer step, the link. One idea per module:
 * :mod:`.contention` — how ranks computing at once on one node's cores slow each other;
 * :mod:`.link` — the link (ping-pong, all-reduce, a rank's floor) and what a wait costs on shared cores;
 * :mod:`.memory` — saved activations per row, and the memory-only profile;
+* :mod:`.robust` — the statistic kept of repeated timings (a low quantile) and their spread;
 * :mod:`.measure` — :func:`profile`, which takes all of them.
 """
 
 from __future__ import annotations
 
 from .contention import cores_here, measure_contention
-from .link import (EXCHANGE_PROBE, STREAM_MESSAGES, STREAM_SIZES, SWITCH_PROBE, link_fields, profile_link, switch_byte_cost,
-                   switch_costs)
+from .link import (
+    EXCHANGE_PROBE,
+    STREAM_MESSAGES,
+    STREAM_SIZES,
+    SWITCH_PROBE,
+    link_fields,
+    profile_link,
+    switch_byte_cost,
+    switch_costs,
+)
 from .measure import profile
 from .memory import memory_profile, saved_bytes
 from .record import (
     FEATURES,
     LINK_FIELDS,
+    SPREAD_GROUPS,
     Profile,
     UnitKind,
     chunk_features,
@@ -34,6 +44,7 @@ __all__ = [
     "FEATURES",
     "LINK_FIELDS",
     "REDUCE",
+    "SPREAD_GROUPS",
     "STREAM_MESSAGES",
     "STREAM_SIZES",
     "SWITCH_PROBE",

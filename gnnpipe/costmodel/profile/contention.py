@@ -9,11 +9,12 @@ that many processes time-sliced on the cores (a rank switched back in finds its 
 
 from __future__ import annotations
 
-import statistics
+import itertools
 import time
-from typing import Optional
 
 import torch
+
+from .robust import low, spread
 
 
 def cores_here() -> int:
@@ -50,8 +51,9 @@ def _co_runner(one_pass, threads: int, run, stop, ready) -> None:
             pass
 
 
-def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: Optional[int] = None,
-                       threads: int = 1, timeout_s: Optional[float] = 120.0) -> tuple[Optional[list], int]:
+def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, processes: int | None = None,
+                       threads: int = 1, timeout_s: float | None = 120.0,
+                       spreads: list | None = None) -> tuple[list | None, int]:
     """How much slower ``model``'s units run on the chunks ``ptr`` of ``data`` while the node's other cores run the
     same passes: ``(ratios, processes)`` — ``ratios[i] = (forward, backward)`` of unit ``i``, loaded over alone —
     or ``(None, 0)`` where it cannot be measured.
@@ -61,9 +63,11 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     :func:`gnnpipe.core.runtime.profile.profile_unit_costs` (a gpipe stage's order, the history-backed chunk op with
     full-graph history buffers) on the chunks of ``ptr`` whenever they are told to. This process then times,
     ``repeats`` times, one pass alone and one pass with the co-runners running, back to back (thread CPU of every
-    unit on every chunk), so that the machine's drift, which on a shared VM is larger
-    than the effect within minutes, cancels in each pair; a ratio is the median over the pairs of the unit's
-    summed chunk seconds. What it measures is what ranks of one node do to each other when they compute at once:
+    unit on every chunk), so that the machine's drift, which on a shared VM is larger than the effect within
+    minutes, hits both alike; a unit's ratio is the low quantile (:func:`.robust.low`) of its summed chunk seconds
+    loaded over the same of its seconds alone (noise from outside only adds time, to either side; the median of
+    the pairs' ratios let a burst during an alone pass lower it). ``spreads``: receives the spread of the loaded
+    passes' totals (:func:`.robust.spread`). What it measures is what ranks of one node do to each other when they compute at once:
     they share the last level cache and the memory bandwidth (on this 2-core VM 1.0–1.15×, with the host's load;
     a dense unit's matrix products barely slow, a sparse product and the element-wise ops do). With ``processes``
     above the cores they are also time-sliced, and a process switched back in finds its data evicted (4 on the 2
@@ -83,7 +87,7 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return None, 0
     n = int(data.x.size(0))
-    ranges = list(zip(ptr, ptr[1:]))
+    ranges = list(itertools.pairwise(ptr))
     ops = GraphOps(data.edge_index, n, dtype=data.x.dtype, edge_weight=getattr(data, "edge_weight", None))
     aggregator = _chunk_aggregators(ops, ranges, n, True)  # full-graph history buffers, as in a stage
     units = list(model.units)
@@ -144,7 +148,9 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
         model.train(was_training)
 
     def ratio(i: int, ph: int) -> float:
-        rs = [lo[ph][i] / al[ph][i] for al, lo in pairs if al[ph][i] > 0]
-        return float(statistics.median(rs)) if rs else 1.0
+        alone = low([al[ph][i] for al, _ in pairs])
+        return low([lo[ph][i] for _, lo in pairs]) / alone if alone > 0 else 1.0
 
+    if spreads is not None:
+        spreads.append(spread([sum(lo[0]) + sum(lo[1]) for _, lo in pairs]))
     return [(ratio(i, 0), ratio(i, 1)) for i in range(U)], procs_n

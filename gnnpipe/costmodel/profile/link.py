@@ -1,20 +1,22 @@
 """The link between ranks, and what a wait costs when ranks share the cores.
 
 A ping-pong between two ranks over the actual backend (gloo on CPU): one-way time of point-to-point
-messages of 4 B … 8 MiB and of all-reduces of the same sizes (the median of many round trips), each fitted as
+messages of 4 B … 8 MiB and of all-reduces of the same sizes (the low quantile of many round trips, :mod:`.robust`:
+a rank descheduled by other work only makes a round trip slower; for the smallest message, which gives the
+latency, their minimum), each fitted as
 ``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. A batched exchange
 both ways between bursts of compute, as graph parallelism and a hybrid's peer ops run one (:data:`EXCHANGE_PROBE`),
-gives the host transport's own time per exchange, fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange
-of 64 KiB-1 MiB that follows a few milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no
-link between the ranks makes it faster. With more ranks than cores, an exchange probe measures the core time a
+gives the host transport's own time per exchange (from both ranks ready to both done, the low quantile of
+the exchanges), fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange of 64 KiB-1 MiB that follows a few
+milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no link between the ranks makes it
+faster. With more ranks than cores, an exchange probe measures the core time a
 rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ import torch
 from ..hardware import Link
 from .contention import cores_here
 from .overhead import _pipeline_rank
+from .robust import low, spread
 
 
 def _busy(seconds: float) -> None:
@@ -39,6 +42,10 @@ STREAM_SIZES = (65536, 1 << 20, 4 << 20)
 STREAM_MESSAGES = 12
 
 
+#: rounds of the one-way stream of :func:`_probe` per message size (the low quantile kept)
+STREAM_ROUNDS = 5
+
+
 #: the exchange probe: busy CPU per iteration, iterations per round, rounds per pattern, bytes per message, the
 #: larger message of a third pattern (the ring again) from which the core time per byte moved is taken, and the
 #: longer busy CPU (and its iterations) of a fourth (the ring again): a wait costs more after a longer burst
@@ -47,45 +54,68 @@ SWITCH_PROBE = {"work_s": 0.002, "iters": 25, "rounds": 3, "nbytes": 65536, "nby
 
 
 #: the host-exchange probe of :func:`_probe`: busy CPU before each exchange (an aggregation op's compute; the
-#: exchange's time grows with it up to a few milliseconds, then holds), exchanges per round, rounds, and the bytes
-#: each way
-EXCHANGE_PROBE = {"work_s": 0.008, "iters": 10, "rounds": 3, "sizes": (65536, 1 << 20, 4 << 20)}
+#: exchange's time grows with it up to a few milliseconds, then holds), exchanges per round, rounds (the sizes'
+#: rounds interleaved, the low quantile kept), and the bytes each way
+EXCHANGE_PROBE = {"work_s": 0.008, "iters": 4, "rounds": 7, "sizes": (65536, 1 << 20, 4 << 20)}
+
+
+def _exchange_round(send: torch.Tensor, bufs: dict, peers: Sequence[int], work_s: float, iters: int,
+                    group=None, stamps: list | None = None) -> tuple[float, float]:
+    """One round (after a barrier of ``group``) of ``iters`` times ``work_s`` of busy CPU then one batched exchange:
+    ``send`` to each of ``peers``, ``bufs[q]`` received from each source ``q`` (receives posted first, as
+    ``Comm.exchange``). Returns its ``(wall, main-thread CPU)`` seconds; ``stamps`` receives per exchange ``(ready,
+    done)``: ``time.perf_counter()`` (the machine's monotonic clock, one for all its processes) when this rank's busy
+    CPU ended and when its exchange completed."""
+    import torch.distributed as dist
+
+    dist.barrier(group=group)
+    w0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(iters):
+        _busy(work_s)
+        ready = time.perf_counter()
+        ops = ([dist.P2POp(dist.irecv, b, q) for q, b in bufs.items()]
+               + [dist.P2POp(dist.isend, send, q) for q in peers])
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        if stamps is not None:
+            stamps.append((ready, time.perf_counter()))
+    return time.perf_counter() - w0, time.thread_time() - c0
 
 
 def _busy_exchanges(send: torch.Tensor, bufs: dict, peers: Sequence[int], work_s: float, iters: int, rounds: int,
                     group=None) -> list[tuple[float, float]]:
-    """``rounds`` timed rounds (after a warm-up round, each after a barrier of ``group``) of ``iters`` times
-    ``work_s`` of busy CPU then one batched exchange: ``send`` to each of ``peers``, ``bufs[q]`` received from each
-    source ``q`` (receives posted first, as ``Comm.exchange``). Returns each round's ``(wall, main-thread CPU)``
-    seconds."""
-    import torch.distributed as dist
-
-    out = []
-    for r in range(rounds + 1):
-        dist.barrier(group=group)
-        w0, c0 = time.perf_counter(), time.thread_time()
-        for _ in range(iters):
-            _busy(work_s)
-            ops = ([dist.P2POp(dist.irecv, b, q) for q, b in bufs.items()]
-                   + [dist.P2POp(dist.isend, send, q) for q in peers])
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
-        if r:
-            out.append((time.perf_counter() - w0, time.thread_time() - c0))
-    return out
+    """``rounds`` timed rounds of :func:`_exchange_round` after a warm-up round. Returns each round's ``(wall,
+    main-thread CPU)`` seconds."""
+    out = [_exchange_round(send, bufs, peers, work_s, iters, group) for _ in range(rounds + 1)]
+    return out[1:]
 
 
 def _host_exchange(rank: int, pair, sizes: Sequence[int], work_s: float, iters: int, rounds: int) -> list:
-    """Ranks 0 and 1: per size, the wall seconds of one batched exchange both ways (receive posted first, as
-    ``Comm.exchange``) after ``work_s`` of busy CPU, beyond that CPU; the median of ``rounds`` rounds of ``iters``
-    (after a warm-up round). Returns ``[(bytes, seconds), …]``."""
+    """Ranks 0 and 1: per size, batched exchanges both ways (receive posted first, as ``Comm.exchange``), each after
+    ``work_s`` of busy CPU: a round of ``iters`` of them per size in turn, ``rounds`` times after a warm-up round of
+    each (interleaved: a burst of load hits one round of each size). Returns ``[(bytes, [[(ready, done) per
+    exchange] per round]), …]`` (:func:`_exchange_round`'s stamps; :func:`_exchange_seconds` combines the two
+    ranks')."""
     other = 1 - rank
-    points = []
-    for n in sizes:
-        send = torch.zeros(max(1, int(n) // 4))
-        walls = _busy_exchanges(send, {other: torch.empty_like(send)}, [other], work_s, iters, rounds, pair)
-        points.append((send.numel() * 4, statistics.median(max(0.0, w - iters * work_s) / iters for w, _ in walls)))
-    return points
+    sends = [torch.zeros(max(1, int(n) // 4)) for n in sizes]
+    bufs = [{other: torch.empty_like(t)} for t in sends]
+    per: list[list] = [[] for _ in sizes]
+    for r in range(rounds + 1):
+        for k, send in enumerate(sends):
+            stamps: list = []
+            _exchange_round(send, bufs[k], [other], work_s, iters, pair, stamps)
+            if r:
+                per[k].append(stamps)
+    return [(t.numel() * 4, p) for t, p in zip(sends, per)]
+
+
+def _exchange_seconds(mine: list, theirs: list) -> list[float]:
+    """The seconds of every exchange of two ranks from the moment both were ready (their busy CPU done) to the
+    moment both had it: ``max(done) − max(ready)`` over the two ranks' stamps (:func:`_host_exchange`, per round per
+    exchange; one clock for the machine's processes). A rank descheduled during its busy CPU (a shared machine)
+    makes the other wait, but that wait is not the exchange's, and it is left out."""
+    return [max(0.0, max(da, db) - max(ra, rb))
+            for a, b in zip(mine, theirs) for (ra, da), (rb, db) in zip(a, b)]
 
 
 def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
@@ -110,21 +140,22 @@ def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], l
 
 
 def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work_s: float, iters: int,
-           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: Optional[tuple] = None,
-           nbytes_large: int = 0, exchange: Optional[dict] = None, work_long_s: float = 0.0,
+           nbytes: int, stream_sizes: Sequence[int] = STREAM_SIZES, pipe: tuple | None = None,
+           nbytes_large: int = 0, exchange: dict | None = None, work_long_s: float = 0.0,
            iters_long: int = 0) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
-    ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the median of
-    3 rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
+    ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the low
+    quantile of :data:`STREAM_ROUNDS` rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
     rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
     of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
     rank (``all``), with ``nbytes_large`` the ring again with messages of that size (``ring_large``), and with
     ``work_long_s`` the ring again, ``iters_long`` times ``work_long_s`` of busy CPU per exchange (``ring_long``). With
     ``pipe`` (the arguments of :func:`_pipeline_rank` after ``rank, world``), ranks 0 and
     1 then run that 2-stage pipeline (:func:`_pipeline_overhead`). With ``exchange`` (:data:`EXCHANGE_PROBE`), ranks
-    0 and 1 first time the host's batched exchange (:func:`_host_exchange`). Returns the medians of the ping-pong and
-    each round's wall and main-thread CPU seconds (and ``"pipeline"``: the pipeline rank's result, ``"exchange"``:
-    the host exchange's points)."""
+    0 and 1 first time the host's batched exchange (:func:`_host_exchange`). Returns the low quantiles
+    (:func:`.robust.low`) of the ping-pong and each round's wall and main-thread CPU seconds (and ``"pipeline"``: the
+    pipeline rank's result, ``"exchange"``: the host exchange's points, ``"spread"``: per measurement the spread of
+    its repeats, :func:`.robust.spread`)."""
 
     import torch.distributed as dist
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
@@ -134,14 +165,18 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     from ...core.training import runner  # noqa: F401  (what a training rank imports)
 
     out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],
-                 "ring_large": [], "ring_long": [], "stream": [], "exchange": []}
+                 "ring_large": [], "ring_long": [], "stream": [], "exchange": [],
+                 "spread": {"p2p": [], "allreduce": [], "stream": [], "exchange": []}}
     pair = dist.new_group([0, 1]) if world > 2 else None  # every rank takes part in making the group
     if rank < 2:
         for n in sizes:
             t = torch.zeros(max(1, n // 4), dtype=torch.float32)
             k = max(3, 3 * reps if n <= (1 << 16) else reps if n <= (1 << 20) else reps // 4)
             walls, cpus = _ping_pong(rank, t, k, pair)
-            out["p2p"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+            # the smallest message gives the latency, a floor: its minimum (a round trip is one operation, and on a
+            # loaded machine most of them wait for a rank to be scheduled); the other sizes their low quantile
+            out["p2p"].append((t.numel() * 4, min(walls) if n == sizes[0] else low(walls), low(cpus)))
+            out["spread"]["p2p"].append(spread(walls))
             walls, cpus = [], []
             dist.barrier(group=pair)
             for i in range(k + 1):
@@ -150,13 +185,14 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                 if i:
                     walls.append(time.perf_counter() - w0)
                     cpus.append(time.thread_time() - c0)
-            out["allreduce"].append((t.numel() * 4, statistics.median(walls), statistics.median(cpus)))
+            out["allreduce"].append((t.numel() * 4, min(walls) if n == sizes[0] else low(walls), low(cpus)))
+            out["spread"]["allreduce"].append(spread(walls))
     if rank < 2:  # a one-way stream, as a pipeline sends: the main thread's CPU per send and per receive
         for n in stream_sizes:
             t = torch.zeros(max(1, n // 4), dtype=torch.float32)
             bufs = [torch.empty_like(t) for _ in range(STREAM_MESSAGES)]
             per = []
-            for r in range(3):
+            for r in range(STREAM_ROUNDS):
                 dist.barrier(group=pair)
                 cpu = 0.0
                 if rank == 0:
@@ -177,7 +213,8 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
                         work.wait()
                         cpu += time.thread_time() - c0
                 per.append(cpu / STREAM_MESSAGES)
-            out["stream"].append((t.numel() * 4, statistics.median(per)))
+            out["stream"].append((t.numel() * 4, low(per)))
+            out["spread"]["stream"].append(spread(per))
     if rank < 2 and exchange:
         out["exchange"] = _host_exchange(rank, pair, exchange["sizes"], exchange["work_s"], exchange["iters"],
                                          exchange["rounds"])
@@ -185,7 +222,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
         t = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32)
         walls, _ = _ping_pong(rank, t, 3 * reps, pair)
         b0, w_0, c_0 = out["p2p"][0]
-        out["p2p"][0] = (b0, min(w_0, statistics.median(walls)), c_0)
+        out["p2p"][0] = (b0, min(w_0, *walls), c_0)
     dist.barrier()
     if rounds > 0:
         nxt, prv = (rank + 1) % world, (rank - 1) % world
@@ -207,8 +244,12 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
 def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
     """``t = latency + bytes / bandwidth`` of column ``col``: the latency is the time of the smallest message,
     the bandwidth the least-squares slope of the others' excess over it (robust to one erratic size, which a
-    free fit of both turns into a latency of milliseconds); both clipped to be physical."""
+    free fit of both turns into a latency of milliseconds); both clipped to be physical. A message that took longer
+    than a larger one is taken at the larger one's time first (fewer bytes do not take longer: the excess is
+    noise, which only adds time)."""
     pts = sorted((float(p[0]), float(p[col])) for p in points)
+    for k in range(len(pts) - 2, -1, -1):
+        pts[k] = (pts[k][0], min(pts[k][1], pts[k + 1][1]))
     lat = max(0.0, pts[0][1])
     b = np.array([q[0] for q in pts[1:]])
     t = np.array([q[1] - lat for q in pts[1:]])
@@ -218,9 +259,9 @@ def _fit_link(points: list[tuple[int, float, float]], col: int = 1) -> Link:
     return Link(latency_s=lat, bandwidth_Bps=1.0 / max(inv_bw, 1e-15))  # at most 1 PB/s: a finite rate
 
 
-def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
-    """Core seconds lost per wait of a rank: the median over rounds of ``(cores · wall − Σ CPU) / (R · iters)``
-    (clipped at 0); ``rounds_by_rank``: per rank, per round, ``(wall, main-thread CPU)``."""
+def _lost_per_wait_rounds(rounds_by_rank, cores: int, iters: int) -> list[float]:
+    """Per round, the core seconds lost per wait of a rank, ``(cores · wall − Σ CPU) / (R · iters)``;
+    ``rounds_by_rank``: per rank, per round, ``(wall, main-thread CPU)``."""
     R = len(rounds_by_rank)
     n = min(len(r) for r in rounds_by_rank)
     vals = []
@@ -228,7 +269,15 @@ def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
         wall = max(r[k][0] for r in rounds_by_rank)
         cpu = sum(r[k][1] for r in rounds_by_rank)
         vals.append((cores * wall - cpu) / (R * iters))
-    return max(0.0, statistics.median(vals)) if vals else 0.0
+    return vals
+
+
+def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
+    """Core seconds lost per wait of a rank: the low quantile (:func:`.robust.low`: other work on the machine only
+    adds lost time) over rounds of ``(cores · wall − Σ CPU) / (R · iters)`` (clipped at 0); ``rounds_by_rank``:
+    per rank, per round, ``(wall, main-thread CPU)``."""
+    vals = _lost_per_wait_rounds(rounds_by_rank, cores, iters)
+    return max(0.0, low(vals)) if vals else 0.0
 
 
 def switch_byte_cost(ring: Sequence[Sequence[Sequence[float]]], ring_large: Sequence[Sequence[Sequence[float]]],
@@ -254,7 +303,7 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
     A round on ``R`` ranks over ``cores`` cores (``R > cores``) gives the core time it did not spend on the ranks'
     main threads, ``cores · wall − Σ main-thread CPU``, lost to the exchanges: the transport's threads, the
     switches between ranks, and cores left idle while the ranks that could run wait for a message. Per wait of a
-    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the median over rounds is kept. ``switch_peer_s`` is
+    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the low quantile over rounds is kept (:mod:`.robust`). ``switch_peer_s`` is
     the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped at 0.
     """
 
@@ -265,11 +314,12 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
 
 
 def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 20, 8 << 20), reps: int = 10,
-                 timeout_s: float = 60.0, ranks: int = 2, pipeline: Optional[tuple] = None,
-                 exchange: Optional[dict] = EXCHANGE_PROBE) -> tuple[Link, Link, dict]:
+                 timeout_s: float = 60.0, ranks: int = 2, pipeline: tuple | None = None,
+                 exchange: dict | None = EXCHANGE_PROBE) -> tuple[Link, Link, dict]:
     """Measure the link between two local ranks over ``backend``: ``(p2p, allreduce, raw points)``.
 
-    ``p2p``: one-way time of a message (half a round trip; the median of ``reps`` round trips per size);
+    ``p2p``: one-way time of a message (half a round trip; the low quantile of ``reps`` round trips per size, the
+    minimum for the smallest);
     ``allreduce``: the per-hop link of a ring all-reduce (for two ranks an all-reduce takes
     ``2·(latency + bytes/2/bandwidth)``, so the fitted ``t = a + bytes/bw`` gives ``Link(a/2, bw)``).
     ``raw``: ``{"p2p": [(bytes, wall_s, thread_cpu_s)…], "allreduce": […], "floor": peak resident bytes of a rank
@@ -278,8 +328,9 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     "switch": (switch_s, switch_peer_s, switch_byte_s) or None, "switch_curve": ``[(busy seconds, switch_s)…]``
     at :data:`SWITCH_PROBE`'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host exchange (a ``Link``: wall
     seconds of a batched exchange both ways after a burst of compute, ``latency + bytes / bandwidth``, bytes each
-    way; ``None`` with ``exchange=None``)}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
-    receive: a rank does both alike).
+    way; ``None`` with ``exchange=None``), "spread": ``{"p2p", "allreduce", "msg_cpu", "exchange"[, "switch"]}``
+    the spread of each measurement's repeats (:func:`.robust.spread`, the mean over its sizes)}``. ``msg_cpu`` is
+    fitted on the stream (the mean of a send and a receive: a rank does both alike).
 
     With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
     ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
@@ -312,9 +363,12 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     raw["msg_cpu"] = (cpu.latency_s, 1.0 / cpu.bandwidth_Bps)
     raw["stream"] = {"send": sends, "recv": recvs}
     raw["cores"], raw["ranks"] = cores, world
-    # both ranks wait for the slower one's exchange: the mean of the two ranks' points
-    ex = [(b, (t0 + t1) / 2) for (b, t0), (_, t1) in zip(outs[0]["exchange"], outs[1]["exchange"])]
+    # per size, the exchanges from both ranks ready to both done: their low quantile, and its spread
+    rounds_s = [(b, _exchange_seconds(s0, s1)) for (b, s0), (_, s1) in zip(outs[0]["exchange"], outs[1]["exchange"])]
+    ex = [(b, low(ts)) for b, ts in rounds_s if ts]
     raw["exchange"] = _fit_link(ex) if ex else None
+    raw["exchange_points"] = ex
+    outs[0]["spread"]["exchange"] = [spread(ts) for _, ts in rounds_s if ts]
     raw["switch"] = (switch_costs([o["ring"] for o in outs], [o["all"] for o in outs], cores,
                                   SWITCH_PROBE["work_s"], SWITCH_PROBE["iters"]) if rounds else None)
     # the lost core time per wait against the busy CPU before it: (work_s, switch_s) points
@@ -325,11 +379,28 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     if rounds:
         raw["switch"] += (switch_byte_cost([o["ring"] for o in outs], [o["ring_large"] for o in outs], cores,
                                            SWITCH_PROBE["iters"], SWITCH_PROBE["nbytes"], SWITCH_PROBE["nbytes_large"]),)
+    raw["spread"] = _link_spread(outs, cores, rounds)
     for key in ("ring", "all", "ring_large", "ring_long"):
         raw.pop(key, None)
     if pipeline is not None:
         raw["pipeline"] = [o["pipeline"] for o in outs[:2]]
     return p2p, allreduce, raw
+
+
+def _link_spread(outs: list, cores: int, rounds: int) -> dict:
+    """``{measurement: spread}`` of the link probe (:func:`.robust.spread` of each size's repeats, the mean over the
+    sizes and over ranks 0 and 1): ``p2p``, ``allreduce``, ``msg_cpu`` (the stream), ``exchange``, and ``switch``
+    (the ring's lost core time per wait) when the exchange rounds ran."""
+    def mean(key: str) -> float:
+        vals = [v for o in outs[:2] for v in o.get("spread", {}).get(key, [])]
+        return float(np.mean(vals)) if vals else 0.0
+
+    got = {"p2p": mean("p2p"), "allreduce": mean("allreduce"), "msg_cpu": mean("stream"),
+           "exchange": mean("exchange")}
+    if rounds:
+        lost = _lost_per_wait_rounds([o["ring"] for o in outs], cores, SWITCH_PROBE["iters"])
+        got["switch"] = spread(lost) if lost and low(lost) > 0 else 0.0
+    return got
 
 
 def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
@@ -343,4 +414,5 @@ def link_fields(p2p: Link, allreduce: Link, raw: dict) -> dict:
             "switch_byte_s": float(sw[2]) if sw and len(sw) > 2 else 0.0,
             "switch_ranks": int(raw.get("ranks", 0)) if sw else 0,
             "switch_curve": [tuple(map(float, p)) for p in raw.get("switch_curve") or []] if sw else [],
-            "host_exchange": raw.get("exchange")}
+            "host_exchange": raw.get("exchange"),
+            "link_spread": {k: float(v) for k, v in (raw.get("spread") or {}).items()}}

@@ -1,12 +1,18 @@
 """:func:`profile`: every measurement of a profile in turn (unit chunk costs on several chunkings, the runtime's own
 costs, contention, activations, the optimizer step, the link) and the fits that turn them into a :class:`Profile`.
+
+Every timed quantity is repeated and reduced to a low quantile of its repeats (:mod:`.robust`: noise on a shared
+machine only adds time), the repeats of the chunkings and of the executor interleaved, and the spread of each
+quantity's repeats is recorded (``Profile.spread``, ``Profile.link_spread``).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -16,10 +22,29 @@ from ...errors import ConfigError
 from .contention import measure_contention
 from .link import link_fields, profile_link
 from .memory import saved_bytes
-from .overhead import _action_overhead, _executor_scale, _gp_overhead, _hybrid_overhead, _pipeline_overhead
-from .record import LINK_FIELDS, Profile, UnitKind, chunk_features
-from .units import REDUCE, _model_fields, _representatives, _subgraph, _time_step, _units_cpu
-
+from .overhead import (
+    _action_overhead,
+    _executor_scale,
+    _executor_stage,
+    _gp_overhead,
+    _hybrid_overhead,
+    _pipeline_overhead,
+)
+from .record import LINK_FIELDS, SPREAD_GROUPS, Profile, UnitKind, chunk_features
+from .robust import MAX_SPREAD, pooled_spread, spread
+from .units import (
+    _epoch_run,
+    _graph_ops,
+    _interleaved,
+    _model_fields,
+    _passes_of,
+    _phases,
+    _representatives,
+    _subgraph,
+    _time_step,
+    _unit_pass,
+    _units_cpu,
+)
 
 #: rounds of :func:`_unfused_ratios` (one fused and one plain pass each). With one pass of each (3 repeats, taken
 #: minutes apart) the ratio of one GCNII layer came out 0.78, 1.04 and 1.31 in three profiles of one machine, and
@@ -27,10 +52,12 @@ from .units import REDUCE, _model_fields, _representatives, _subgraph, _time_ste
 UNFUSED_ROUNDS = 9
 
 
-def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int) -> dict:
+def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int, spreads: dict | None = None) -> dict:
     """``{unit kind: plain / fused}``: per fusable unit, the median over ``rounds`` rounds of its plain path's thread
     CPU time over its fused chunk step's on the chunks ``ptr`` of ``data``, each round one pass of each back to back
-    (so that a slower stretch of the machine slows both alike; :attr:`UnitKind.unfused`)."""
+    (so that a slower stretch of the machine slows both alike; :attr:`UnitKind.unfused`). A ratio's noise is
+    two-sided (a burst during either pass), so the median is kept, not a low quantile. ``spreads``: receives per
+    unit kind the spread of the rounds' ratios above it (:func:`.robust.spread`)."""
     import statistics
 
     got: dict = {k: [] for k in units}
@@ -41,18 +68,35 @@ def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int) -> di
             f_s = sum(f.forward[i]) + sum(f.backward[i])
             if f_s > 0:
                 got[key].append((sum(p.forward[i]) + sum(p.backward[i])) / f_s)
-    return {k: float(statistics.median(v)) if v else 1.0 for k, v in got.items()}
+    out = {k: float(statistics.median(v)) if v else 1.0 for k, v in got.items()}
+    if spreads is not None:
+        spreads.update({k: spread(v, out[k]) for k, v in got.items() if v})
+    return out
 
 
-def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
-            link_result: Any = None, ranks: Optional[int] = None, sample_nodes: int = 4096,
-            distributed: Optional[bool] = None, contention: bool = True, verbose: bool = False) -> Profile:
+def format_spread(prof: Profile) -> str:
+    """``"spread of repeats: units 2.1 %, runtime 14 %, …"``: per group of :data:`SPREAD_GROUPS` its largest
+    recorded spread (how much slower a typical repeat was than the figure kept, :mod:`.robust`); ``"spread of
+    repeats: not recorded"`` for a profile without any."""
+    if not prof.spreads():
+        return "spread of repeats: not recorded"
+    return "spread of repeats: " + ", ".join(f"{g} {_pct(prof.group_spread(g))}" for g in SPREAD_GROUPS)
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f} %" if v < 0.1 else f"{100 * v:.0f} %"
+
+
+def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16, 4, 2), link: bool = True,
+            link_result: Any = None, ranks: int | None = None, sample_nodes: int = 4096,
+            distributed: bool | None = None, contention: bool = True, verbose: bool = False) -> Profile:
     """Profile ``config``'s model on ``data`` (a prepared PyG ``Data``) on this machine.
 
     Args:
         config: a resolved :class:`~gnnpipe.core.settings.config.TrainConfig` (model, layers, hidden, dtype, threads).
         data: the prepared graph (``gnnpipe.api.load_data``).
-        repeats: timed passes per measurement (the median is kept, ``REDUCE``).
+        repeats: timed repeats per measurement (passes, epochs, contention pairs; a low quantile is kept and the
+            spread recorded, :mod:`.robust`).
         chunk_counts: chunkings to time (the first is a METIS chunk plan; the others merge its chunks and must
             divide it).
         link: measure the link (and the runtime floor of a rank) with a ping-pong of 2 ranks (a few seconds);
@@ -78,7 +122,6 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     """
     from scipy.optimize import nnls
 
-    from ...core.runtime.profile import profile_unit_costs
     from ...core.training.runner import num_classes_of
     from ...partitioners import ChunkPlan
 
@@ -103,8 +146,9 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         w0, c0 = time.perf_counter(), time.thread_time()
         # a small graph's pass is cheap: more repeats, since a process's first passes are slower than its later ones
         small = N * (F + config.hidden * len(full.units)) < 5e7
-        whole = profile_unit_costs(model, whole_data, repeats=repeats + (2 if small else 0), phases=True,
-                                   clock=time.thread_time, reduce=REDUCE)
+        with _passes_of(model):
+            whole_passes, = _interleaved([_unit_pass(model, whole_data)], repeats + (2 if small else 0))
+        whole, whole_totals = _phases(whole_passes)
         wall_total += time.perf_counter() - w0
         cpu_total += time.thread_time() - c0
         del whole_data
@@ -112,18 +156,30 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
         rdata = plan.data
         rdata.x = rdata.x.to(dtype)
         ptr = [int(v) for v in plan.chunk_ptr.tolist()]
-        levels: list[tuple[np.ndarray, Any, int]] = []  # (features [C, 4], UnitPhases, C)
+        cptrs = []
         for C in sorted({min(int(c), base) for c in chunk_counts}, reverse=True):
             if C < 1:
                 continue
             step = base // C if base % C == 0 else 1
-            cptr = ptr[::step] if ptr[::step][-1] == N else ptr[::step] + [N]
-            w0, c0 = time.perf_counter(), time.thread_time()
-            ph = profile_unit_costs(model, rdata, repeats=repeats, chunk_ptr=torch.tensor(cptr), phases=True,
-                                    clock=time.thread_time, reduce=REDUCE)
-            wall_total += time.perf_counter() - w0
-            cpu_total += time.thread_time() - c0
+            cptrs.append(ptr[::step] if ptr[::step][-1] == N else ptr[::step] + [N])
+        # the chunkings' passes and the full model's executor (one stage over the base chunking) in turn, round after
+        # round: a burst of load hits one repeat of each, not every repeat of one
+        executor = _executor_stage(config, full if full is not model else copy.deepcopy(full), rdata, ptr)
+        ops = _graph_ops(rdata)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        with _passes_of(model):
+            *level_passes, executor_epochs = _interleaved(
+                [_unit_pass(model, rdata, cptr, graph_ops=ops) for cptr in cptrs] + [_epoch_run(executor)], repeats)
+        wall_total += time.perf_counter() - w0
+        cpu_total += time.thread_time() - c0
+        del executor, ops
+        levels: list[tuple[np.ndarray, Any, int]] = []  # (features [C, 4], UnitPhases, C)
+        level_totals = []
+        for cptr, passes in zip(cptrs, level_passes):
+            ph, totals = _phases(passes)
             levels.append((chunk_features(rdata.edge_index, cptr), ph, len(cptr) - 1))
+            level_totals.append(totals)
+        spreads = {"units": pooled_spread([whole_totals, *level_totals])}
         # how much of the wall time this thread ran (a busy machine: < 1); reported, not applied
         ratio = min(1.0, cpu_total / wall_total) if wall_total > 0 else 1.0
         whole_feats = np.array([[1.0, N, 0.0, float(data.edge_index.size(1))]])
@@ -163,13 +219,16 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                                   scale_forward=scales[0], scale_backward=scales[1])
         contention_ranks = over_ranks = 0
         if contention:  # the base chunking, alone and with every other core running the same passes
+            cont_spreads: list = []
             ratios, contention_ranks = measure_contention(model, rdata, ptr, repeats, threads=config.threads,
-                                                          timeout_s=config.timeout_s)
+                                                          timeout_s=config.timeout_s, spreads=cont_spreads)
             over = None
             if contention_ranks and ranks is not None and int(ranks) > contention_ranks:
                 # more ranks than cores: the same with as many processes as ranks, time-sliced
                 over, over_ranks = measure_contention(model, rdata, ptr, repeats, processes=int(ranks),
-                                                      threads=config.threads, timeout_s=config.timeout_s)
+                                                      threads=config.threads, timeout_s=config.timeout_s,
+                                                      spreads=cont_spreads)
+            spreads["contention"] = max(cont_spreads + [0.0])
             for key, i in rep.items():
                 # clipped at 1 (sharing cannot speed a unit up: a lower ratio is noise), and time-slicing at the
                 # ratio of the cores alone
@@ -179,24 +238,31 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                 if over is not None:
                     kinds[key].oversubscribed_forward = max(kinds[key].contended_forward, over[i][0])
                     kinds[key].oversubscribed_backward = max(kinds[key].contended_backward, over[i][1])
-        step = _time_step(full, config)
+        steps: list = []
+        step = _time_step(full, config, repeats, out=steps)
+        spreads["step"] = spread(steps)
         # the runtime's own costs, measured on a subgraph of the relabelled graph (its first chunks)
         n_sub = min(N, int(sample_nodes))
         sub = _subgraph(rdata, n_sub)
         C_sub = max(1, min(8, n_sub // 8))
         sptr = [round(k * n_sub / C_sub) for k in range(C_sub + 1)]
-        overhead, fused_ph = _action_overhead(config, model, sub, sptr, repeats, step)
+        overhead, fused_ph, spreads["action"] = _action_overhead(config, model, sub, sptr, repeats, step)
         # the pipeline executor against the fit: the full model on the base chunking of the whole graph
         base_feats = levels[0][0]
         keys = _model_fields(full, data, F, Cls)["units"]
         fitted = sum(kinds[keys[u]].time(f, ph) for u in range(len(keys)) for f in base_feats for ph in "FB")
-        executor_scale = _executor_scale(config, full, rdata, ptr, fitted, overhead, repeats, step)
+        full_params = sum(p.numel() for p in full.parameters() if p.requires_grad)
+        executor_scale, spreads["executor"] = _executor_scale(executor_epochs, fitted, overhead, step, full_params,
+                                                              len(ptr) - 1)
         # the plain path of units that fuse their chunk step (a hybrid's peer op, graph parallelism runs it), against
         # the fused step, on the subgraph's chunks
         fusable = {key: i for key, i in rep.items() if getattr(model.units[i], "fusable", False)}
+        spreads["unfused"] = 0.0
         if fusable:
-            for key, r in _unfused_ratios(model, sub, sptr, fusable, UNFUSED_ROUNDS).items():
+            unfused_spreads: dict = {}
+            for key, r in _unfused_ratios(model, sub, sptr, fusable, UNFUSED_ROUNDS, unfused_spreads).items():
                 kinds[key].unfused = r
+            spreads["unfused"] = max(list(unfused_spreads.values()) + [0.0])
         from ...core.training.trainer import make_model
 
         small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
@@ -206,10 +272,11 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
             distributed = bool(link or link_result is not None)
         distributed = distributed and model.num_units >= 2
         pipe_args = (config, small_cfg, F, Cls, sub, list(sptr), int(repeats)) if distributed else None
-        gp_a, gp_b, _ = _gp_overhead(config, lambda: make_model(small_cfg, F, Cls), (n_sub, n_sub // 4), rdata,
-                                     repeats, step, agg_dims, back)
-        hyb, hyb_b, _ = _hybrid_overhead(config, lambda: make_model(small_cfg, F, Cls), rdata, (n_sub, n_sub // 4),
-                                         repeats, step, overhead, agg_dims, back)
+        gp_a, gp_b, _, spreads["gp"] = _gp_overhead(config, lambda: make_model(small_cfg, F, Cls), (n_sub, n_sub // 4),
+                                                    rdata, repeats, step, agg_dims, back)
+        hyb, hyb_b, _, spreads["hybrid"] = _hybrid_overhead(config, lambda: make_model(small_cfg, F, Cls), rdata,
+                                                            (n_sub, n_sub // 4), repeats, step, overhead, agg_dims,
+                                                            back)
     finally:
         torch.set_num_threads(threads_before)
     fields: dict = {}
@@ -227,19 +294,23 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
     dist_points = None
     if pipe_args is not None:
         # the runtime's cost per action as a 2-rank pipeline runs it (with communication), on the same chunks
-        overhead, dist_points = _pipeline_overhead(*pipe_args[:6], fused_ph, repeats, step, outs=dist_outs)
+        overhead, dist_points, spreads["action"] = _pipeline_overhead(*pipe_args[:6], fused_ph, repeats, step,
+                                                                      outs=dist_outs)
     if dist_points is not None and fields.get("msg_cpu_s") is not None:
         # a rank of the probe sent or received one boundary tensor (or its gradient) per action: modelled apart
         rows = float(np.mean(dist_points[0]["rows"]))
         nbytes = rows * dist_points[0]["width"] * torch.finfo(next(full.parameters()).dtype).bits // 8
+        extra = spreads["action"] * overhead  # the spread in seconds, relative again to what is left
         overhead = max(0.0, overhead - (fields.get("msg_cpu_s", 0.0) + nbytes * fields.get("msg_cpu_s_per_byte", 0.0)))
+        spreads["action"] = float(min(MAX_SPREAD, extra / overhead)) if overhead > 0 else 0.0
     dtype_bytes = torch.finfo(next(full.parameters()).dtype).bits // 8
     prof = Profile(
         unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
         threads=config.threads, cpu_over_wall=ratio,
         fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
         action_overhead_s=overhead, executor_scale=executor_scale, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
-        contention_ranks=contention_ranks, oversubscribed_ranks=over_ranks, **fields,
+        contention_ranks=contention_ranks, oversubscribed_ranks=over_ranks,
+        spread={k: float(v) for k, v in spreads.items()}, **fields,
     )
     prof.profile_s = time.perf_counter() - t_start
     if verbose:
@@ -258,5 +329,5 @@ def profile(config, data, *, repeats: int = 3, chunk_counts: Sequence[int] = (16
                 f"{k.oversubscribed_forward:.2f}/{k.oversubscribed_backward:.2f}x" for k in kinds.values()))
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
               f"{1e3 * overhead:.2f} ms per chunk action, executor / fitted units {executor_scale:.2f}, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
-              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {prof.profile_s:.1f} s")
+              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {format_spread(prof)}, {prof.profile_s:.1f} s")
     return prof

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -170,6 +171,12 @@ class Profile:
             burst of compute, as graph parallelism's and a hybrid's peer ops run it (``latency + bytes each way /
             bandwidth``; ``None``: not measured). On a CPU node no exchange is faster than this, whatever the
             link (``gnnpipe.costmodel.predict.predict_time``).
+        spread, link_spread: per timed quantity, how much slower a typical repeat was than the figure kept (the
+            75th percentile of its repeats over the statistic used, less 1; :mod:`.robust`): ``spread`` for what
+            :func:`profile` measures in this process (``units``, ``step``, ``executor``, ``unfused``, ``action``,
+            ``gp``, ``hybrid``, ``contention``), ``link_spread`` for the link probe's (``p2p``, ``allreduce``,
+            ``msg_cpu``, ``exchange``, ``switch``). :data:`SPREAD_GROUPS` gathers them; :meth:`raised` is the
+            profile with a group at its spread. Empty: not recorded (a profile saved before they were).
         notes: free text.
     """
 
@@ -185,8 +192,8 @@ class Profile:
     num_classes: int
     step_s_per_param: float
     dtype_bytes: int = 4
-    p2p: Optional[Link] = None
-    allreduce: Optional[Link] = None
+    p2p: Link | None = None
+    allreduce: Link | None = None
     threads: int = 1
     cpu_over_wall: float = 1.0
     fit_error: float = 0.0
@@ -205,9 +212,11 @@ class Profile:
     switch_byte_s: float = 0.0
     switch_ranks: int = 0
     switch_curve: list = attrs.field(factory=list)
-    host_exchange: Optional[Link] = None
+    host_exchange: Link | None = None
     contention_ranks: int = 0
     oversubscribed_ranks: int = 0
+    spread: dict = attrs.field(factory=dict)
+    link_spread: dict = attrs.field(factory=dict)
     notes: str = ""
     #: What the memory model measured of this (graph, model) pair, filled on first use; per role the bytes per
     #: row of ``gnnpipe.costmodel.footprint.RoleFootprint``, and the graph's symmetry.
@@ -226,6 +235,55 @@ class Profile:
         """This profile's ``LINK_FIELDS`` (``profile(..., link_result=…)`` reuses them for another job)."""
         return {k: getattr(self, k) for k in LINK_FIELDS}
 
+    def spreads(self) -> dict:
+        """Every recorded spread, ``{quantity: spread}`` (:attr:`spread` and :attr:`link_spread`)."""
+        return {**{k: float(v) for k, v in self.spread.items()}, **{k: float(v) for k, v in self.link_spread.items()}}
+
+    def group_spread(self, group: str) -> float:
+        """The largest spread of the quantities of ``group`` (:data:`SPREAD_GROUPS`; 0 when none is recorded)."""
+        got = self.spreads()
+        return max([got.get(q, 0.0) for q in SPREAD_GROUPS[group]] + [0.0])
+
+    def raised(self, group: str) -> Profile:
+        """A copy of this profile with every quantity of ``group`` (:data:`SPREAD_GROUPS`) at the high end of its
+        spread: seconds times ``1 + spread`` (a link's latency, and its time per byte), the contention ratios
+        likewise. Predicting from it tells how far the noise of the group's measurements moves a prediction."""
+        f = {q: 1.0 + max(0.0, float(v)) for q, v in self.spreads().items()}
+        if group not in SPREAD_GROUPS:
+            raise ValueError(f"unknown spread group {group!r}; one of {', '.join(SPREAD_GROUPS)}")
+        qs = set(SPREAD_GROUPS[group])
+
+        def k(q: str) -> float:
+            return f.get(q, 1.0) if q in qs else 1.0
+
+        def link(v: Link | None, q: str) -> Link | None:
+            if v is None:
+                return None
+            return attrs.evolve(v, latency_s=v.latency_s * k(q), bandwidth_Bps=v.bandwidth_Bps / k(q),
+                                exchange_Bps=None if v.exchange_Bps is None else v.exchange_Bps / k(q))
+
+        kinds = {key: attrs.evolve(
+            u, forward=[c * k("units") for c in u.forward], backward=[c * k("units") for c in u.backward],
+            whole_forward_s=u.whole_forward_s * k("units"), whole_backward_s=u.whole_backward_s * k("units"),
+            unfused=u.unfused * k("unfused"),
+            contended_forward=u.contended_forward * k("contention"),
+            contended_backward=u.contended_backward * k("contention"),
+            oversubscribed_forward=u.oversubscribed_forward * k("contention"),
+            oversubscribed_backward=u.oversubscribed_backward * k("contention"))
+            for key, u in self.unit_kinds.items()}
+        return attrs.evolve(
+            self, unit_kinds=kinds, step_s_per_param=self.step_s_per_param * k("step"),
+            executor_scale=self.executor_scale * k("executor"),
+            action_overhead_s=self.action_overhead_s * k("action"),
+            gp_op_s=self.gp_op_s * k("gp"), gp_op_s_per_elem=self.gp_op_s_per_elem * k("gp"),
+            hybrid_op_s=self.hybrid_op_s * k("hybrid"), hybrid_op_s_per_elem=self.hybrid_op_s_per_elem * k("hybrid"),
+            msg_cpu_s=self.msg_cpu_s * k("msg_cpu"), msg_cpu_s_per_byte=self.msg_cpu_s_per_byte * k("msg_cpu"),
+            p2p=link(self.p2p, "p2p"), allreduce=link(self.allreduce, "allreduce"),
+            host_exchange=link(self.host_exchange, "exchange"),
+            switch_s=self.switch_s * k("switch"), switch_peer_s=self.switch_peer_s * k("switch"),
+            switch_byte_s=self.switch_byte_s * k("switch"),
+            switch_curve=[(w, c * k("switch")) for w, c in self.switch_curve], footprints=self.footprints)
+
     def msg_cpu(self, nbytes: float) -> float:
         """Main-thread CPU seconds of one message of ``nbytes`` (a send or a receive)."""
         return self.msg_cpu_s + nbytes * self.msg_cpu_s_per_byte if nbytes > 0 else 0.0
@@ -235,7 +293,7 @@ class Profile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Profile":
+    def from_dict(cls, d: dict) -> Profile:
         d = dict(d)
         d["unit_kinds"] = {k: UnitKind(**v) for k, v in d["unit_kinds"].items()}
         for key in ("p2p", "allreduce", "host_exchange"):
@@ -248,7 +306,7 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Profile":
+    def load(cls, path: str | Path) -> Profile:
         """Read a profile that :meth:`save` wrote.
 
         Raises:
@@ -286,9 +344,9 @@ class Profile:
                 "features": self.num_features, "classes": self.num_classes}
         job = {"units": [unit_key(u) for u in model.units], "vertices": int(data.num_nodes),
                "edges": int(data.edge_index.size(1)), "features": F, "classes": Cls}
-        for key in mine:
-            if mine[key] != job[key]:
-                a, b = mine[key], job[key]
+        for key, a in mine.items():
+            b = job[key]
+            if a != b:
                 if key == "units":
                     i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                     a = f"{len(a)}" + (f", unit {i} {a[i]}" if i < len(a) else "")
@@ -304,4 +362,15 @@ def unit_key(unit: Any) -> str:
 
 #: the :class:`Profile` fields the link probe sets (``link_fields``)
 LINK_FIELDS = ("p2p", "allreduce", "runtime_floor_bytes", "msg_cpu_s", "msg_cpu_s_per_byte", "switch_s",
-               "switch_peer_s", "switch_byte_s", "switch_ranks", "switch_curve", "host_exchange")
+               "switch_peer_s", "switch_byte_s", "switch_ranks", "switch_curve", "host_exchange", "link_spread")
+
+
+#: the timed quantities of a profile by what they describe (``Profile.spread`` and ``Profile.link_spread`` name
+#: them; ``Profile.raised`` raises a group): the units' compute, the runtime's own costs, the link, and how ranks
+#: computing at once slow each other
+SPREAD_GROUPS = {
+    "units": ("units", "step", "executor", "unfused"),
+    "runtime": ("action", "gp", "hybrid", "msg_cpu"),
+    "link": ("p2p", "allreduce", "exchange", "switch"),
+    "contention": ("contention",),
+}
