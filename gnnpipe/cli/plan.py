@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     warn_layout_flags(config, "gnnpipe plan predicts every layout of --ranks ranks; --schedulers lists the candidates")
     if args.out:
         check_writable(args.out)
-    preds, hw, _ = plan_from_args(config, args, progress=args.progress)
-    print(format_ranking(preds, hw))
+    preds, hw, prof = plan_from_args(config, args, progress=args.progress)
+    print(format_ranking(preds, hw, prof))
     if not any(p.fits for p in preds):
         print("gnnpipe plan: no layout fits the hardware's memory", file=sys.stderr)
     if args.out:

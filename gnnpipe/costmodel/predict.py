@@ -98,6 +98,10 @@ class LayoutPrediction:
         recompute: whether the layout recomputes activations in the backward (a pipeline's or hybrid's
             ``recompute="auto"`` decided by ``choose_recompute``, as ``gnnpipe train``
             decides it).
+        spread_s: per group of the profile's timed quantities (``gnnpipe.costmodel.profile.SPREAD_GROUPS``),
+            the seconds the prediction grows with that group at the high end of its spread
+            (``Profile.raised``); filled by :func:`plan_layouts` for the layouts that could contend for the best
+            (empty otherwise, and for a profile without spreads).
     """
 
     spec: LayoutSpec
@@ -111,6 +115,7 @@ class LayoutPrediction:
     work_s: list = attrs.field(factory=list)
     plan_info: dict = attrs.field(factory=dict, repr=False)
     recompute: bool = False
+    spread_s: dict = attrs.field(factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -135,6 +140,7 @@ class LayoutPrediction:
             "runtime_floor_bytes": self.floor_bytes,
             "memory_breakdown": [m.to_dict() for m in self.memory], "predicted_compute_s": self.compute_s,
             "cpu_share_slowdown": self.share, "predicted_work_s": self.work_s, "recompute": self.recompute,
+            "predicted_epoch_spread_s": dict(self.spread_s),
         }
 
 
@@ -980,7 +986,90 @@ def plan_layouts(config, data, ranks: int, profile: Profile, hardware: Optional[
         preds.append(predict_layout(config, data, spec, profile, hardware, floor, plan=plans[key],
                                     memory_profiles=memory_profiles))
     preds.sort(key=lambda p: (not p.fits, p.epoch_s))
+    _predict_spread(config, preds, profile, hardware, plans)
     return preds
+
+
+def _predict_spread(config, preds: list[LayoutPrediction], profile: Profile, hardware: Hardware,
+                    plans: dict) -> None:
+    """Fill :attr:`LayoutPrediction.spread_s` of the best layout that fits and of every layout that fits and could
+    overtake it within the profile's spread: predicted again from :meth:`Profile.raised` of each group of timed
+    quantities. A group raises a prediction by at most the product of its quantities' ``1 + spread``, so a layout
+    slower than the best by more than all of them together cannot overtake it and is not predicted again."""
+    from ..core.training.trainer import make_model
+    from .profile import SPREAD_GROUPS
+
+    spreads = profile.spreads()
+    groups = [g for g in SPREAD_GROUPS if any(spreads.get(q, 0.0) > 0 for q in SPREAD_GROUPS[g])]
+    fitting = [p for p in preds if p.fits]
+    if not groups or not fitting:
+        return
+    bound = sum(float(np.prod([1.0 + spreads.get(q, 0.0) for q in SPREAD_GROUPS[g]])) - 1.0 for g in groups)
+    limit = fitting[0].epoch_s * (1.0 + bound)
+    raised = {g: profile.raised(g) for g in groups}
+    for p in fitting:
+        if p.epoch_s > limit:
+            break
+        spec = p.spec
+        cfg = layout_config(config, spec)
+        if cfg.stages > 1 and cfg.recompute is None:
+            cfg = attrs.evolve(cfg, recompute=p.recompute)  # as predict_layout decided it
+        plan = plans[(spec.ways, spec.stages, spec.chunks, spec.over_partition)]
+        model = make_model(cfg, profile.num_features, profile.num_classes)
+        p.spread_s = {g: max(0.0, predict_time(cfg, plan, model, raised[g], hardware, p.bytes)[0] - p.epoch_s)
+                      for g in groups}
+
+
+#: a layout is said to possibly overtake the best only if the profile's spread could put it ahead by more than
+#: this share of the best's predicted time (layouts that differ less, e.g. by their over-partitioning alone, tie)
+OVERTAKE_MARGIN = 0.01
+
+
+def ranking_may_change(preds: list[LayoutPrediction]) -> list[tuple[LayoutPrediction, dict]]:
+    """The layouts that fit and could overtake the best that fits within the profile's spread, each with ``{group:
+    seconds}``, the groups whose spread moves the best more than it: ``b`` could be faster than the best ``a``
+    when ``Σ_g max(0, Δa_g − Δb_g) > (b − a) + OVERTAKE_MARGIN · a``, with ``Δ_g`` a prediction's growth with the
+    group ``g`` at its spread (:attr:`LayoutPrediction.spread_s`: each group may or may not be high in a profile
+    taken again, and the worst case for ``a`` raises those that raise it more). Empty without spreads."""
+    fitting = [p for p in preds if p.fits]
+    if not fitting or not fitting[0].spread_s:
+        return []
+    best, out = fitting[0], []
+    for p in fitting[1:]:
+        if not p.spread_s:
+            continue
+        lead = {g: best.spread_s[g] - p.spread_s.get(g, 0.0) for g in best.spread_s}
+        lead = {g: v for g, v in lead.items() if v > 0}
+        if sum(lead.values()) > (p.epoch_s - best.epoch_s) + OVERTAKE_MARGIN * best.epoch_s:
+            out.append((p, lead))
+    return out
+
+
+def _layout_name(p: LayoutPrediction) -> str:
+    s = p.spec
+    return (f"{s.label()} (C {s.chunks}, over {s.over_partition}" + (f", {s.scheduler}" if s.stages > 1 else "")
+            + f", {1e3 * p.epoch_s:,.1f} ms)")
+
+
+def format_spread(preds: list[LayoutPrediction], profile: Profile | None = None) -> list[str]:
+    """The lines printed under the ranking: the profile's spread per group of timed quantities (with ``profile``),
+    and a warning naming the layouts whose order with the best the spread could change
+    (:func:`ranking_may_change`)."""
+    from .profile import SPREAD_GROUPS
+
+    lines = []
+    if profile is not None and profile.spreads():
+        parts = ", ".join(f"{g} {100 * profile.group_spread(g):.0f} %" for g in SPREAD_GROUPS)
+        lines.append(f"profile spread (a typical repeat above the figure used): {parts}")
+    risky = ranking_may_change(preds)
+    if risky:
+        best = next(p for p in preds if p.fits)
+        groups = sorted({g for _, lead in risky for g in lead})
+        lines.append(f"warning: the ranking may change within the profile's spread ({', '.join(groups)}): "
+                     + "; ".join(_layout_name(p) for p, _ in risky)
+                     + f" could be faster than the best, {_layout_name(best)}. Treat them as a tie, or profile "
+                       "again on a quieter machine (--profile-out keeps a good profile)")
+    return lines
 
 
 def profile_floor(profile: Profile) -> int:
@@ -988,8 +1077,11 @@ def profile_floor(profile: Profile) -> int:
     return int(profile.runtime_floor_bytes or 0)
 
 
-def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] = None) -> str:
-    """The ranking as a text table (time in ms, bytes and memory in MiB); ``*`` marks the best that fits."""
+def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] = None,
+                   profile: Profile | None = None) -> str:
+    """The ranking as a text table (time in ms, bytes and memory in MiB); ``*`` marks the best that fits. Under it
+    :func:`format_spread`: the profile's spread (with ``profile``) and a warning when it could change which layout
+    is best."""
     head = ["", "layout", "C", "over", "scheduler", "recompute", "ms/epoch", "layer MiB", "graph MiB", "weight MiB",
             "peak MiB/rank", "fits"]
     best = next((i for i, p in enumerate(preds) if p.fits), None)
@@ -1008,6 +1100,7 @@ def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] =
         lines.append(f"hardware: {hardware.name}")
     lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += format_spread(preds, profile)
     return "\n".join(lines)
 
 
