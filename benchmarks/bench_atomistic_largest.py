@@ -105,8 +105,8 @@ def main() -> int:
         print(f"no layout of {args.ranks} ranks with >= {args.min_stages} stages fits", file=sys.stderr)
         return 1
     pick = min(ok, key=lambda r: r["step_s"])
-    S, G, D = pick["stages"], pick["gp"], pick["ways"]
-    summary["layout"] = {"stages": S, "gp": G, "ways": D, "chunks": pick["chunks"], "scheduler": pick["scheduler"],
+    S, G, D = pick["stages"], pick["gp"], pick["replicas"]
+    summary["layout"] = {"stages": S, "gp": G, "replicas": D, "chunks": pick["chunks"], "scheduler": pick["scheduler"],
                          "predicted_step_s": pick["step_s"]}
     print(f"layout: S={S} G={G} D={D}, C={pick['chunks']} {pick['scheduler']} (predicted step {pick['step_s']:.2f} s)")
 

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                                      schedulers=("gpipe",))
             fit = [q for q in preds if q.fits]
             print(f"  {gpus} H200 ({hw.name}): {len(fit)} of {len(preds)} layouts fit; "
-                  f"fitting: {', '.join(sorted({f'S{q.layout.stages}xG{q.layout.gp}xD{q.layout.ways}' for q in fit})) or 'none'}")
+                  f"fitting: {', '.join(sorted({f'S{q.layout.stages}xG{q.layout.gp}xD{q.layout.replicas}' for q in fit})) or 'none'}")
             show = preds if args.all else (fit[:3] + [q for q in preds if not q.fits][:2])
             print("  " + A.format_atom_ranking(show).replace("\n", "\n  "))
     torch.set_num_threads(1)

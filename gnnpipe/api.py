@@ -282,7 +282,7 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 
     Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
     such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, ``gnnpipe.tasks.s2ef``): ``data`` may
-    then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``ways`` is the number of data-parallel
+    then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``replicas`` is the number of data-parallel
     replicas.
 
     Args:

@@ -465,21 +465,21 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
 # ---------------------------------------------------------------------------------------------- layouts
 @attrs.frozen
 class AtomLayout:
-    """``stages × gp × ways`` ranks (S pipeline stages, G graph-parallel ranks, D data-parallel replicas), ``chunks``
+    """``stages × gp × replicas`` ranks (S pipeline stages, G graph-parallel ranks, D data-parallel replicas), ``chunks``
     micro-batches of structures per replica (1 without a pipeline), the pipeline's ``scheduler``."""
 
     stages: int
     gp: int
-    ways: int
+    replicas: int
     chunks: int = 1
     scheduler: str = "gpipe"
 
     @property
     def ranks(self) -> int:
-        return self.stages * self.gp * self.ways
+        return self.stages * self.gp * self.replicas
 
     def label(self) -> str:
-        s = f"S{self.stages}xG{self.gp}xD{self.ways}"
+        s = f"S{self.stages}xG{self.gp}xD{self.replicas}"
         return s + (f" C{self.chunks} {self.scheduler}" if self.stages > 1 else "")
 
 
@@ -577,7 +577,7 @@ class AtomPrediction:
     @property
     def throughput(self) -> float:
         """Structures per second: ``D`` replicas' batches per step."""
-        return self.layout.ways * self.structures / self.step_s if self.step_s > 0 else float("inf")
+        return self.layout.replicas * self.structures / self.step_s if self.step_s > 0 else float("inf")
 
     @property
     def max_rank_bytes(self) -> int:
@@ -585,7 +585,7 @@ class AtomPrediction:
 
     def to_record(self) -> dict:
         L = self.layout
-        return {"layout": L.label(), "stages": L.stages, "gp": L.gp, "ways": L.ways, "chunks": L.chunks,
+        return {"layout": L.label(), "stages": L.stages, "gp": L.gp, "replicas": L.replicas, "chunks": L.chunks,
                 "scheduler": L.scheduler, "step_s": self.step_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
                 "bytes": self.bytes, "bubble": self.bubble, "fits": self.fits, "floor_bytes": self.floor_bytes,
                 "max_rank_bytes": self.max_rank_bytes,
@@ -692,7 +692,7 @@ def rank_memory(job: AtomJob, layout: AtomLayout, plan: Any, kappa: float, kappa
         # the gradients are summed over the D·G ranks of a stage only: none alone or in a pure pipeline; the
         # single process's and graph parallelism's flat buffer holds the loss too (allreduce_element_size), a
         # pipeline stage's is of the training dtype
-        if layout.gp * layout.ways == 1:
+        if layout.gp * layout.replicas == 1:
             return 0
         return P * b if layout.stages > 1 else (P + 1) * job.allreduce_element_size
 
@@ -748,7 +748,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
 
     hw = hardware if hardware is not None else local_hardware()
     cache = {} if cache is None else cache
-    S, G, D, C = layout.stages, layout.gp, layout.ways, layout.chunks
+    S, G, D, C = layout.stages, layout.gp, layout.replicas, layout.chunks
     R = layout.ranks
     model, b = job.model, job.element_size
     plan = _plan(job, G, cache)
@@ -828,7 +828,7 @@ def plan_atomistic(job: AtomJob, ranks: int, profile: AtomProfile, hardware: Any
                                      chunks_per_stage=chunks_per_stage, schedulers=schedulers, stages=stages)
     cache: dict = {}
     preds = [predict_layout(job, lay, profile, hardware, cache=cache, floor_bytes=floor_bytes) for lay in layouts]
-    return sorted(preds, key=lambda p: (not p.fits, p.step_s / p.layout.ways))
+    return sorted(preds, key=lambda p: (not p.fits, p.step_s / p.layout.replicas))
 
 
 def _gib(n: float) -> str:

@@ -108,6 +108,12 @@ class NodeClassification(Task):
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
                               f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism), or an "
                               f"atomistic model (--model {' / '.join(_atomistic_models())})")
+        if config.replicas != 1:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"--replicas {config.replicas} makes data-parallel replicas of atomistic S2EF runs; node "
+                              f"classification trains on the whole graph: split it over ranks with --ways W, or its "
+                              f"layers with --stages S")
         steps = [f for f, v in (("--max-steps", config.max_steps), ("--eval-every-steps", config.eval_every_steps),
                                 ("--val-size", config.val_size)) if v is not None]
         if steps:

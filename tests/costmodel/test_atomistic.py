@@ -105,7 +105,7 @@ def test_layouts_cover_every_factorisation():
 
     lays = enumerate_atom_layouts(8, num_units=3, num_structures=4, chunks_per_stage=(1, 4))
     assert all(x.ranks == 8 for x in lays)
-    assert {(x.stages, x.gp, x.ways) for x in lays} == {(1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4),
+    assert {(x.stages, x.gp, x.replicas) for x in lays} == {(1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4),
                                                         (2, 2, 2), (2, 4, 1)}  # S = 4, 8 > 3 units
     assert {x.chunks for x in lays if x.stages == 2} == {2, 4}  # k·S capped at the replica's 4 structures
     assert not [x for x in enumerate_atom_layouts(8, 3, 4, stages=False) if x.stages > 1]

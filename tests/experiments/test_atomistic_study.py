@@ -143,7 +143,7 @@ def test_shipped_atomistic_studies_parse(name):
     assert all(r.settings["model"] == "dimenet++" for r in st.runs)
     if name == "atomistic_layouts.toml":
         layouts = {(r.settings.get("stages", 1), r.settings.get("graph_parallel_group_size", 1),
-                    r.settings.get("ways", 1)) for r in st.runs}
+                    r.settings.get("replicas", 1)) for r in st.runs}
         assert len(layouts) == len(st.runs) >= 6 and max(s * g * d for s, g, d in layouts) <= 4
     else:
         assert len(st.variant_names()) >= 4 and len(st.seeds) >= 2 and st.report["x"] == "params"

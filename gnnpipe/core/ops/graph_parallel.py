@@ -42,7 +42,7 @@ from .comm import Comm
 __all__ = ["HOOKS", "MODES", "GraphParallelComm", "LocalGraph", "local_graph", "plan_hook_bytes", "reduces_locally"]
 
 MODES = ("allgather", "halo")
-#: the hooks of :class:`~gnnpipe.models.atomistic.comm.Comm` that move bytes
+#: the hooks of :class:`~gnnpipe.models.atomistic.comm.GraphParallelHooks` that move bytes
 HOOKS = ("atoms_gather", "atoms_reduce", "edges_gather", "sum", "replicated_grad")
 
 

@@ -66,7 +66,7 @@ from ..settings.config import TrainConfig
 
 FORMAT_VERSION = 1
 #: configuration fields that choose the layout: a change restarts history (with a warning)
-LAYOUT_FIELDS = ("ways", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
+LAYOUT_FIELDS = ("ways", "replicas", "stages", "chunks", "scheduler", "stash_weights", "partitioner", "over_partition",
                  "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
 FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute", "max_steps",
@@ -210,7 +210,18 @@ def _tensor_template(md: dict, keys) -> dict:
 def read_meta(path: str | Path) -> dict:
     """The ``meta`` record of a checkpoint (``format``, ``config``, ``layout``, ``plan``, ``world``, ``epochs``)."""
     p = find_checkpoint(path)
-    return pickle.loads(_load(p, {"meta": None})["meta"])
+    return _current_names(pickle.loads(_load(p, {"meta": None})["meta"]))
+
+
+def _current_names(meta: dict) -> dict:
+    """``meta`` in today's field names: an S2EF checkpoint written when its data-parallel replicas were ``ways``
+    records them as ``replicas``."""
+    cfg = meta.get("config") or {}
+    if cfg.get("task") == "s2ef" and "replicas" not in cfg:
+        cfg["replicas"], cfg["ways"] = cfg.get("ways", 1), 1
+        if isinstance(meta.get("layout"), dict):
+            meta["layout"]["replicas"], meta["layout"]["ways"] = meta["layout"].get("ways", 1), 1
+    return meta
 
 
 def read_weights(path: str | Path, which: str = "best") -> dict[str, Tensor]:
@@ -288,7 +299,7 @@ def run_meta(config: TrainConfig, epochs: int) -> dict:
 # ---------------------------------------------------------------------------------------------- config
 def layout_of(config: TrainConfig, plan_info: dict) -> dict:
     """What history depends on: ways, stages, chunks, their sizes, the stage bounds, the scheduler."""
-    return {"ways": config.ways, "stages": config.stages, "chunks": plan_info.get("chunks"),
+    return {"ways": config.ways, "replicas": config.replicas, "stages": config.stages, "chunks": plan_info.get("chunks"),
             "chunk_sizes": plan_info.get("chunk_sizes"), "stage_bounds": plan_info.get("stage_bounds"),
             "way_ptr": plan_info.get("way_ptr"), "scheduler": config.scheduler, "stash_weights": config.stash_weights}
 

@@ -65,8 +65,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "default: --dtype)")
     par = p.add_argument_group("parallelism")
     par.add_argument("--ways", type=int, default=d.ways,
-                     help="graph-parallel ways W (atomistic S2EF: data-parallel replicas D, each with --batch-size "
-                          "structures per step)")
+                     help="graph-parallel ways W: the graph's vertices split over W ranks (node classification; for an "
+                          "atomistic run, --ways is the old spelling of --replicas)")
+    par.add_argument("--replicas", type=int, default=d.replicas,
+                     help="data-parallel replicas D (atomistic S2EF), each reading --batch-size structures per step")
     par.add_argument("--stages", type=int, default=d.stages,
                      help="pipeline stages S (atomistic S2EF: the model's embedding and interaction blocks split over "
                           "S stages; ranks = --ways D x S x --gp-size G)")

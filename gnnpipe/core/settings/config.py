@@ -175,7 +175,7 @@ S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", 
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
                "energy_key", "forces_key", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
                "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size",
-               "num_workers", "skip_invalid")
+               "num_workers", "skip_invalid", "replicas")
 #: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
 DEFAULT_VAL_SIZE = 1000
 #: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
@@ -294,6 +294,7 @@ class TrainConfig:
     nan_ok: bool = False
     # parallelism
     ways: int = attrs.field(default=1, validator=_pos("ways"))
+    replicas: int = attrs.field(default=1, validator=_pos("replicas"))
     stages: int = attrs.field(default=1, validator=_pos("stages"))
     chunks: Optional[int] = attrs.field(default=None, validator=_pos("chunks"))
     scheduler: str = "1f1b"
@@ -396,7 +397,7 @@ class TrainConfig:
 
     @property
     def world_size(self) -> int:
-        return self.ways * self.stages * self.graph_parallel_group_size
+        return self.ways * self.replicas * self.stages * self.graph_parallel_group_size
 
     def to_dict(self) -> dict:
         """All fields; the synthetic-graph sizes only when the synthetic graph is used."""

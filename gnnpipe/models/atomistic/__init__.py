@@ -2,7 +2,7 @@
 ``gemnet-t`` (GemNet-T; GemNet-dT with direct forces) and ``escn-md`` (eSCN-MD, fairchem's UMA backbone).
 
 Each is a sequence of units over a ``state`` dict with a readout (:mod:`.base`), calling the graph-parallel hooks
-of a ``comm`` object (:mod:`.comm`; :class:`LocalComm` by default) where graph parallelism communicates, so one
+of a ``comm`` object (:mod:`.comm`; :class:`LocalHooks` by default) where graph parallelism communicates, so one
 definition serves the single process, pipelines and graph parallelism.
 """
 
@@ -17,7 +17,7 @@ from .base import (  # noqa: F401
     scatter_sum,
     shifted_softplus,
 )
-from .comm import LOCAL, Comm, LocalComm  # noqa: F401
+from .comm import LOCAL, GraphParallelHooks, LocalHooks  # noqa: F401
 from .dimenet import DimeNetPlusPlus  # noqa: F401
 from .escn import ESCNMD  # noqa: F401
 from .gemnet import GemNetT  # noqa: F401

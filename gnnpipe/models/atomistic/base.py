@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ...errors import ConfigError, DataValidationError
 from ..base import ACTIVATIONS, ZooModel, unit_seed
-from .comm import LOCAL, Comm
+from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, ModelDescriptionError, UnitWidths
 
 State = dict  # name -> Tensor (``num_structures``: int)
@@ -86,7 +86,7 @@ def owned(graph, x: Tensor) -> Tensor:
 class AtomisticUnit(nn.Module):
     """One unit of an atomistic model: ``state → state`` (see the module docstring)."""
 
-    def forward(self, state: State, graph, comm: Comm) -> State:  # pragma: no cover - interface
+    def forward(self, state: State, graph, comm: GraphParallelHooks) -> State:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -100,7 +100,7 @@ class ConservativeForces(nn.Module):
     (a second backward).
     """
 
-    def forward(self, energy: Tensor, pos: Tensor, comm: Comm, create_graph: bool) -> Tensor:
+    def forward(self, energy: Tensor, pos: Tensor, comm: GraphParallelHooks, create_graph: bool) -> Tensor:
         """``[B]`` energies, ``[N, 3]`` positions (requiring grad) → ``[N, 3]`` forces."""
         (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=create_graph)
         return -comm.replicated_grad(grad)
@@ -123,7 +123,7 @@ class DirectForceHead(nn.Module):
         self.lin2.reset_parameters()
 
     def forward(self, edge_features: Tensor, vec: Tensor, dist: Tensor, target: Tensor, num_nodes: int,
-                comm: Comm) -> Tensor:
+                comm: GraphParallelHooks) -> Tensor:
         """``[E, in]`` features, ``[E, 3]`` vectors, ``[E]`` lengths, ``[E]`` target atoms → ``[N_r, 3]`` forces."""
         s = self.lin2(self.act(self.lin1(edge_features)))
         return comm.atoms_reduce(scatter_sum(s * (vec / dist.unsqueeze(-1)), target, num_nodes))
@@ -200,7 +200,7 @@ class AtomisticModel(ZooModel):
         self.load_state_dict(mapped, strict=False)
 
     # ------------------------------------------------------------------ running
-    def initial_state(self, batch, graph, comm: Comm = LOCAL, *, pos_grad: bool = False) -> State:
+    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False) -> State:
         """The state the first unit reads: ``pos`` ``[N, 3]`` (requiring grad with ``pos_grad``, for conservative
         forces; ``batch.pos`` itself when it already does), ``cell`` ``[B, 3, 3]`` (``None`` when no structure
         is periodic: ``graph.edge_vectors`` then skips the image shifts), the owned atoms' ``z`` ``[N_r]`` and
@@ -226,7 +226,7 @@ class AtomisticModel(ZooModel):
         return {"pos": pos, "cell": cell, "z": owned(graph, z), "atom_batch": owned(graph, atom_batch),
                 "num_structures": num_structures}
 
-    def run_units(self, start: int, end: int, state: State, graph, comm: Comm = LOCAL) -> State:
+    def run_units(self, start: int, end: int, state: State, graph, comm: GraphParallelHooks = LOCAL) -> State:
         """Run units ``[start, end)`` on ``state`` (a pipeline stage's slice)."""
         for unit in self.units[start:end]:
             state = unit(state, graph, comm)
@@ -240,7 +240,7 @@ class AtomisticModel(ZooModel):
         """
         return {}
 
-    def stage_geometry(self, state: State, graph, comm: Comm = LOCAL) -> State:
+    def stage_geometry(self, state: State, graph, comm: GraphParallelHooks = LOCAL) -> State:
         """``state`` with the parameter-free entries a pipeline stage after the first recomputes from ``pos``
         rather than receiving (edge vectors, lengths, bases; differentiable in ``pos``, so conservative forces
         collect each stage's share). Parameter-free modules of unit 0 keep their buffers on every stage. Default:
@@ -314,22 +314,23 @@ class AtomisticModel(ZooModel):
         """
         raise self._undescribed("boundary_widths")
 
-    def readout_energy(self, state: State, graph, comm: Comm) -> Tensor:
+    def readout_energy(self, state: State, graph, comm: GraphParallelHooks) -> Tensor:
         """The rank's partial per-structure energies ``[B]`` (before ``comm.sum``)."""
         raise NotImplementedError
 
-    def readout_forces(self, state: State, graph, comm: Comm) -> Tensor:
+    def readout_forces(self, state: State, graph, comm: GraphParallelHooks) -> Tensor:
         """Direct forces of the owned atoms ``[N_r, 3]`` (models with a direct-force head)."""
         raise NotImplementedError
 
-    def readout(self, state: State, graph, comm: Comm = LOCAL) -> dict[str, Tensor]:
+    def readout(self, state: State, graph, comm: GraphParallelHooks = LOCAL) -> dict[str, Tensor]:
         """``{"energy": [B]}`` and, with a direct-force head, ``"forces"`` ``[N_r, 3]`` of the owned atoms."""
         out = {"energy": comm.sum(self.readout_energy(state, graph, comm))}
         if self.direct_forces:
             out["forces"] = self.readout_forces(state, graph, comm)
         return out
 
-    def forward(self, batch, graph, comm: Optional[Comm] = None, *, forces: bool = False) -> dict[str, Tensor]:
+    def forward(self, batch, graph, comm: Optional[GraphParallelHooks] = None, *,
+                forces: bool = False) -> dict[str, Tensor]:
         """Energies ``[B]`` (eV) of a batch of structures; forces ``[N_r, 3]`` (eV/Å) from the direct head, or,
         with ``forces=True`` and no direct head, conservative forces ``−∂E/∂pos`` (differentiable in training
         mode: ``create_graph=True``).
@@ -338,7 +339,7 @@ class AtomisticModel(ZooModel):
             batch: a PyG ``Batch`` (or ``Data``) with ``z`` int64 ``[N]``, ``pos`` ``[N, 3]`` Å, ``cell``
                 ``[B, 3, 3]`` Å, ``batch`` ``[N]``.
             graph: its neighbour graph built with :attr:`cutoff` (see the module docstring).
-            comm: the graph-parallel hooks (default ``LocalComm``).
+            comm: the graph-parallel hooks (default ``LocalHooks``).
         """
         comm = LOCAL if comm is None else comm
         conservative = forces and not self.direct_forces

@@ -1,7 +1,7 @@
 """The graph-parallel hooks an atomistic model calls (Sriram et al., ICLR 2022, §3), and their local identity.
 
 A model never indexes across shards itself: at each place where graph parallelism must communicate it calls one
-of the hooks below on an object ``comm``. :class:`LocalComm` (every hook the identity; every rank owns every atom
+of the hooks below on an object ``comm``. :class:`LocalHooks` (every hook the identity; every rank owns every atom
 and edge) is the single-process default; the graph-parallel implementation (``gnnpipe.core.ops.graph_parallel``)
 puts autograd-aware collectives behind the same methods, so one model definition serves every layout.
 
@@ -16,7 +16,7 @@ from typing import Protocol
 from torch import Tensor
 
 
-class Comm(Protocol):
+class GraphParallelHooks(Protocol):
     """The hook interface (see the module docstring)."""
 
     def atoms_gather(self, h_owned: Tensor) -> Tensor:
@@ -36,7 +36,7 @@ class Comm(Protocol):
         """All-reduce of a rank's partial gradient of a replicated input (``∂E_r/∂pos``)."""
 
 
-class LocalComm:
+class LocalHooks:
     """The hooks of one process owning everything: each returns its argument unchanged."""
 
     def atoms_gather(self, h_owned: Tensor) -> Tensor:
@@ -55,8 +55,8 @@ class LocalComm:
         return g
 
     def __repr__(self) -> str:
-        return "LocalComm()"
+        return "LocalHooks()"
 
 
 #: the default hooks (stateless, shared)
-LOCAL = LocalComm()
+LOCAL = LocalHooks()

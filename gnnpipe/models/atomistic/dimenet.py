@@ -36,7 +36,7 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
 from .basis import bessel_normalizers, spherical_bessel_zeros, spherical_harmonics_y0, spherical_jn
-from .comm import LOCAL, Comm
+from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, UnitWidths, readout_hook_calls
 
 
@@ -145,7 +145,7 @@ class SphericalBasis(CachedSphericalBasis):
         return (rbf.index_select(0, idx_kj).view(-1, n, k) * cbf.view(-1, n, 1)).view(-1, n * k)
 
 
-def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: Comm, act) -> Tensor:
+def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: GraphParallelHooks, act) -> Tensor:
     """PyG's ``OutputPPBlock`` around the hooks: edge messages gated by ``rbf`` are summed onto target atoms
     (``[N, H]`` partial), reduced onto owned atoms, then the per-atom MLP → ``[N_r, out]``."""
     h = scatter_sum(block.lin_rbf(rbf) * x, target, num_nodes)
@@ -170,7 +170,7 @@ class DimeNetEmbedding(AtomisticUnit):
         self.output = OutputPPBlock(num_radial, hidden, out_emb_channels, 1, num_output_layers, act,
                                     output_initializer)
 
-    def geometry(self, state, graph, comm: Comm) -> dict:
+    def geometry(self, state, graph, comm: GraphParallelHooks) -> dict:
         """The parameter-free geometry from ``state["pos"]``: edge vectors ``vec`` ``[E, 3]`` (Å, from ``i`` to
         ``j``'s image), lengths ``dist`` ``[E]`` and the spherical basis ``sbf`` ``[T, S·R]`` of the triplet angles
         (a later pipeline stage recomputes them instead of receiving ``O(T)`` rows)."""
@@ -183,7 +183,7 @@ class DimeNetEmbedding(AtomisticUnit):
         angle = torch.atan2(torch.cross(a, b, dim=1).norm(dim=-1), (a * b).sum(dim=-1))
         return {"vec": vec, "dist": dist, "sbf": self.sbf(dist_read, angle, idx_kj)}
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         j, i = graph.edge_index[0], graph.edge_index[1]
         geo = self.geometry(state, graph, comm)
         vec, dist, sbf = geo["vec"], geo["dist"], geo["sbf"]
@@ -209,7 +209,7 @@ class DimeNetInteraction(AtomisticUnit):
         self.output = OutputPPBlock(num_radial, hidden, out_emb_channels, 1, num_output_layers, act,
                                     output_initializer)
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         act, ib = self.act, self.interaction
         x, rbf, sbf = state["x"], state["rbf"], state["sbf"]
         x_ji = act(ib.lin_ji(x))
@@ -385,13 +385,13 @@ class DimeNetPlusPlus(AtomisticModel):
         R = emb.rbf.freq.numel()
         return {"rbf": ("edges", (R,)), "x": ("edges", (emb.emb.lin.out_features,)), "P": ("atoms", (1,))}
 
-    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+    def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
-    def readout_energy(self, state, graph, comm: Comm) -> Tensor:
+    def readout_energy(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         return scatter_sum(state["P"].squeeze(-1), state["atom_batch"], state["num_structures"])
 
-    def readout_forces(self, state, graph, comm: Comm) -> Tensor:
+    def readout_forces(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         return self.head.forces(state["x"], state["vec"], state["dist"], graph.edge_index[1], graph.num_nodes, comm)
 
 

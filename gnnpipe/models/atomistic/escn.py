@@ -63,7 +63,7 @@ from torch import Tensor, nn
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
-from .comm import LOCAL, Comm
+from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall
 from .gemnet import radial_envelope
 from .so3 import edge_rotation, m_major_degrees, m_major_index, num_coefficients, s2_grid_matrices, wigner_d
@@ -261,7 +261,7 @@ class ESCNEmbedding(AtomisticUnit):
         v = torch.cat([w.new_zeros(C // 2), w.new_ones(C // 2), w.new_zeros(C)])
         return F.silu(self.system_mix(v)).expand(num_structures, C)
 
-    def geometry(self, state, graph, comm: Comm) -> dict:
+    def geometry(self, state, graph, comm: GraphParallelHooks) -> dict:
         """The geometry from ``state["pos"]`` and the owned element embeddings ``state["elem"]``: ``vec`` ``[E, 3]``
         (Å, from ``i`` to ``j``'s image), ``dist`` ``[E]``, the Wigner-D rows ``wigner`` ``[E, M, (lmax+1)²]``, the
         envelope ``env`` ``[E]`` and the edge features ``edge_features`` ``[E, K + 2·edge_channels]``
@@ -276,7 +276,7 @@ class ESCNEmbedding(AtomisticUnit):
         return {"vec": vec, "dist": dist, "wigner": _edge_frames(vec, self.lmax, self.rows, self.random_roll),
                 "env": radial_envelope(dist / self.cutoff, ENVELOPE_EXPONENT), "edge_features": feats}
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         z = state["z"]
         C, L = self.C, num_coefficients(self.lmax)
         sigma = self.system_embedding(state["num_structures"]).index_select(0, state["atom_batch"])
@@ -320,7 +320,7 @@ class ESCNBlock(AtomisticUnit):
         g = torch.sigmoid(gates).reshape(x.size(0), self.lmax, x.size(2)).index_select(1, self.gate_degree)
         return torch.cat([F.silu(x[:, :1]), x[:, 1:] * g], dim=1)
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         x = state["x"]
         n, L, C = x.shape
         y = self.norm_1(x)
@@ -482,7 +482,7 @@ class ESCNMD(AtomisticModel):
         return {"x": ("atoms", (num_coefficients(c["lmax"]), C)), "sigma": ("atoms", (C,)),
                 "elem": ("atoms", (2 * c["edge_channels"],))}
 
-    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+    def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
     def hook_calls(self, num_atoms: int, num_structures: int) -> list[HookCall]:
@@ -511,11 +511,11 @@ class ESCNMD(AtomisticModel):
     def _normed(self, state) -> Tensor:
         return self.head.norm(state["x"])
 
-    def readout_energy(self, state, graph, comm: Comm) -> Tensor:
+    def readout_energy(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         e = self.head.energy(self._normed(state)[:, 0]).squeeze(-1)
         return scatter_sum(e, state["atom_batch"], state["num_structures"])
 
-    def readout_forces(self, state, graph, comm: Comm) -> Tensor:
+    def readout_forces(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         return self.head.forces(self._normed(state))
 
 

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
-from .comm import LOCAL, Comm
+from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, UnitWidths, readout_hook_calls
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -187,7 +187,7 @@ class AtomMLP(nn.Module):
         self.layers = nn.ModuleList([Dense(emb_size_edge, emb_size_atom, act=act)]
                                     + [ResidualLayer(emb_size_atom, act) for _ in range(num_atom)])
 
-    def forward(self, m: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: Comm) -> Tensor:
+    def forward(self, m: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: GraphParallelHooks) -> Tensor:
         x = m * self.dense_rbf(rbf)
         h = self.scale_sum(comm.atoms_reduce(scatter_sum(x, target, num_nodes)), ref=x)
         for layer in self.layers:
@@ -219,7 +219,7 @@ class OutputBlock(nn.Module):
             if self.direct_forces:
                 nn.init.zeros_(self.out_forces.linear.weight)
 
-    def forward(self, m: Tensor, rbf_out: Tensor, target: Tensor, num_nodes: int, comm: Comm):
+    def forward(self, m: Tensor, rbf_out: Tensor, target: Tensor, num_nodes: int, comm: GraphParallelHooks):
         e = self.out_energy(self.energy(m, rbf_out, target, num_nodes, comm))
         if not self.direct_forces:
             return e, None
@@ -264,7 +264,7 @@ class GemNetEmbedding(AtomisticUnit):
     def reset_parameters(self) -> None:
         _reset_all(self)
 
-    def geometry(self, state, graph, comm: Comm) -> dict:
+    def geometry(self, state, graph, comm: GraphParallelHooks) -> dict:
         """The parameter-free geometry from ``state["pos"]``: edge vectors ``vec`` ``[E, 3]`` (Å, from ``i`` to ``j``'s
         image), lengths ``dist`` ``[E]``, the circular basis of the triplets padded per edge ``sph`` ``[E, L, K]``
         (``K``: the most triplets of a local edge) and the triplets' rows ``pad`` ``[T]`` of the ``[E·K]`` padding
@@ -288,7 +288,7 @@ class GemNetEmbedding(AtomisticUnit):
         sph = Y.new_zeros(E * K, L).index_copy(0, pad, Y).view(E, K, L).transpose(1, 2)
         return {"vec": vec, "dist": dist, "sph": sph, "pad": pad}
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         j, i = graph.edge_index[0], graph.edge_index[1]
         geo = self.geometry(state, graph, comm)
         rbf = self.rbf(geo["dist"])
@@ -342,7 +342,7 @@ class TripletInteraction(nn.Module):
         self.up_projection_ca = Dense(c["emb_size_bil_trip"], c["emb_size_edge"], act=act)
         self.up_projection_ac = Dense(c["emb_size_bil_trip"], c["emb_size_edge"], act=act)
 
-    def forward(self, m: Tensor, state, graph, comm: Comm) -> Tensor:
+    def forward(self, m: Tensor, state, graph, comm: GraphParallelHooks) -> Tensor:
         x = self.dense_ba(m)
         x = self.scale_rbf(x * self.mlp_rbf(state["rbf3"]), ref=x)
         x = self.down_projection(x)                                   # [E, trip]
@@ -383,7 +383,7 @@ class GemNetInteraction(AtomisticUnit):
     def reset_parameters(self) -> None:
         _reset_all(self)
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         j, i = graph.edge_index[0], graph.edge_index[1]
         m, h = state["m"], state["h"]
         x = (self.dense_ca(m) + self.trip_interaction(m, state, graph, comm)) * _INV_SQRT2
@@ -665,12 +665,12 @@ class GemNetT(AtomisticModel):
             out["F"] = ("edges", (1,))
         return out
 
-    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+    def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
-    def readout_energy(self, state, graph, comm: Comm) -> Tensor:
+    def readout_energy(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         return scatter_sum(state["P"].squeeze(-1), state["atom_batch"], state["num_structures"])
 
-    def readout_forces(self, state, graph, comm: Comm) -> Tensor:
+    def readout_forces(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         unit = state["vec"] / state["dist"].unsqueeze(-1)
         return comm.atoms_reduce(scatter_sum(state["F"] * unit, graph.edge_index[1], graph.num_nodes))

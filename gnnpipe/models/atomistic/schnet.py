@@ -23,7 +23,7 @@ from torch_geometric.nn.models.schnet import GaussianSmearing, InteractionBlock,
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, DirectForceHead, atomistic_activation, scatter_sum
-from .comm import LOCAL, Comm
+from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, UnitWidths
 from .dimenet import _check_common
 
@@ -43,7 +43,7 @@ class SchNetEmbedding(AtomisticUnit):
         dist = vec.norm(dim=-1)
         return {"vec": vec, "dist": dist, "edge_attr": self.distance_expansion(dist)}
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         return {**state, **self.geometry(state, graph), "h": self.embedding(state["z"])}
 
 
@@ -56,7 +56,7 @@ class SchNetInteraction(AtomisticUnit):
         self.interaction = InteractionBlock(hidden, num_gaussians, num_filters, cutoff)
         self.cutoff = float(cutoff)
 
-    def forward(self, state, graph, comm: Comm):
+    def forward(self, state, graph, comm: GraphParallelHooks):
         block = self.interaction
         conv = block.conv
         h, dist = state["h"], state["dist"]
@@ -203,15 +203,15 @@ class SchNet(AtomisticModel):
         """The owned atoms' features ``h`` only: the geometry is recomputed on each stage (:meth:`stage_geometry`)."""
         return {"h": ("atoms", (self.units[0].embedding.embedding_dim,))}
 
-    def stage_geometry(self, state, graph, comm: Comm = LOCAL):
+    def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph)}
 
-    def readout_energy(self, state, graph, comm: Comm) -> Tensor:
+    def readout_energy(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         head = self.head
         e = head.lin2(head.act(head.lin1(state["h"]))).squeeze(-1)
         return scatter_sum(e, state["atom_batch"], state["num_structures"])
 
-    def readout_forces(self, state, graph, comm: Comm) -> Tensor:
+    def readout_forces(self, state, graph, comm: GraphParallelHooks) -> Tensor:
         h = comm.atoms_gather(state["h"])
         j, i = graph.edge_index[0], graph.edge_index[1]
         feats = torch.cat([h.index_select(0, i) * h.index_select(0, j), state["edge_attr"]], dim=-1)

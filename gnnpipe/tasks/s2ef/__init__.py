@@ -1,5 +1,5 @@
 """The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
-process, data-parallel over ``--ways D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
+process, data-parallel over ``--replicas D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
 (``D × G`` ranks), and pipelined over ``--stages S`` with ``--chunks C``
 micro-batches of structures (``D × S × G`` ranks), all by one trainer (:mod:`~gnnpipe.tasks.s2ef.trainer`; the layouts: :mod:`~gnnpipe.tasks.s2ef.layout`).
 
@@ -146,7 +146,7 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
     in another layout (what carries over and what restarts).
 
     A checkpoint inside an epoch holds each rank's sums of the epoch so far and the position in the epoch's batches
-    of its ``--ways`` (the global batch is ``--batch-size × --ways``): it continues only in the layout that wrote it.
+    of its ``--replicas`` (the global batch is ``--batch-size × --replicas``): it continues only in the layout that wrote it.
 
     Raises:
         ConfigError: ``meta`` is a checkpoint inside an epoch and the layout or world size differs.
@@ -159,19 +159,21 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
     if not changed and (old_world is None or old_world == world):
         return
     old = meta.get("config", {})
-    was = f"--ways {old.get('ways')} --stages {old.get('stages')} --gp-size {old.get('graph_parallel_group_size')}"
+    was = (f"--replicas {old.get('replicas', old.get('ways'))} --stages {old.get('stages')} --gp-size "
+           f"{old.get('graph_parallel_group_size')}")
     steps = int(meta.get("steps_in_epoch", 0) or 0)
     if steps:
         epochs = int(meta.get("epochs", 0))
         raise ConfigError(f"{path} was written inside epoch {epochs + 1} (after {steps} step(s) of it) by {was} "
                           f"({old_world} rank(s)); a checkpoint inside an epoch resumes only in the layout that wrote "
-                          f"it (now --ways {config.ways} --stages {config.stages} --gp-size "
+                          f"it (now --replicas {config.replicas} --stages {config.stages} --gp-size "
                           f"{config.graph_parallel_group_size}): resume with {was}, or from an epoch checkpoint "
                           f"(ckpt-{epochs:06d}) in the new layout")
-    old_batch = int(old.get("batch_size", config.batch_size)) * int(old.get("ways", config.ways))
-    new_batch = config.batch_size * config.ways
-    batch = (f"; the global batch is now {new_batch} structures (--batch-size {config.batch_size} × --ways "
-             f"{config.ways}; it was {old_batch}), so an epoch has {'fewer' if new_batch > old_batch else 'more'} "
+    old_d = int(old.get("replicas", old.get("ways", config.replicas)))
+    old_batch = int(old.get("batch_size", config.batch_size)) * old_d
+    new_batch = config.batch_size * config.replicas
+    batch = (f"; the global batch is now {new_batch} structures (--batch-size {config.batch_size} × --replicas "
+             f"{config.replicas}; it was {old_batch}), so an epoch has {'fewer' if new_batch > old_batch else 'more'} "
              f"optimizer steps and the learning-rate schedule runs over them") if new_batch != old_batch else ""
     warnings.warn(f"resuming {path} in another layout ({', '.join(changed) or 'world size'} changed; written by "
                   f"{was}): weights, optimizer state and the epoch records carry over; random states restart, so "
@@ -182,7 +184,7 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
 class S2EF(Task):
     """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
     :class:`~gnnpipe.tasks.base.Task`. Trains an atomistic model on structures in one process, data-parallel
-    over ``--ways D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks), or pipelined
+    over ``--replicas D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks), or pipelined
     over ``--stages S`` (``D × S × G`` ranks)."""
 
     name = "s2ef"
@@ -207,6 +209,8 @@ class S2EF(Task):
                 contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``.
         """
         from ... import models
+        import warnings
+
         from ...errors import ConfigError
 
         if _model_task(config.model) != "s2ef":
@@ -218,6 +222,14 @@ class S2EF(Task):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such files, or a "
                               f"generated set (oc20-like, md17-like)")
+        if config.ways > 1:  # the old spelling: one name per concept (--ways is graph-parallel ways elsewhere)
+            if config.replicas > 1:
+                raise ConfigError(f"--ways {config.ways} and --replicas {config.replicas} both name the data-parallel "
+                                  f"replicas of an S2EF run; give --replicas only")
+            warnings.warn(f"--ways {config.ways} for an S2EF run is the old spelling of --replicas {config.ways} "
+                          f"(data-parallel replicas; --ways means graph-parallel ways in node classification): "
+                          f"use --replicas", FutureWarning, stacklevel=3)
+            config = attrs.evolve(config, replicas=config.ways, ways=1)
         if config.device is not None and config.device_type() != "cpu":  # cuda without a GPU: refused there
             raise ConfigError(f"--device {config.device}: S2EF training runs on the CPU in this version; use "
                               f"--device cpu (the calculator and gnnpipe relax run on a GPU)")
@@ -310,7 +322,7 @@ class S2EF(Task):
         lines.append(f"model: {config.model}, {num_parameters(config):,} parameters ({config.layers} interaction "
                      f"blocks, hidden {config.hidden}), {forces} forces, cutoff {config.cutoff:g} Å, at most "
                      f"{config.max_neighbors} neighbours, {config.dtype}")
-        G, S, D = config.graph_parallel_group_size, config.stages, config.ways
+        G, S, D = config.graph_parallel_group_size, config.stages, config.replicas
         workers = resolved_num_workers(config, len(data.splits["train"]))
         layout = (f"layout: S {S} × G {G} × D {D} = {S * G * D} rank{'s' if S * G * D != 1 else ''}; batch "
                   f"{config.batch_size} structures per replica (global {config.batch_size * D})")
@@ -348,7 +360,7 @@ class S2EF(Task):
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
         """Refuse an empty training split, ``--eval-every-steps`` without a validation split
         (``gnnpipe.tasks.s2ef.steps.check_steps``, which also warns of a ``--max-steps`` beyond ``--epochs``),
-        a torchrun world that is not ``--ways × --stages × --gp-size``, what
+        a torchrun world that is not ``--replicas × --stages × --gp-size``, what
         cannot be pipelined (``gnnpipe.tasks.s2ef.layout.check_pipeline``), a graph-parallel
         group size that does not divide it, an unknown ``--gp-partitioner``, and ``--gp-size G > 1`` with a model
         that has no graph-parallel hooks (``gnnpipe.tasks.s2ef.layout.check_graph_parallel``).
@@ -382,10 +394,10 @@ class S2EF(Task):
             if world is not None:  # every torchrun rank fails with the message (torchrun's summary shows it)
                 launch.record_torchrun_error(f"gnnpipe: error: {exc}")
             raise
-        launch.check_torchrun_world(config.ways * G, f"--ways {config.ways}" + (f" × --gp-size {G}" if G > 1 else ""))
+        launch.check_torchrun_world(config.replicas * G, f"--replicas {config.replicas}" + (f" × --gp-size {G}" if G > 1 else ""))
 
     def launch(self, config: Any, plan: S2EFPlan, progress: bool, options: Any) -> Any:
-        """Train: in this process (``ways == 1``), in ``D`` ranks started here (gloo; a failing rank ends them
+        """Train: in this process (one rank), in ``D`` ranks started here (gloo; a failing rank ends them
         all), or as a rank of ``torchrun``. Returns the :class:`~gnnpipe.core.run.results.TrainResult` (``None`` on
         torchrun ranks other than 0)."""
         import torch
@@ -416,7 +428,7 @@ class S2EF(Task):
             dist.barrier()
             dist.destroy_process_group()
             return _with_params(out["result"], nparams) if out else None
-        if config.ways * G == 1 and not pipelined(config):
+        if config.replicas * G == 1 and not pipelined(config):
             torch.set_num_threads(config.threads)
             return _with_params(S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(
                 progress, options, plan_info=plan.info), nparams)
@@ -428,7 +440,7 @@ class S2EF(Task):
         print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
         records = RecordCollector().start()
         try:
-            outs = launch.spawn(worker, config.ways * S * G, (config, d.structures, d.splits, norm, progress,
+            outs = launch.spawn(worker, config.replicas * S * G, (config, d.structures, d.splits, norm, progress,
                                                             options, records.send_end),
                                 backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:

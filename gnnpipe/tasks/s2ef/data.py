@@ -175,18 +175,18 @@ def reference_sample(train: Tensor, seed: int, size: int = REFERENCE_SAMPLE) -> 
 
 def default_num_workers(config) -> int:
     """Loader workers per rank when ``--num-workers`` is not given: the cores left after the ranks'
-    (``ways × stages × gp-size`` ranks of ``threads`` each) shared among the ranks, at most 4 each."""
+    (``replicas × stages × gp-size`` ranks of ``threads`` each) shared among the ranks, at most 4 each."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    ranks = config.ways * config.stages * config.graph_parallel_group_size
+    ranks = config.replicas * config.stages * config.graph_parallel_group_size
     return max(0, min(4, (cores - ranks * config.threads) // ranks))
 
 
 def steps_per_epoch(config, n_train: int) -> int:
-    """Optimizer steps of an epoch over ``n_train`` training structures: global batches of ``batch_size × ways``."""
-    return max(-(-int(n_train) // (config.batch_size * config.ways)), 1)
+    """Optimizer steps of an epoch over ``n_train`` training structures: global batches of ``batch_size × replicas``."""
+    return max(-(-int(n_train) // (config.batch_size * config.replicas)), 1)
 
 
 def resolved_num_workers(config, n_train: int) -> int:

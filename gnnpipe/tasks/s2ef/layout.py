@@ -33,17 +33,17 @@ __all__ = ["check_graph_parallel", "check_pipeline", "graph_parallel_capable", "
 
 def rank_grid(config: TrainConfig, world: Optional[int] = None) -> RankGrid:
     """The run's grid ``(replica, stage, gp)``; ``world``: the ranks started (``D`` is ``world / (S·G)``;
-    ``None``: ``config.ways``).
+    ``None``: ``config.replicas``).
 
     Raises:
         ConfigError: ``S·G`` does not divide ``world``.
     """
     S, G = config.stages, config.graph_parallel_group_size
     if world is None:
-        world = config.ways * S * G
+        world = config.replicas * S * G
     if world % (S * G):
         raise ConfigError(f"--stages {S} × --gp-size {G} does not divide the {world} ranks started: the world is "
-                          f"--ways D × --stages S × --gp-size G ranks")
+                          f"--replicas D × --stages S × --gp-size G ranks")
     return RankGrid.of(replica=world // (S * G), stage=S, gp=G)
 
 
@@ -74,7 +74,7 @@ def check_graph_parallel(config: TrainConfig, world: Optional[int] = None) -> No
     partitioners.get_edge_partitioner(config.graph_parallel_partitioner)  # a typo is refused with any G
     if world is not None and world % G:
         raise ConfigError(f"--gp-size {G} does not divide the {world} ranks started: the world is "
-                          f"--ways D × --gp-size G ranks; start a multiple of {G} ranks or change --gp-size")
+                          f"--replicas D × --gp-size G ranks; start a multiple of {G} ranks or change --gp-size")
     if G > 1 and not graph_parallel_capable(config.model):
         able = [n for n in models.available() if graph_parallel_capable(n)]
         raise ConfigError(f"--model {config.model} cannot be trained graph-parallel (--gp-size {G}): it has no "
@@ -108,7 +108,7 @@ def check_pipeline(config: TrainConfig, world: Optional[int] = None) -> None:
         UnknownComponentError: an unknown scheduler.
     """
     S, C = config.stages, config.chunks or 1
-    G, D = config.graph_parallel_group_size, config.ways
+    G, D = config.graph_parallel_group_size, config.replicas
     if C > config.batch_size:
         raise ConfigError(f"--chunks {C} exceeds the {config.batch_size} structures of a replica's batch "
                           f"(--batch-size): a micro-batch is a group of whole structures; use --chunks "
@@ -134,7 +134,7 @@ def check_pipeline(config: TrainConfig, world: Optional[int] = None) -> None:
                           f"pipeline boundary); use --stages 1")
     stage_bounds(model, S, config.layer_split)
     if world is not None and world != D * S * G:
-        raise ConfigError(f"torchrun started {world} ranks, but --ways {D} × --stages {S} × --gp-size {G} needs "
+        raise ConfigError(f"torchrun started {world} ranks, but --replicas {D} × --stages {S} × --gp-size {G} needs "
                           f"{D * S * G}")
 
 
@@ -142,8 +142,8 @@ def plan_info(config: TrainConfig, splits: dict) -> dict:
     """The layout of an S2EF run (stored in results and checkpoints; a checkpoint resumes in the layout whose
     record it holds): the replicas, the batch, the split sizes, and with graph parallelism or a pipeline the grid
     ``(D, S, G)``, the graph-parallel partitioner and mode, the stages' unit ``bounds`` and the micro-batches."""
-    D, S, G = config.ways, config.stages, config.graph_parallel_group_size
-    info = {"task": "s2ef", "ways": D, "stages": 1, "world_size": D, "data_parallel": D,
+    D, S, G = config.replicas, config.stages, config.graph_parallel_group_size
+    info = {"task": "s2ef", "replicas": D, "stages": 1, "world_size": D, "data_parallel": D,
             "batch_size": config.batch_size, "global_batch": config.batch_size * D,
             "structures": {k: int(len(v)) for k, v in splits.items()}}
     if pipelined(config):

@@ -1,7 +1,7 @@
 """Pipelined S2EF: the units of an atomistic model split over ``S`` stages, micro-batches of whole structures,
 composed with graph parallelism (``G`` ranks per stage) and data parallelism (``D`` replicas): ``S × G × D``.
 
-Layout (``--stages S --gp-size G --ways D``, ``D·S·G`` ranks): global rank ``r = (d·S + s)·G + g`` is rank ``g``
+Layout (``--stages S --gp-size G --replicas D``, ``D·S·G`` ranks): global rank ``r = (d·S + s)·G + g`` is rank ``g``
 of the graph-parallel group of stage ``s`` of replica ``d``. Stage ``s`` runs units ``[bounds[s], bounds[s+1])``
 (the layer partitioner ``--layer-split``, equal by default); the last stage also holds the readout (``head``).
 Every rank of a replica reads the replica's share of the global batch (:func:`~.data.share`), cut into ``C``

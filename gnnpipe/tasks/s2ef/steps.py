@@ -224,7 +224,7 @@ def check_steps(config, splits: dict, options=None) -> None:
                       f"--eval-every-steps and --max-steps; the epoch evaluations read the whole validation split)",
                       stacklevel=3)
     if config.max_steps and lead:
-        spe = max(math.ceil(n_train / (config.batch_size * config.ways)), 1)
+        spe = max(math.ceil(n_train / (config.batch_size * config.replicas)), 1)
         if config.max_steps > config.epochs * spe:
             warnings.warn(f"--max-steps {config.max_steps} exceeds the {config.epochs * spe} steps of --epochs "
                           f"{config.epochs} ({spe} per epoch): the run ends after {config.epochs} "

@@ -17,7 +17,7 @@ from torch_geometric.data import Batch, Data
 from gnnpipe.data.atoms import build_graph
 from gnnpipe.errors import ConfigError
 from gnnpipe.models import build_model, model_options
-from gnnpipe.models.atomistic import LocalComm, so3
+from gnnpipe.models.atomistic import LocalHooks, so3
 from gnnpipe.models.atomistic.escn import (
     ESCNMD,
     export_fairchem_state_dict,
@@ -307,7 +307,7 @@ def test_a_two_stage_split_equals_the_whole_model(direct, k):
         torch.testing.assert_close(total, torch.zeros_like(p) if r is None else r, rtol=1e-9, atol=1e-12)
 
 
-class RecordingComm(LocalComm):
+class RecordingComm(LocalHooks):
     """The identity hooks, recording each call's name and shape."""
 
     def __init__(self):

@@ -9,14 +9,14 @@ import torch
 from gnnpipe import models
 from gnnpipe.errors import ConfigError, DataValidationError
 from gnnpipe.models import build_model
-from gnnpipe.models.atomistic import AtomisticModel, LocalComm
+from gnnpipe.models.atomistic import AtomisticModel, LocalHooks
 
 from .conftest import DIMENET_SMALL, GEMNET_SMALL, NAMES, SCHNET_SMALL, SMALL, make_graph
 
 OPTIONS = SMALL
 
 
-class RecordingComm(LocalComm):
+class RecordingComm(LocalHooks):
     """The identity hooks, recording each call's name and shape."""
 
     def __init__(self):

@@ -203,7 +203,7 @@ def test_bad_configurations_are_refused_before_any_process_starts(monkeypatch, t
         api.train(graph_parallel_group_size=2, **kw)
     monkeypatch.setenv("WORLD_SIZE", "6")
     with pytest.raises(ConfigError, match="torchrun started 6 rank.* needs 4"):
-        api.train(ways=2, graph_parallel_group_size=2, **kw)
+        api.train(replicas=2, graph_parallel_group_size=2, **kw)
 
 
 def test_check_accepts_the_grid():
@@ -219,7 +219,7 @@ def test_the_flags_and_study_keys():
     from gnnpipe.experiments.grid import normalize_key, train_flag_specs
 
     args = build_parser().parse_args(["train", "--model", "dimenet++", "--gp-size", "4", "--gp-partitioner",
-                                      "atom-owner", "--gp-mode", "halo", "--ways", "2"])
+                                      "atom-owner", "--gp-mode", "halo", "--replicas", "2"])
     cfg = config_from_args(args)
     assert (cfg.graph_parallel_group_size, cfg.graph_parallel_partitioner, cfg.graph_parallel_mode) == \
         (4, "atom-owner", "halo")

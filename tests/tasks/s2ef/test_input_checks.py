@@ -253,7 +253,7 @@ def test_a_set_with_no_neighbours_anywhere_is_refused_and_some_isolated_ones_are
 
 def test_the_header_is_printed_without_progress_and_names_data_model_layout_and_schedule(xyz, capsys):
     main(["train", "--dataset", xyz, "--model", "schnet", "--layers", "1", "--hidden", "8", "--epochs", "1",
-          "--ways", "1", "--warmup-steps", "2", "--no-progress"])
+          "--replicas", "1", "--warmup-steps", "2", "--no-progress"])
     err = capsys.readouterr().err
     for part in ("data: ", "structures", "train/val/test", "elements ", "model: schnet", "parameters",
                  "layout: S 1 × G 1 × D 1 = 1 rank", "loader worker", "loss: ", "training: 1 epoch",

@@ -34,7 +34,7 @@ def _losses(result) -> list[float]:
 
 @pytest.mark.timeout(400)
 def test_graph_and_data_parallel_ranks_start_loader_workers(tmp_path, monkeypatch):
-    """``--gp-size 2`` with a worker per rank equals the single process; ``--ways 2`` with the default worker count
+    """``--gp-size 2`` with a worker per rank equals the single process; ``--replicas 2`` with the default worker count
     of an 8-core machine (workers started: the epoch is long enough) equals one process on the doubled batch."""
     from gnnpipe.tasks.s2ef import data
 
@@ -48,7 +48,7 @@ def test_graph_and_data_parallel_ranks_start_loader_workers(tmp_path, monkeypatc
     # what the launcher sees on an 8-core machine, and epochs of enough steps for workers to pay off
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     monkeypatch.setattr(data, "MIN_STEPS_FOR_WORKERS", 2)
-    dp = api.train(_config(path, batch_size=1, ways=2), progress=False)
+    dp = api.train(_config(path, batch_size=1, replicas=2), progress=False)
     assert dp.config["num_workers"] == 3  # (8 cores − 2 ranks of 1 thread) // 2 ranks, at most 4
     assert _losses(dp) == pytest.approx(_losses(ref), rel=1e-9)
 

@@ -1,4 +1,4 @@
-"""The S2EF pipeline (``--stages S --chunks C``, with ``--gp-size G`` and ``--ways D``) is exact (float64): every
+"""The S2EF pipeline (``--stages S --chunks C``, with ``--gp-size G`` and ``--replicas D``) is exact (float64): every
 step's energies, forces and every parameter's gradient (what the optimizer sees), the weights after the epoch, the
 epoch's loss and metrics and the evaluation equal the single process on the same batches within 1e-9 relative, for
 gpipe and 1f1b, direct and conservative forces (the ``G``/``D`` schedule actions). Bad configurations are refused
@@ -31,7 +31,7 @@ def _config(model: str, S: int, C: int, scheduler: str, direct: bool, G: int = 1
                        weight_decay=0.01, epochs=1, batch_size=3, ema_decay=0.5, warmup_steps=0,
                        lr_schedule="constant", clip_grad_norm=5.0, force_coef=10.0, loss_fn="mse", cutoff=3.0,
                        max_neighbors=8, direct_forces=direct, model_args=MODELS[model], stages=S, chunks=C,
-                       scheduler=scheduler, graph_parallel_group_size=G, ways=D, graph_parallel_mode=mode,
+                       scheduler=scheduler, graph_parallel_group_size=G, replicas=D, graph_parallel_mode=mode,
                        graph_parallel_partitioner=method)
 
 
@@ -46,7 +46,7 @@ def _reference(cfg: TrainConfig) -> dict:
     """The single process on the same batches: predictions, gradients before each step, weights, records."""
     torch.set_num_threads(1)
     structures, splits, norm = _data()
-    tr = T.S2EFTrainer(attrs_evolve(cfg, stages=1, chunks=None, graph_parallel_group_size=1, ways=1), structures,
+    tr = T.S2EFTrainer(attrs_evolve(cfg, stages=1, chunks=None, graph_parallel_group_size=1, replicas=1), structures,
                        splits, norm)
     seen = {"energy": [], "forces": [], "grads": []}
     forward, step = tr.forward, tr.optimizer.step
@@ -126,7 +126,7 @@ def _by_step(records) -> list[torch.Tensor]:
 
 
 def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
-    D = cfg.ways
+    D = cfg.replicas
     if D == 1:  # predictions of the same batches (with D > 1 each replica predicts its share)
         for key in ("energy", "forces"):
             mine = [t for o in outs for t in o[key]]
@@ -339,7 +339,7 @@ def test_torchrun_ranks_train_a_pipeline(tmp_path, xyz):
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["status"] == "completed" and rec["plan"]["stages"] == 2 and len(rec["peak_mem_bytes"]) == 2
-    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", *flags, "--ways", "2"],
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", *flags, "--replicas", "2"],
                        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
     assert p.returncode != 0 and "needs 4" in p.stderr
 

@@ -162,8 +162,8 @@ def test_a_checkpoint_inside_an_epoch_is_refused_in_another_layout(tmp_path, dat
     ck = tmp_path / "ck"
     api.train(data=data, max_steps=2, epochs=1, checkpoint_dir=str(ck), progress=False, **SMALL)
     assert os.listdir(ck) == ["ckpt-000000-s000002"]
-    for layout in (dict(ways=2), dict(stages=2), dict(graph_parallel_group_size=2)):  # refused before ranks start
-        with pytest.raises(ConfigError, match="written inside epoch 1 \\(after 2 step\\(s\\) of it\\) by --ways 1 "
+    for layout in (dict(replicas=2), dict(stages=2), dict(graph_parallel_group_size=2)):  # refused before ranks start
+        with pytest.raises(ConfigError, match="written inside epoch 1 \\(after 2 step\\(s\\) of it\\) by --replicas 1 "
                                               "--stages 1 --gp-size 1 \\(1 rank\\(s\\)\\); a checkpoint inside an "
                                               "epoch resumes only in the layout that wrote it"):
             api.train(data=data, max_steps=3, epochs=1, resume=str(ck), progress=False, **SMALL, **layout)

@@ -141,7 +141,7 @@ def test_sigterm_writes_an_interrupted_result(tmp_path, xyz):
 @pytest.mark.slow  # spawns gloo ranks
 def test_two_ranks_through_the_launcher_equal_one_process(xyz):
     kw = dict(dataset=xyz, dtype="float64", epochs=2, ema_decay=0.9, **{**SMALL, "batch_size": 2})
-    dp = api.train(ways=2, **kw)
+    dp = api.train(replicas=2, **kw)
     single = api.train(**{**kw, "batch_size": 4})
     for k, v in single.model.state_dict().items():
         torch.testing.assert_close(dp.model.state_dict()[k], v, rtol=1e-9, atol=1e-12)
@@ -155,7 +155,7 @@ def test_torchrun_ranks_train_data_parallel(tmp_path, xyz):
     torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
     out = tmp_path / "r.json"
     p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS,
-                        "--ways", "2", "--epochs", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                        "--replicas", "2", "--epochs", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
                        cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(out.read_text())
