@@ -145,7 +145,7 @@ def pipeline_epoch(stages, epoch: int) -> list[float]:
 
 def single_epoch(single, epoch: int) -> float:
     t0 = time.thread_time()
-    single.train_step(epoch)
+    single.train_epoch(epoch)
     return time.thread_time() - t0
 
 

@@ -61,7 +61,7 @@ def make_steps(data, layers):
         opt.step()
 
     def ours_step():
-        ours.train_step(0)
+        ours.train_epoch(0)
 
     pyg_step()
     ours_step()

@@ -82,7 +82,7 @@ def make_steps(data, device: str = "cpu"):
         sync()
 
     def ours_step():
-        ours.train_step(0)
+        ours.train_epoch(0)
         sync()
 
     pyg_step()  # fills GCN2Conv's normalisation cache, as ours builds Â once

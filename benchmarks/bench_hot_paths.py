@@ -14,7 +14,7 @@ Groups put the numbers to compare side by side:
   with :class:`~gnnpipe.core.ops.history.History`) over all C chunks — the chunk op's overhead is the ratio;
 * ``chunk-op`` — the chunk op for one chunk, forward + backward (the per-action cost);
 * ``epoch`` — one training epoch of a model: exact single process
-  (:meth:`~gnnpipe.core.training.trainer.SingleProcessTrainer.train_step`) vs a one-stage GNNPipe pipeline of C
+  (:meth:`~gnnpipe.core.training.trainer.SingleProcessTrainer.train_epoch`) vs a one-stage GNNPipe pipeline of C
   chunks (:meth:`~gnnpipe.core.runtime.execute.Executor.train_epoch` of a one-stage pipeline, gpipe, no process group needed).
 
 Sizes: ``BENCH_NODES`` (default 20000) vertices of the synthetic power-law graph with mean degree
@@ -164,7 +164,7 @@ def test_single_process_train_step(benchmark, data):
     from gnnpipe.core.training.trainer import SingleProcessTrainer
 
     trainer = SingleProcessTrainer(data, _config(), prepared=True)
-    out = benchmark(trainer.train_step, 0)
+    out = benchmark(trainer.train_epoch, 0)
     assert out["loss"] > 0
 
 

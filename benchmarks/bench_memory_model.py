@@ -80,7 +80,7 @@ def _single_child(flags_json: str) -> None:
     for d in (_tiny(data), data):  # the tiny run first: what it touches is the runtime floor
         before = _reset_peak()
         t = SingleProcessTrainer(d, cfg, prepared=True)
-        t.train_step(0)
+        t.train_epoch(0)
         t.evaluate()
         peak = _peak()
         del t

@@ -177,13 +177,13 @@ def _single_copy(a) -> None:
     cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
                                      epochs=a.epochs, patience=0, threads=1))
     trainer = SingleProcessTrainer(api.load_data(cfg), cfg, prepared=True)
-    trainer.train_step(0)
+    trainer.train_epoch(0)
     while time.time() < a._single_copy:
         time.sleep(0.01)
     times = []
     for e in range(a.epochs):
         t0 = time.perf_counter()
-        trainer.train_step(e)
+        trainer.train_epoch(e)
         times.append(time.perf_counter() - t0)
     print(statistics.median(times[1:]))
 

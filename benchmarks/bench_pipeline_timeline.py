@@ -27,9 +27,9 @@ def _worker(rank: int, world: int, config, plan, prepost: bool, epochs: int) -> 
     Returns per epoch ``{"wall": s, "events": [(name, start_s, duration_s), ...]}`` (times from the epoch start)."""
     import torch.distributed as dist
 
-    from gnnpipe.core.training.runner import make_stage
+    from gnnpipe.core.training.runner import make_executor
 
-    stage = make_stage(config, plan, rank, world)
+    stage = make_executor(config, plan, rank, world)
     stage.prepost = prepost
     events: list = []
 

@@ -521,6 +521,45 @@ def stage_bounds(num_units: int, stages: int) -> list[tuple[int, int]]:
     return list(zip(b[:-1], b[1:]))
 
 
+#: relative durations of a micro-batch's passes on a stage, from autograd's usual proportions (a backward costs
+#: about two forwards): ``F``, ``B`` with direct forces; ``F``, ``G`` (the forces' gradient with ``create_graph``),
+#: ``D`` (its backward into the weights) and ``B`` with conservative forces
+PASS_SHARES = {False: {"F": 1.0, "B": 2.0}, True: {"F": 1.0, "G": 2.0, "D": 2.0, "B": 2.0}}
+
+
+def pipeline_compute(layout: AtomLayout, conservative: bool, work: Sequence[Sequence[float]]
+                     ) -> tuple[list[float], float]:
+    """``(makespan per graph-parallel rank, idle share)`` of a step's compute on the stages of ``layout``.
+
+    ``work[g][s]``: the seconds stage ``s``'s rank ``g`` computes on the replica's share. With one stage the step is
+    that work. With ``S`` stages the run's schedule — ``layout.scheduler`` from the scheduler registry, its
+    second-order form with conservative forces — is simulated (:func:`gnnpipe.schedulers.simulate`) with each of
+    the ``C`` micro-batches taking ``work[g][s] / C`` on stage ``s``, split over the passes by :data:`PASS_SHARES`:
+    the bubbles of the schedule and of unequal stages (for ``S`` equal stages of gpipe or 1f1b the makespan is the
+    textbook ``(C + S − 1) / C`` of the work; Huang et al. 2019). The idle share is that of rank 0's stages.
+    """
+    from ..schedulers import make_scheduler, simulate
+
+    S, C = layout.stages, layout.chunks
+    if S == 1:
+        return [float(sum(w)) for w in work], 0.0
+    shares = PASS_SHARES[bool(conservative)]
+    total = sum(shares.values())
+    sched = make_scheduler(layout.scheduler, **({"second_order": True} if conservative else {})).build(
+        S, list(range(C)))
+    out, idle = [], 0.0
+    for g, w in enumerate(work):
+        def cost(a, w=w) -> float:
+            kind = getattr(a.kind, "name", str(a.kind))
+            return 0.0 if kind == "STEP" else w[a.stage] / C * shares[kind] / total
+
+        res = simulate(sched, costs=cost)
+        out.append(float(res.makespan))
+        if g == 0:
+            idle = float(sum(res.bubble_fraction) / S)
+    return out, idle
+
+
 def bubble(stages: int, chunks: int) -> float:
     """The idle share of a flushing (gpipe) pipeline: ``(S − 1)/(C + S − 1)`` (Huang et al. 2019)."""
     return (stages - 1) / (chunks + stages - 1)
@@ -769,11 +808,11 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
     stage_link = hw.link(0, G, R, measured) if S > 1 else measured
     slow = max(1.0, hw.oversubscription(R)) if hw.kind == "cpu" else 1.0
     spw = profile.seconds_per_work / hw.speed
-    pipe = (C + S - 1) / C if S > 1 else 1.0
     bw_unit = boundary_widths(model)
-    compute, comm, cpu = [], [], []
+    work_s: dict[tuple[int, int], float] = {}  # (stage, gp rank) -> seconds of the stage's compute on the share
+    comm_s: dict[tuple[int, int], float] = {}  # (stage, gp rank) -> seconds of its communication outside compute
+    cpu = []
     gp_total = bnd_total = grad_total = 0.0
-    step = 0.0
     for s, (lo, hi) in enumerate(bounds):
         P = sum(per_unit_p[lo:hi])
         units = set(range(lo, hi)) | ({-1} if hi == len(model.units) else set())
@@ -783,7 +822,7 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
         grad_total += D * G * (2.0 * (D * G - 1) * ar_bytes / (D * G) if D * G > 1 else 0.0)
         for g in range(G):
             work = sum(w.total(edges[g], triplets[g], atoms[g], reads[g], pads[g]) for w in works[lo:hi])
-            c = spw * work * slow * pipe
+            work_s[s, g] = spw * work * slow
             gb = sum(v for u, v in per_unit_bytes[g].items() if u in units)
             share = (hi - lo) / len(model.units)
             n_coll = colls[g] * share * (C if S > 1 else 1)
@@ -799,17 +838,20 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
                                                    if S > 1 else 0.0)
             gp_total += D * gb
             bnd_total += D * nb
-            compute.append(c)
             cpu.append(profile.step_cpu_s / max(profile.work, 1.0) * work / hw.speed)
-            comm.append(t_gp + t_b + ar_s)
-            step = max(step, c + t_gp + t_b + ar_s)
+            comm_s[s, g] = t_gp + t_b + ar_s
+    # the stages' compute through the run's own schedule (its bubbles, unequal stages), per graph-parallel rank
+    makespan, idle = pipeline_compute(layout, conservative, [[work_s[s, g] for s in range(S)] for g in range(G)])
+    compute = [makespan[g] for s in range(S) for g in range(G)]
+    comm = [comm_s[s, g] for s in range(S) for g in range(G)]
+    step = max(makespan[g] + comm_s[s, g] for s in range(S) for g in range(G))
     mem = rank_memory(job, layout, plan, profile.kappa, profile.retained_kappa, cache=cache)
     if floor_bytes is None:
         floor_bytes = GPU_FLOOR_BYTES if hw.kind == "gpu" else profile.floor_bytes
     fits = hw.fits([m.peak + floor_bytes for m in mem] * D)
     return AtomPrediction(layout=layout, step_s=step, compute_s=compute, comm_s=comm,
                           bytes={"gp": gp_total, "grad": grad_total, "boundary": bnd_total}, memory=mem, fits=fits,
-                          bubble=bubble(S, C) if S > 1 else 0.0, floor_bytes=int(floor_bytes), structures=B,
+                          bubble=idle, floor_bytes=int(floor_bytes), structures=B,
                           work_s=cpu)
 
 

@@ -18,7 +18,7 @@ from gnnpipe import api, models
 from gnnpipe import schedulers as gs
 from gnnpipe.core.ops import kinds
 from gnnpipe.core.run import launch
-from gnnpipe.core.training.runner import build_plan, make_stage, worker
+from gnnpipe.core.training.runner import build_plan, make_executor, worker
 from gnnpipe.errors import ScheduleError
 from gnnpipe.models.base import GNNModel, LayerUnit
 from gnnpipe.models.zoo import Head
@@ -138,7 +138,7 @@ def test_invalid_custom_schedule_raises_schedule_error_before_any_rank_starts():
 
 def _train_invalid(rank, world, config, plan):
     """Worker: build this rank's executor and run an epoch; report how it ended and what was sent."""
-    ex = make_stage(config, plan, rank, world)
+    ex = make_executor(config, plan, rank, world)
     try:
         ex.train_epoch(0)
     except ScheduleError as exc:

@@ -113,13 +113,13 @@ def test_epoch_loop_stops_at_the_first_non_finite_loss():
 
 def test_single_process_keeps_the_last_good_checkpoint(tmp_path):
     tr = SingleProcessTrainer(graph(), TrainConfig(**dict(SMALL, epochs=4)))
-    good = tr.train_step
+    good = tr.train_epoch
 
     def step(epoch):
         rec = good(epoch)
         return dict(rec, loss=math.nan) if epoch == 2 else rec
 
-    tr.train_step = step
+    tr.train_epoch = step
     with pytest.raises(TrainingDivergedError, match="epoch 3") as ei:
         tr.fit(progress=False, options=RunOptions(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1))
     assert len(ei.value.result.epochs) == 2

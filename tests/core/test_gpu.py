@@ -22,7 +22,7 @@ def test_single_process_on_gpu_equals_cpu():
     gpu = SingleProcessTrainer(data, attrs.evolve(cfg, device="cuda"))
     assert gpu.x.is_cuda and next(gpu.model.parameters()).is_cuda
     for e in range(3):
-        a, b = cpu.train_step(e)["loss"], gpu.train_step(e)["loss"]
+        a, b = cpu.train_epoch(e)["loss"], gpu.train_epoch(e)["loss"]
         assert abs(a - b) < 1e-4
 
 

@@ -43,7 +43,7 @@ def molecules(sizes=(6, 8, 3), seed=0):
     return Batch.from_data_list(data)
 
 
-def train_step(name, G=1, method=None, mode=None):
+def train_epoch(name, G=1, method=None, mode=None):
     from gnnpipe.data.atoms import build_graph
     from gnnpipe.models import build_model
 
@@ -68,13 +68,13 @@ QUICK = [("dimenet++", "edge-chunk", "halo"), ("schnet", "atom-owner", "allgathe
 
 def _ranks(rank, world, cases):
     torch.set_num_threads(1)
-    return {(name, m, mode): train_step(name, world, m, mode) for name, m, mode in cases}
+    return {(name, m, mode): train_epoch(name, world, m, mode) for name, m, mode in cases}
 
 
 @pytest.mark.parametrize("G,full", [(2, False), (2, True), (3, True), (4, True)])
 def test_models_under_graph_parallelism_equal_the_single_process(G, full):
     cases = [(name, m, mode) for name in OPTIONS for m, mode in LAYOUTS] if full else QUICK
-    refs = {name: train_step(name) for name in {c[0] for c in cases}}
+    refs = {name: train_epoch(name) for name in {c[0] for c in cases}}
     outs = launch.spawn(_ranks, G, (cases,), backend="gloo", timeout_s=120, threads=1, max_runtime_s=500)
     for key in outs[0]:
         E0, F0, g0 = refs[key[0]]

@@ -15,7 +15,7 @@ from gnnpipe.core.ops.graph import GraphOps, build_adjacency, csr_row_slice, csr
 from gnnpipe.core.runtime.graphfile import GraphFile
 from gnnpipe.core.ops.history import ChunkAggregate, History
 from gnnpipe.core.ops.graph import CompactRows
-from gnnpipe.core.training.runner import build_plan, file_backed, format_plan, make_stage
+from gnnpipe.core.training.runner import build_plan, file_backed, format_plan, make_executor
 from gnnpipe.core.training.trainer import make_model, materialised_units
 
 from .distutil import base_config, small_graph
@@ -55,7 +55,7 @@ def test_pipeline_ranks_hold_only_their_role(tmp_path):
     assert len(shipped) < 1000  # the launcher ships the path of the graph file, not the graph
     N = data.num_nodes
     for rank in range(3):
-        ex = make_stage(cfg, pickle.loads(pickle.dumps(plan)), rank, 3)
+        ex = make_executor(cfg, pickle.loads(pickle.dumps(plan)), rank, 3)
         st = ex.stage
         if rank == 0:
             assert st.x is not None and st.x.shape == (N, data.x.size(1))
@@ -81,7 +81,7 @@ def test_graph_parallel_way_holds_its_rows_only():
     cfg = base_config(model="gcn", ways=2, layers=2, correctors=[])
     plan = build_plan(cfg, data)
     for way in range(2):
-        ex = make_stage(cfg, plan, way, 2)
+        ex = make_executor(cfg, plan, way, 2)
         lo, hi = ex.inference_rows
         st = ex.stage
         assert st.x.size(0) == hi - lo < data.num_nodes
@@ -171,7 +171,7 @@ def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model)
     plan = file_backed(build_plan(cfg, data), str(tmp_path))
     seen = 0
     for rank in range(2):
-        ex = make_stage(cfg, plan, rank, 2)
+        ex = make_executor(cfg, plan, rank, 2)
         _assert_no_full_adjacency(ex)
         for op in _ops_of(ex):
             if not isinstance(op, PushHistoryOp):

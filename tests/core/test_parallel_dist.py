@@ -220,9 +220,9 @@ def test_compare_layouts_and_table():
 def _hybrid_async_epochs(rank, world, config, plan):
     """Worker: three async-stale epochs of a hybrid member; per epoch, its weight version and whether every
     parameter gradient is zero right after the epoch's step."""
-    from gnnpipe.core.training.runner import make_stage
+    from gnnpipe.core.training.runner import make_executor
 
-    stage = make_stage(config, plan, rank, world)
+    stage = make_executor(config, plan, rank, world)
     out = []
     for e in range(3):
         stage.train_epoch(e)

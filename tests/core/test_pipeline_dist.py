@@ -77,9 +77,9 @@ def test_layer_bytes_equal_design_formula(stages, chunks, model):
 def _log_receives(rank, world, config, plan):
     """Worker for the pre-posting test: one training epoch of this rank's stage, logging when each action
     starts and when each receive is posted and waited for."""
-    from gnnpipe.core.training.runner import make_stage
+    from gnnpipe.core.training.runner import make_executor
 
-    stage = make_stage(config, plan, rank, world)
+    stage = make_executor(config, plan, rank, world)
     log = []
     for name in ("forward", "backward"):  # the interpreter's F and B actions (receive, compute, send)
         fn = getattr(stage, name)

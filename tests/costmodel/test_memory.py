@@ -58,7 +58,7 @@ for n in (n_tiny, n_mid):  # the tiny run first: what it touches is the runtime 
     open("/proc/self/clear_refs", "w").write("5")  # forget the peak so far (Linux >= 4.0)
     before = status("VmRSS")
     t = SingleProcessTrainer(data, cfg, prepared=True)
-    t.train_step(0)
+    t.train_epoch(0)
     t.evaluate()
     peak = status("VmHWM")
     del t, data

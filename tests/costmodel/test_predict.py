@@ -143,7 +143,7 @@ def test_history_and_parameter_memory_are_exact(small_profile):
         lo, hi = plan.bounds[s], plan.bounds[s + 1]
         ops = sum(len(model.units[u].aggregations) for u in range(lo, hi))
         # the runtime's stage holds one history-backed op (one History) per aggregation of its units
-        lean = make_model(c, plan.num_features, plan.num_classes, units=range(lo, hi))  # as runner.make_stage
+        lean = make_model(c, plan.num_features, plan.num_classes, units=range(lo, hi))  # as runner.make_executor
         ex = make_pipeline_stage(c, lean, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(len(mem))),
                                  make_scheduler("gpipe"), FixedOrder(), [], Comm())
         assert len(ex.stage.ops) == ops

@@ -317,7 +317,7 @@ def check_schedule(config: TrainConfig, plan: "RunPlan") -> None:
     build_validated(scheduler, config.stages, [list(policy.order(e, C)) for e in range(window)])
 
 
-def make_stage(config: TrainConfig, plan: RunPlan, rank: int, world: int):
+def make_executor(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     """Build this rank's executor (:class:`~gnnpipe.core.runtime.node_executor.NodeExecutor`): a pipeline stage (``W = 1``), a
     graph-parallel way (``S = 1``) or a hybrid member. Creates the process groups of a hybrid (every rank
     creates every group, in the same order).
@@ -402,7 +402,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     from ..runtime.assemble import gather_state
 
     torch.set_num_threads(config.threads)
-    stage = make_stage(config, plan, rank, world)
+    stage = make_executor(config, plan, rank, world)
     return_free_memory()  # what building freed stays out of training's resident peak
     session = RunSession(config, options, stage, lead=rank == 0, rank=rank, world=world, plan_info=plan.info)
     hooks = list(session.hooks)
@@ -412,7 +412,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     grads: dict[int, dict] = {}
     losses: list[float] = []
 
-    def train_step(epoch: int) -> dict:
+    def train_epoch(epoch: int) -> dict:
         stage.comm.reset()
         t0, c0 = time.perf_counter(), time.thread_time()
         out = stage.train_epoch(epoch)
@@ -441,7 +441,7 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
             for rec in state.result.epochs:  # a resumed run's earlier epochs belong to its result too
                 records.send(rec)
         with stopping.installed(announce=rank == 0):
-            result = epoch_loop(config, train_step, evaluate, progress=progress and rank == 0,
+            result = epoch_loop(config, train_epoch, evaluate, progress=progress and rank == 0,
                                 desc=f"train {config.ways}x{config.stages}", state=state,
                                 on_best=session.on_best, after_epoch=hooks, warn=rank == 0)
         session.finish()

@@ -123,7 +123,7 @@ def _finish(result: TrainResult) -> TrainResult:
 
 def epoch_loop(
     config: TrainConfig,
-    train_step: Callable[[int], dict],
+    train_epoch: Callable[[int], dict],
     evaluate: Callable[[], dict],
     *,
     progress: bool = True,
@@ -144,7 +144,7 @@ def epoch_loop(
     long after accuracy plateaus).
 
     Args:
-        train_step: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
+        train_epoch: ``epoch → dict`` with at least ``loss``; other keys go into the epoch record.
         evaluate: ``() → dict`` as :func:`accuracies` (with at least ``val_loss`` and the monitored metric).
         state: continue from this state (a resumed run) instead of epoch 0.
         on_best: called with the epoch whenever an evaluation becomes the best one (to keep its weights).
@@ -152,7 +152,7 @@ def epoch_loop(
         warn: warn when a resumed ``state`` has no epoch left to run (``False`` on every rank of a distributed
             run but rank 0, so the warning is printed once).
 
-    Training by steps (S2EF ``--max-steps``; ``gnnpipe.tasks.s2ef.steps.StepLoop``): ``train_step`` may end
+    Training by steps (S2EF ``--max-steps``; ``gnnpipe.tasks.s2ef.steps.StepLoop``): ``train_epoch`` may end
     the run inside an epoch, leaving ``state.next_step > 0`` (no record of that epoch; its checkpoint resumes at the
     next batch), or at the end of one with ``state.budget_spent`` (evaluated and recorded as the last epoch).
 
@@ -183,7 +183,7 @@ def epoch_loop(
                 break  # a resumed run that had already stopped early
             t0 = time.perf_counter()
             rec = {"epoch": epoch}
-            rec.update(train_step(epoch))
+            rec.update(train_epoch(epoch))
             if st.next_step:  # the step budget or a stop ended the run inside this epoch: no epoch record
                 break
             if not config.nan_ok and not math.isfinite(rec["loss"]):
@@ -286,7 +286,7 @@ class SingleProcessTrainer:
         loss.backward()
         return float(loss.detach())
 
-    def train_step(self, epoch: int) -> dict:
+    def train_epoch(self, epoch: int) -> dict:
         c0 = time.thread_time()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_and_backward()
@@ -316,7 +316,7 @@ class SingleProcessTrainer:
         session = RunSession(self.config, options, self, lead=True, plan_info=plan)
         try:
             with stopping.installed():
-                result = epoch_loop(self.config, self.train_step, self.evaluate, progress=progress,
+                result = epoch_loop(self.config, self.train_epoch, self.evaluate, progress=progress,
                                     state=session.start_state(), on_best=session.on_best, after_epoch=session.hooks)
             session.finish()
         finally:
