@@ -111,7 +111,7 @@ def _rank_peak(rank, world, cfg):
     (:func:`~gnnpipe.core.runtime.metrics.bound_heap_retention`), so the small one is set again here."""
     from bench_graph_parallel import _status
 
-    from gnnpipe.core.runtime.metrics import bound_heap_retention
+    from gnnpipe.core.runtime.memory import bound_heap_retention
     from gnnpipe.tasks.s2ef import trainer as P
 
     torch.set_num_threads(1)

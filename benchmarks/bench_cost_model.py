@@ -89,7 +89,7 @@ def cpu_share(seconds: float = 0.3) -> float:
 def single_floor() -> int:
     """Peak resident bytes of a fresh interpreter that imported gnnpipe's CLI (no data)."""
     code = ("import torch, torch_geometric.data, gnnpipe.api, gnnpipe.cli.main\n"
-            "from gnnpipe.core.runtime.metrics import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
+            "from gnnpipe.core.runtime.memory import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
 
 

@@ -45,14 +45,14 @@ def _peak() -> int:
     """``VmHWM`` (the peak resident size; right after :func:`_reset_peak`, the resident size)."""
     import torch
 
-    from gnnpipe.core.runtime.metrics import peak_memory_bytes
+    from gnnpipe.core.runtime.memory import peak_memory_bytes
 
     return peak_memory_bytes(torch.device("cpu"))
 
 
 def _reset_peak() -> int:
     """Free heap memory back to the system, forget the peak so far; the resident size now."""
-    from gnnpipe.core.runtime.metrics import return_free_memory
+    from gnnpipe.core.runtime.memory import return_free_memory
 
     gc.collect()
     return_free_memory()

@@ -415,7 +415,7 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
     # the plan counts per rank (``parameters``, ``graph``); garbage and the heap's free memory are not held
     import gc
 
-    from ..core.runtime.metrics import return_free_memory
+    from ..core.runtime.memory import return_free_memory
 
     gc.collect()
     return_free_memory()

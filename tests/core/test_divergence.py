@@ -24,7 +24,8 @@ from gnnpipe.core.run.checkpoint import list_checkpoints
 from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.settings.options import RunOptions
 from gnnpipe.core.run.results import TrainResult
-from gnnpipe.core.training.trainer import SingleProcessTrainer, epoch_loop
+from gnnpipe.core.run.loop import epoch_loop
+from gnnpipe.core.training.trainer import SingleProcessTrainer
 from gnnpipe.data import synthetic_graph
 from gnnpipe.errors import DataValidationError, DistributedError, TrainingDivergedError
 

@@ -11,7 +11,7 @@ import pytest
 from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.results import LoopState, TrainResult
 from gnnpipe.core.training.runner import build_plan, check_config, default_chunks
-from gnnpipe.core.training.trainer import epoch_loop
+from gnnpipe.core.run.loop import epoch_loop
 from gnnpipe.errors import ConfigError
 
 from .distutil import base_config, small_graph

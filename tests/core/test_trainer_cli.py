@@ -10,7 +10,8 @@ import torch
 from gnnpipe import api
 from gnnpipe.cli.main import build_parser, main
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.trainer import SingleProcessTrainer, epoch_loop, masked_loss
+from gnnpipe.core.run.loop import epoch_loop
+from gnnpipe.core.training.trainer import SingleProcessTrainer, masked_loss
 from gnnpipe.data import prepare, synthetic_graph
 
 

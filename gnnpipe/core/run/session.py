@@ -138,7 +138,7 @@ class RunSession:
     def annotate(self, result, plan_info: dict, device) -> None:
         """Put what every single-rank run reports into ``result.extra``: its ``plan``, the checkpoint timings
         (``checkpoint``, when any was written or read) and this process's ``peak_mem_bytes`` on ``device``."""
-        from ..runtime.metrics import peak_memory_bytes
+        from ..runtime.memory import peak_memory_bytes
 
         result.extra["plan"] = plan_info
         stats = self.checkpoint_stats()

@@ -34,7 +34,6 @@ from ..ops.graph import GraphOps
 from ..ops.history import History
 from ..settings.config import TrainConfig
 from .execute import TAG_STRIDE
-from .metrics import peak_memory_bytes  # re-exported: its old place
 from .node_executor import NodeExecutor
 from .stage import Stage, make_optimizer_for
 
@@ -105,4 +104,4 @@ def make_pipeline_stage(config: TrainConfig, model: GNNModel, data, chunk_ptr: T
                     eval_group=eval_group, eval_tag=TAG_STRIDE * C + 1)
 
 
-__all__ = ["chunk_rows", "history_ops", "make_optimizer_for", "make_pipeline_stage", "peak_memory_bytes"]
+__all__ = ["chunk_rows", "history_ops", "make_optimizer_for", "make_pipeline_stage"]

@@ -13,9 +13,10 @@ import torch.distributed as dist
 from ...errors import ConfigError
 from ..ops.comm import Comm, collective_device
 from ..runtime.graphfile import release_edge_pages
-from ..runtime.metrics import peak_memory_bytes, return_free_memory
+from ..runtime.memory import peak_memory_bytes, return_free_memory
 from ..settings.config import TrainConfig, ignored_options
-from .trainer import epoch_loop, make_model
+from ..run.loop import epoch_loop
+from .trainer import make_model
 
 
 @attrs.define

@@ -161,7 +161,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
 
     from ...core.runtime import parallel, pipeline  # noqa: F401  (what a training rank imports)
-    from ...core.runtime.metrics import peak_memory_bytes
+    from ...core.runtime.memory import peak_memory_bytes
     from ...core.training import runner  # noqa: F401  (what a training rank imports)
 
     out: dict = {"p2p": [], "allreduce": [], "floor": peak_memory_bytes(torch.device("cpu")), "ring": [], "all": [],

@@ -52,6 +52,14 @@ from .units import (
 UNFUSED_ROUNDS = 9
 
 
+#: repeats of the runtime's own costs (per action, graph parallelism's and a hybrid's per op) over the profile's
+#: ``repeats``: each is the difference of an executor's epoch and its units on a subgraph of a few thousand
+#: vertices, a few percent of either, so the noise of either moves it most (a 2-layer GCNII on the synthetic graph's
+#: 2000 vertices: 0.24-0.30 ms per action over 5 repeats, which moved the pipelines' predictions by 13 %); the
+#: epochs are short
+RUNTIME_REPEATS = 3
+
+
 def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int, spreads: dict | None = None) -> dict:
     """``{unit kind: plain / fused}``: per fusable unit, the median over ``rounds`` rounds of its plain path's thread
     CPU time over its fused chunk step's on the chunks ``ptr`` of ``data``, each round one pass of each back to back
@@ -246,7 +254,8 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
         sub = _subgraph(rdata, n_sub)
         C_sub = max(1, min(8, n_sub // 8))
         sptr = [round(k * n_sub / C_sub) for k in range(C_sub + 1)]
-        overhead, fused_ph, spreads["action"] = _action_overhead(config, model, sub, sptr, repeats, step)
+        sub_repeats = RUNTIME_REPEATS * int(repeats)
+        overhead, fused_ph, spreads["action"] = _action_overhead(config, model, sub, sptr, sub_repeats, step)
         # the pipeline executor against the fit: the full model on the base chunking of the whole graph
         base_feats = levels[0][0]
         keys = _model_fields(full, data, F, Cls)["units"]
@@ -271,11 +280,11 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
         if distributed is None:
             distributed = bool(link or link_result is not None)
         distributed = distributed and model.num_units >= 2
-        pipe_args = (config, small_cfg, F, Cls, sub, list(sptr), int(repeats)) if distributed else None
+        pipe_args = (config, small_cfg, F, Cls, sub, list(sptr), sub_repeats) if distributed else None
         gp_a, gp_b, _, spreads["gp"] = _gp_overhead(config, lambda: make_model(small_cfg, F, Cls), (n_sub, n_sub // 4),
-                                                    rdata, repeats, step, agg_dims, back)
+                                                    rdata, sub_repeats, step, agg_dims, back)
         hyb, hyb_b, _, spreads["hybrid"] = _hybrid_overhead(config, lambda: make_model(small_cfg, F, Cls), rdata,
-                                                            (n_sub, n_sub // 4), repeats, step, overhead, agg_dims,
+                                                            (n_sub, n_sub // 4), sub_repeats, step, overhead, agg_dims,
                                                             back)
     finally:
         torch.set_num_threads(threads_before)
@@ -294,7 +303,7 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
     dist_points = None
     if pipe_args is not None:
         # the runtime's cost per action as a 2-rank pipeline runs it (with communication), on the same chunks
-        overhead, dist_points, spreads["action"] = _pipeline_overhead(*pipe_args[:6], fused_ph, repeats, step,
+        overhead, dist_points, spreads["action"] = _pipeline_overhead(*pipe_args[:6], fused_ph, pipe_args[6], step,
                                                                       outs=dist_outs)
     if dist_points is not None and fields.get("msg_cpu_s") is not None:
         # a rank of the probe sent or received one boundary tensor (or its gradient) per action: modelled apart

@@ -151,7 +151,7 @@ class StepLoop:
             tr.flush_losses()  # collective in a pipeline
             loss = tr.epoch_losses[-1]
             if not cfg.nan_ok and not math.isfinite(loss):
-                from ...core.training.trainer import diverged_message
+                from ...core.run.loop import diverged_message
                 from ...errors import TrainingDivergedError
 
                 raise TrainingDivergedError(f"step {k}: " + diverged_message(epoch, loss, cfg))

@@ -52,9 +52,9 @@ from ...core.run.epochlog import REGRESSION_CSV_FIELDS
 from ...core.run.results import Selection, TrainResult
 from ...core.run.session import RunSession
 from ...core.runtime.execute import Executor
-from ...core.runtime.metrics import bound_heap_retention, return_free_memory
+from ...core.runtime.memory import bound_heap_retention, return_free_memory
 from ...core.settings.config import TrainConfig
-from ...core.training.trainer import epoch_loop
+from ...core.run.loop import epoch_loop
 from ...models.atomistic import LOCAL
 from ...partitioners import plan_graph_parallel
 from .build import forward, graph_builder, make_model
