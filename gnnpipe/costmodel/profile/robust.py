@@ -14,7 +14,8 @@ The **spread** of a figure is :func:`spread`: its repeats' 75th percentile (:dat
 kept, less 1 — how much slower a single repeat typically is than the figure used. A profile records it per
 quantity (``Profile.spread``, ``Profile.link_spread``); the ranking uses it to tell which layouts' order the
 noise could change (``gnnpipe.costmodel.predict.plan_layouts``). Figures with two-sided noise (a ratio of two
-timings) keep their median and record the spread of their repeats above it.
+timings) keep their median and record the spread of their repeats above it; floors of single operations (the
+link's latency, the host's exchange after compute: ``gnnpipe.costmodel.profile.link``) their minimum.
 """
 
 from __future__ import annotations
