@@ -98,10 +98,9 @@ class LayoutPrediction:
         recompute: whether the layout recomputes activations in the backward (a pipeline's or hybrid's
             ``recompute="auto"`` decided by ``choose_recompute``, as ``gnnpipe train``
             decides it).
-        spread_s: per group of the profile's timed quantities (``gnnpipe.costmodel.profile.SPREAD_GROUPS``),
-            the seconds the prediction grows with that group at the high end of its spread
-            (``Profile.raised``); filled by :func:`plan_layouts` for the layouts that could contend for the best
-            (empty otherwise, and for a profile without spreads).
+        spread_s: per timed quantity of the profile with a spread (``Profile.spreads``), the seconds the
+            prediction grows with that quantity at the high end of its spread (``Profile.raised``); filled by
+            :func:`plan_layouts` for the best layouts (empty otherwise, and for a profile without spreads).
     """
 
     spec: LayoutSpec
@@ -990,34 +989,37 @@ def plan_layouts(config, data, ranks: int, profile: Profile, hardware: Optional[
     return preds
 
 
+#: the layouts :func:`plan_layouts` predicts again at the profile's spread: the best that fits and this many rivals,
+#: the fastest after it that could overtake it
+SPREAD_RIVALS = 3
+
+
 def _predict_spread(config, preds: list[LayoutPrediction], profile: Profile, hardware: Hardware,
                     plans: dict) -> None:
-    """Fill :attr:`LayoutPrediction.spread_s` of the best layout that fits and of every layout that fits and could
-    overtake it within the profile's spread: predicted again from :meth:`Profile.raised` of each group of timed
-    quantities. A group raises a prediction by at most the product of its quantities' ``1 + spread``, so a layout
-    slower than the best by more than all of them together cannot overtake it and is not predicted again."""
+    """Fill :attr:`LayoutPrediction.spread_s` of the best layout that fits and of up to :data:`SPREAD_RIVALS`
+    layouts that fit and could overtake it within the profile's spread: predicted again from
+    :meth:`Profile.raised` of each timed quantity with a spread (each is measured on its own, so each may be high
+    on its own in a profile taken again). All of them together raise a prediction by at most the product of their
+    ``1 + spread``: a layout slower than the best by more cannot overtake it and is not predicted again."""
     from ..core.training.trainer import make_model
     from .profile import SPREAD_GROUPS
 
     spreads = profile.spreads()
-    groups = [g for g in SPREAD_GROUPS if any(spreads.get(q, 0.0) > 0 for q in SPREAD_GROUPS[g])]
+    quantities = [q for g in SPREAD_GROUPS for q in SPREAD_GROUPS[g] if spreads.get(q, 0.0) > 0]
     fitting = [p for p in preds if p.fits]
-    if not groups or not fitting:
+    if not quantities or not fitting:
         return
-    bound = sum(float(np.prod([1.0 + spreads.get(q, 0.0) for q in SPREAD_GROUPS[g]])) - 1.0 for g in groups)
-    limit = fitting[0].epoch_s * (1.0 + bound)
-    raised = {g: profile.raised(g) for g in groups}
-    for p in fitting:
-        if p.epoch_s > limit:
-            break
+    limit = fitting[0].epoch_s * float(np.prod([1.0 + spreads[q] for q in quantities]))
+    raised = {q: profile.raised(q) for q in quantities}
+    for p in [fitting[0]] + [p for p in fitting[1:] if p.epoch_s <= limit][:SPREAD_RIVALS]:
         spec = p.spec
         cfg = layout_config(config, spec)
         if cfg.stages > 1 and cfg.recompute is None:
             cfg = attrs.evolve(cfg, recompute=p.recompute)  # as predict_layout decided it
         plan = plans[(spec.ways, spec.stages, spec.chunks, spec.over_partition)]
         model = make_model(cfg, profile.num_features, profile.num_classes)
-        p.spread_s = {g: max(0.0, predict_time(cfg, plan, model, raised[g], hardware, p.bytes)[0] - p.epoch_s)
-                      for g in groups}
+        p.spread_s = {q: max(0.0, predict_time(cfg, plan, model, raised[q], hardware, p.bytes)[0] - p.epoch_s)
+                      for q in quantities}
 
 
 #: a layout is said to possibly overtake the best only if the profile's spread could put it ahead by more than
@@ -1026,11 +1028,12 @@ OVERTAKE_MARGIN = 0.01
 
 
 def ranking_may_change(preds: list[LayoutPrediction]) -> list[tuple[LayoutPrediction, dict]]:
-    """The layouts that fit and could overtake the best that fits within the profile's spread, each with ``{group:
-    seconds}``, the groups whose spread moves the best more than it: ``b`` could be faster than the best ``a``
-    when ``Σ_g max(0, Δa_g − Δb_g) > (b − a) + OVERTAKE_MARGIN · a``, with ``Δ_g`` a prediction's growth with the
-    group ``g`` at its spread (:attr:`LayoutPrediction.spread_s`: each group may or may not be high in a profile
-    taken again, and the worst case for ``a`` raises those that raise it more). Empty without spreads."""
+    """The layouts that fit and could overtake the best that fits within the profile's spread, each with
+    ``{quantity: seconds}``, the timed quantities whose spread moves the best more than it: ``b`` could be faster
+    than the best ``a`` when ``Σ_q max(0, Δa_q − Δb_q) > (b − a) + OVERTAKE_MARGIN · a``, with ``Δ_q`` a
+    prediction's growth with the quantity ``q`` at its spread (:attr:`LayoutPrediction.spread_s`: each quantity
+    may or may not be high in a profile taken again, and the worst case for ``a`` raises those that raise it more).
+    Empty without spreads."""
     fitting = [p for p in preds if p.fits]
     if not fitting or not fitting[0].spread_s:
         return []
@@ -1038,8 +1041,8 @@ def ranking_may_change(preds: list[LayoutPrediction]) -> list[tuple[LayoutPredic
     for p in fitting[1:]:
         if not p.spread_s:
             continue
-        lead = {g: best.spread_s[g] - p.spread_s.get(g, 0.0) for g in best.spread_s}
-        lead = {g: v for g, v in lead.items() if v > 0}
+        lead = {q: best.spread_s[q] - p.spread_s.get(q, 0.0) for q in best.spread_s}
+        lead = {q: v for q, v in lead.items() if v > 0}
         if sum(lead.values()) > (p.epoch_s - best.epoch_s) + OVERTAKE_MARGIN * best.epoch_s:
             out.append((p, lead))
     return out
@@ -1064,8 +1067,8 @@ def format_spread(preds: list[LayoutPrediction], profile: Profile | None = None)
     risky = ranking_may_change(preds)
     if risky:
         best = next(p for p in preds if p.fits)
-        groups = sorted({g for _, lead in risky for g in lead})
-        lines.append(f"warning: the ranking may change within the profile's spread ({', '.join(groups)}): "
+        moved = sorted({q for _, lead in risky for q in lead})
+        lines.append(f"warning: the ranking may change within the profile's spread ({', '.join(moved)}): "
                      + "; ".join(_layout_name(p) for p, _ in risky)
                      + f" could be faster than the best, {_layout_name(best)}. Treat them as a tie, or profile "
                        "again on a quieter machine (--profile-out keeps a good profile)")
@@ -1077,7 +1080,7 @@ def profile_floor(profile: Profile) -> int:
     return int(profile.runtime_floor_bytes or 0)
 
 
-def format_ranking(preds: list[LayoutPrediction], hardware: Optional[Hardware] = None,
+def format_ranking(preds: list[LayoutPrediction], hardware: Hardware | None = None,
                    profile: Profile | None = None) -> str:
     """The ranking as a text table (time in ms, bytes and memory in MiB); ``*`` marks the best that fits. Under it
     :func:`format_spread`: the profile's spread (with ``profile``) and a warning when it could change which layout

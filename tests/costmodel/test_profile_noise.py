@@ -193,8 +193,10 @@ def test_raised_puts_each_group_at_its_spread(small):
         assert u.unit_kinds[key].forward == pytest.approx([c * 1.1 for c in k.forward])
         assert u.unit_kinds[key].contended_forward == k.contended_forward
     assert u.action_overhead_s == prof.action_overhead_s and u.p2p == prof.p2p
+    prof = attrs.evolve(prof, msg_cpu_s=1e-5, link_spread={**prof.link_spread, "msg_cpu": 0.1})
     r = prof.raised("runtime")
     assert r.action_overhead_s == pytest.approx(1.5 * prof.action_overhead_s) and r.gp_op_s == prof.gp_op_s
+    assert r.msg_cpu_s == pytest.approx(1.1e-5)
     lk = prof.raised("link")
     assert lk.p2p.latency_s == pytest.approx(1.25e-4) and lk.p2p.bandwidth_Bps == pytest.approx(1e9 / 1.25)
     assert lk.host_exchange.latency_s == pytest.approx(3e-3)
@@ -202,7 +204,9 @@ def test_raised_puts_each_group_at_its_spread(small):
     for key, k in prof.unit_kinds.items():
         assert c.unit_kinds[key].contended_backward == pytest.approx(1.2 * k.contended_backward)
     assert set(SPREAD_GROUPS) == {"units", "runtime", "link", "contention"}
-    with pytest.raises(ValueError, match="spread group"):
+    a = prof.raised("action")  # one quantity of a group
+    assert a.action_overhead_s == r.action_overhead_s and a.msg_cpu_s == prof.msg_cpu_s
+    with pytest.raises(ValueError, match="spread quantity or group"):
         prof.raised("disk")
 
 
@@ -213,19 +217,23 @@ def _pred(ways: int, stages: int, ms: float, spread_ms: dict) -> LayoutPredictio
 
 
 def test_the_warning_names_layouts_the_spread_could_reorder():
-    best = _pred(1, 2, 100.0, {"units": 5.0, "link": 20.0})
-    close = _pred(2, 1, 110.0, {"units": 5.0, "link": 0.0})  # the best's link could cost it 20 ms: not sure
-    far = _pred(2, 1, 150.0, {"units": 5.0, "link": 0.0})
-    same = _pred(1, 2, 100.0, {"units": 5.0, "link": 20.0})  # moves with the best: a tie the spread cannot reorder
+    best = _pred(1, 2, 100.0, {"units": 5.0, "p2p": 20.0})
+    close = _pred(2, 1, 110.0, {"units": 5.0, "p2p": 0.0})  # the best's link could cost it 20 ms: not sure
+    far = _pred(2, 1, 150.0, {"units": 5.0, "p2p": 0.0})
+    same = _pred(1, 2, 100.0, {"units": 5.0, "p2p": 20.0})  # moves with the best: a tie the spread cannot reorder
     got = ranking_may_change([best, close])
-    assert [p for p, _ in got] == [close] and set(got[0][1]) == {"link"}
+    assert [p for p, _ in got] == [close] and set(got[0][1]) == {"p2p"}
     assert ranking_may_change([best, far]) == [] and ranking_may_change([best, same]) == []
     text = "\n".join(format_spread([best, close]))
-    assert "warning: the ranking may change" in text and "GP 2x1" in text and "(link)" in text
+    assert "warning: the ranking may change" in text and "GP 2x1" in text and "(p2p)" in text
     assert format_spread([best, far]) == []
     # a layout that does not fit is never the best, nor its rival; no spread, no warning
     assert ranking_may_change([best, attrs.evolve(close, fits=False)]) == []
     assert ranking_may_change([attrs.evolve(best, spread_s={}), close]) == []
+    # quantities measured apart may be high apart: the pipeline's cost per action against graph parallelism's per op
+    pipe = _pred(1, 2, 100.0, {"action": 8.0, "gp": 0.0})
+    gp = _pred(2, 1, 105.0, {"action": 0.0, "gp": 8.0})
+    assert [p for p, _ in ranking_may_change([pipe, gp])] == [gp]
 
 
 def test_plan_layouts_predicts_the_contenders_again_at_the_spread(small):

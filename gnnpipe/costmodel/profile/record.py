@@ -244,14 +244,17 @@ class Profile:
         got = self.spreads()
         return max([got.get(q, 0.0) for q in SPREAD_GROUPS[group]] + [0.0])
 
-    def raised(self, group: str) -> Profile:
-        """A copy of this profile with every quantity of ``group`` (:data:`SPREAD_GROUPS`) at the high end of its
-        spread: seconds times ``1 + spread`` (a link's latency, and its time per byte), the contention ratios
-        likewise. Predicting from it tells how far the noise of the group's measurements moves a prediction."""
+    def raised(self, name: str) -> Profile:
+        """A copy of this profile with a timed quantity (a key of :meth:`spreads`), or every quantity of a group of
+        :data:`SPREAD_GROUPS`, at the high end of its spread: seconds times ``1 + spread`` (a link's latency, and
+        its time per byte), the contention ratios likewise. Predicting from it tells how far the noise of those
+        measurements moves a prediction."""
         f = {q: 1.0 + max(0.0, float(v)) for q, v in self.spreads().items()}
-        if group not in SPREAD_GROUPS:
-            raise ValueError(f"unknown spread group {group!r}; one of {', '.join(SPREAD_GROUPS)}")
-        qs = set(SPREAD_GROUPS[group])
+        known = {q for qs in SPREAD_GROUPS.values() for q in qs}
+        if name not in SPREAD_GROUPS and name not in known:
+            raise ValueError(f"unknown spread quantity or group {name!r}; one of {', '.join(SPREAD_GROUPS)}, "
+                             f"{', '.join(sorted(known))}")
+        qs = set(SPREAD_GROUPS.get(name, (name,)))
 
         def k(q: str) -> float:
             return f.get(q, 1.0) if q in qs else 1.0
