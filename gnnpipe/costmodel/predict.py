@@ -1056,8 +1056,8 @@ def _layout_name(p: LayoutPrediction) -> str:
 
 def format_spread(preds: list[LayoutPrediction], profile: Profile | None = None) -> list[str]:
     """The lines printed under the ranking: the profile's spread per group of timed quantities (with ``profile``),
-    and a warning naming the layouts whose order with the best the spread could change
-    (:func:`ranking_may_change`)."""
+    and a warning naming the layouts whose order with the best the spread could change (:func:`ranking_may_change`)
+    and the quantities that move the best most against them."""
     from .profile import SPREAD_GROUPS
 
     lines = []
@@ -1067,8 +1067,13 @@ def format_spread(preds: list[LayoutPrediction], profile: Profile | None = None)
     risky = ranking_may_change(preds)
     if risky:
         best = next(p for p in preds if p.fits)
-        moved = sorted({q for _, lead in risky for q in lead})
-        lines.append(f"warning: the ranking may change within the profile's spread ({', '.join(moved)}): "
+        moved: dict = {}
+        for _, lead in risky:
+            for q, v in lead.items():
+                moved[q] = max(moved.get(q, 0.0), v)
+        top = sorted(moved, key=lambda q: -moved[q])
+        names = ", ".join(top[:3]) + (", …" if len(top) > 3 else "")
+        lines.append(f"warning: the ranking may change within the profile's spread ({names}): "
                      + "; ".join(_layout_name(p) for p, _ in risky)
                      + f" could be faster than the best, {_layout_name(best)}. Treat them as a tie, or profile "
                        "again on a quieter machine (--profile-out keeps a good profile)")
