@@ -253,8 +253,9 @@ def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, s
                    repeats: int) -> dict:
     """One rank of :func:`_pipeline_overhead`: stage ``rank`` of a 2-stage gpipe pipeline of ``small_cfg``'s
     model over the chunks ``ptr`` of ``sub``, with the configured correctors and real communication; the low and
-    the high quantile of its epoch thread CPU time (:mod:`.robust`) over ``repeats`` epochs after one warm-up, and its
-    units."""
+    the high quantile of its epoch thread CPU time (:mod:`.robust`) over ``repeats`` epochs after one warm-up, its
+    units, and their seconds on the same chunks (``units_s``) timed in this rank, a pass of a copy of the model
+    before each epoch (the difference is then taken within one process, each side at the same moments)."""
     import attrs as _attrs
 
     from ... import correctors as corr
@@ -270,12 +271,17 @@ def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, s
     model = make_model(small_cfg, F, Cls)
     U = model.num_units
     bounds = [0, U // 2, U]
+    lo, hi = bounds[rank], bounds[rank + 1]
     cfg = _attrs.evolve(config, stages=2, ways=1, chunks=len(ptr) - 1, scheduler="gpipe", stash_weights=False)
     correctors = corr.build_correctors(cfg.correctors)
+    timed = copy.deepcopy(model)  # the units' passes: gradients of their own, the stage's model untouched
     ex = make_pipeline_stage(cfg, model, sub, torch.tensor(ptr), bounds, rank, [0, 1], get_scheduler("gpipe")(),
                              _order_policy(cfg, correctors), correctors, Comm())
-    runs, = _interleaved([_epoch_run(ex)], repeats)
-    return {"cpu_s": low(runs), "cpu_high_s": high(runs), "units": (bounds[rank], bounds[rank + 1]),
+    with _passes_of(timed):
+        passes, runs = _interleaved([_unit_pass(timed, sub, ptr), _epoch_run(ex)], repeats)
+    units = _phases(passes)[0]
+    units_s = sum(sum(units.forward[i]) + sum(units.backward[i]) for i in range(lo, hi))
+    return {"cpu_s": low(runs), "cpu_high_s": high(runs), "units": (lo, hi), "rank_units_s": units_s,
             "params": sum(p.numel() for p in ex.params), "width": ex.stage.output_width() if rank == 0 else 0}
 
 
@@ -284,11 +290,12 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
     """Thread CPU seconds per chunk action of the runtime in a real 2-rank pipeline beyond its units: both stages
     of a 2-stage pipeline over the chunks ``ptr`` of the subgraph ``sub`` run as the runtime runs them
     (:func:`_pipeline_rank`: pre-posted receives, the boundary tensors and their gradients, the sends), each
-    rank's epoch CPU time (low quantile) minus its units measured in this process on the same chunks (``units``)
-    and the step, per action; the mean over the ranks (at least 0). Messages are not subtracted here (the caller
-    does, with the measured CPU per message). ``outs``: the ranks' results when they already ran (in the link
-    probe's ranks, :func:`profile_link`); otherwise 2 ranks are started. Returns ``(seconds per action, per-rank
-    points, the spread of the ranks' epochs relative to the runtime's part of them)``."""
+    rank's epoch CPU time (low quantile) minus its units on the same chunks (timed in the rank, ``rank_units_s``;
+    else ``units``, measured in this process) and the step, per action; the mean over the ranks (at least 0).
+    Messages are not subtracted here (the caller does, with the measured CPU per message). ``outs``: the ranks'
+    results when they already ran (in the link probe's ranks, :func:`profile_link`); otherwise 2 ranks are started.
+    Returns ``(seconds per action, per-rank points, the spread of the ranks' epochs relative to the runtime's part of
+    them)``."""
     from ...core.run.launch import spawn
 
     if outs is None:
@@ -298,7 +305,9 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
     vals, extra = [], []
     for o in outs:
         lo, hi = o["units"]
-        units_s = sum(sum(units.forward[i]) + sum(units.backward[i]) for i in range(lo, hi))
+        units_s = o.get("rank_units_s")
+        if units_s is None:
+            units_s = sum(sum(units.forward[i]) + sum(units.backward[i]) for i in range(lo, hi))
         vals.append((o["cpu_s"] - units_s - step_pp * o["params"]) / (2 * C))
         extra.append(max(0.0, o.get("cpu_high_s", o["cpu_s"]) - o["cpu_s"]) / (2 * C))
         o["units_s"] = units_s
