@@ -27,13 +27,14 @@ in memory is its index (8 bytes per structure at most) and open file handles, ne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import pickle
 from bisect import bisect_right
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 import numpy as np
 import torch
@@ -42,14 +43,25 @@ from torch_geometric.data import Data
 from ...errors import DataValidationError
 from .structures import STRUCTURE_SUFFIXES, _cast, _row_atoms, from_atoms, to_atoms
 
-__all__ = ["FORMATS", "StructureSet", "ExtxyzSet", "AseDbSet", "FairchemLmdbSet", "FolderSet", "PreparedSet",
-           "open_structures", "format_of", "write_structures", "index_cache_dir"]
+__all__ = [
+    "FORMATS",
+    "AseDbSet",
+    "ExtxyzSet",
+    "FairchemLmdbSet",
+    "FolderSet",
+    "PreparedSet",
+    "StructureSet",
+    "format_of",
+    "index_cache_dir",
+    "open_structures",
+    "write_structures",
+]
 
 #: file suffix → format name (what :func:`open_structures` reads and :func:`write_structures` writes)
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".db": "db", ".aselmdb": "aselmdb", ".lmdb": "lmdb"}
 
 
-def format_of(path: str | os.PathLike) -> Optional[str]:
+def format_of(path: str | os.PathLike) -> str | None:
     """The format of ``path`` by its suffix (:data:`FORMATS`), or ``None``."""
     return FORMATS.get(Path(path).suffix.lower())
 
@@ -111,11 +123,9 @@ def _opened(kind: str, path: Path, make):
         for old in [k for k in _OPEN if k[:2] == key[:2]]:  # inherited through fork: closed here, reopened
             h = _OPEN.pop(old)
             env = getattr(h, "_env", h)
-            try:
+            with contextlib.suppress(Exception):  # the parent's handle, unusable here anyway
                 if env is not None:
                     env.close()
-            except Exception:  # noqa: BLE001 - the parent's handle, unusable here anyway
-                pass
             if hasattr(h, "_env_pid"):  # an ASE-LMDB database: closed, not reopened by its own property
                 h._env_pid = os.getpid()
         h = _OPEN[key] = make()
@@ -127,11 +137,9 @@ def _close(path: str) -> None:
     for key in [k for k in _OPEN if k[1] == path and k[2] == os.getpid()]:
         h = _OPEN.pop(key)
         env = getattr(h, "_env", h)
-        try:
+        with contextlib.suppress(Exception):  # already closed
             if env is not None:
                 env.close()
-        except Exception:  # noqa: BLE001 - already closed
-            pass
 
 
 def _bad(where: str, problem: str, fix: str = "") -> DataValidationError:
@@ -151,7 +159,7 @@ class ExtxyzSet(StructureSet):
     """
 
     def __init__(self, path, energy_key: str = "energy", forces_key: str = "forces",
-                 cache_dir: Optional[Path] = None):
+                 cache_dir: Path | None = None):
         self.path = Path(path)
         self.energy_key, self.forces_key = energy_key, forces_key
         self.offsets, self.rebuilt = self._index(Path(cache_dir) if cache_dir else index_cache_dir())
@@ -218,7 +226,8 @@ class ExtxyzSet(StructureSet):
             natoms = -1
         if natoms < 0:
             raise _bad(f"{self.path.name}: line {line + 1}", f"expected an atom count, got "
-                       f"{head[:40].decode(errors='replace')!r}", "check that the file is extended XYZ and not truncated")
+                       f"{head[:40].decode(errors='replace')!r}",
+                       "check that the file is extended XYZ and not truncated")
         starts.append(begin)
         return natoms + 2
 
@@ -234,7 +243,7 @@ class ExtxyzSet(StructureSet):
         text = os.pread(fd, int(self.offsets[i + 1] - self.offsets[i]), int(self.offsets[i])).decode()
         try:
             atoms = ase.io.read(io.StringIO(text), index=0, format="extxyz")
-        except Exception as exc:  # noqa: BLE001 - ase raises many kinds on a malformed frame
+        except Exception as exc:  # ase raises many kinds on a malformed frame
             raise _bad(self.where(i), f"cannot parse the frame ({type(exc).__name__}: {exc})",
                        "check that the file is extended XYZ and not truncated") from exc
         return from_atoms([atoms], energy_key=self.energy_key, forces_key=self.forces_key, dtype=torch.float64,
@@ -263,7 +272,7 @@ class AseDbSet(StructureSet):
                     self.ids = np.fromiter((r[0] for r in con.execute("SELECT id FROM systems ORDER BY id")),
                                            dtype=np.int64)
                 self.n = len(self.ids)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _bad(str(self.path), f"cannot read it as an ASE database ({type(exc).__name__}: {exc})",
                        "check that it is an ASE .db / .aselmdb file") from exc
 
@@ -281,7 +290,7 @@ class AseDbSet(StructureSet):
                                                                        use_lock_file=False))
             else:
                 db = ase.db.connect(str(self.path), type="db", use_lock_file=False)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _bad(str(self.path), f"cannot open it as an ASE database ({type(exc).__name__}: {exc})",
                        "check that it is an ASE .db / .aselmdb file") from exc
         self.__dict__["_hdb"], self.__dict__["_hpid"] = db, os.getpid()
@@ -295,7 +304,7 @@ class AseDbSet(StructureSet):
         row_id = int(self.ids[i]) if self.ids is not None else i + 1
         try:
             row = db._get_row(row_id) if self.lmdb else db.get(id=row_id)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _bad(self.where(i), f"cannot read row {row_id} ({type(exc).__name__}: {exc})",
                        "the database is damaged; rewrite it or drop the row") from exc
         atoms = _row_atoms(row, self.energy_key, self.forces_key)
@@ -398,7 +407,7 @@ class FairchemLmdbSet(StructureSet):
             if raw is not None:
                 try:
                     self.n = int(pickle.loads(raw))
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise _bad(str(self.path), f"its length key is not a pickled integer ({exc})",
                                "rewrite it with gnnpipe atoms convert") from exc
             else:
@@ -436,7 +445,7 @@ class FairchemLmdbSet(StructureSet):
                        "keys must be the indices 0 .. length-1 as ASCII; rewrite it with gnnpipe atoms convert")
         try:
             obj = _Unpickler(io.BytesIO(raw)).load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _bad(self.where(i), f"cannot unpickle the record ({type(exc).__name__}: {exc})",
                        "the record is damaged; rewrite it") from exc
         fields = obj.fields() if isinstance(obj, _Record) else obj if isinstance(obj, dict) else None
@@ -483,7 +492,7 @@ def _open_file(p: Path, fmt: str, energy_key: str, forces_key: str, cache_dir) -
     return FairchemLmdbSet(p)
 
 
-def open_structures(path, *, energy_key: Optional[str] = None, forces_key: Optional[str] = None,
+def open_structures(path, *, energy_key: str | None = None, forces_key: str | None = None,
                     cache_dir=None) -> StructureSet:
     """The lazy set of ``path``: a file of a format of :data:`FORMATS`, or a folder of such files of one format.
 
@@ -525,10 +534,10 @@ class PreparedSet(torch.utils.data.Dataset):
     Raises (``__getitem__``): DataValidationError naming the file, the structure's index in it and the problem.
     """
 
-    def __init__(self, base, dtype: torch.dtype = torch.float32, cutoff: Optional[float] = None,
+    def __init__(self, base, dtype: torch.dtype = torch.float32, cutoff: float | None = None,
                  skip_invalid: bool = False):
         self.base, self.dtype, self.cutoff, self.skip_invalid = base, dtype, cutoff, skip_invalid
-        self.max_z: Optional[int] = None  #: the largest atomic number the model embeds (``None``: 118)
+        self.max_z: int | None = None  #: the largest atomic number the model embeds (``None``: 118)
 
     def __len__(self) -> int:
         return len(self.base)
@@ -541,7 +550,7 @@ class PreparedSet(torch.utils.data.Dataset):
     def where(self, i: int) -> str:
         return self.base.where(i) if hasattr(self.base, "where") else f"structure {i}"
 
-    def __getitem__(self, i: int) -> Optional[Data]:
+    def __getitem__(self, i: int) -> Data | None:
         import warnings
 
         from ..validation import DataWarning
@@ -574,8 +583,8 @@ def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
     return d
 
 
-def validate_one(d: Data, dtype: torch.dtype, cutoff: Optional[float], source: str, k: int,
-                 max_z: Optional[int] = None) -> None:
+def validate_one(d: Data, dtype: torch.dtype, cutoff: float | None, source: str, k: int,
+                 max_z: int | None = None) -> None:
     """:func:`~gnnpipe.data.atoms.validate_structures` of one structure, named ``"{source} {k}"``."""
     from .validate import validate_structures
 
