@@ -1,16 +1,15 @@
 """The atomistic cost model (gnnpipe.costmodel.atomistic): bytes per interaction block equal the measured "gp"
-counters exactly (schnet, dimenet++ and gemnet-t, G ∈ {2, 3}, both edge-gather modes, conservative forces in the loss),
-the memory and time models' arithmetic, and the layout ranking."""
+counters exactly (schnet, dimenet++, gemnet-t and escn-md, G ∈ {2, 3}, both edge-gather modes, conservative forces in
+the loss), the memory and time models' arithmetic, and the layout ranking."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-
-from gnnpipe import schedulers
 import torch
 
+from gnnpipe import schedulers
 from gnnpipe.core.run.launch import spawn
 
 MODELS = {
@@ -18,11 +17,13 @@ MODELS = {
     "dimenet++": {"int_emb_size": 4, "basis_emb_size": 3, "out_emb_channels": 6, "num_spherical": 3, "num_radial": 3},
     "gemnet-t": {"emb_size_trip": 4, "emb_size_rbf": 3, "emb_size_cbf": 3, "emb_size_bil_trip": 5, "num_spherical": 3,
                  "num_radial": 4, "num_atom": 1},
+    "escn-md": {"lmax": 2, "mmax": 1, "hidden_channels": 6, "edge_channels": 4, "num_distance_basis": 6},
 }
 #: (model, partitioner, mode): both modes and both partitioners for each model
 CASES = [("schnet", "edge-chunk", "allgather"), ("schnet", "atom-owner", "halo"),
          ("dimenet++", "edge-chunk", "halo"), ("dimenet++", "atom-owner", "allgather"),
-         ("dimenet++", "edge-chunk", "allgather"), ("gemnet-t", "edge-chunk", "halo")]
+         ("dimenet++", "edge-chunk", "allgather"), ("gemnet-t", "edge-chunk", "halo"),
+         ("escn-md", "atom-owner", "allgather"), ("escn-md", "edge-chunk", "allgather")]
 
 
 def _batch():
@@ -158,7 +159,7 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     assert [r.activations for r in again] == [r.activations for r in gp.memory]
 
 
-@pytest.mark.parametrize("name", ["dimenet++", "schnet", "gemnet-t"])
+@pytest.mark.parametrize("name", ["dimenet++", "schnet", "gemnet-t", "escn-md"])
 def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
     from gnnpipe.costmodel.atomistic import (
         UnitWidths,
@@ -187,8 +188,9 @@ def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
     emb, emb_boundary = stage_widths(cons, 0, 1)  # the embedding alone: DimeNet++'s rbf keeps the edge geometry
     kept_edge = g_cons.edge * 10 if name != "schnet" else 0
     assert emb.total(10, 100, 5) == pytest.approx(units[0].total(10, 100, 5) - g_cons.total(10, 100, 5) + kept_edge)
-    assert stage_widths(direct, 0, 1)[0].total(10, 100, 5) == pytest.approx(  # (GemNet-dT: output 0's force path)
-        activation_widths(direct)[0].total(10, 100, 5) - g_cons.total(10, 100, 5))
+    assert stage_widths(direct, 0, 1)[0].total(10, 100, 5) == pytest.approx(  # (GemNet-dT: output 0's force path;
+        activation_widths(direct)[0].total(10, 100, 5) - g_cons.total(10, 100, 5)  # eSCN-MD: its radial MLP's input)
+        + direct.embedding_stage_widths(False).total(10, 100, 5))
     seed = UnitWidths(bw.edge, 0, bw.atom + 3)  # conservative: the G seed received from the next stage, kept until B
     assert emb_boundary == bw + seed and stage_widths(direct, 0, 1)[1] == boundary_widths(direct)
     later, later_boundary = stage_widths(cons, 1, n)  # a later stage recomputes it

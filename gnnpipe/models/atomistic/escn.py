@@ -64,7 +64,7 @@ from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
 from .comm import LOCAL, GraphParallelHooks
-from .cost import HookCall
+from .cost import HookCall, UnitWidths
 from .gemnet import radial_envelope
 from .so3 import edge_rotation, m_major_degrees, m_major_index, num_coefficients, s2_grid_matrices, wigner_d
 
@@ -472,6 +472,88 @@ class ESCNMD(AtomisticModel):
         self.head = ESCNHead(c)
         self.reset_parameters()
 
+    # ------------------------------------------------------------------ its own cost
+    def _sizes(self) -> dict:
+        """``C`` sphere channels, ``H`` hidden channels, ``ec`` edge channels, ``K`` Gaussians, ``l1 = lmax + 1``,
+        ``L = (lmax+1)²`` coefficients, ``M`` coefficients with ``|m| ≤ mmax`` (the edge frames' rows), ``P`` points
+        of the S² grid, ``Q`` points of the Wigner-D fit (:func:`.so3.wigner_d`), ``B`` blocks."""
+        c = self.config
+        lmax = c["lmax"]
+        return {"C": c["sphere_channels"], "H": c["hidden_channels"], "ec": c["edge_channels"],
+                "K": c["num_distance_basis"], "lmax": lmax, "l1": lmax + 1, "L": num_coefficients(lmax),
+                "M": len(m_major_index(lmax, c["mmax"])), "P": c["res_beta"] * c["res_alpha"],
+                "Q": 2 * (2 * lmax + 1), "B": len(self.units) - 1, "direct": self.direct_forces}
+
+    def activation_widths(self) -> list[UnitWidths]:
+        """Counted with autograd's saved-tensor hooks (floating tensors, per storage; tests/models/atomistic/
+        test_escn.py) on this module's code, in the sizes of :meth:`_sizes`. Per edge and block (conservative
+        forces): ``3LC + (6M + l1)C + (4M − 2)H + LM + 6ec + 4`` (the gathered pair ``[y_j, y_i]`` rotated; the
+        radial MLP's hidden values and its output; the rotated rows and their radial products; the gate's scalars,
+        inputs and factors; the second convolution's inputs; the frames scaled by the envelope and the message
+        rotated back; the message summed onto atoms); direct forces keep neither the pair (``2LC``) nor the
+        message rotated back (``MC``): the frames need no gradient. Per atom and block: the two norms
+        ``2(2LC + 1)`` and the grid feed-forward ``PC + 4PH``. The embedding: the geometry
+        (:meth:`geometry_widths`, conservative) and the edge-degree embedding ``6ec + 4 + L·l1 + L·C`` per edge
+        (``+ l1·C`` with conservative forces: its radial values, multiplied by frames that need a gradient). The
+        readout per atom: the final norm and the energy MLP's inputs ``3LC + 4H + 2`` (direct: ``+ 3C``, the force
+        head's ``l = 1`` rows). Per-call constants (the norms' per-degree weights, the system embedding) are not
+        widths."""
+        z = self._sizes()
+        C, H, ec, l1, L, M, P = (z[k] for k in ("C", "H", "ec", "l1", "L", "M", "P"))
+        direct = z["direct"]
+        degree = 6 * ec + 4 + L * l1 + L * C + (0 if direct else l1 * C)
+        units = [self.geometry_widths(True) + UnitWidths(degree)]
+        edge = 3 * L * C + (6 * M + l1) * C + (4 * M - 2) * H + L * M + 6 * ec + 4
+        if direct:
+            edge -= 2 * L * C + M * C
+        block = UnitWidths(edge, 0, 2 * (2 * L * C + 1) + P * C + 4 * P * H)
+        units += [block for _ in range(z["B"])]
+        units[-1] = units[-1] + UnitWidths(0, 0, 3 * L * C + 4 * H + 2 + (3 * C if direct else 0))
+        return units
+
+    def geometry_widths(self, conservative: bool) -> UnitWidths:
+        """Per edge. Conservative: the whole derivation from the positions: vectors and lengths (4), the Gaussians
+        (``2K``), the edge rotation (25), the spherical harmonics at the ``Q`` rotated fit points
+        (``Q(2·lmax² + 3·lmax + 3)``, ``Q(2·lmax² + 3·lmax)`` for ``lmax = 1``), the frames' rows (``LM``), the
+        envelope's polynomial and value (5) and the edge features (``K + 2ec``). Direct: what the blocks read that
+        needs no gradient itself: the frames (``LM``) and the edge features."""
+        z = self._sizes()
+        K, ec, L, M, lmax = z["K"], z["ec"], z["L"], z["M"], z["lmax"]
+        if not conservative:
+            return UnitWidths(L * M + K + 2 * ec)
+        harmonics = z["Q"] * (2 * lmax * lmax + 3 * lmax + (3 if lmax >= 2 else 0))
+        return UnitWidths(4 + 2 * K + 25 + harmonics + L * M + 5 + K + 2 * ec)
+
+    def embedding_stage_widths(self, conservative: bool) -> UnitWidths:
+        """The embedding alone: with conservative forces its edge-degree embedding keeps the whole geometry; with
+        direct ones its radial MLP keeps the edge features."""
+        return self.geometry_widths(True) if conservative else UnitWidths(self._sizes()["K"] + 2 * self._sizes()["ec"])
+
+    def work_widths(self) -> list[UnitWidths]:
+        """Multiply-adds of the linear maps. Per edge: the Wigner-D fit (``9Q`` to rotate the points, ``Q·Σ(2l+1)²``
+        to solve for the blocks) and the edge-degree embedding (radial MLP, ``L·l1·C`` to rotate back); per block
+        the rotation ``2LMC``, the radial MLP, the SO(2) convolutions per ``m`` (``m = 0``: ``l1·2C·(l1 + lmax)H``
+        and ``l1²HC``; ``m > 0``: ``8(l1 − m)²CH`` and ``4(l1 − m)²HC``), the rotation back ``LMC``; per atom the
+        norms (``2LC``), the grid's projections ``2PLC`` and MLP ``P(2CH + H²)``; the readout's norm and energy
+        MLP (``LC + CH + H² + H``; ``3C`` for direct forces)."""
+        z = self._sizes()
+        C, H, ec, K, lmax, l1, L, M, P, Q = (z[k] for k in ("C", "H", "ec", "K", "lmax", "l1", "L", "M", "P", "Q"))
+        mmax = self.config["mmax"]
+        radial_in = (K + 2 * ec) * ec + ec * ec
+        fit = 9 * Q + Q * sum((2 * l + 1) ** 2 for l in range(l1))
+        units = [UnitWidths(fit + radial_in + ec * l1 * C + L * l1 * C)]
+        conv = (2 * L * M * C + radial_in + ec * (M + l1) * C + l1 * 2 * C * (l1 + lmax) * H + l1 * l1 * H * C
+                + sum(12 * (l1 - m) ** 2 * C * H for m in range(1, mmax + 1)) + L * M * C)
+        block = UnitWidths(conv, 0, 2 * L * C + 2 * P * L * C + P * (2 * C * H + H * H))
+        units += [block for _ in range(z["B"])]
+        units[-1] = units[-1] + UnitWidths(0, 0, L * C + C * H + H * H + H + (3 * C if z["direct"] else 0))
+        return units
+
+    def boundary_widths(self) -> UnitWidths:
+        """Per owned atom: ``x`` (``LC``), ``sigma`` (``C``) and ``elem`` (``2ec``)."""
+        z = self._sizes()
+        return UnitWidths(0, 0, z["L"] * z["C"] + z["C"] + 2 * z["ec"])
+
     # ------------------------------------------------------------------ the hooks of AtomisticModel
     def pipeline_boundary(self) -> dict:
         """The owned atoms' embeddings ``x`` ``[(lmax+1)², C]``, system embedding ``sigma`` ``[C]`` and element
@@ -508,15 +590,16 @@ class ESCNMD(AtomisticModel):
             calls.append(call(-1, "atoms_gather", 3, pos=False, grad=False, forward_only=True))
         return calls
 
-    def _normed(self, state) -> Tensor:
-        return self.head.norm(state["x"])
+    def readout(self, state, graph, comm: GraphParallelHooks = LOCAL) -> dict[str, Tensor]:
+        """The final norm once (``x_out``), read by the energy head and the direct-force head."""
+        return super().readout({**state, "x_out": self.head.norm(state["x"])}, graph, comm)
 
     def readout_energy(self, state, graph, comm: GraphParallelHooks) -> Tensor:
-        e = self.head.energy(self._normed(state)[:, 0]).squeeze(-1)
+        e = self.head.energy(state["x_out"][:, 0]).squeeze(-1)
         return scatter_sum(e, state["atom_batch"], state["num_structures"])
 
     def readout_forces(self, state, graph, comm: GraphParallelHooks) -> Tensor:
-        return self.head.forces(self._normed(state))
+        return self.head.forces(state["x_out"])
 
 
 # --------------------------------------------------------------------------------------------- fairchem's weights

@@ -2,7 +2,8 @@
 physics in float64 (rotations rotate forces and leave energies unchanged, the frames' roll does not matter, finite
 differences equal conservative forces, a 2×2×1 supercell has 4× the energy), the fairchem state-dict mapping
 round-trips without fairchem installed, a 2-stage split of the units equals the whole model (values and the force
-and weight gradients across the boundary), and the hooks it calls. Its equality with fairchem's own eSCN-MD is
+and weight gradients across the boundary), the hooks it calls and the widths it describes to the cost model (what
+autograd saves, per edge and atom, in every stage of a split). Its equality with fairchem's own eSCN-MD is
 checked by benchmarks/escn_fairchem_check.py (fairchem is no dependency)."""
 
 from __future__ import annotations
@@ -350,6 +351,73 @@ def test_the_hooks_it_calls(direct):
     described = [(c.hook, c.width) for c in model.hook_calls(N, 2) if not c.forward_only]
     assert described == [(h, shape[1] if h not in ("sum", "replicated_grad") else math.prod(shape))
                          for h, shape in expected]
+
+
+# ------------------------------------------------------------------------------------------ its own cost
+def _saved_values(model, b, graph, lo: int, hi: int) -> int:
+    """Values autograd saves in a pipeline stage running units ``[lo, hi)`` of ``model`` (the readout when ``hi`` is
+    the last unit) on ``b``: floating tensors counted once per storage, the parameters, buffers, positions and the
+    boundary tensors the stage receives left out. A stage after the first receives the boundary (from a run of
+    units ``[0, lo)``) and recomputes the geometry (:meth:`stage_geometry`), as the pipeline does."""
+    cons = not model.direct_forces
+    seen = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    got = [0]
+
+    def pack(t):
+        st = t.untyped_storage()
+        if t.is_floating_point() and st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            got[0] += st.nbytes() // t.element_size()
+        return t
+
+    state = model.initial_state(b, graph, pos_grad=cons)
+    if lo > 0:
+        before = model.run_units(0, lo, model.initial_state(b, graph, pos_grad=cons), graph)
+        state = {**state, **{k: before[k].detach().requires_grad_(True) for k in model.pipeline_boundary()}}
+    seen |= {t.untyped_storage().data_ptr() for t in state.values() if isinstance(t, torch.Tensor)}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if lo > 0:
+            state = model.stage_geometry(state, graph)
+        state = model.run_units(lo, hi, state, graph)
+        if hi == model.num_units:
+            model.readout(state, graph)
+    return got[0]
+
+
+@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("sizes", [{}, {"lmax": 3, "mmax": 2}, {"lmax": 1, "mmax": 0, "num_layers": 3}])
+def test_the_widths_it_describes_are_what_autograd_saves(direct, sizes):
+    """The activation, geometry and embedding-stage widths the cost model reads (stage_widths combines them) equal
+    the values autograd's saved-tensor hooks see, per owned edge and atom, in every stage of a pipeline split and in
+    the single process; what is left is a per-call constant (the norms' per-degree weights, the system embedding),
+    equal on batches of other sizes."""
+    from gnnpipe.costmodel.atomistic import stage_widths
+
+    model = _model(direct, **sizes).train()
+    n = model.num_units
+    batches = [molecules((6, 8), seed=1), molecules((5, 9, 7), seed=2), _cell_batch(_triclinic())]
+    for lo, hi in [(0, n), (0, 1), (1, n), (1, 2), (0, 2)]:
+        kept, _ = stage_widths(model, lo, hi)
+        rest = []
+        for b in batches:
+            graph = _graph(b, model)
+            measured = _saved_values(model, b, graph, lo, hi)
+            predicted = kept.total(graph.num_edges, 0, b.num_nodes)
+            rest.append(measured - predicted)
+            assert 0 <= rest[-1] < 0.02 * predicted, (lo, hi, measured, predicted)
+        assert len(set(rest)) == 1, (lo, hi, rest)
+
+
+@pytest.mark.slow  # ~16 s on the loaded 2-core machine: it profiles a training step
+def test_plan_ranks_its_layouts(capsys):
+    """``gnnpipe plan`` costs escn-md's layouts (it asks the model for its widths and hook calls)."""
+    from gnnpipe.cli.main import main
+
+    rc = main(["plan", "--model", "escn-md", "--ranks", "2", "--frames", "4", "--layers", "1", "--hidden", "8",
+               "--model-arg=edge_channels=4", "--model-arg=num_distance_basis=8", "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "S1xG2xD1" in out and "S1xG1xD2" in out
 
 
 def test_weights_are_seeded_per_unit():
