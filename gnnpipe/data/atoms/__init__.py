@@ -3,11 +3,14 @@ data sets labelled by ASE's EMT calculator, and the neighbour graph with triplet
 
 Public API::
 
-    from_atoms(atoms_list, *, energy_key="energy", forces_key="forces", dtype=float32, require_labels=False)
-        -> list[Data]
+    from_atoms(atoms_list, *, energy_key="energy", forces_key="forces", stress_key="stress", virial_key="virial",
+               dtype=float32, require_labels=False) -> list[Data]
     read_structures(path, *, energy_key="energy", forces_key="forces", index=":", dtype=float32,
-                    require_labels=False) -> list[Data]            # .xyz/.extxyz, .traj, ASE .db
+                    require_labels=False, stress_key="stress", virial_key="virial") -> list[Data]
+                                                                    # .xyz/.extxyz, .traj, ASE .db
     to_atoms(data) -> ase.Atoms
+    stress_label(data) -> Tensor [3, 3] | None                      # eV/Å³, ASE's sign
+    with_stress_slot(data, dtype=None) -> Data                      # has_stress, zero stress where unlabelled
     validate_structures(structures, dtype=float32, *, max_z=None, cutoff=None, min_distance=0.1,
                         require_labels=False) -> None               # raises DataValidationError
     split_structures(n, fractions=(0.8, 0.1, 0.1), seed=0, *, given=None) -> (train, val, test)
@@ -19,7 +22,8 @@ Public API::
     concat_graphs(graphs) -> AtomGraph                              # per-structure graphs → the batch's
     split_graph(graph, sizes) -> list[AtomGraph]                    # the batch's graph → consecutive groups'
     triplets(edge_index, cell_offsets, num_nodes) -> (idx_kj, idx_ji)
-    open_structures(path, *, energy_key=None, forces_key=None) -> StructureSet   # lazy: .extxyz/.xyz, .db,
+    open_structures(path, *, energy_key=None, forces_key=None, stress_key=None, virial_key=None)
+        -> StructureSet                                             # lazy: .extxyz/.xyz, .db,
                                                     # .aselmdb, fairchem .lmdb, or a folder of one of them
     write_structures(out, structures, *, overwrite=False) -> int    # the format of out's suffix
     PreparedSet(set, dtype, cutoff=None, skip_invalid=False)        # cast and validated when indexed
@@ -42,7 +46,7 @@ from .generate import (
 )
 from .graph import AtomGraph, build_graph, concat_graphs, neighbor_pairs, reverse_edges, split_graph, triplets
 from .sets import FORMATS, PreparedSet, StructureSet, open_structures, read_structures, write_structures
-from .structures import STRUCTURE_SUFFIXES, from_atoms, split_structures, to_atoms
+from .structures import STRUCTURE_SUFFIXES, from_atoms, split_structures, stress_label, to_atoms, with_stress_slot
 from .validate import validate_structures
 
 __all__ = [
@@ -72,8 +76,10 @@ __all__ = [
                        "reverse_edges",
                        "split_graph",
                        "split_structures",
+                       "stress_label",
                        "to_atoms",
                        "triplets",
                        "validate_structures",
+                       "with_stress_slot",
                        "write_structures",
 ]

@@ -16,9 +16,18 @@ a folder                  several files of one of these formats (sorted by name)
 ========================= ============================================================================
 
 fairchem's fields map to ours: ``atomic_numbers`` → ``z``, ``pos``, ``cell`` ``[1, 3, 3]``, ``y`` / ``energy`` →
-``energy``, ``force`` / ``forces`` → ``forces``, ``tags``, ``fixed`` (0/1) → ``fixed`` (bool), ``natoms``; ``pbc``
-when stored, else periodic in every direction of a non-zero cell (fairchem's convention). Pickles of any PyG
-version are read without PyG's classes (a ``Data`` whose ``__dict__`` holds ``_store``, or old-style attributes).
+``energy``, ``force`` / ``forces`` → ``forces``, ``stress`` ``[1, 3, 3]`` (eV/Å³; or ``virial``, eV: ``−virial /
+V``) → ``stress``, ``tags``, ``fixed`` (0/1) → ``fixed`` (bool), ``natoms``; ``pbc`` when stored, else periodic in
+every direction of a non-zero cell (fairchem's convention). Pickles of any PyG version are read without PyG's
+classes (a ``Data`` whose ``__dict__`` holds ``_store``, or old-style attributes).
+
+Stress labels (:mod:`gnnpipe.data.atoms.structures`: ``stress`` ``[1, 3, 3]``, eV/Å³ in ASE's convention, on a
+structure that has one): extended XYZ ``stress=`` (9 or 6 values) or ``virial=`` in the comment line (``stress_key``
+/ ``virial_key``), or the stress an ``ase.io`` calculator holds; a database row's stress column, or ``stress`` /
+``virial`` in its ``data`` or key-value pairs; fairchem's ``stress`` / ``virial`` fields. :class:`PreparedSet` gives
+every structure ``has_stress`` and a zero placeholder where unlabelled, so that any of them batch together.
+:func:`write_structures` writes a stress only where there is one: extended XYZ ``stress=`` (9 values), the
+database's stress column (6 Voigt values), fairchem's ``stress`` field (``[1, 3, 3]``, as fairchem writes it).
 
 :func:`open_structures` opens a path; each set's ``__getitem__`` returns the raw structure (float64, unvalidated);
 :class:`PreparedSet` casts and validates each structure when it is read (in the loader's workers). What a set holds
@@ -32,6 +41,7 @@ import hashlib
 import io
 import os
 import pickle
+import re
 from bisect import bisect_right
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,7 +51,17 @@ import torch
 from torch_geometric.data import Data
 
 from ...errors import DataValidationError
-from .structures import STRUCTURE_SUFFIXES, _cast, _row_atoms, from_atoms, to_atoms
+from .structures import (
+    STRUCTURE_SUFFIXES,
+    _cast,
+    _row_atoms,
+    from_atoms,
+    stress_3x3,
+    stress_label,
+    to_atoms,
+    virial_to_stress,
+    with_stress_slot,
+)
 
 __all__ = [
     "FORMATS",
@@ -151,7 +171,8 @@ class ExtxyzSet(StructureSet):
     """Extended XYZ read frame by frame through an index of byte offsets (``ase.io`` parses one frame).
 
     Args:
-        path: the file. energy_key, forces_key: the labels' names (see :func:`read_structures`).
+        path: the file. energy_key, forces_key, stress_key, virial_key: the labels' names (see
+            :func:`read_structures`).
         cache_dir: where the index is kept (default :func:`index_cache_dir`).
 
     Raises:
@@ -159,9 +180,10 @@ class ExtxyzSet(StructureSet):
     """
 
     def __init__(self, path, energy_key: str = "energy", forces_key: str = "forces",
-                 cache_dir: Path | None = None):
+                 cache_dir: Path | None = None, *, stress_key: str = "stress", virial_key: str = "virial"):
         self.path = Path(path)
         self.energy_key, self.forces_key = energy_key, forces_key
+        self.stress_key, self.virial_key = stress_key, virial_key
         self.offsets, self.rebuilt = self._index(Path(cache_dir) if cache_dir else index_cache_dir())
 
     def _index(self, cache: Path) -> tuple[np.ndarray, bool]:
@@ -235,19 +257,51 @@ class ExtxyzSet(StructureSet):
         return len(self.offsets) - 1
 
     def read(self, i: int) -> Data:
-        import ase.io
-
         fd = self.__dict__.get("_hfd")
         if fd is None:  # pread: no shared file position between a process and its forked workers
             fd = self.__dict__["_hfd"] = os.open(self.path, os.O_RDONLY)
         text = os.pread(fd, int(self.offsets[i + 1] - self.offsets[i]), int(self.offsets[i])).decode()
         try:
-            atoms = ase.io.read(io.StringIO(text), index=0, format="extxyz")
+            atoms = _read_extxyz(text, 0)[0]
         except Exception as exc:  # ase raises many kinds on a malformed frame
             raise _bad(self.where(i), f"cannot parse the frame ({type(exc).__name__}: {exc})",
                        "check that the file is extended XYZ and not truncated") from exc
-        return from_atoms([atoms], energy_key=self.energy_key, forces_key=self.forces_key, dtype=torch.float64,
-                          source=self.where(i).rsplit(" ", 1)[0])[0]
+        return from_atoms([atoms], energy_key=self.energy_key, forces_key=self.forces_key,
+                          stress_key=self.stress_key, virial_key=self.virial_key, dtype=torch.float64,
+                          source=self.where(i).rsplit(" ", 1)[0], start=i)[0]
+
+
+#: a ``stress`` / ``virial`` of 6 values in an extended-XYZ comment line (``ase.io`` reads these keys as 9 only)
+_VOIGT_KEY = re.compile(r"""(?<![\w-])(stress|virial)=(["'])([^"'\n]*)\2""")
+
+
+def _nine(match: re.Match) -> str:
+    """A 6-value (Voigt ``xx yy zz yz xz xy``) stress or virial rewritten as its 9 values (symmetric: the order of
+    the 3 × 3's values is either), each number's text kept; any other value as it is."""
+    v = match.group(3).split()
+    if len(v) != 6:
+        return match.group(0)
+    xx, yy, zz, yz, xz, xy = v
+    quote = match.group(2)
+    return f"{match.group(1)}={quote}{xx} {xy} {xz} {xy} {yy} {yz} {xz} {yz} {zz}{quote}"
+
+
+def _read_extxyz(src: str | Path, index) -> list:
+    """``ase.io.read`` of extended XYZ (``src``: the text of frames, or a file's path) as a list; a ``stress`` or
+    ``virial`` of 6 values, which ``ase.io`` refuses, is read as the symmetric 3 × 3 it stands for."""
+    import ase.io
+
+    def read(source):
+        got = ase.io.read(source, index=index, format="extxyz")
+        return got if isinstance(got, list) else [got]
+
+    try:
+        return read(str(src) if isinstance(src, Path) else io.StringIO(src))
+    except ValueError as exc:
+        if "special 3x3" not in str(exc):
+            raise
+    text = src.read_text() if isinstance(src, Path) else src
+    return read(io.StringIO(_VOIGT_KEY.sub(_nine, text)))
 
 
 # ---------------------------------------------------------------------------------------------------- ASE db
@@ -258,9 +312,11 @@ class AseDbSet(StructureSet):
         DataValidationError: the database cannot be opened.
     """
 
-    def __init__(self, path, energy_key: str = "energy", forces_key: str = "forces"):
+    def __init__(self, path, energy_key: str = "energy", forces_key: str = "forces", *, stress_key: str = "stress",
+                 virial_key: str = "virial"):
         self.path = Path(path)
         self.energy_key, self.forces_key = energy_key, forces_key
+        self.stress_key, self.virial_key = stress_key, virial_key
         self.lmdb = self.path.suffix.lower() == ".aselmdb"
         db = self._db()
         try:
@@ -307,9 +363,10 @@ class AseDbSet(StructureSet):
         except Exception as exc:
             raise _bad(self.where(i), f"cannot read row {row_id} ({type(exc).__name__}: {exc})",
                        "the database is damaged; rewrite it or drop the row") from exc
-        atoms = _row_atoms(row, self.energy_key, self.forces_key)
-        return from_atoms([atoms], energy_key=self.energy_key, forces_key=self.forces_key, dtype=torch.float64,
-                          source=self.where(i).rsplit(" ", 1)[0])[0]
+        atoms = _row_atoms(row, self.energy_key, self.forces_key, self.stress_key, self.virial_key)
+        return from_atoms([atoms], energy_key=self.energy_key, forces_key=self.forces_key,
+                          stress_key=self.stress_key, virial_key=self.virial_key, dtype=torch.float64,
+                          source=self.where(i).rsplit(" ", 1)[0], start=i)[0]
 
 
 # ---------------------------------------------------------------------------------------------------- fairchem
@@ -380,12 +437,24 @@ def fairchem_to_data(fields: dict, where: str) -> Data:
            else (cell.reshape(3, 3).abs().sum(1) > 0).reshape(1, 3))
     fixed = fields.get("fixed")
     tags = fields.get("tags")
+    stress = _fairchem_stress(fields, cell, where)
     return Data(z=z, pos=_tensor(pos, torch.float64).reshape(n, -1), cell=cell, pbc=pbc,
                 fixed=torch.zeros(n, dtype=torch.bool) if fixed is None else _tensor(fixed).reshape(-1) != 0,
                 tags=torch.zeros(n, dtype=torch.long) if tags is None else _tensor(tags).reshape(-1).long(),
                 natoms=torch.tensor([n], dtype=torch.long),
                 energy=_tensor(energy, torch.float64).reshape(-1),
-                forces=_forces(_tensor(forces, torch.float64)))
+                forces=_forces(_tensor(forces, torch.float64)),
+                **({} if stress is None else {"stress": torch.from_numpy(stress).reshape(1, 3, 3)}))
+
+
+def _fairchem_stress(fields: dict, cell: torch.Tensor, where: str) -> np.ndarray | None:
+    """A record's stress (3 × 3, eV/Å³): its ``stress`` field, else ``−virial / V`` of its ``virial`` field."""
+    stress, virial = fields.get("stress"), fields.get("virial")
+    if stress is not None:
+        return stress_3x3(_tensor(stress, torch.float64).numpy(), where, "stress")
+    if virial is not None:
+        return virial_to_stress(_tensor(virial, torch.float64).numpy(), cell.numpy(), where, "virial")
+    return None
 
 
 def _forces(f: torch.Tensor) -> torch.Tensor:
@@ -484,17 +553,20 @@ class FolderSet(StructureSet):
             p.release()
 
 
-def _open_file(p: Path, fmt: str, energy_key: str, forces_key: str, cache_dir) -> StructureSet:
+def _open_file(p: Path, fmt: str, energy_key: str, forces_key: str, cache_dir, stress_key: str = "stress",
+               virial_key: str = "virial") -> StructureSet:
     if fmt == "extxyz":
-        return ExtxyzSet(p, energy_key, forces_key, cache_dir)
+        return ExtxyzSet(p, energy_key, forces_key, cache_dir, stress_key=stress_key, virial_key=virial_key)
     if fmt in ("db", "aselmdb"):
-        return AseDbSet(p, energy_key, forces_key)
+        return AseDbSet(p, energy_key, forces_key, stress_key=stress_key, virial_key=virial_key)
     return FairchemLmdbSet(p)
 
 
 def open_structures(path, *, energy_key: str | None = None, forces_key: str | None = None,
-                    cache_dir=None) -> StructureSet:
+                    cache_dir=None, stress_key: str | None = None, virial_key: str | None = None) -> StructureSet:
     """The lazy set of ``path``: a file of a format of :data:`FORMATS`, or a folder of such files of one format.
+    The label keys (default ``energy``, ``forces``, ``stress``, ``virial``) name extended XYZ's and ASE databases'
+    labels (:func:`read_structures`); fairchem LMDB records have fixed field names (the module docstring).
 
     Raises:
         FileNotFoundError: no such path. DataValidationError: an unknown suffix, a folder with no structure file or
@@ -502,6 +574,7 @@ def open_structures(path, *, energy_key: str | None = None, forces_key: str | No
     """
     p = Path(path).expanduser()
     ek, fk = energy_key or "energy", forces_key or "forces"
+    keys = {"stress_key": stress_key or "stress", "virial_key": virial_key or "virial"}
     if not p.exists():
         raise FileNotFoundError(2, "no such structure file or folder", str(p))
     if p.is_dir():
@@ -514,12 +587,12 @@ def open_structures(path, *, energy_key: str | None = None, forces_key: str | No
             by = {k: next(q.name for q in files if format_of(q) == k) for k in kinds}
             raise _bad(str(p), "the folder mixes formats (" + ", ".join(f"{k}: {v}" for k, v in by.items()) + ")",
                        "keep one format per folder (gnnpipe atoms convert moves a file to another format)")
-        return FolderSet([_open_file(q, kinds[0], ek, fk, cache_dir) for q in files], p)
+        return FolderSet([_open_file(q, kinds[0], ek, fk, cache_dir, **keys) for q in files], p)
     fmt = format_of(p)
     if fmt is None:
         raise _bad(str(p), f"unknown structure file suffix {p.suffix!r}",
                    f"use one of {', '.join(sorted(FORMATS))}, or a folder of such files")
-    return _open_file(p, fmt, ek, fk, cache_dir)
+    return _open_file(p, fmt, ek, fk, cache_dir, **keys)
 
 
 class PreparedSet(torch.utils.data.Dataset):
@@ -570,13 +643,18 @@ class PreparedSet(torch.utils.data.Dataset):
 
 
 def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
-    """One structure with floats in ``dtype`` and a ``fixed`` mask; refuses one without energy or forces."""
+    """One structure with floats in ``dtype``, a ``fixed`` mask and a stress slot (``stress`` ``[1, 3, 3]`` and
+    ``has_stress``: a zero placeholder when unlabelled, so that any structures batch together); refuses one without
+    energy or forces."""
     d = d.clone()
-    for name in ("pos", "cell", "energy", "forces"):
+    for name in ("pos", "cell", "energy", "forces", "stress"):
         if getattr(d, name, None) is not None:
             setattr(d, name, getattr(d, name).to(dtype))
     if getattr(d, "fixed", None) is None:
         d.fixed = torch.zeros(d.z.numel(), dtype=torch.bool)
+    with_stress_slot(d, dtype)
+    if d.stress.numel() == 9:
+        d.stress = d.stress.reshape(1, 3, 3)
     if getattr(d, "energy", None) is None or getattr(d, "forces", None) is None:
         raise DataValidationError(f"{source} {k} has no energy or forces label: S2EF training needs both "
                                   f"(name them with --energy-key / --forces-key)")
@@ -604,7 +682,7 @@ def _data_of(item) -> Data:
 
 def fairchem_record(d: Data, index: int) -> Data:
     """A structure as fairchem v1 stores it (PyG ``Data`` with ``pos``, ``atomic_numbers``, ``cell``, ``y``,
-    ``force``, ``tags``, ``fixed``, ``natoms``, ``pbc``, ``sid``, ``fid``)."""
+    ``force``, ``tags``, ``fixed``, ``natoms``, ``pbc``, ``sid``, ``fid``; ``stress`` ``[1, 3, 3]`` when labelled)."""
     n = int(d.z.numel())
     fixed = getattr(d, "fixed", None)
     tags = getattr(d, "tags", None)
@@ -616,6 +694,9 @@ def fairchem_record(d: Data, index: int) -> Data:
         rec.y = float(d.energy.reshape(-1)[0])
     if getattr(d, "forces", None) is not None:
         rec.force = d.forces.double()
+    stress = stress_label(d)
+    if stress is not None:
+        rec.stress = stress.double().reshape(1, 3, 3)
     return rec
 
 
@@ -686,13 +767,14 @@ def write_structures(out, items: Iterable, *, overwrite: bool = False, progress=
 
 
 # ---------------------------------------------------------------------------------------------------- in memory
-def _db_atoms(path: Path, index, energy_key: str, forces_key: str) -> list:
+def _db_atoms(path: Path, index, energy_key: str, forces_key: str, stress_key: str = "stress",
+              virial_key: str = "virial") -> list:
     """Rows of an ASE database as ``ase.Atoms``, their labels put where :func:`from_atoms` looks."""
     import ase.db
 
     rows = list(ase.db.connect(str(path)).select())
     rows = _index(rows, index, path)
-    return [_row_atoms(row, energy_key, forces_key) for row in rows]
+    return [_row_atoms(row, energy_key, forces_key, stress_key, virial_key) for row in rows]
 
 
 def _index(items: list, index, path) -> list:
@@ -710,7 +792,8 @@ def _index(items: list, index, path) -> list:
 
 def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forces_key: str = "forces",
                     index: str | int | slice = ":", dtype: torch.dtype = torch.float32,
-                    require_labels: bool = False) -> list[Data]:
+                    require_labels: bool = False, stress_key: str = "stress",
+                    virial_key: str = "virial") -> list[Data]:
     """Read every structure of a file or folder into memory: extended XYZ ``.xyz``/``.extxyz``, ASE trajectory
     ``.traj`` and ASE database ``.db`` through ``ase.io`` / ``ase.db``; ASE-LMDB ``.aselmdb``, fairchem LMDB
     ``.lmdb`` and folders of such files through their lazy sets (:func:`gnnpipe.data.atoms.open_structures`). The
@@ -723,6 +806,10 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
             key-value pair or column of a database row; the default also finds what ``ase.io`` attached.
         forces_key: the forces' key (eV/Å): a per-atom column of extended XYZ, a database row's ``forces`` or
             ``data[forces_key]``.
+        stress_key: the stress's key (eV/Å³, ASE's sign; 9 values or 6 in Voigt order): an ``info`` key of extended
+            XYZ (``stress="…"``), a database row's stress column or ``data[stress_key]``. Every structure gets
+            ``stress`` and ``has_stress`` (zeros and False when unlabelled: :mod:`gnnpipe.data.atoms.structures`).
+        virial_key: a virial's key (eV), read where there is no stress: the stress is ``−virial / V``.
         index: which structures: ``":"`` (all), ``"0:100"``, ``-1``, a slice (ASE's convention).
         dtype: floating dtype of the tensors.
         require_labels: raise if a structure lacks energy or forces (training needs both).
@@ -740,7 +827,8 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
         raise FileNotFoundError(2, "no such structure file or folder (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb)",
                                 str(p))
     if p.is_dir() or p.suffix.lower() in (".aselmdb", ".lmdb"):
-        lazy = open_structures(p, energy_key=energy_key, forces_key=forces_key)
+        lazy = open_structures(p, energy_key=energy_key, forces_key=forces_key, stress_key=stress_key,
+                               virial_key=virial_key)
         out = [_in_dtype(lazy[i], dtype, lazy.where(i)) for i in _index(list(range(len(lazy))), index, p)]
         if require_labels:
             for i, d in enumerate(out):
@@ -754,7 +842,9 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
                                   f"or a folder of such files (other formats: convert them with ase.io)")
     try:
         if fmt == "db":
-            atoms = _db_atoms(p, index, energy_key, forces_key)
+            atoms = _db_atoms(p, index, energy_key, forces_key, stress_key, virial_key)
+        elif fmt == "extxyz":
+            atoms = _read_extxyz(p, index)
         else:
             import ase.io
 
@@ -765,14 +855,14 @@ def read_structures(path: str | os.PathLike, *, energy_key: str = "energy", forc
     except Exception as exc:  # ase raises many kinds on a malformed file
         raise DataValidationError(f"{p}: cannot read it as {fmt} ({type(exc).__name__}: {exc}); check that the "
                                   f"file is {fmt} and not truncated") from exc
-    return from_atoms(atoms, energy_key=energy_key, forces_key=forces_key, dtype=dtype,
-                      require_labels=require_labels, source=f"{p.name}: structure")
+    return from_atoms(atoms, energy_key=energy_key, forces_key=forces_key, stress_key=stress_key,
+                      virial_key=virial_key, dtype=dtype, require_labels=require_labels, source=f"{p.name}: structure")
 
 
 def _in_dtype(d: Data, dtype: torch.dtype, where: str) -> Data:
     """A structure of a lazy set (float64) with its floats in ``dtype`` (overflow refused, naming it)."""
     src, k = where.rsplit(" ", 1)
-    for name in ("pos", "cell", "energy", "forces"):
+    for name in ("pos", "cell", "energy", "forces", "stress"):
         v = getattr(d, name, None)
         if v is not None:
             setattr(d, name, _cast(v.double().numpy(), dtype, int(k), src, name))

@@ -13,11 +13,31 @@ One structure is a ``torch_geometric.data.Data`` with
 ``fixed`` bool [n]      constrained atoms (ASE ``FixAtoms``), left out of the force loss
 ``tags`` int64 [n]      ASE tags (OC20: 0 sub-surface, 1 surface, 2 adsorbate)
 ``natoms`` int64 [1]    n
+``stress`` float [1,3,3] eV/Å³, ASE's sign (only when labelled)
+``has_stress`` bool [1] whether ``stress`` is a label (prepared structures: see below)
 ======== ============== ======================================================================
 
-``Batch.from_data_list`` concatenates them (``batch [N]``, ``cell [B, 3, 3]``, ``pbc [B, 3]``, ``energy [B]``).
+``Batch.from_data_list`` concatenates them (``batch [N]``, ``cell [B, 3, 3]``, ``pbc [B, 3]``, ``energy [B]``,
+``stress [B, 3, 3]``, ``has_stress [B]``).
 Labels are read as MACE reads them: ``atoms.info[energy_key]`` and ``atoms.arrays[forces_key]``, else the
 results of the structure's calculator (what ``ase.io`` attaches for the keys ``energy`` and ``forces``).
+
+**Stress.** ASE's convention (``atoms.get_stress(voigt=False)``): ``σ = (1/V) ∂E/∂ε`` for a symmetric strain ε of
+positions and cell, eV/Å³: positive when stretched (tensile), negative when compressed (the pressure is −trace/3);
+Voigt order ``xx yy zz yz xz xy`` where six values are given. It is read from ``atoms.info[stress_key]``, else the
+calculator's result of that name (what ``ase.io`` attaches for ``stress=`` in an extended-XYZ comment line or a
+database row's stress column) as 9 values (3 × 3, row-major) or 6 (Voigt); else from a virial (``info[virial_key]``
+or the calculator's result, 9 or 6 values, eV): ``σ = −virial / V``, which needs a cell of non-zero volume.
+
+The contract, as for energies and forces: a structure *read* (:func:`from_atoms`, the readers and lazy sets) has
+``stress`` only when it is labelled, and no ``has_stress``; a structure *prepared* for batching
+(:func:`with_stress_slot`; :class:`~gnnpipe.data.atoms.sets.PreparedSet` does it to every structure) has both: an
+unlabelled one a zero ``stress`` and ``has_stress = [False]``, a labelled one ``has_stress = [True]``, so that
+labelled and unlabelled structures batch together (``Batch.from_data_list`` needs the same keys in each). A stress
+loss is taken over ``batch.stress[batch.has_stress]`` only; :func:`stress_label` is the label of either form (a
+``stress`` without ``has_stress`` is one), and the writers write a stress only where there is one, so an unlabelled
+structure stays unlabelled. A stress label needs a cell periodic in 3D (it is per volume):
+:func:`~gnnpipe.data.atoms.validate_structures` refuses one on any other structure.
 """
 
 from __future__ import annotations
@@ -31,7 +51,8 @@ from torch_geometric.data import Data
 from ...errors import DataValidationError
 from .validate import _finite
 
-__all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "split_structures", "to_atoms"]
+__all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "split_structures", "stress_label", "to_atoms",
+           "with_stress_slot"]
 
 #: file suffixes :func:`read_structures` reads, and the ``ase.io`` format of each
 STRUCTURE_SUFFIXES = {".xyz": "extxyz", ".extxyz": "extxyz", ".traj": "traj", ".db": "db"}
@@ -51,7 +72,7 @@ def _label(atoms, key: str, kind: str):
     return None
 
 
-_UNITS = {"pos": "Å", "cell": "Å", "energy": "eV", "forces": "eV/Å"}
+_UNITS = {"pos": "Å", "cell": "Å", "energy": "eV", "forces": "eV/Å", "stress": "eV/Å³"}
 
 
 def _cast(values, dtype: torch.dtype, k: int, source: str, name: str) -> torch.Tensor:
@@ -76,33 +97,127 @@ def _fixed(atoms) -> np.ndarray:
     return fixed
 
 
+def _per_structure(atoms, key: str):
+    """``atoms.info[key]``, else the calculator's stored result of that name, else None."""
+    if atoms.info.get(key) is not None:
+        return atoms.info[key]
+    results = getattr(atoms.calc, "results", None) or {}
+    return results.get(key)
+
+
+def stress_3x3(value, where: str, key: str = "stress") -> np.ndarray:
+    """A stress (or virial) label as a 3 × 3 float64 array: 9 values (3 × 3 row-major, or ``[1, 3, 3]``) as they
+    are, 6 values as Voigt ``xx yy zz yz xz xy`` (ASE's order) made symmetric.
+
+    Raises:
+        DataValidationError: not numbers, or neither 9 nor 6 of them (``where`` and ``key`` name the label).
+    """
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataValidationError(f"{where}: {key} is not numbers ({str(value)[:40]!r}); a stress is 9 values "
+                                  f"(3 × 3) or 6 (Voigt xx yy zz yz xz xy), eV/Å³") from exc
+    if a.size == 9:
+        return a.reshape(3, 3).copy()
+    if a.size == 6:
+        xx, yy, zz, yz, xz, xy = a.reshape(6)
+        return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+    raise DataValidationError(f"{where}: {key} has {a.size} value(s) (shape {list(a.shape)}); a stress or virial is "
+                              f"9 values (3 × 3) or 6 (Voigt xx yy zz yz xz xy); check the key names the structure's "
+                              f"stress (stress_key) or fix the label")
+
+
+def virial_to_stress(virial, cell, where: str, key: str = "virial") -> np.ndarray:
+    """The stress (eV/Å³, 3 × 3) of a virial label (eV; 9 or 6 values): ``−virial / V``, V the cell's volume.
+
+    Raises:
+        DataValidationError: a malformed virial, or a cell without volume (named by ``where``).
+    """
+    v = stress_3x3(virial, where, key)
+    volume = abs(float(np.linalg.det(np.asarray(cell, dtype=np.float64).reshape(3, 3))))
+    if not volume > 0.0:
+        raise DataValidationError(f"{where}: a {key} label gives a stress only with a cell of non-zero volume "
+                                  f"(stress = −virial / volume), but the cell's volume is 0; give the structure "
+                                  f"its periodic cell, or drop the {key} label")
+    return -v / volume
+
+
+def voigt_of(stress) -> np.ndarray:
+    """A 3 × 3 stress (eV/Å³) as ASE's 6 Voigt values ``xx yy zz yz xz xy`` (off-diagonals averaged: exact for a
+    symmetric stress)."""
+    s = np.asarray(stress, dtype=np.float64).reshape(3, 3)
+    return np.array([s[0, 0], s[1, 1], s[2, 2], (s[1, 2] + s[2, 1]) / 2, (s[0, 2] + s[2, 0]) / 2,
+                     (s[0, 1] + s[1, 0]) / 2])
+
+
+def stress_label(data: Data) -> torch.Tensor | None:
+    """The stress label of one structure as ``[3, 3]`` (eV/Å³), or ``None`` when it has none (``has_stress``
+    False, or no ``stress``; a ``stress`` without ``has_stress`` counts as a label)."""
+    stress = getattr(data, "stress", None)
+    if stress is None:
+        return None
+    has = getattr(data, "has_stress", None)
+    if has is not None and has.numel() and not bool(has.reshape(-1)[0]):
+        return None
+    return stress.reshape(3, 3)
+
+
+def with_stress_slot(data: Data, dtype: torch.dtype | None = None) -> Data:
+    """``data`` (changed in place) with both ``has_stress`` and ``stress``: a ``stress`` without ``has_stress`` is a
+    label; none at all gives ``has_stress = [False]`` and a zero ``stress`` ``[1, 3, 3]`` in ``dtype`` (default: that
+    of ``pos``), so it batches with labelled structures."""
+    stress = getattr(data, "stress", None)
+    if getattr(data, "has_stress", None) is None:
+        data.has_stress = torch.tensor([stress is not None])
+    if stress is None and not bool(data.has_stress.reshape(-1)[0]):
+        data.stress = torch.zeros(1, 3, 3, dtype=dtype or data.pos.dtype)
+    return data
+
+
+def _stress_of(atoms, stress_key: str, virial_key: str, where: str) -> np.ndarray | None:
+    """The stress label of ``atoms`` (3 × 3, eV/Å³): ``stress_key``, else ``−virial / V`` of ``virial_key``."""
+    stress = _per_structure(atoms, stress_key)
+    if stress is not None:
+        return stress_3x3(stress, where, stress_key)
+    virial = _per_structure(atoms, virial_key)
+    if virial is not None:
+        return virial_to_stress(virial, atoms.cell.array, where, virial_key)
+    return None
+
+
 def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: str = "forces",
+               stress_key: str = "stress", virial_key: str = "virial",
                dtype: torch.dtype = torch.float32, require_labels: bool = False,
-               source: str = "structure") -> list[Data]:
+               source: str = "structure", start: int = 0) -> list[Data]:
     """``ase.Atoms`` → structures (one ``Data`` each, the fields of this module's table).
 
     Args:
         atoms_list: ``ase.Atoms`` objects (or one).
         energy_key: where the energy is (eV): ``atoms.info[energy_key]`` or the calculator's result of that name.
         forces_key: where the forces are (eV/Å): ``atoms.arrays[forces_key]`` or the calculator's result.
-        dtype: floating dtype of ``pos``, ``cell``, ``energy``, ``forces`` (the training dtype). A finite value
-            that overflows in it raises here; :func:`~gnnpipe.data.atoms.validate_structures` checks the rest.
+        stress_key: where the stress is (eV/Å³, 9 or 6 values): ``atoms.info[stress_key]`` or the calculator's result.
+        virial_key: where a virial is (eV), read when there is no stress: the stress is ``−virial / V``.
+        dtype: floating dtype of ``pos``, ``cell``, ``energy``, ``forces``, ``stress`` (the training dtype). A finite
+            value that overflows in it raises here; :func:`~gnnpipe.data.atoms.validate_structures` checks the rest.
         require_labels: raise if a structure has no energy or no forces.
         source: how errors name where the structures came from (a file name).
+        start: the index errors give the first structure (one structure of a larger file).
 
     Returns:
-        list of ``Data``; a structure without an energy (forces) has no ``energy`` (``forces``) attribute.
+        list of ``Data``; a structure without an energy (forces, stress) has no ``energy`` (``forces``, ``stress``)
+        attribute (:func:`with_stress_slot` gives it the placeholder for batching).
 
     Raises:
-        DataValidationError: a structure is not an ``ase.Atoms``, a value overflows in ``dtype``, or a structure
-            has no labels when ``require_labels``.
+        DataValidationError: a structure is not an ``ase.Atoms``, a value overflows in ``dtype``, a stress or
+            virial is not 9 or 6 numbers (or a virial's cell has no volume), or a structure has no labels when
+            ``require_labels``.
     """
     from ase import Atoms
 
     if isinstance(atoms_list, Atoms):
         atoms_list = [atoms_list]
     out = []
-    for k, atoms in enumerate(atoms_list):
+    for k, atoms in enumerate(atoms_list, start):
         if not isinstance(atoms, Atoms):
             raise DataValidationError(f"{source} {k}: expected an ase.Atoms, got {type(atoms).__name__}; "
                                       "pass a list of ase.Atoms (e.g. from ase.io.read(path, ':'))")
@@ -128,13 +243,17 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
             data.energy = _cast(energy, dtype, k, source, "energy").reshape(-1)
         if forces is not None:
             data.forces = _cast(forces, dtype, k, source, "forces")
+        stress = _stress_of(atoms, stress_key, virial_key, f"{source} {k}")
+        if stress is not None:
+            data.stress = _cast(stress, dtype, k, source, "stress").reshape(1, 3, 3)
         out.append(data)
     return out
 
 
 def to_atoms(data: Data):
     """One structure (``Data``) → ``ase.Atoms`` with its cell, pbc, tags, ``FixAtoms`` and a
-    ``SinglePointCalculator`` holding its energy and forces when present."""
+    ``SinglePointCalculator`` holding its energy, forces and stress (:func:`stress_label`; as ASE's 6 Voigt values)
+    when present."""
     from ase import Atoms
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.constraints import FixAtoms
@@ -151,15 +270,18 @@ def to_atoms(data: Data):
         results["energy"] = float(data.energy.reshape(-1)[0])
     if getattr(data, "forces", None) is not None:
         results["forces"] = data.forces.detach().double().numpy()
+    stress = stress_label(data)
+    if stress is not None:
+        results["stress"] = voigt_of(stress.detach().double().numpy())
     if results:
         atoms.calc = SinglePointCalculator(atoms, **results)
     return atoms
 
 
-def _row_atoms(row, energy_key: str, forces_key: str):
+def _row_atoms(row, energy_key: str, forces_key: str, stress_key: str = "stress", virial_key: str = "virial"):
     """One database row as ``ase.Atoms``, its labels put where :func:`from_atoms` looks: the energy from a key-value
     pair, the row's calculator column or its ``data`` (SchNetPack's databases keep every property there, the energy as
-    a one-element array); the forces from the row's column or its ``data``."""
+    a one-element array); the forces, the stress and a virial from the row's column or its ``data``."""
     atoms = row.toatoms()
     energy = row.key_value_pairs.get(energy_key, row.get(energy_key))
     if energy is None and energy_key in row.data:
@@ -172,6 +294,12 @@ def _row_atoms(row, energy_key: str, forces_key: str):
         atoms.info[energy_key] = float(energy)
     if forces is not None:
         atoms.arrays[forces_key] = np.asarray(forces, dtype=np.float64).reshape(len(atoms), -1)
+    for key in (stress_key, virial_key):
+        value = row.get(key)
+        if value is None and key in row.data:
+            value = row.data[key]
+        if value is not None:
+            atoms.info[key] = value
     return atoms
 
 

@@ -42,7 +42,7 @@ def _finite(k: int, source: str, name: str, value: torch.Tensor, dtype: torch.dt
             f"to {float(cast[first] if first else cast)} in the training dtype {dtype} (largest finite "
             f"{torch.finfo(dtype).max:.3g}); train in a wider dtype (--dtype float64), or fix the value (energies "
             "relative to per-element reference energies are small)")
-    fix = "recompute its labels or drop the structure" if name in ("energy", "forces") else \
+    fix = "recompute its labels or drop the structure" if name in ("energy", "forces", "stress") else \
         "fix its geometry or drop the structure"
     raise DataValidationError(
         f"{_where(k, source)}: {name}{at} is {float(orig)} (not finite; {int(bad.sum())} such value(s)); {fix}")
@@ -156,6 +156,30 @@ def _pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, start: floa
     return False
 
 
+def _check_stress(where: str, k: int, source: str, data: Data, pbc: np.ndarray, dtype: torch.dtype) -> None:
+    """A stress slot of the right shape (labelled or not) and a label that is finite on a cell periodic in 3D."""
+    stress = getattr(data, "stress", None)
+    has = getattr(data, "has_stress", None)
+    if has is not None and (has.numel() != 1 or has.dtype != torch.bool):
+        raise DataValidationError(f"{where}: has_stress must be one boolean [1] (whether stress is a label), got "
+                                  f"{has.dtype} {list(has.shape)}")
+    if stress is not None and tuple(stress.shape) not in ((1, 3, 3), (3, 3)):
+        raise DataValidationError(f"{where}: stress must be [1, 3, 3] (eV/Å³; a file may give 9 values or 6 in "
+                                  f"Voigt order), got {list(stress.shape)}; check stress_key names the structure's "
+                                  "stress")
+    labelled = bool(has.reshape(-1)[0]) if has is not None else stress is not None
+    if not labelled:
+        return
+    if stress is None:
+        raise DataValidationError(f"{where}: has_stress is True but it has no stress; give the stress [1, 3, 3] "
+                                  "(eV/Å³) or set has_stress False")
+    _finite(k, source, "stress", stress.reshape(3, 3), dtype, "eV/Å³")
+    if not pbc.all():
+        raise DataValidationError(f"{where}: has a stress label but its cell is not periodic in 3D (pbc="
+                                  f"{pbc.tolist()}): a stress is per volume; give the structure its 3D periodic cell, "
+                                  "or drop the stress label")
+
+
 def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.float32, *,
                         max_z: int | None = None, cutoff: float | None = None, min_distance: float = 0.1,
                         require_labels: bool = False, source: str = "structure", start: int = 0) -> None:
@@ -163,9 +187,11 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
 
     Checks, per structure ``k``: it has atoms; ``z`` is int [n] within 1..``max_z``; ``pos`` is [n, 3];
     ``pos``, ``cell``, ``energy``, ``forces`` are finite in ``dtype``; ``forces`` is [n, 3] and ``energy`` one
-    value; a periodic direction has a cell vector and the periodic vectors are independent; no two atoms (periodic
-    images counted) are closer than ``min_distance``; with ``cutoff``, a structure in which no atom has a neighbour
-    within the cutoff gets a :class:`~gnnpipe.data.DataWarning` (it has no edges: only per-atom terms).
+    value; ``stress`` is [1, 3, 3] and ``has_stress`` one boolean, and a stress label is finite in ``dtype`` on a
+    cell periodic in 3D; a periodic direction has a cell vector and the periodic vectors are independent; no two
+    atoms (periodic images counted) are closer than ``min_distance``; with ``cutoff``, a structure in which no atom
+    has a neighbour within the cutoff gets a :class:`~gnnpipe.data.DataWarning` (it has no edges: only per-atom
+    terms).
 
     Args:
         structures: list of ``Data`` (see :mod:`gnnpipe.data.atoms.structures`).
@@ -235,6 +261,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
                                           f"{list(forces.shape)}; check forces_key and that the file's forces "
                                           "column belongs to this structure")
             _finite(k, source, "forces", forces, dtype, "eV/Å")
+        _check_stress(where, k, source, data, pbc_np, dtype)
         pos_np = pos.detach().double().numpy()
         # the duplicate check and a first look for a pair within the cutoff read the pairs within a short reach
         # only: a search at a large cutoff would enumerate every pair in it (millions, for a periodic cell)
