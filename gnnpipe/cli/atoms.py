@@ -2,9 +2,11 @@
 
 ``gnnpipe atoms generate`` writes a data set built with ASE and labelled by its EMT calculator: ``oc20`` (adsorbates
 on fcc(111) slabs: rattles and relaxation frames), ``oc20-paths`` (frames along whole EMT relaxations of the
-``oc20-is2rs`` set's kind of initial structures), ``oc20-is2rs`` (initial structures and their relaxations) or ``md17`` (small molecules along Langevin trajectories), in the
-format of ``--out``'s suffix (``.extxyz``, ``.db``, ``.aselmdb``, fairchem ``.lmdb``). Without ``--out`` an extended
-XYZ file is cached under ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``) and reused by the same arguments.
+``oc20-is2rs`` set's kind of initial structures), ``oc20-is2rs`` (initial structures and their relaxations), ``bulk``
+(strained and rattled bulk crystals and alloys, with stresses) or ``md17`` (small molecules along Langevin
+trajectories), in the format of ``--out``'s suffix (``.extxyz``, ``.db``, ``.aselmdb``, fairchem ``.lmdb``). Without
+``--out`` an extended XYZ file is cached under ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``) and reused
+by the same arguments.
 
 ``gnnpipe atoms convert IN OUT`` rewrites a structure file or folder in the format of ``OUT``'s suffix, one structure
 at a time. ``gnnpipe atoms check PATH`` reads and validates every structure of a file or folder and prints a
@@ -30,8 +32,9 @@ def register(sub) -> None:
     commands = p.add_subparsers(dest="atoms_command", metavar="ACTION", required=True)
     g = commands.add_parser("generate", help="write an EMT-labelled data set (.extxyz, .db, .aselmdb, .lmdb)",
                             description=__doc__, formatter_class=HelpFormatter)
-    g.add_argument("--kind", choices=["oc20", "md17", "oc20-paths", "oc20-is2rs"], default="oc20",
-                   help="which data set (oc20-paths: frames along whole EMT relaxations of IS2RS-like initial "
+    g.add_argument("--kind", choices=["oc20", "md17", "bulk", "oc20-paths", "oc20-is2rs"], default="oc20",
+                   help="which data set (bulk: strained and rattled bulk crystals and alloys labelled with stresses "
+                        "too; oc20-paths: frames along whole EMT relaxations of IS2RS-like initial "
                         "structures; oc20-is2rs: initial structures, and their EMT relaxations in "
                         "<stem>.relaxed.extxyz beside them)")
     g.add_argument("--frames", type=int, default=200, help="number of structures")

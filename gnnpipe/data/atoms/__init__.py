@@ -15,6 +15,7 @@ Public API::
                         require_labels=False) -> None               # raises DataValidationError
     split_structures(n, fractions=(0.8, 0.1, 0.1), seed=0, *, given=None) -> (train, val, test)
     generate_oc20_like(frames, seed=0, ...) -> list[ase.Atoms]; generate_md17_like(frames, seed=0, ...)
+    generate_bulk_like(frames, seed=0, ...) -> list[ase.Atoms]     # strained bulk crystals, with EMT's stress
     generated_file(kind="oc20", frames=200, seed=0, *, out=None, **kwargs) -> Path   # cached extxyz
     generated_structures(kind="oc20", frames=200, seed=0, *, dtype=None, **kwargs) -> list[Data]
     build_graph(data, cutoff, max_neighbors=None, *, with_triplets=True, method="auto", keep_ties=False)
@@ -34,10 +35,12 @@ Public API::
 
 from .estimate import GraphEstimate, check_graph_size, estimate_graph
 from .generate import (
+                       BULK_LATTICES,
                        EMT_METALS,
                        MD17_MOLECULES,
                        OC20_ADSORBATES,
                        OC20_SITES,
+                       generate_bulk_like,
                        generate_md17_like,
                        generate_oc20_like,
                        generate_oc20_paths,
@@ -50,6 +53,7 @@ from .structures import STRUCTURE_SUFFIXES, from_atoms, split_structures, stress
 from .validate import validate_structures
 
 __all__ = [
+                       "BULK_LATTICES",
                        "EMT_METALS",
                        "FORMATS",
                        "MD17_MOLECULES",
@@ -65,6 +69,7 @@ __all__ = [
                        "concat_graphs",
                        "estimate_graph",
                        "from_atoms",
+                       "generate_bulk_like",
                        "generate_md17_like",
                        "generate_oc20_like",
                        "generate_oc20_paths",

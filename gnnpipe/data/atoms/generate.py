@@ -12,12 +12,16 @@
 * **MD17-like** (:func:`generate_md17_like`): small molecules of H, C, N, O from ``ase.build.molecule``, frames
   of a Langevin trajectory at 300 K (Chmiela et al., *Machine learning of accurate energy-conserving molecular
   force fields*, Sci. Adv. 2017, sample molecular-dynamics trajectories).
+* **Bulk** (:func:`generate_bulk_like`): strained and rattled bulk crystals (fcc, bcc, hcp) and random
+  substitutional alloys of the EMT metals, 1–2 conventional cells along each axis (4–32 atoms), periodic in 3D,
+  labelled with EMT's stress as well (eV/Å³, ASE's convention): the set for training on stress, as materials sets
+  (Materials Project trajectories, OMat24) label strained and rattled bulk structures.
 
-Labels: EMT energies (eV) and forces (eV/Å; the raw forces, fixed atoms included) stored in a
-``SinglePointCalculator``, so ``ase.io.write`` writes them as extended-XYZ properties. EMT (Jacobsen, Stoltze,
-Nørskov, Surf. Sci. 1996) is an effective-medium potential: cheap and smooth, not DFT; these sets exercise the
-pipeline, they are not chemistry. :func:`generated_file` writes a set once under the cache folder, keyed by
-its arguments; ``gnnpipe atoms generate`` is its command.
+Labels: EMT energies (eV) and forces (eV/Å; the raw forces, fixed atoms included), and for the bulk set the stress,
+stored in a ``SinglePointCalculator``, so ``ase.io.write`` writes them as extended-XYZ properties. EMT (Jacobsen,
+Stoltze, Nørskov, Surf. Sci. 1996) is an effective-medium potential: cheap and smooth, not DFT; these sets exercise
+the pipeline, they are not chemistry. :func:`generated_file` writes a set once under the cache folder, keyed by its
+arguments; ``gnnpipe atoms generate`` is its command.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "BULK_LATTICES",
     "EMT_METALS",
     "GENERATORS",
     "MD17_MOLECULES",
     "OC20_ADSORBATES",
     "OC20_SITES",
+    "generate_bulk_like",
     "generate_md17_like",
     "generate_oc20_is2rs",
     "generate_oc20_like",
@@ -51,6 +57,8 @@ EMT_METALS = ("Al", "Ni", "Cu", "Pd", "Ag", "Pt", "Au")
 OC20_ADSORBATES = ("O", "H", "N", "C", "CO", "OH")
 #: adsorption sites of an fcc(111) surface (``ase.build.fcc111``)
 OC20_SITES = ("ontop", "bridge", "fcc", "hcp")
+#: crystal structures of the bulk set (``ase.build.bulk`` names)
+BULK_LATTICES = ("fcc", "bcc", "hcp")
 #: molecules of the MD17-like set (``ase.build.molecule`` names; only H, C, N, O)
 MD17_MOLECULES = ("CH3CH2OH", "C6H6", "CH3CHO", "HCOOH", "CH3COOH", "C2H6", "CH3OH", "CH4", "NH3", "C2H4")
 
@@ -70,8 +78,9 @@ def _adsorbate(name: str):
     return Atoms(name, positions=[[0, 0, 0]])
 
 
-def _label(atoms, calc) -> object:
-    """A copy of ``atoms`` holding its EMT energy and raw forces in a SinglePointCalculator.
+def _label(atoms, calc, stress: bool = False) -> object:
+    """A copy of ``atoms`` holding its EMT energy and raw forces (and with ``stress`` its stress, ASE's 6 Voigt
+    values) in a SinglePointCalculator.
 
     ``atoms`` keeps ``calc`` attached, so a relaxation that already evaluated this geometry is not recomputed.
     """
@@ -79,10 +88,11 @@ def _label(atoms, calc) -> object:
 
     if atoms.calc is not calc:
         atoms.calc = calc
-    energy = atoms.get_potential_energy()
-    forces = atoms.get_forces(apply_constraint=False)
+    results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces(apply_constraint=False)}
+    if stress:
+        results["stress"] = atoms.get_stress(voigt=True, apply_constraint=False)
     out = atoms.copy()
-    out.calc = SinglePointCalculator(out, energy=energy, forces=forces)
+    out.calc = SinglePointCalculator(out, **results)
     return out
 
 
@@ -230,6 +240,98 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
     return out
 
 
+def _atomic_volume(metal: str) -> float:
+    """Å³ per atom of ``metal`` at EMT's equilibrium Wigner–Seitz radius ``s0`` (its parameters): ``4π s0³ / 3``."""
+    from ase.calculators.emt import parameters
+    from ase.units import Bohr
+
+    return 4.0 * np.pi / 3.0 * (parameters[metal][1] * Bohr) ** 3
+
+
+def _crystal(metal: str, lattice: str):
+    """The conventional cell of ``metal`` in ``lattice`` at EMT's atomic volume: fcc cubic (4 atoms), bcc cubic
+    (2), hcp orthorhombic (4, ideal c/a)."""
+    from ase.build import bulk
+
+    volume = _atomic_volume(metal)
+    if lattice == "fcc":
+        return bulk(metal, "fcc", a=(4.0 * volume) ** (1 / 3), cubic=True)
+    if lattice == "bcc":
+        return bulk(metal, "bcc", a=(2.0 * volume) ** (1 / 3), cubic=True)
+    c_a = np.sqrt(8.0 / 3.0)
+    a = (2.0 * volume / (np.sqrt(3.0) / 2.0 * c_a)) ** (1 / 3)
+    return bulk(metal, "hcp", a=a, c=c_a * a, orthorhombic=True)
+
+
+def generate_bulk_like(frames: int, seed: int = 0, *, metals: Sequence[str] = EMT_METALS,
+                       lattices: Sequence[str] = BULK_LATTICES, max_repeat: int = 2, strain: float = 0.03,
+                       rattle: float = 0.05, alloy_share: float = 0.5, max_fraction: float = 0.5) -> list:
+    """Bulk crystals and alloys labelled by EMT with energy, forces and stress.
+
+    Each frame draws a lattice, a host metal and repeats of the conventional cell (1 … ``max_repeat`` along each
+    axis; a 2-atom bcc cell at least twice along one, so 4–32 atoms with the defaults); with probability
+    ``alloy_share`` a second metal replaces each atom with probability ``x ~ U(0.1, max_fraction)``. The cell is
+    scaled to the mean EMT atomic volume of its atoms (Vegard's law: near zero pressure), then strained by a random
+    symmetric strain ε (entries ``U(−strain, strain)``; cell and positions times ``1 + ε``), and the atoms rattled
+    (Gaussian displacements of std ``rattle`` Å): the strain gives each frame a stress, the rattle forces.
+
+    Args:
+        frames: number of structures (≥ 1).
+        seed: seeds every draw: the same arguments give the same frames.
+        metals: the choices of host and alloying metal (EMT metals). lattices: ``fcc``, ``bcc``, ``hcp``.
+        max_repeat: the most repeats of the conventional cell along an axis. strain: the largest strain component.
+        rattle: std of the displacements, Å. alloy_share: the probability of an alloy. max_fraction: the largest
+            expected share of the second metal.
+
+    Returns:
+        ``frames`` ``ase.Atoms`` periodic in 3D with a ``SinglePointCalculator`` (energy eV, forces eV/Å, stress
+        eV/Å³ as ASE's 6 Voigt values); ``info`` names the ``lattice`` and the ``metals`` (``"Cu"``, ``"Cu-Pd"``:
+        host first).
+
+    Raises:
+        ValueError: ``frames < 1``, an unknown metal or lattice, ``max_repeat < 1``, or a negative ``strain``,
+            ``rattle`` or a ``max_fraction`` outside [0.1, 1].
+    """
+    from ase.calculators.emt import EMT
+
+    _check_choices(metals, EMT_METALS, "metal")
+    _check_choices(lattices, BULK_LATTICES, "lattice")
+    if frames < 1 or max_repeat < 1:
+        raise ValueError(f"frames and max_repeat must be >= 1, got frames={frames}, max_repeat={max_repeat}")
+    if strain < 0 or rattle < 0 or not 0.1 <= max_fraction <= 1:
+        raise ValueError(f"strain and rattle must be >= 0 and max_fraction in [0.1, 1], got strain={strain}, "
+                         f"rattle={rattle}, max_fraction={max_fraction}")
+    rng = np.random.default_rng(seed)
+    calc = EMT()
+    out: list = []
+    for _ in range(frames):
+        lattice = lattices[rng.integers(len(lattices))]
+        host = metals[rng.integers(len(metals))]
+        unit = _crystal(host, lattice)
+        reps = rng.integers(1, max_repeat + 1, size=3)
+        if len(unit) * int(np.prod(reps)) < 4 and max_repeat > 1:
+            reps[rng.integers(3)] = 2
+        atoms = unit.repeat(tuple(int(r) for r in reps))
+        names = host
+        others = [m for m in metals if m != host]
+        if others and rng.random() < alloy_share:
+            other = others[rng.integers(len(others))]
+            swap = rng.random(len(atoms)) < rng.uniform(0.1, max_fraction)
+            symbols = np.array(atoms.get_chemical_symbols(), dtype=object)
+            symbols[swap] = other
+            atoms.set_chemical_symbols(list(symbols))
+            names = f"{host}-{other}" if swap.any() else host
+        volume = np.mean([_atomic_volume(s) for s in atoms.get_chemical_symbols()])
+        atoms.set_cell(atoms.cell.array * (volume / _atomic_volume(host)) ** (1 / 3), scale_atoms=True)
+        eps = rng.uniform(-strain, strain, size=(3, 3))
+        eps = (eps + eps.T) / 2
+        atoms.set_cell(atoms.cell.array @ (np.eye(3) + eps), scale_atoms=True)
+        atoms.positions = atoms.positions + rng.normal(0.0, rattle, size=(len(atoms), 3))
+        atoms.info.update(lattice=lattice, metals=names)
+        out.append(_label(atoms, calc, stress=True))
+    return out
+
+
 def _check_choices(given, allowed, what):
     for g in given:
         if g not in allowed:
@@ -338,7 +440,7 @@ def generate_oc20_paths(frames: int, seed: int = 0, *, metals: Sequence[str] | N
 
 #: generator of each kind of data set (``oc20-is2rs`` returns initial and relaxed structures: two files)
 GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like, "oc20-is2rs": generate_oc20_is2rs,
-              "oc20-paths": generate_oc20_paths}
+              "oc20-paths": generate_oc20_paths, "bulk": generate_bulk_like}
 
 
 def _cache_root() -> Path:
@@ -352,10 +454,10 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
     """Write a generated data set as extended XYZ once, and return its path.
 
     Args:
-        kind: ``"oc20"`` (:func:`generate_oc20_like`), ``"md17"`` (:func:`generate_md17_like`), ``"oc20-paths"``
-            (:func:`generate_oc20_paths`) or ``"oc20-is2rs"``
-            (:func:`~gnnpipe.data.atoms.generate.generate_oc20_is2rs`: the initial structures, and their EMT-relaxed
-            ones written beside them as ``<stem>.relaxed.extxyz``).
+        kind: ``"oc20"`` (:func:`generate_oc20_like`), ``"md17"`` (:func:`generate_md17_like`), ``"bulk"``
+            (:func:`generate_bulk_like`: with stresses), ``"oc20-paths"`` (:func:`generate_oc20_paths`) or
+            ``"oc20-is2rs"`` (:func:`~gnnpipe.data.atoms.generate.generate_oc20_is2rs`: the initial structures, and
+            their EMT-relaxed ones written beside them as ``<stem>.relaxed.extxyz``).
         frames, seed, kwargs: the generator's arguments.
         out: the file to write (always written); ``None``: the cached file
             ``<cache>/atoms/<kind>-<frames>-s<seed>-<hash>.extxyz`` under ``$GNNPIPE_CACHE`` (default

@@ -27,7 +27,7 @@ STRUCTURE_SUFFIXES = (".extxyz", ".xyz", ".traj", ".db")
 #: the suffixes read lazily (:mod:`gnnpipe.data.atoms.sets`): extended XYZ, ASE db, ASE-LMDB, fairchem LMDB
 DATA_SUFFIXES = (".extxyz", ".xyz", ".db", ".aselmdb", ".lmdb")
 #: generated data sets (ASE + EMT labels; :mod:`gnnpipe.data.atoms`)
-GENERATED = ("oc20-like", "md17-like")
+GENERATED = ("oc20-like", "md17-like", "bulk-like")
 
 
 def is_structure_dataset(dataset: Optional[str]) -> bool:

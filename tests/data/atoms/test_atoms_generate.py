@@ -9,7 +9,10 @@ from ase.calculators.emt import EMT
 
 from gnnpipe.cli.main import main
 from gnnpipe.data.atoms import (
+    BULK_LATTICES,
+    EMT_METALS,
     build_graph,
+    generate_bulk_like,
     generate_md17_like,
     generate_oc20_like,
     generated_file,
@@ -66,6 +69,71 @@ def test_md17_like_molecules_are_labelled_and_stay_bonded():
         assert d.min() > 0.7 and d.max() < 6.0
     with pytest.raises(ValueError, match="EMT cannot label"):
         generate_md17_like(2, molecules=("SiH4",))
+
+
+def test_bulk_like_frames_are_strained_periodic_crystals_with_emt_stress():
+    frames = generate_bulk_like(24, seed=5)
+    assert len(frames) == 24
+    assert {a.info["lattice"] for a in frames} == set(BULK_LATTICES)
+    assert any("-" in a.info["metals"] for a in frames) and any("-" not in a.info["metals"] for a in frames)
+    for a in frames:
+        assert a.pbc.all() and 4 <= len(a) <= 32 and a.get_volume() > 0
+        assert set(a.get_chemical_symbols()) <= set(EMT_METALS)
+        assert set(a.get_chemical_symbols()) == set(a.info["metals"].split("-"))
+        d = a.get_all_distances(mic=True)[np.triu_indices(len(a), 1)]
+        assert d.min() > 1.8                                # rattled, not collapsed
+        probe = a.copy()
+        probe.calc = EMT()
+        np.testing.assert_allclose(a.get_stress(), probe.get_stress(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.get_forces(), probe.get_forces(), rtol=0, atol=1e-12)
+        assert np.isclose(a.get_potential_energy(), probe.get_potential_energy(), rtol=0, atol=1e-10)
+        assert np.abs(a.get_stress()).max() > 1e-3         # the strain gives a stress (eV/Å³; 1e-3 = 0.16 GPa)
+    stress = np.array([a.get_stress() for a in frames])
+    assert stress[:, :3].min() < -1e-3 and stress[:, :3].max() > 1e-3    # compressed and stretched ones
+    assert np.abs(stress[:, 3:]).max() > 1e-3                          # shear too
+    with pytest.raises(ValueError, match="unknown lattice 'sc'"):
+        generate_bulk_like(2, lattices=("sc",))
+    with pytest.raises(ValueError, match="unknown metal 'Fe'"):
+        generate_bulk_like(2, metals=("Fe",))
+
+
+def test_bulk_like_is_seeded():
+    a = generate_bulk_like(6, seed=3)
+    b = generate_bulk_like(6, seed=3)
+    c = generate_bulk_like(6, seed=4)
+    for x, y in zip(a, b):
+        assert np.array_equal(x.positions, y.positions) and np.array_equal(x.cell.array, y.cell.array)
+        assert x.get_chemical_symbols() == y.get_chemical_symbols()
+        assert np.array_equal(x.get_stress(), y.get_stress())
+    assert not all(len(x) == len(y) and np.array_equal(x.cell.array, y.cell.array) for x, y in zip(a, c))
+
+
+def test_cli_atoms_generate_bulk_and_the_bulk_like_training_set(tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from gnnpipe.tasks.s2ef.data import GENERATED, is_structure_dataset, load_structures
+
+    out = tmp_path / "bulk.extxyz"
+    assert main(["atoms", "generate", "--kind", "bulk", "--frames", "5", "--seed", "2", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    data = read_structures(out, require_labels=True, dtype=torch.float64)
+    want = generate_bulk_like(5, seed=2)
+    assert len(data) == 5
+    for d, w in zip(data, want):
+        assert d.pbc.all() and d.stress.shape == (1, 3, 3)
+        assert np.array_equal(d.stress.reshape(3, 3).numpy(), w.get_stress(voigt=False))   # exactly as written
+    validate_structures(data, torch.float64, cutoff=5.0, require_labels=True)
+    db = tmp_path / "bulk.aselmdb"
+    assert main(["atoms", "generate", "--kind", "bulk", "--frames", "2", "--seed", "2", "--out", str(db)]) == 0
+    assert torch.equal(read_structures(db, dtype=torch.float64)[1].stress, data[1].stress)
+    # --dataset bulk-like: generated once (cached), read with its stresses
+    monkeypatch.setenv("GNNPIPE_CACHE", str(tmp_path / "cache"))
+    assert "bulk-like" in GENERATED and is_structure_dataset("bulk-like")
+    config = SimpleNamespace(dataset="bulk-like", frames=5, seed=2, torch_dtype=torch.float64, cutoff=5.0, root=None,
+                             energy_key=None, forces_key=None)
+    got = load_structures(config)
+    assert len(got) == 5 and all(torch.equal(g.stress, d.stress) for g, d in zip(got, data))
+    assert torch.equal(generated_structures("bulk", 5, seed=2, dtype=torch.float64)[0].stress, data[0].stress)
 
 
 def test_generated_file_is_cached_by_its_arguments(tmp_path, monkeypatch):
