@@ -176,7 +176,7 @@ class Profile:
             :func:`profile` measures in this process (``units``, ``step``, ``executor``, ``unfused``, ``action``,
             ``gp``, ``hybrid``, ``contention``), ``link_spread`` for the link probe's (``p2p``, ``allreduce``,
             ``msg_cpu``, ``exchange``, ``switch``). :data:`SPREAD_GROUPS` gathers them; :meth:`raised` is the
-            profile with a group at its spread. Empty: not recorded (a profile saved before they were).
+            profile with a quantity, or a group, at its spread. Empty: not recorded (a profile saved before they were).
         notes: free text.
     """
 

@@ -69,11 +69,11 @@ def _model_fields(full, data, F: int, Cls: int) -> dict:
     """The :class:`Profile` fields that describe the model and the graph (no measurement)."""
     sd = full.units[0].out_dim if full.shared_tensor else 0
     return {"units": [unit_key(u) for u in full.units],
-                "unit_dims": [(int(u.in_dim), int(u.out_dim)) for u in full.units],
-                "agg_dims": [[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
-                "agg_kinds": [list(u.aggregations) for u in full.units], "shared_dim": int(sd),
-                "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)), "num_features": F,
-                "num_classes": Cls}
+            "unit_dims": [(int(u.in_dim), int(u.out_dim)) for u in full.units],
+            "agg_dims": [[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in full.units],
+            "agg_kinds": [list(u.aggregations) for u in full.units], "shared_dim": int(sd),
+            "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)), "num_features": F,
+            "num_classes": Cls}
 
 
 def _subgraph(data, n: int):
