@@ -31,14 +31,15 @@ Definitions: Chanussot et al., *Open Catalyst 2020 (OC20) Dataset and Community 
 from __future__ import annotations
 
 import importlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, DataValidationError
 
 __all__ = ["ADWT_THRESHOLDS", "AFBT_THRESHOLDS", "EWT_THRESHOLD", "FBT_THRESHOLD", "ORACLES", "adwt", "afbt",
-           "check_pairs", "evaluate_is2rs", "fbt", "get_oracle", "mean_distances", "oracle_max_forces"]
+           "check_pairs", "energy_metrics", "evaluate_is2rs", "fbt", "get_oracle", "mean_distances",
+           "oracle_max_forces", "structure_energies"]
 
 #: Å: ADwT's thresholds (0.01 … 0.499, step 0.001; fairchem's ``np.arange(0.01, 0.5, 0.001)``)
 ADWT_THRESHOLDS = np.arange(0.01, 0.5, 0.001)
@@ -169,7 +170,7 @@ def get_oracle(oracle="emt"):
     try:
         cls = getattr(importlib.import_module(module), name)
         return cls()
-    except Exception as exc:  # an import error, a missing class, a constructor that needs arguments
+    except Exception as exc:  # noqa: BLE001 - an import error, a missing class, a constructor that needs arguments
         raise ConfigError(f"cannot build oracle {oracle!r} ({type(exc).__name__}: {exc}); give module:Class of an "
                           "ASE calculator that needs no arguments, or one of " + ", ".join(ORACLES)) from None
 
@@ -193,7 +194,7 @@ def oracle_max_forces(structures: Sequence, oracle="emt") -> np.ndarray:
         a.calc = calc
         try:
             f = a.get_forces()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the calculator raises
             raise DataValidationError(f"structure {k}: the oracle {type(calc).__name__} cannot compute it "
                                       f"({type(exc).__name__}: {exc}); choose an oracle for its elements") from None
         out[k] = float(np.linalg.norm(f, axis=1).max()) if len(f) else 0.0
@@ -210,6 +211,34 @@ def _energy(s) -> float | None:
         return None if e is None else float(e)
     e = getattr(s, "energy", None)
     return None if e is None else float(e.reshape(-1)[0])
+
+
+def structure_energies(structures: Sequence) -> list[float | None]:
+    """The energy (eV) of each structure (``ase.Atoms``: ``info["energy"]`` or its calculator's; ``Data``: its
+    ``energy``), ``None`` where it has none."""
+    return [_energy(s) for s in structures]
+
+
+def energy_metrics(predicted: Sequence[float], reference: Sequence[float]) -> dict:
+    """The IS2RE energy metrics of predicted against reference relaxed energies (eV, same order): ``energy_mae``
+    (eV), ``ewt`` (the fraction strictly within :data:`EWT_THRESHOLD`) and ``ewt_threshold``; ``{}`` for no
+    structure.
+
+    Raises:
+        DataValidationError: the two lists differ in length, or a value is missing (``None``).
+    """
+    if len(predicted) != len(reference):
+        raise DataValidationError(f"{len(predicted)} predicted energies but {len(reference)} reference energies")
+    if not len(predicted):
+        return {}
+    missing = [k for k, (p, r) in enumerate(zip(predicted, reference)) if p is None or r is None]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise DataValidationError(f"structure {missing[0]}{more} has no energy; the IS2RE metrics need the relaxed "
+                                  "energy of every structure and of its reference")
+    err = np.abs(np.asarray(predicted, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
+    return {"energy_mae": float(err.mean()), "ewt": float((err < EWT_THRESHOLD).mean()),
+            "ewt_threshold": EWT_THRESHOLD}
 
 
 def evaluate_is2rs(relaxed: Sequence, reference: Sequence, *, oracle="emt", initial: Sequence | None = None) -> dict:
@@ -246,10 +275,7 @@ def evaluate_is2rs(relaxed: Sequence, reference: Sequence, *, oracle="emt", init
                    max_forces=fmax.tolist())
         out["curves"]["fbt"] = {"thresholds": AFBT_THRESHOLDS.round(6).tolist(),
                                 "fraction": _within(fmax, AFBT_THRESHOLDS).tolist()}
-    e_pred = [_energy(s) for s in relaxed]
-    e_ref = [_energy(s) for s in reference]
-    if all(e is not None for e in e_pred + e_ref) and e_pred:
-        err = np.abs(np.array(e_pred) - np.array(e_ref))
-        out.update(energy_mae=float(err.mean()), ewt=float((err < EWT_THRESHOLD).mean()),
-                   ewt_threshold=EWT_THRESHOLD)
+    e_pred, e_ref = structure_energies(relaxed), structure_energies(reference)
+    if all(e is not None for e in e_pred + e_ref):
+        out.update(energy_metrics(e_pred, e_ref))
     return out
