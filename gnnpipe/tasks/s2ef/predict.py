@@ -7,7 +7,7 @@ energy reference and normalisation (:class:`~.normalizer.EnergyNormalizer`), the
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -61,7 +61,7 @@ def check_elements(model, structures: Sequence, unseen_elements: str = "warn", s
     seen = (task_meta(model).get("normalizer") or {}).get("elements")
     if seen is None or unseen_elements == "ignore":
         return
-    seen = set(int(z) for z in seen)
+    seen = {int(z) for z in seen}
     where: dict[int, list[int]] = {}
     for k, d in enumerate(structures):
         for z in set(d.z.tolist()) - seen:
@@ -80,7 +80,7 @@ def check_elements(model, structures: Sequence, unseen_elements: str = "warn", s
 
 
 @torch.no_grad()
-def resolve_device(device) -> "torch.device":
+def resolve_device(device) -> torch.device:
     """``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``) checked: a clear error instead of torch's
     at the first calculation.
 
@@ -181,3 +181,129 @@ def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None) -> t
         forces = comm.atoms_gather(forces)
     ref = norm.reference(batch.z, batch.batch, batch.num_graphs)
     return norm.denormalise(out["energy"].reshape(-1).double(), ref), forces.double() * norm.std
+
+
+def _id_part(value):
+    """A ``sid`` / ``fid`` value as its text (a one-element tensor or array as its item); ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, Tensor) or hasattr(value, "tolist"):
+        value = value.tolist()
+        while isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, list):
+            return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _id_of(sid, fid, index: int) -> str:
+    """fairchem's system id: ``"sid_fid"`` when both are recorded (its S2EF naming), ``"sid"``, else the index."""
+    sid, fid = _id_part(sid), _id_part(fid)
+    if sid is None:
+        return str(index)
+    return f"{sid}_{fid}" if fid is not None else sid
+
+
+def _extxyz_infos(path) -> list[dict]:
+    """The ``info`` of every frame of an extended XYZ file, from its comment lines only (the frames' byte offsets of
+    :class:`gnnpipe.data.atoms.sets.ExtxyzSet`)."""
+    import os
+
+    from ase.io.extxyz import key_val_str_to_dict
+
+    from ...data.atoms.sets import ExtxyzSet
+
+    offsets = ExtxyzSet(path).offsets
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for begin, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            head, size = b"", 1 << 16
+            while head.count(b"\n") < 2 and len(head) < end - begin:
+                head = os.pread(fd, min(size, end - begin), begin)
+                size *= 4
+            lines = head.split(b"\n")
+            comment = lines[1].decode(errors="replace") if len(lines) > 1 else ""
+            try:
+                out.append(key_val_str_to_dict(comment))
+            except Exception:  # noqa: BLE001 - a comment that is no key=value list carries no ids
+                out.append({})
+    finally:
+        os.close(fd)
+    return out
+
+
+def _file_ids(path, start: int) -> list[str]:
+    """The ids of the structures of one file (indices counted from ``start``)."""
+    from ...data.atoms.sets import AseDbSet, FairchemLmdbSet, _Record, _Unpickler
+
+    suffix = path.suffix.lower()
+    if suffix in (".extxyz", ".xyz"):
+        infos = _extxyz_infos(path)
+    elif suffix == ".traj":
+        import ase.io
+
+        infos = [a.info for a in ase.io.iread(str(path), format="traj")]
+    elif suffix in (".db", ".aselmdb"):
+        s = AseDbSet(path)
+        db, infos = s._db(), []
+        for i in range(len(s)):
+            row_id = int(s.ids[i]) if s.ids is not None else i + 1
+            row = db._get_row(row_id) if s.lmdb else db.get(id=row_id)
+            data = row.data if isinstance(row.data, dict) else {}
+            infos.append({**row.key_value_pairs, **data})
+    else:  # a fairchem LMDB: the sid / fid fields of its pickled records
+        import io
+
+        s = FairchemLmdbSet(path)
+        infos = []
+        with s._env().begin() as txn:
+            for i in range(len(s)):
+                raw = txn.get(f"{i}".encode("ascii"))
+                obj = _Unpickler(io.BytesIO(raw)).load() if raw is not None else None
+                infos.append(obj.fields() if isinstance(obj, _Record) else obj if isinstance(obj, dict) else {})
+    return [_id_of(info.get("sid"), info.get("fid"), start + k) for k, info in enumerate(infos)]
+
+
+def structure_ids(path, count: int) -> list[str]:
+    """The system id of each of the ``count`` structures of a structure file or folder, as fairchem names them in
+    its prediction files: ``"sid_fid"`` where a structure records both (OC20 S2EF: ``atoms.info`` of extended XYZ
+    and trajectories, a database row's key-value pairs or ``data``, a fairchem LMDB record's fields), ``"sid"``
+    where it records only that, else its index in the file (a folder: in the folder, its files sorted by name).
+    Whatever cannot be read as ids (another count than ``count``, a generated set) gives the indices.
+    """
+    from pathlib import Path
+
+    from ...data.atoms.sets import FORMATS, format_of
+
+    index = [str(i) for i in range(count)]
+    if not path:
+        return index
+    p = Path(str(path)).expanduser()
+    if not p.exists():
+        return index
+    if p.is_dir():
+        files = sorted(q for q in p.iterdir() if q.is_file() and format_of(q) and not q.name.endswith("-lock"))
+    elif p.suffix.lower() in set(FORMATS) | {".traj"}:
+        files = [p]
+    else:
+        return index
+    ids: list[str] = []
+    try:
+        for f in files:
+            ids += _file_ids(f, len(ids))
+    except Exception:  # noqa: BLE001 - ids are a courtesy: a file that cannot be read for them keeps the indices
+        return index
+    return ids if len(ids) == count else index
+
+
+def has_label(d, name: str) -> bool:
+    """Whether structure ``d`` carries the label ``name`` (``"energy"`` or ``"forces"``): its ``has_<name>`` flag
+    where it has one (a prepared structure holds zeros in place of a missing label), else whether it has the
+    attribute."""
+    flag = getattr(d, f"has_{name}", None)
+    if flag is not None:
+        return bool(flag.reshape(-1)[0])
+    return getattr(d, name, None) is not None
