@@ -7,7 +7,17 @@ The model comes from a checkpoint folder (``--checkpoint-dir`` of ``gnnpipe trai
 "pred": [N] long}`` in the dataset's own vertex order. An S2EF model predicts the structures of ``--dataset``
 (a structure file: all of them; default: the training run's data set, by split); ``--out`` ending in ``.extxyz``
 or ``.xyz`` gets the structures with the predicted ``energy`` and ``forces`` (ASE's extended XYZ, readable by
-``ase.io.read``), any other name ``{"energy": [S] eV, "forces": [[n, 3] eV/Å per structure]}`` (``torch.save``).
+``ase.io.read``); ending in ``.npz``, fairchem's S2EF prediction layout (below); any other name
+``{"energy": [S] eV, "forces": [[n, 3] eV/Å per structure]}`` (``torch.save``).
+
+The ``.npz`` is what fairchem's ``predict`` writes (``s2ef_predictions.npz``) and what its submission scripts and
+OC20 tooling read: ``ids`` [S] str — each structure's ``"sid_fid"`` where the file records both (OC20 S2EF), its
+``sid`` where only that, else its index in the file —, ``energy`` [S] eV, ``forces`` [ΣF, 3] eV/Å of the free
+atoms (fixed atoms left out, as fairchem writes them; ``--npz-atoms all``: every atom) of all structures
+concatenated, ``chunk_idx`` [S − 1] where ``np.split(forces, chunk_idx)`` gives each structure's rows (the
+cumulative counts, fairchem's ``np.cumsum(counts)[:-1]``), and ``natoms`` [S] (every atom, free or fixed). The
+structures keep the file's order (fairchem sorts by id; the ids say which is which). Floats are float32 (fairchem's
+``prediction_dtype: float32``; ``--npz-dtype float16`` is its default, ``float64`` keeps every digit).
 
 The training run's ``--root`` (and a ``--dataset`` file) is looked up where the run recorded it (its absolute
 path, in checkpoints and model files written since it is recorded), then, when it was relative, against the
@@ -35,7 +45,13 @@ def register(sub) -> None:
                    help="checkpoint folders: which weights (default: best; a model file holds the one set "
                         "gnnpipe export --keep chose)")
     p.add_argument("--out", default=None, help="write {'scores', 'pred'} here with torch.save (an S2EF model: the "
-                   "structures with predicted energy and forces as .extxyz/.xyz, or {'energy', 'forces'} with torch.save)")
+                   "structures with predicted energy and forces as .extxyz/.xyz, fairchem's prediction layout as "
+                   ".npz, or {'energy', 'forces'} with torch.save)")
+    p.add_argument("--npz-atoms", choices=["free", "all"], default="free",
+                   help="S2EF .npz: the forces of the free atoms only (fairchem's layout) or of every atom")
+    p.add_argument("--npz-dtype", choices=["float16", "float32", "float64"], default="float32",
+                   help="S2EF .npz: the floats' dtype (fairchem writes float16 unless its prediction_dtype asks "
+                        "for float32)")
     p.add_argument("--unseen-elements", choices=["warn", "error", "ignore"], default="warn",
                    help="S2EF models: elements absent from the model's training split (its file records them; files "
                         "written before that carry no record): warn naming them, refuse, or say nothing")
@@ -166,7 +182,7 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
     from ..errors import ConfigError
     from ..tasks.s2ef import S2EF
     from ..tasks.s2ef.data import is_structure_dataset, load_structures
-    from ..tasks.s2ef.predict import predict_structures
+    from ..tasks.s2ef.predict import has_label, predict_structures
 
     fields = attrs.fields_dict(TrainConfig)
     cfg = {k: v for k, v in trained.items() if k in fields}
@@ -188,8 +204,7 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
         structures, groups = data.structures, data.splits
     source = f"{Path(args.dataset).name}: structure" if args.dataset is not None else "structure"
     energy, forces = predict_structures(model, structures, unseen_elements=args.unseen_elements, source=source)
-    labelled = all(getattr(d, "energy", None) is not None and getattr(d, "forces", None) is not None
-                   for d in structures)
+    labelled = all(has_label(d, "energy") and has_label(d, "forces") for d in structures)
     print(f"{'split':<6} {'structures':>10} {'E-MAE eV':>10} {'meV/atom':>9} {'F-MAE eV/Å':>11}")
     for name, ids in groups.items():
         ids = ids.tolist()
@@ -217,7 +232,47 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
                 a.calc = SinglePointCalculator(a, energy=float(energy[i]), forces=forces[i].numpy())
                 frames.append(a)
             ase.io.write(str(out), frames, format="extxyz")
+        elif out.suffix.lower() == ".npz":
+            from ..tasks.s2ef.predict import structure_ids
+
+            write_npz(out, structure_ids(_structure_path(cfg), len(structures)), energy, forces, structures,
+                      atoms=args.npz_atoms, dtype=args.npz_dtype)
         else:
             torch.save({"energy": energy, "forces": forces}, out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def write_npz(path, ids, energy, forces, structures, *, atoms: str = "free", dtype: str = "float32") -> None:
+    """Write predictions in fairchem's S2EF layout (the module docstring): ``ids``, ``energy``, ``forces`` of the
+    free atoms (``atoms="all"``: of every atom) concatenated, ``chunk_idx`` (``np.cumsum(counts)[:-1]``) and
+    ``natoms``, compressed as fairchem writes it (``np.savez_compressed``)."""
+    import numpy as np
+
+    rows, natoms = [], []
+    for d, f in zip(structures, forces):
+        f = f.detach().double().cpu().numpy().reshape(-1, 3)
+        fixed = getattr(d, "fixed", None)
+        if atoms == "free" and fixed is not None:
+            f = f[~fixed.bool().cpu().numpy()]
+        rows.append(f)
+        natoms.append(int(d.z.numel()))
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    with open(path, "wb") as fh:  # a handle: numpy would append ".npz" to a name ending otherwise (".NPZ")
+        np.savez_compressed(fh, ids=np.array([str(i) for i in ids]),
+                            energy=np.asarray(energy.detach().double().cpu().numpy(), dtype=dtype).reshape(-1),
+                            forces=(np.concatenate(rows) if rows else np.zeros((0, 3))).astype(dtype),
+                            chunk_idx=np.cumsum(counts)[:-1], natoms=np.array(natoms, dtype=np.int64))
+
+
+def _structure_path(cfg: dict) -> str:
+    """The structure file or folder a prediction read (``cfg``: the run's data fields, ``--dataset`` / ``--root``
+    applied), or ``""`` for a generated set (its structures are then named by index)."""
+    from ..core.settings.config import TrainConfig
+    from ..errors import ConfigError
+    from ..tasks.s2ef.data import dataset_path
+
+    try:
+        return str(dataset_path(TrainConfig(**cfg), "the structures"))
+    except (ConfigError, TypeError, ValueError):
+        return ""
