@@ -16,12 +16,19 @@ against them by default).
 OUT_DIR defaults to <results stem>.report/ beside the results file. RESULTS may also be the study
 file (STUDY.toml), which then names the results file (<stem>.results.jsonl) and the variant order.
 
+RESULTS may instead be one training result (``gnnpipe train --out run.json``): the learning curves of that run,
+curves.png — the training loss, the validation energy and force MAE of each validation set and the learning rate
+(node classification: the losses and the training, validation and test accuracies) against optimizer steps when
+the run has step records (``--max-steps``, ``--eval-every-steps``), else against epochs — and report.md, a table of
+the evaluated points. Without matplotlib the table alone is written, and a line says so.
+
 RESULTS may instead be one or more IS2RS result files (``gnnpipe evaluate --task is2rs --out X.json``): a table of
 ADwT, FbT, AFbT and the IS2RE energy MAE per file, and is2rs_curves.png with the ADwT curve (fraction of
 structures within each distance threshold) and the FbT curve (fraction with oracle forces below each threshold),
 one line per file.
 
 examples:
+  gnnpipe report run.json                                            # learning curves of one training run
   gnnpipe report experiments/technique_ablation.results.jsonl
   gnnpipe report experiments/technique_ablation.toml --out-dir reports/ablation
   gnnpipe report short.json long.json --out-dir is2rs_report        # IS2RS curves of two models
@@ -37,18 +44,22 @@ from pathlib import Path
 def register(sub) -> None:
     from .main import HelpFormatter
 
-    p = sub.add_parser("report", help="markdown table and plots of a study's results (gnnpipe ablate)",
+    p = sub.add_parser("report", help="markdown table and plots of a study's results (gnnpipe ablate), of one "
+                       "training run's learning curves, or of IS2RS results",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("results", metavar="RESULTS", nargs="+", help="results file (.jsonl) written by gnnpipe ablate, "
-                   "or the study .toml; or IS2RS result files (.json) of gnnpipe evaluate")
+                   "or the study .toml; or one training result (.json of gnnpipe train --out); or IS2RS result "
+                   "files (.json) of gnnpipe evaluate")
     p.add_argument("--out-dir", default=None, help="output folder (default: <results stem>.report beside RESULTS)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="only the markdown table")
-    p.add_argument("--title", default="", help="report title (default: the study name)")
+    p.add_argument("--title", default="", help="report title (default: the study name; a training run: its model and "
+                   "data set)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
+    from ..experiments.curves import NO_MATPLOTLIB, make_curves_report, training_result
     from ..experiments.report import is2rs_file, make_is2rs_report, make_report
     from ..experiments.results import default_results_path
 
@@ -57,14 +68,24 @@ def run(args: argparse.Namespace) -> int:
         print(rep.markdown)
         print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
         return 0
+    if any(training_result(p) is not None for p in args.results):
+        if len(args.results) > 1:
+            raise ConfigError("give one training result at a time (gnnpipe report run.json draws that run's "
+                              "learning curves); several files are read only as IS2RS results of gnnpipe evaluate")
+        rep = make_curves_report(args.results[0], args.out_dir, plots=args.plots, title=args.title)
+        print(rep.markdown)
+        if args.plots and not rep.plots:
+            print(f"gnnpipe: {NO_MATPLOTLIB}", file=sys.stderr)
+        print(f"wrote {rep.markdown_path}" + "".join(f", {p}" for p in rep.plots), file=sys.stderr)
+        return 0
     if len(args.results) > 1:
         raise ConfigError("give one study results file (.jsonl or .toml); several files are read only as IS2RS "
                           "results of gnnpipe evaluate")
     path = Path(args.results[0])
     if path.suffix != ".toml" and _one_json_object(path):
-        raise ConfigError(f"{path} is one JSON document (e.g. a result of gnnpipe train --out), not a study's results; "
-                          f"give the .jsonl written by gnnpipe ablate (or the study .toml), or IS2RS results of "
-                          f"gnnpipe evaluate --task is2rs --out")
+        raise ConfigError(f"{path} is one JSON document but neither a training result (gnnpipe train --out) nor a "
+                          f"study's results; give the .jsonl written by gnnpipe ablate (or the study .toml), a "
+                          f"training result, or IS2RS results of gnnpipe evaluate --task is2rs --out")
     description, order, sweep = "", None, None
     if path.suffix == ".toml":
         from ..experiments import load_study
