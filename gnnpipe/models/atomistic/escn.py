@@ -43,8 +43,10 @@ Graph parallelism: the message passing is node-centred. Per block each rank norm
 gathers every atom's row (``comm.atoms_gather``), computes the messages of its local edges, sums them onto their
 target atoms and reduces the sums onto the owners (``comm.atoms_reduce``: a local slice under the ``atom-owner``
 partitioner, whose edges belong to their target's owner); norms, the feed-forward and the heads run on owned atoms.
-Pipeline: a stage after the first receives the owned atoms' ``x``, ``σ`` and element embeddings (``O(N)``) and
-recomputes the geometry (edge frames, envelope, Gaussians) from the positions (:meth:`ESCNMD.stage_geometry`).
+Each edge looks its atoms' element embeddings up in the replicated atomic numbers (no gather).
+Pipeline: a stage after the first receives the owned atoms' ``x``, ``σ`` and element embeddings (``O(N)``), gathers
+the element embeddings and recomputes the geometry (edge frames, envelope, Gaussians) from the positions
+(:meth:`ESCNMD.stage_geometry`).
 
 Weights: :func:`import_fairchem_state_dict` loads a fairchem eSCN-MD checkpoint of this configuration (backbone
 ``escnmd_backbone`` without dataset embedding, an ``MLP_Energy_Head`` / ``MLP_EFS_Head`` and, with direct
@@ -132,12 +134,12 @@ class RMSNormSH(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        x0 = x[:, :1]
-        x = torch.cat([x0 - x0.mean(dim=2, keepdim=True), x[:, 1:]], dim=1)
+        x0, rest = _split_l0(x)
+        x = torch.cat([x0 - x0.mean(dim=2, keepdim=True), rest], dim=1)
         ms = torch.einsum("nic,i->nc", x.square(), self.balance.to(x.dtype)).mean(dim=1)  # [n]
         scale = (ms + self.eps).rsqrt().view(-1, 1, 1)
-        out = x * scale * self.weight.index_select(0, self.degree)
-        return torch.cat([out[:, :1] + self.bias, out[:, 1:]], dim=1)
+        out0, rest = _split_l0(x * scale * self.weight.index_select(0, self.degree))
+        return torch.cat([out0 + self.bias, rest], dim=1)
 
 
 class SO2Convolution(nn.Module):
@@ -188,9 +190,8 @@ class SO2Convolution(nn.Module):
             xm = parts[m].reshape(E, 2, (self.lmax - m + 1) * self.cin)  # [E, (+m, −m), (l = m … lmax) · C_in]
             if r is not None:
                 xm = xm * r[m].unsqueeze(1)
-            y = lin(xm)  # [E, 2, 2 · half]: (W₁; W₂) applied to x₊ₘ and to x₋ₘ
-            half = y.size(2) // 2
-            w1p, w2p, w1n, w2n = y[:, 0, :half], y[:, 0, half:], y[:, 1, :half], y[:, 1, half:]
+            w1, w2 = lin(xm).chunk(2, dim=2)  # [E, 2, half] each: W₁ and W₂ applied to x₊ₘ and to x₋ₘ
+            (w1p, w1n), (w2p, w2n) = w1.unbind(1), w2.unbind(1)
             n = self.lmax - m + 1
             out += [(w1p - w2n).reshape(E, n, self.cout), (w2p + w1n).reshape(E, n, self.cout)]
         return torch.cat(out, dim=1), gates
@@ -217,6 +218,18 @@ class GridFeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         grid = torch.einsum("pi,nic->npc", self.to_grid.to(x.dtype), x)
         return torch.einsum("pi,npc->nic", self.from_grid.to(x.dtype), self.mlp(grid))
+
+
+def _split_l0(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``x`` ``[n, rows, C]`` → its first row ``[n, 1, C]`` (``l = 0``) and the others: a split, whose backward is a
+    concatenation (slices' backward would zero-fill ``x``'s size in each backward pass)."""
+    return x.split([1, x.size(1) - 1], dim=1)
+
+
+def _sum_onto(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+    """``[E, d]`` rows summed onto ``[num_nodes, d]`` by ``index`` (``index_put_`` with accumulation: the sum keeps
+    only the index for its backward, where ``index_add_`` keeps ``src`` too)."""
+    return src.new_zeros(num_nodes, src.size(1)).index_put_((index,), src, accumulate=True)
 
 
 def _edge_frames(vec: Tensor, lmax: int, index: Tensor, random_roll: bool) -> Tensor:
@@ -261,18 +274,21 @@ class ESCNEmbedding(AtomisticUnit):
         v = torch.cat([w.new_zeros(C // 2), w.new_ones(C // 2), w.new_zeros(C)])
         return F.silu(self.system_mix(v)).expand(num_structures, C)
 
-    def geometry(self, state, graph, comm: GraphParallelHooks) -> dict:
-        """The geometry from ``state["pos"]`` and the owned element embeddings ``state["elem"]``: ``vec`` ``[E, 3]``
-        (Å, from ``i`` to ``j``'s image), ``dist`` ``[E]``, the Wigner-D rows ``wigner`` ``[E, M, (lmax+1)²]``, the
-        envelope ``env`` ``[E]`` and the edge features ``edge_features`` ``[E, K + 2·edge_channels]``
-        (``elem`` gathered with ``comm.atoms_gather``). Differentiable in ``pos`` (conservative forces)."""
+    def geometry(self, state, graph, comm: GraphParallelHooks, elements: Tensor | None = None) -> dict:
+        """The geometry from ``state["pos"]``: ``vec`` ``[E, 3]`` (Å, from ``i`` to ``j``'s image), ``dist`` ``[E]``,
+        the Wigner-D rows ``wigner`` ``[E, M, (lmax+1)²]``, the envelope ``env`` ``[E]`` and the edge features
+        ``edge_features`` ``[E, K + 2·edge_channels]``. Differentiable in ``pos`` (conservative forces).
+
+        ``elements``: each edge's source and target element embeddings ``[E, 2·edge_channels]``; ``None`` (a later
+        pipeline stage, which holds no embedding weights): read from the owned atoms' ``state["elem"]`` gathered with
+        ``comm.atoms_gather``."""
         vec = graph.edge_vectors(state["pos"], state["cell"])
         dist = vec.norm(dim=-1)
-        elem = comm.atoms_gather(state["elem"])
-        j, i = graph.edge_index[0], graph.edge_index[1]
-        ec = self.ec
-        feats = torch.cat([self.distances(dist), elem.index_select(0, j)[:, :ec], elem.index_select(0, i)[:, ec:]],
-                          dim=1)
+        if elements is None:
+            j, i = graph.edge_index[0], graph.edge_index[1]
+            source, target = comm.atoms_gather(state["elem"]).split(self.ec, dim=1)
+            elements = torch.cat([source.index_select(0, j), target.index_select(0, i)], dim=1)
+        feats = torch.cat([self.distances(dist), elements], dim=1)
         return {"vec": vec, "dist": dist, "wigner": _edge_frames(vec, self.lmax, self.rows, self.random_roll),
                 "env": radial_envelope(dist / self.cutoff, ENVELOPE_EXPONENT), "edge_features": feats}
 
@@ -280,16 +296,22 @@ class ESCNEmbedding(AtomisticUnit):
         z = state["z"]
         C, L = self.C, num_coefficients(self.lmax)
         sigma = self.system_embedding(state["num_structures"]).index_select(0, state["atom_batch"])
-        elem = torch.cat([self.source_emb(z), self.target_emb(z)], dim=1)
-        geo = self.geometry({**state, "elem": elem}, graph, comm)
+        elem = torch.cat([self.source_emb(z), self.target_emb(z)], dim=1)  # owned atoms': for a later stage
+        # each edge looks its atoms' element embeddings up in the replicated atomic numbers: no gather
+        j, i = graph.edge_index[0], graph.edge_index[1]
+        z_all = state["z_all"]
+        elements = torch.cat([self.source_emb(z_all.index_select(0, j)), self.target_emb(z_all.index_select(0, i))],
+                             dim=1)
+        geo = self.geometry(state, graph, comm, elements)
         x0 = (self.atom_emb(z) + sigma).unsqueeze(1)
         x = torch.cat([x0, x0.new_zeros(z.size(0), L - 1, C)], dim=1)
         # the edge-degree embedding: per edge the m = 0 coefficients rotated back, onto the target atom
         E = geo["dist"].size(0)
         radial = self.degree_radial(geo["edge_features"]).reshape(E, self.lmax + 1, C)
         back = geo["wigner"][:, :self.lmax + 1].transpose(1, 2) * geo["env"].view(-1, 1, 1)   # [E, L, lmax+1]
-        deg = scatter_sum(torch.bmm(back, radial) / DEGREE_RESCALE, graph.edge_index[1], graph.num_nodes)
-        x = x + comm.atoms_reduce(deg.reshape(graph.num_nodes, L * C)).reshape(z.size(0), L, C)
+        deg = _sum_onto(torch.bmm(back, radial).reshape(E, L * C) / DEGREE_RESCALE, graph.edge_index[1],
+                        graph.num_nodes)
+        x = x + comm.atoms_reduce(deg).reshape(z.size(0), L, C)
         return {**state, **geo, "x": x, "sigma": sigma, "elem": elem}
 
 
@@ -318,21 +340,24 @@ class ESCNBlock(AtomisticUnit):
     def gate(self, x: Tensor, gates: Tensor) -> Tensor:
         """SiLU on ``l = 0``, the other rows of ``x`` ``[E, M, H]`` times ``sigmoid`` of their degree's gate."""
         g = torch.sigmoid(gates).reshape(x.size(0), self.lmax, x.size(2)).index_select(1, self.gate_degree)
-        return torch.cat([F.silu(x[:, :1]), x[:, 1:] * g], dim=1)
+        x0, rest = _split_l0(x)
+        return torch.cat([F.silu(x0), rest * g], dim=1)
 
     def forward(self, state, graph, comm: GraphParallelHooks):
         x = state["x"]
         n, L, C = x.shape
-        y = self.norm_1(x)
-        y = torch.cat([y[:, :1] + state["sigma"].unsqueeze(1), y[:, 1:]], dim=1)
-        y = comm.atoms_gather(y.reshape(n, L * C)).reshape(graph.num_nodes, L, C)
+        y0, rest = _split_l0(self.norm_1(x))
+        y = torch.cat([y0 + state["sigma"].unsqueeze(1), rest], dim=1)
+        y = comm.atoms_gather(y.reshape(n, L * C))  # [N, L·C]: rows gathered in 2-D (a cheaper backward)
         j, i = graph.edge_index[0], graph.edge_index[1]
+        E = j.numel()
         D = state["wigner"]
-        msg = torch.bmm(D, torch.cat([y.index_select(0, j), y.index_select(0, i)], dim=2))  # [E, M, 2C]
+        pair = torch.cat([y.index_select(0, j).view(E, L, C), y.index_select(0, i).view(E, L, C)], dim=2)
+        msg = torch.bmm(D, pair)  # [E, M, 2C]
         msg, gates = self.conv_1(msg, state["edge_features"])
         msg, _ = self.conv_2(self.gate(msg, gates))
         msg = torch.bmm(D.transpose(1, 2) * state["env"].view(-1, 1, 1), msg)              # [E, L, C]
-        agg = scatter_sum(msg, i, graph.num_nodes).reshape(graph.num_nodes, L * C)
+        agg = _sum_onto(msg.reshape(E, L * C), i, graph.num_nodes)
         x = x + comm.atoms_reduce(agg).reshape(n, L, C)
         x = x + self.ff(self.norm_2(x))
         return {**state, "x": x}
@@ -487,13 +512,13 @@ class ESCNMD(AtomisticModel):
     def activation_widths(self) -> list[UnitWidths]:
         """Counted with autograd's saved-tensor hooks (floating tensors, per storage; tests/models/atomistic/
         test_escn.py) on this module's code, in the sizes of :meth:`_sizes`. Per edge and block (conservative
-        forces): ``3LC + (6M + l1)C + (4M − 2)H + LM + 6ec + 4`` (the gathered pair ``[y_j, y_i]`` rotated; the
+        forces): ``2LC + (6M + l1)C + (4M − 2)H + LM + 6ec + 4`` (the gathered pair ``[y_j, y_i]`` rotated; the
         radial MLP's hidden values and its output; the rotated rows and their radial products; the gate's scalars,
         inputs and factors; the second convolution's inputs; the frames scaled by the envelope and the message
-        rotated back; the message summed onto atoms); direct forces keep neither the pair (``2LC``) nor the
-        message rotated back (``MC``): the frames need no gradient. Per atom and block: the two norms
+        rotated back); direct forces keep neither the pair (``2LC``) nor the message rotated back (``MC``): the frames
+        need no gradient. Per atom and block: the two norms
         ``2(2LC + 1)`` and the grid feed-forward ``PC + 4PH``. The embedding: the geometry
-        (:meth:`geometry_widths`, conservative) and the edge-degree embedding ``6ec + 4 + L·l1 + L·C`` per edge
+        (:meth:`geometry_widths`, conservative) and the edge-degree embedding ``6ec + 4 + L·l1`` per edge
         (``+ l1·C`` with conservative forces: its radial values, multiplied by frames that need a gradient). The
         readout per atom: the final norm and the energy MLP's inputs ``3LC + 4H + 2`` (direct: ``+ 3C``, the force
         head's ``l = 1`` rows). Per-call constants (the norms' per-degree weights, the system embedding) are not
@@ -501,9 +526,9 @@ class ESCNMD(AtomisticModel):
         z = self._sizes()
         C, H, ec, l1, L, M, P = (z[k] for k in ("C", "H", "ec", "l1", "L", "M", "P"))
         direct = z["direct"]
-        degree = 6 * ec + 4 + L * l1 + L * C + (0 if direct else l1 * C)
+        degree = 6 * ec + 4 + L * l1 + (0 if direct else l1 * C)
         units = [self.geometry_widths(True) + UnitWidths(degree)]
-        edge = 3 * L * C + (6 * M + l1) * C + (4 * M - 2) * H + L * M + 6 * ec + 4
+        edge = 2 * L * C + (6 * M + l1) * C + (4 * M - 2) * H + L * M + 6 * ec + 4
         if direct:
             edge -= 2 * L * C + M * C
         block = UnitWidths(edge, 0, 2 * (2 * L * C + 1) + P * C + 4 * P * H)
@@ -564,6 +589,11 @@ class ESCNMD(AtomisticModel):
         return {"x": ("atoms", (num_coefficients(c["lmax"]), C)), "sigma": ("atoms", (C,)),
                 "elem": ("atoms", (2 * c["edge_channels"],))}
 
+    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False) -> dict:
+        """:meth:`AtomisticModel.initial_state` and every atom's ``z_all`` ``[N]`` (replicated, like the positions:
+        each edge looks its atoms' element embeddings up)."""
+        return {**super().initial_state(batch, graph, comm, pos_grad=pos_grad), "z_all": batch.z}
+
     def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}
 
@@ -571,16 +601,16 @@ class ESCNMD(AtomisticModel):
         """The graph-parallel hook calls of one forward (with the trainer's gather of direct forces), in call order
         (``unit`` −1: the readout; ``width``: values per row, or of the whole tensor for ``sum`` /
         ``replicated_grad``; ``pos``: the input depends on the positions with conservative forces; ``grad``: it needs
-        a gradient; ``forward_only``: no autograd). A pipeline stage after the first gathers ``elem`` once more
-        (:meth:`stage_geometry`)."""
+        a gradient; ``forward_only``: no autograd). The embedding looks the element embeddings up per edge (no
+        gather); a pipeline stage after the first gathers ``elem`` (``2·edge_channels`` per atom) in
+        :meth:`stage_geometry`."""
         c = self.config
         row, cons = num_coefficients(c["lmax"]) * c["sphere_channels"], not self.direct_forces
 
         def call(unit, hook, width, pos=True, grad=True, forward_only=False):
             return HookCall(unit, hook, int(width), pos=pos, grad=grad, forward_only=forward_only)
 
-        calls = [call(0, "atoms_gather", 2 * c["edge_channels"], pos=False),  # the element embeddings
-                 call(0, "atoms_reduce", row, pos=cons)]                     # the edge-degree embedding
+        calls = [call(0, "atoms_reduce", row, pos=cons)]  # the edge-degree embedding
         for b in range(1, len(self.units)):
             calls += [call(b, "atoms_gather", row, pos=cons), call(b, "atoms_reduce", row, pos=cons)]
         calls.append(call(-1, "sum", num_structures, pos=False))

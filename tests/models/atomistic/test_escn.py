@@ -341,8 +341,7 @@ def test_the_hooks_it_calls(direct):
     comm = RecordingComm()
     model(b, _graph(b, model), comm, forces=True)
     N, C, L = b.num_nodes, SMALL["hidden"], 9
-    ec = SMALL["edge_channels"]
-    expected = [("atoms_gather", (N, 2 * ec)), ("atoms_reduce", (N, L * C))]
+    expected = [("atoms_reduce", (N, L * C))]  # the element embeddings are looked up per edge: no gather
     for _ in range(SMALL["num_layers"]):
         expected += [("atoms_gather", (N, L * C)), ("atoms_reduce", (N, L * C))]
     expected += [("sum", (2,))] + ([] if direct else [("replicated_grad", (N, 3))])
