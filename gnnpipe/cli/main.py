@@ -74,12 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     parser = build_parser()
     given = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     args.argv = given  # the words given: `gnnpipe train` without a flag that chooses the job trains the demo
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "config", None) and given[:1] == ["train"]:  # a run file: its settings come first
+            from ..core.settings.runfile import expand_config_flag
+
+            args = parser.parse_args(expand_config_flag(given, args.flags_parser))
+            args.argv = given
         return int(args.func(args) or 0)
     except GnnpipeError as exc:
         print(f"gnnpipe: error: {exc}", file=sys.stderr)

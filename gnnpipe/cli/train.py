@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
+from ..core.settings.runfile import run_file_path, write_run_file
 
 
 def check_writable(path: str) -> None:
@@ -85,6 +86,10 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a GNN (single process, GNNPipe, graph-parallel or hybrid)",
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a run file (TOML) holding any of these flags (keys: the flags' names, e.g. model, gp-size, "
+                        "max-steps); flags given on the command line override it. Every run writes its resolved "
+                        "configuration as one (<out>.config.toml, <checkpoint-dir>/config.toml)")
     p.add_argument("--out", default=None,
                    help="write the result (config, per-epoch records, summary) as JSON")
     p.add_argument("--no-progress", dest="progress", action="store_false",
@@ -240,5 +245,6 @@ def run(args: argparse.Namespace) -> int:
     print(result.summary())
     if args.out:
         result.save(args.out)
-        print(f"wrote {args.out}", file=sys.stderr)
+        conf = write_run_file(result.config, run_file_path(args.out))
+        print(f"wrote {args.out} (and its configuration, {conf})", file=sys.stderr)
     return 0

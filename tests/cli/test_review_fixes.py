@@ -262,12 +262,13 @@ def test_plan_of_an_atomistic_job_names_an_ignored_gp_size():
     assert [str(w.message) for w in got] == ["ignored: --gp-size (plan chooses)"]
 
 
-def test_report_on_a_train_result_names_what_it_takes(tmp_path, capsys):
-    """A ``gnnpipe train --out`` file is one JSON document: not read as a study's empty results."""
+def test_report_on_a_train_result_without_records_says_so(tmp_path, capsys):
+    """A ``gnnpipe train --out`` file is one JSON document, read as a run's learning curves (not as a study's empty
+    results); one without a loss or a metric to draw is refused with one line."""
     import json
 
     res = tmp_path / "run.json"
     res.write_text(json.dumps({"config": {"model": "gcn"}, "epochs": [{"epoch": 0}]}, indent=1))
     assert main(["report", str(res)]) == 2
     err = capsys.readouterr().err
-    assert "one JSON document" in _one_error_line(err) and "gnnpipe ablate" in err and "skipped" not in err
+    assert "nothing to draw" in _one_error_line(err) and "skipped" not in err

@@ -115,7 +115,8 @@ def epoch_loop(
                     st.since = 0
                 bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{ev[sel.monitor]:.3f}", best=f"{abs(st.best[0]):.3f}")
             result.epochs.append(rec)
-            st.since += 1
+            if not getattr(config, "eval_every_steps", None) or sel.monitor in rec:
+                st.since += 1  # epochs, or evaluations when the run evaluates by steps (--eval-every-steps)
             st.next_epoch = epoch + 1
             for fn in after_epoch:
                 fn(epoch, rec, st)

@@ -107,8 +107,12 @@ class TrainResult:
         if "early_stop" in self.extra:
             es = self.extra["early_stop"]
             what = "force MAE" if self.best_metrics else "accuracy"
-            lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation {what} or loss "
-                         f"for {es['patience']} epochs (--patience)")
+            if es.get("unit") == "evaluations":
+                lines.append(f"stopped early         at step {es['step']:,}: no better validation {what} in "
+                             f"{es['patience']} evaluations (--patience)")
+            else:
+                lines.append(f"stopped early         after epoch {es['epoch'] + 1}: no better validation {what} or "
+                             f"loss for {es['patience']} epochs (--patience)")
         if "peak_mem_bytes" in self.extra:
             mem = ", ".join(f"{m / 2**20:.0f}" for m in self.extra["peak_mem_bytes"])
             lines.append(f"peak memory per rank  {mem} MiB")
@@ -211,11 +215,15 @@ def _regression_lines(best: dict, epoch: int) -> list[str]:
     if "step" in best:  # selected at a step evaluation (S2EF --eval-every-steps / --max-steps)
         at = f" (step {best['step']:,}, {best.get('val_size', '?')} validation structures)"
     lines = []
-    for split in ("val", "test"):
+    others = sorted({k[: -len("_force_mae")] for k in best if k.startswith("val_") and k.endswith("_force_mae")}
+                    - {"val"})
+    for split in ("val", *others, "test"):
         parts = [f"{label} {best[f'{split}_{k}'] * scale:.4g}{(' ' + unit) if unit else ''}"
-                 for k, label, unit, scale in _REGRESSION if f"{split}_{k}" in best]
+                 for k, label, unit, scale in _REGRESSION
+                 if f"{split}_{k}" in best and not (isinstance(best[f"{split}_{k}"], float)
+                                                    and math.isnan(best[f"{split}_{k}"]))]
         if parts:
-            head = "best val" if split == "val" else "test at best val"
+            head = {"val": "best val", "test": "test at best val"}.get(split, f"{split} at best val")
             lines.append(f"{head:<22}" + ", ".join(parts) + (at if split == "val" else ""))
     return lines or ["no evaluation"]
 

@@ -54,6 +54,12 @@ class RunSession:
             self.checkpointer = Checkpointer(self.options.checkpoint_dir, self.options.checkpoint_every, executor,
                                              config, self.plan_info, rank, world, self)
             self.hooks.append(self.checkpointer)
+            if lead:  # the resolved configuration beside the checkpoints: gnnpipe train --config repeats the run
+                from pathlib import Path
+
+                from ..settings.runfile import write_run_file
+
+                write_run_file(config.to_dict(), Path(self.options.checkpoint_dir) / "config.toml")
         self.hooks.append(self._stop_if_requested)
 
     def _stop_if_requested(self, epoch: int, rec: dict, st) -> None:

@@ -131,6 +131,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    "calculator's energy)")
     a.add_argument("--forces-key", default=None, help="the force label of a structure file (default: the "
                    "calculator's forces)")
+    a.add_argument("--val-dataset", dest="val_datasets", action="append", default=None, metavar="FILE",
+                   help="a given validation set (any format --dataset takes; repeatable: each is reported under its "
+                        "own name, the first chooses the best weights); with it or --test-dataset, --dataset is the "
+                        "training set whole instead of being split 80/10/10")
+    a.add_argument("--test-dataset", default=None, metavar="FILE",
+                   help="a given test set (reported at the best validation)")
+    a.add_argument("--energy-reference", default=d.energy_reference, metavar="linear|none|FILE",
+                   help="the per-element energy reference subtracted from the targets: linear (least squares on "
+                        "the training split), none (train the energies as given, e.g. adsorption energies), or a file "
+                        "of per-element energies (fairchem's element_references .pt / .npz, or .json / .toml "
+                        "{element: eV})")
     a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
     a.add_argument("--num-workers", type=int, default=None,
                    help="loader worker processes per rank that read, validate and build each batch's graph ahead of "

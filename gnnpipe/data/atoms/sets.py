@@ -60,6 +60,7 @@ from .structures import (
     stress_label,
     to_atoms,
     virial_to_stress,
+    with_label_slots,
     with_stress_slot,
 )
 
@@ -643,9 +644,9 @@ class PreparedSet(torch.utils.data.Dataset):
 
 
 def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
-    """One structure with floats in ``dtype``, a ``fixed`` mask and a stress slot (``stress`` ``[1, 3, 3]`` and
-    ``has_stress``: a zero placeholder when unlabelled, so that any structures batch together); refuses one without
-    energy or forces."""
+    """One structure with floats in ``dtype``, a ``fixed`` mask and label slots (``stress`` ``[1, 3, 3]`` and
+    ``has_stress``; ``has_energy``, ``has_forces``: zero placeholders where unlabelled, so that any structures batch
+    together, :func:`~gnnpipe.data.atoms.structures.with_label_slots`); refuses one with neither energy nor forces."""
     d = d.clone()
     for name in ("pos", "cell", "energy", "forces", "stress"):
         if getattr(d, name, None) is not None:
@@ -655,10 +656,7 @@ def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
     with_stress_slot(d, dtype)
     if d.stress.numel() == 9:
         d.stress = d.stress.reshape(1, 3, 3)
-    if getattr(d, "energy", None) is None or getattr(d, "forces", None) is None:
-        raise DataValidationError(f"{source} {k} has no energy or forces label: S2EF training needs both "
-                                  f"(name them with --energy-key / --forces-key)")
-    return d
+    return with_label_slots(d, source, k)
 
 
 def validate_one(d: Data, dtype: torch.dtype, cutoff: float | None, source: str, k: int,

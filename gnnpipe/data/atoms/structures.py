@@ -52,7 +52,7 @@ from ...errors import DataValidationError
 from .validate import _finite
 
 __all__ = ["STRUCTURE_SUFFIXES", "from_atoms", "split_structures", "stress_label", "to_atoms",
-           "with_stress_slot"]
+           "with_label_slots", "with_stress_slot"]
 
 #: file suffixes :func:`read_structures` reads, and the ``ase.io`` format of each
 STRUCTURE_SUFFIXES = {".xyz": "extxyz", ".extxyz": "extxyz", ".traj": "traj", ".db": "db"}
@@ -171,6 +171,35 @@ def with_stress_slot(data: Data, dtype: torch.dtype | None = None) -> Data:
         data.has_stress = torch.tensor([stress is not None])
     if stress is None and not bool(data.has_stress.reshape(-1)[0]):
         data.stress = torch.zeros(1, 3, 3, dtype=dtype or data.pos.dtype)
+    return data
+
+
+def with_label_slots(data: Data, source: str = "structure", k: int | None = None) -> Data:
+    """``data`` (changed in place) with ``has_energy`` / ``has_forces`` flags (``[1]`` bool) and zero placeholders
+    for the labels it lacks (``energy`` ``[1]``, ``forces`` ``[n, 3]`` in the dtype of ``pos``), so that structures
+    with different labels batch together; flags already set are kept. Training uses each structure's labels only
+    (``gnnpipe.tasks.s2ef.labels``).
+
+    Raises:
+        DataValidationError: neither an energy nor forces (nothing to train on); the message names ``source`` ``k``.
+    """
+    n = int(data.z.numel())
+
+    def present(name: str) -> bool:
+        flag = getattr(data, f"has_{name}", None)
+        return bool(flag.reshape(-1)[0]) if flag is not None else getattr(data, name, None) is not None
+
+    has_e, has_f = present("energy"), present("forces")
+    if not (has_e or has_f):
+        where = source if k is None else f"{source} {k}"
+        raise DataValidationError(f"{where} has no energy or forces label: nothing to train on (name the labels "
+                                  f"with --energy-key / --forces-key, or drop the structure)")
+    if not has_e:
+        data.energy = torch.zeros(1, dtype=data.pos.dtype)
+    if not has_f:
+        data.forces = torch.zeros(n, 3, dtype=data.pos.dtype)
+    data.has_energy = torch.tensor([has_e])
+    data.has_forces = torch.tensor([has_f])
     return data
 
 

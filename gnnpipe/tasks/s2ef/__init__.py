@@ -1,7 +1,8 @@
-"""The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF; ATOMISTIC §1), trained in a single
-process, data-parallel over ``--replicas D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
-(``D × G`` ranks), and pipelined over ``--stages S`` with ``--chunks C``
-micro-batches of structures (``D × S × G`` ranks), all by one trainer (:mod:`~gnnpipe.tasks.s2ef.trainer`; the layouts: :mod:`~gnnpipe.tasks.s2ef.layout`).
+"""The ``s2ef`` kind of work: structure → energy and forces (OC20's S2EF task, Chanussot et al. 2021), trained in a
+single process, data-parallel over ``--replicas D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica
+(``D × G`` ranks), and pipelined over ``--stages S`` with ``--chunks C`` micro-batches of structures
+(``D × S × G`` ranks), all by one trainer (:mod:`~gnnpipe.tasks.s2ef.trainer`; the layouts:
+:mod:`~gnnpipe.tasks.s2ef.layout`).
 
 ``gnnpipe train --dataset FILE.extxyz --model dimenet++`` (or no ``--dataset``: a generated OC20-like set) runs
 the steps of :class:`~gnnpipe.tasks.base.Task`: :meth:`S2EF.resolve` (the model must be atomistic; its
@@ -23,8 +24,8 @@ from ..registry import register
 from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
 from .layout import check_graph_parallel, check_pipeline, pipelined, plan_info
-from .normalizer import EnergyNormalizer
-from .trainer import SELECTION, S2EFTrainer, worker
+from .normalizer import REFERENCES, EnergyNormalizer, read_element_references
+from .trainer import S2EFTrainer, selection_for, worker
 
 __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
 
@@ -34,7 +35,8 @@ class S2EFData:
     """Loaded S2EF data: ``structures`` (validated PyG ``Data`` in a list, or a lazy
     ``gnnpipe.data.atoms.sets.PreparedSet`` that validates each when it is read), ``splits`` (index tensors),
     the fitted ``normalizer``, ``name`` (what the run trains on), ``mean_atoms`` (atoms per structure of the
-    reference sample) and ``elements`` (the sorted atomic numbers of the reference sample)."""
+    reference sample), ``elements`` (the sorted atomic numbers of the reference sample) and ``labels`` (which of
+    ``energy`` and ``forces`` the reference sample carries)."""
 
     structures: Any
     splits: dict
@@ -42,11 +44,12 @@ class S2EFData:
     name: str
     mean_atoms: float = 0.0
     elements: tuple = ()
+    labels: tuple = ("energy", "forces")
 
 
 @attrs.define
 class S2EFPlan:
-    """The layout: ``data`` and ``info`` (:func:`~.graph_parallel.gp_plan_info`)."""
+    """The layout: ``data`` and ``info`` (:func:`~.layout.plan_info` and the model selection's ``monitor``)."""
 
     data: S2EFData
     info: dict
@@ -146,7 +149,8 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
     in another layout (what carries over and what restarts).
 
     A checkpoint inside an epoch holds each rank's sums of the epoch so far and the position in the epoch's batches
-    of its ``--replicas`` (the global batch is ``--batch-size × --replicas``): it continues only in the layout that wrote it.
+    of its ``--replicas`` (the global batch is ``--batch-size × --replicas``): it continues only in the layout that
+    wrote it.
 
     Raises:
         ConfigError: ``meta`` is a checkpoint inside an epoch and the layout or world size differs.
@@ -208,9 +212,9 @@ class S2EF(Task):
             ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
                 contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``.
         """
-        from ... import models
         import warnings
 
+        from ... import models
         from ...errors import ConfigError
 
         if _model_task(config.model) != "s2ef":
@@ -230,6 +234,8 @@ class S2EF(Task):
                           f"(data-parallel replicas; --ways means graph-parallel ways in node classification): "
                           f"use --replicas", FutureWarning, stacklevel=3)
             config = attrs.evolve(config, replicas=config.ways, ways=1)
+        if config.energy_reference not in REFERENCES:  # a file: read now, refused before any data is read
+            read_element_references(config.energy_reference)
         if config.device is not None and config.device_type() != "cpu":  # cuda without a GPU: refused there
             raise ConfigError(f"--device {config.device}: S2EF training runs on the CPU in this version; use "
                               f"--device cpu (the calculator and gnnpipe relax run on a GPU)")
@@ -256,9 +262,18 @@ class S2EF(Task):
         A generated set, a ``.traj`` file and ``data`` are read and validated whole, in memory; the other files
         and folders (``gnnpipe.data.atoms.sets``) are opened lazily: a structure is read and validated when a
         step (a loader worker) needs it."""
-        from .data import GENERATED, load_structures, open_dataset, prepare_structures, split
+        from .data import GENERATED, load_structures, open_dataset, open_given_splits, prepare_structures, split
 
-        if data is None:
+        splits = None
+        if data is not None and (config.val_datasets or config.test_dataset):
+            from ...errors import ConfigError
+
+            raise ConfigError("--val-dataset / --test-dataset name files; with structures passed from Python, train "
+                              "on a file (--dataset) or leave the split to gnnpipe")
+        if data is None and (config.val_datasets or config.test_dataset):  # given splits: --dataset trains whole
+            structures, splits = open_given_splits(config)
+            name = config.dataset or "oc20-like"
+        elif data is None:
             ds = config.dataset or "oc20-like"
             lazy = ds.lower() not in GENERATED and not ds.lower().endswith(".traj")
             structures, name = (open_dataset(config) if lazy else load_structures(config)), ds
@@ -273,7 +288,8 @@ class S2EF(Task):
         lazy_set = not isinstance(structures, list)
         if not lazy_set:
             check_structures_for(config, structures)
-        splits = split(config, len(structures))
+        if splits is None:
+            splits = split(config, len(structures))
         sample = _reference_structures(structures, reference_sample(splits["train"], config.seed))
         if lazy_set:  # every structure of a set no larger than the sample, else the sample; each structure's
             # atomic numbers are checked again when a worker reads it
@@ -284,11 +300,14 @@ class S2EF(Task):
                                  _reference_structures(structures, torch.arange(n)), warn_isolated=True)
             structures.max_z = config.model_args.get("max_z")
             structures.release()  # the sample's pages unmapped here: the loader workers read from now on
-        normalizer = EnergyNormalizer.fit(sample)
+        normalizer = EnergyNormalizer.fit(sample, reference=config.energy_reference)
         mean_atoms = sum(int(d.z.numel()) for d in sample) / max(len(sample), 1)
         elements = tuple(sorted({int(z) for d in sample for z in d.z.unique().tolist()}))
+        labels = tuple(k for k in ("energy", "forces")
+                       if any(getattr(d, f"has_{k}", None) is None or bool(getattr(d, f"has_{k}").reshape(-1)[0])
+                              for d in sample))
         return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms,
-                        elements=elements)
+                        elements=elements, labels=labels)
 
     def describe(self, config: Any, data: S2EFData, given: bool = False) -> str:
         """The run's header, printed whatever ``--no-progress`` says: the defaults chosen for the flags not given,
@@ -303,21 +322,25 @@ class S2EF(Task):
             ConfigError, UnknownComponentError: as those checks.
         """
         from ...core.run import launch
-        from .data import resolved_num_workers, steps_per_epoch
+        from .data import resolved_num_workers, steps_per_epoch, total_steps
 
         if not launch.under_torchrun():  # torchrun's ranks refuse in check(), recording the message for its summary
             check_graph_parallel(config, None)
             if pipelined(config):
                 check_pipeline(config)
         n = len(data.structures)
-        sizes = "/".join(f"{len(data.splits[k]):,}" for k in ("train", "val", "test"))
+        if config.val_datasets or config.test_dataset:  # given splits, named
+            sizes = ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items())
+        else:
+            sizes = "train/val/test " + "/".join(f"{len(data.splits[k]):,}" for k in ("train", "val", "test"))
         lines = []
         if self.defaults_chosen:
             lines.append(f"{config.model}'s S2EF defaults for the flags not given: "
                          + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in self.defaults_chosen.items()))
         elements = ", ".join(_symbol(z) for z in data.elements) if data.elements else "?"
-        lines.append(f"data: {data.name}, {n:,} structures ({data.mean_atoms:.1f} atoms on average), train/val/test "
-                     f"{sizes}; elements {elements}")
+        lines.append(f"data: {data.name}, {n:,} structures ({data.mean_atoms:.1f} atoms on average), {sizes}; "
+                     f"elements {elements}" + ("" if data.labels == ("energy", "forces") else
+                                               f"; labels: {' and '.join(data.labels)} only"))
         forces = "direct" if config.direct_forces else "conservative"
         lines.append(f"model: {config.model}, {num_parameters(config):,} parameters ({config.layers} interaction "
                      f"blocks, hidden {config.hidden}), {forces} forces, cutoff {config.cutoff:g} Å, at most "
@@ -331,10 +354,13 @@ class S2EF(Task):
         if G > 1:
             layout += f", graph-parallel partitioner {config.graph_parallel_partitioner} ({config.graph_parallel_mode})"
         lines.append(layout + f"; {workers} loader worker{'s' if workers != 1 else ''} per rank")
+        ref = {"linear": f"a per-element linear reference fitted on {min(len(data.splits['train']), REFERENCE_SAMPLE):,} "
+                         f"training structures", "none": "no per-element reference"}.get(
+            config.energy_reference, f"the per-element references of {config.energy_reference}")
         lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}) on normalised "
-                     f"targets")
+                     f"targets ({ref}); each structure on the labels it has")
         per_epoch = steps_per_epoch(config, len(data.splits["train"]))
-        total = config.max_steps if config.max_steps else config.epochs * per_epoch
+        total = total_steps(config, len(data.splits["train"]))
         length = (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs of {per_epoch:,})"
                   if config.max_steps else f"{config.epochs} epoch{'s' if config.epochs != 1 else ''} of "
                   f"{per_epoch:,} steps")
@@ -346,6 +372,10 @@ class S2EF(Task):
         sched += f"; EMA {config.ema_decay:g}" if config.ema_decay else "; no EMA"
         if config.clip_grad_norm:
             sched += f"; gradient norm clipped at {config.clip_grad_norm:g}"
+        if config.patience:
+            unit = (f"evaluations (every {config.eval_every_steps:,} steps)" if config.eval_every_steps else
+                    "epochs")
+            sched += f"; stops after {config.patience} {unit} without a better validation force MAE"
         lines.append(f"training: {length}; {sched}")
         scale = config.model_args.get("scale_file")
         if scale:
@@ -355,7 +385,10 @@ class S2EF(Task):
     def plan(self, config: Any, data: S2EFData) -> S2EFPlan:
         if pipelined(config):
             check_pipeline(config)  # before the stage bounds are computed
-        return S2EFPlan(data=data, info=plan_info(config, data.splits))
+        info = plan_info(config, data.splits)
+        # model selection on the forces, or the energies of a set without forces
+        info["monitor"] = "val_force_mae" if "forces" in data.labels else "val_energy_mae"
+        return S2EFPlan(data=data, info=info)
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:
         """Refuse an empty training split, ``--eval-every-steps`` without a validation split
@@ -424,7 +457,7 @@ class S2EF(Task):
             import torch.distributed as dist
 
             rank, world = launch.init_env_process_group("gloo", config.timeout_s)  # None: torch's default
-            out = worker(rank, world, config, d.structures, d.splits, norm, progress, options)
+            out = worker(rank, world, config, d.structures, d.splits, norm, plan.info, progress, options)
             dist.barrier()
             dist.destroy_process_group()
             return _with_params(out["result"], nparams) if out else None
@@ -440,14 +473,14 @@ class S2EF(Task):
         print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
         records = RecordCollector().start()
         try:
-            outs = launch.spawn(worker, config.replicas * S * G, (config, d.structures, d.splits, norm, progress,
-                                                            options, records.send_end),
+            outs = launch.spawn(worker, config.replicas * S * G, (config, d.structures, d.splits, norm, plan.info,
+                                                                progress, options, records.send_end),
                                 backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)
             exc.result = _with_params(partial_result(  # type: ignore[attr-defined]
                 config, records.stop(), "failed" if failed else "interrupted", str(exc) if failed else None,
-                selection=SELECTION), nparams)
+                selection=selection_for(plan.info)), nparams)
             raise
         records.stop()
         return _with_params(outs[0]["result"], nparams)

@@ -22,6 +22,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ...data.atoms.structures import with_stress_slot
+from .labels import label_counts, with_label_slots
+
 #: the suffixes of structure files (read with ``ase.io`` / ``ase.db``)
 STRUCTURE_SUFFIXES = (".extxyz", ".xyz", ".traj", ".db")
 #: the suffixes read lazily (:mod:`gnnpipe.data.atoms.sets`): extended XYZ, ASE db, ASE-LMDB, fairchem LMDB
@@ -48,20 +51,22 @@ def _structure_folder(dataset: str) -> bool:
         return False
 
 
-def dataset_path(config, what: str) -> Path:
-    """The path of ``config.dataset`` (``config.root`` tried as its parent when it does not exist as given).
+def dataset_path(config, what: str, dataset: Optional[str] = None, flag: str = "--dataset") -> Path:
+    """The path of ``dataset`` (default ``config.dataset``; ``config.root`` tried as its parent when it does not
+    exist as given).
 
     Raises:
-        ConfigError: neither exists; the message asks for ``what``.
+        ConfigError: neither exists; the message names ``flag`` and asks for ``what``.
     """
     from ...errors import ConfigError
 
-    path = Path(config.dataset).expanduser()
+    dataset = config.dataset if dataset is None else dataset
+    path = Path(dataset).expanduser()
     if not path.exists() and config.root is not None:
-        path = Path(config.root).expanduser() / config.dataset
+        path = Path(config.root).expanduser() / dataset
     if not path.exists():
-        raise ConfigError(f"no structure file {config.dataset!r}; give {what}, or --dataset oc20-like for a "
-                          f"generated set")
+        raise ConfigError(f"{flag} {dataset!r}: no such structure file; give {what}"
+                          + (", or --dataset oc20-like for a generated set" if flag == "--dataset" else ""))
     return path
 
 
@@ -98,19 +103,20 @@ def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool 
         DataValidationError: a malformed structure; ``labelled`` and one without energy or forces.
     """
     from ...data.atoms import validate_structures
-    from ...errors import DataValidationError
 
     out = []
     for i, d in enumerate(structures):
         d = d.clone()
-        for k in ("pos", "cell", "energy", "forces"):
+        for k in ("pos", "cell", "energy", "forces", "stress"):
             if getattr(d, k, None) is not None:
                 setattr(d, k, getattr(d, k).to(dtype))
         if getattr(d, "fixed", None) is None:
             d.fixed = torch.zeros(d.z.numel(), dtype=torch.bool)
-        if labelled and (getattr(d, "energy", None) is None or getattr(d, "forces", None) is None):
-            raise DataValidationError(f"{source} {i} has no energy or forces label: S2EF training needs both "
-                                      f"(name them with --energy-key / --forces-key)")
+        with_stress_slot(d, dtype)
+        if d.stress.numel() == 9:
+            d.stress = d.stress.reshape(1, 3, 3)
+        if labelled:  # each structure trains on the labels it has (:mod:`.labels`)
+            with_label_slots(d, source, i)
         out.append(d)
     validate_structures(out, dtype, cutoff=cutoff, source=source)
     return out
@@ -163,6 +169,100 @@ def open_dataset(config):
                        skip_invalid=bool(getattr(config, "skip_invalid", False)))
 
 
+class _Concat:
+    """Several structure sets (lazy :class:`~gnnpipe.data.atoms.sets.StructureSet` s or in-memory lists) as one,
+    each structure named as its own set names it."""
+
+    def __init__(self, parts: list, names: list[str]):
+        import numpy as np
+
+        self.parts, self.names = parts, names
+        self.bounds = np.cumsum([0] + [len(p) for p in parts]).tolist()
+
+    def __len__(self) -> int:
+        return self.bounds[-1]
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        from bisect import bisect_right
+
+        f = bisect_right(self.bounds, int(i)) - 1
+        return f, int(i) - self.bounds[f]
+
+    def __getitem__(self, i: int):
+        f, k = self._locate(i)
+        return self.parts[f][k]
+
+    def where(self, i: int) -> str:
+        f, k = self._locate(i)
+        part = self.parts[f]
+        return part.where(k) if hasattr(part, "where") else f"{self.names[f]}: structure {k}"
+
+    def release(self) -> None:
+        for p in self.parts:
+            if hasattr(p, "release"):
+                p.release()
+
+
+def split_name(path: str, taken: set) -> str:
+    """The name a given validation set is reported under: ``val`` and its file's stem (``val_ood_ads.lmdb`` →
+    ``val_ood_ads``; ``A.extxyz`` → ``val_A``), made unique among ``taken``."""
+    import re
+
+    stem = re.sub(r"\W+", "_", Path(str(path).rstrip("/")).name.split(".")[0]).strip("_") or "set"
+    name = stem if stem.lower().startswith("val") else f"val_{stem}"
+    out, k = name, 2
+    while out in taken or out in ("val", "test", "train"):
+        out, k = f"{name}_{k}", k + 1
+    return out
+
+
+def open_given_splits(config):
+    """``(structures, splits)`` of a run given its validation and test sets (``--val-dataset``,
+    ``--test-dataset``): ``config.dataset`` whole as the training split, each validation set a split of its own —
+    the first ``"val"`` (it chooses the best weights), the others under their names (:func:`split_name`) — and the
+    test set ``"test"`` (empty without one). One lazy :class:`~gnnpipe.data.atoms.sets.PreparedSet` over them all
+    (a generated or ``.traj`` training set in memory).
+
+    Raises:
+        ConfigError: a missing file. DataValidationError: a file that cannot be opened.
+    """
+    from ...data.atoms import generated_structures, read_structures
+    from ...data.atoms.sets import PreparedSet, open_structures
+
+    what = f"an existing file ({', '.join(DATA_SUFFIXES)}) or a folder of such files"
+
+    def raw(ds: str, flag: str):
+        if ds.lower() in GENERATED:
+            return generated_structures(ds.lower().split("-")[0], config.frames, config.seed, dtype=torch.float64)
+        path = dataset_path(config, what, ds, flag)
+        kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
+        if ds.lower().endswith(".traj"):
+            return read_structures(str(path), dtype=torch.float64, **kw)
+        return open_structures(path, energy_key=config.energy_key, forces_key=config.forces_key)
+
+    ds = config.dataset or "oc20-like"
+    parts, names, kinds = [raw(ds, "--dataset")], [Path(ds).name], ["train"]
+    taken: set = set()
+    for k, v in enumerate(config.val_datasets):
+        parts.append(raw(v, "--val-dataset"))
+        names.append(Path(v).name)
+        kinds.append("val" if k == 0 else split_name(v, taken))
+        taken.add(kinds[-1])
+    if config.test_dataset:
+        parts.append(raw(config.test_dataset, "--test-dataset"))
+        names.append(Path(config.test_dataset).name)
+        kinds.append("test")
+    base = _Concat(parts, names)
+    splits: dict[str, Tensor] = {"train": torch.zeros(0, dtype=torch.long), "val": torch.zeros(0, dtype=torch.long)}
+    for kind, lo, hi in zip(kinds, base.bounds[:-1], base.bounds[1:]):
+        splits[kind] = torch.arange(lo, hi)
+    splits.setdefault("test", torch.zeros(0, dtype=torch.long))
+    splits = {"train": splits.pop("train"), **{k: v for k, v in splits.items() if k != "test"}, "test": splits["test"]}
+    structures = PreparedSet(base, config.torch_dtype, cutoff=config.cutoff,
+                             skip_invalid=bool(getattr(config, "skip_invalid", False)))
+    return structures, splits
+
+
 def reference_sample(train: Tensor, seed: int, size: int = REFERENCE_SAMPLE) -> Tensor:
     """The training structures the energy reference is fitted on: all of ``train`` (in order) when it has at most
     ``size``, else ``size`` of them drawn without replacement, seeded by ``seed`` (sorted: files read forward).
@@ -189,6 +289,13 @@ def steps_per_epoch(config, n_train: int) -> int:
     return max(-(-int(n_train) // (config.batch_size * config.replicas)), 1)
 
 
+def total_steps(config, n_train: int) -> int:
+    """Optimizer steps the run takes: ``--max-steps`` when given (at most ``--epochs`` epochs of them), else every
+    step of ``--epochs`` epochs. The learning-rate schedule's warm-up and decay span them."""
+    steps = config.epochs * steps_per_epoch(config, n_train)
+    return min(int(config.max_steps), steps) if config.max_steps else steps
+
+
 def resolved_num_workers(config, n_train: int) -> int:
     """Loader workers per rank of a run over ``n_train`` training structures: ``--num-workers``, else
     :func:`default_num_workers`, or none for an epoch of fewer than :data:`MIN_STEPS_FOR_WORKERS` steps (starting
@@ -206,13 +313,15 @@ class StepData:
         structures: this rank's valid structures (``Data``, in the training dtype), in batch order.
         batch, graph: their ``Batch`` and neighbour graph (built in the worker when the loader has a ``graph_fn``;
             else ``None``).
-        num_free: free atoms of ``structures``. skipped: malformed structures left out (``--skip-invalid``).
+        num_energy: those with an energy label. num_free: free atoms of those with forces (:mod:`.labels`).
+        skipped: malformed structures left out (``--skip-invalid``).
     """
 
     structures: list
     batch: object = None
     graph: object = None
     num_free: int = 0
+    num_energy: int = 0
     skipped: int = 0
 
 
@@ -268,7 +377,9 @@ class _Steps(torch.utils.data.Dataset):
         except DataValidationError as exc:  # carried back whole: the run stops with its one-line message
             return _Failed(str(exc))
         valid = [d for d in got if d is not None]
-        step = StepData(valid, num_free=sum(int((~d.fixed).sum()) for d in valid), skipped=len(got) - len(valid))
+        counts = [label_counts(d) for d in valid]
+        step = StepData(valid, num_free=sum(f for _, f in counts), num_energy=sum(e for e, _ in counts),
+                        skipped=len(got) - len(valid))
         if self.graph_fn is not None and valid:
             from torch_geometric.data import Batch
 

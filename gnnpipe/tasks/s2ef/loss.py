@@ -1,14 +1,16 @@
 """The S2EF loss and metrics, written as sums over a rank's structures and atoms divided by global counts.
 
 Loss (fairchem's): ``energy_coef · L(ê, e) + force_coef · L(F̂, F)`` with ``L`` the mean absolute (``l1``) or
-mean squared (``mse``) error — over the ``B`` structures of the (global) batch for the energy, over the ``3·n_free``
-force components of its free atoms (``fixed`` False) for the forces. Each rank computes the *sum* over its share
+mean squared (``mse``) error — over the ``B`` structures of the (global) batch with an energy label for the
+energy, over the ``3·n_free`` force components of the free atoms (``fixed`` False) of its structures with forces
+(:mod:`.labels`). Each rank computes the *sum* over its share
 and divides by the *global* ``B`` and ``n_free``; the ranks' gradients summed are then exactly the gradient of the
 loss of the whole batch, whatever the shares (an uneven or empty last share included).
 
 Metrics (OC20's): energy MAE (eV, and per atom: ``|ΔE| / n_atoms``), force MAE (eV/Å, over the components of free
 atoms), force cosine (mean over free atoms of ``cos(F̂_a, F_a)``), EFwT (the share of structures whose energy is
-within 0.02 eV and every free atom's force components within 0.03 eV/Å; Chanussot et al. 2021, OC20).
+within 0.02 eV and every free atom's force components within 0.03 eV/Å; Chanussot et al. 2021, OC20). Each over
+the structures that have its labels (EFwT: both); a metric no structure is labelled for is NaN.
 """
 
 from __future__ import annotations
@@ -26,28 +28,32 @@ def _elementwise(diff: Tensor, loss_fn: str) -> Tensor:
 
 def s2ef_loss(energy: Tensor, energy_target: Tensor, forces: Tensor, forces_target: Tensor, free: Tensor, *,
               num_structures: int, num_free: int, energy_coef: float, force_coef: float,
-              loss_fn: str = "l1") -> Tensor:
+              loss_fn: str = "l1", energy_mask: Tensor | None = None) -> Tensor:
     """This rank's part of the loss of a global batch (normalised targets).
 
     Args:
         energy, energy_target: ``[b]`` this rank's structures. forces, forces_target: ``[n, 3]`` its atoms.
-        free: ``[n]`` bool, atoms in the force loss.
-        num_structures, num_free: ``B`` and ``n_free`` of the global batch (all ranks together).
-        loss_fn: ``"l1"`` or ``"mse"``.
+        free: ``[n]`` bool, atoms in the force loss (free atoms of structures with forces: :func:`.labels.force_mask`).
+        num_structures, num_free: ``B`` (structures with an energy) and ``n_free`` (atoms in the force loss) of the
+            global batch (all ranks together).
+        loss_fn: ``"l1"`` or ``"mse"``. energy_mask: ``[b]`` bool, structures in the energy loss (``None``: all).
 
     Returns:
         a scalar; the ranks' values (and gradients) summed give the loss of the global batch.
     """
     return (energy_loss(energy, energy_target, num_structures=num_structures, energy_coef=energy_coef,
-                        loss_fn=loss_fn)
+                        loss_fn=loss_fn, mask=energy_mask)
             + force_loss(forces, forces_target, free, num_free=num_free, force_coef=force_coef, loss_fn=loss_fn))
 
 
 def energy_loss(energy: Tensor, energy_target: Tensor, *, num_structures: int, energy_coef: float,
-                loss_fn: str = "l1") -> Tensor:
-    """The energy term of :func:`s2ef_loss` (``[b]`` energies; ``num_structures``: the global ``B``); a pipeline
-    adds it where the energies are (the last stage)."""
-    return energy_coef * (_elementwise(energy - energy_target, loss_fn).sum() / max(num_structures, 1))
+                loss_fn: str = "l1", mask: Tensor | None = None) -> Tensor:
+    """The energy term of :func:`s2ef_loss` (``[b]`` energies; ``num_structures``: the global ``B``; ``mask``: the
+    structures with an energy label); a pipeline adds it where the energies are (the last stage)."""
+    err = _elementwise(energy - energy_target, loss_fn)
+    if mask is not None and not bool(mask.all()):
+        err = err[mask]
+    return energy_coef * (err.sum() / max(num_structures, 1))
 
 
 def force_loss(forces: Tensor, forces_target: Tensor, free: Tensor, *, num_free: int, force_coef: float,
@@ -61,16 +67,20 @@ class S2EFMetrics:
     """Sums of the metrics over the structures one rank saw (:meth:`update`); :meth:`totals` is a float64 tensor
     to all-reduce, :meth:`compute` the means. Energies in eV, forces in eV/Å."""
 
-    FIELDS = ("n_structures", "energy_ae", "energy_ae_per_atom", "n_free", "force_ae", "force_cos", "efwt", "loss")
+    FIELDS = ("n_structures", "energy_ae", "energy_ae_per_atom", "n_free", "force_ae", "force_cos", "efwt", "loss",
+              "n_efwt")
 
     def __init__(self):
         self.sums = torch.zeros(len(self.FIELDS), dtype=torch.float64)
 
     @torch.no_grad()
     def update(self, energy: Tensor, energy_target: Tensor, forces: Tensor, forces_target: Tensor, free: Tensor,
-               natoms: Tensor, batch: Tensor, loss: float = 0.0) -> None:
-        """Add a batch (``energy`` ``[b]`` eV, ``forces`` ``[n, 3]`` eV/Å, ``free`` ``[n]``, ``natoms`` ``[b]``,
-        ``batch`` ``[n]``; ``loss``: its loss term, summed as given)."""
+               natoms: Tensor, batch: Tensor, loss: float = 0.0, energy_mask: Tensor | None = None,
+               forces_mask: Tensor | None = None) -> None:
+        """Add a batch (``energy`` ``[b]`` eV, ``forces`` ``[n, 3]`` eV/Å, ``free`` ``[n]``: the atoms in the force
+        metrics, ``natoms`` ``[b]``, ``batch`` ``[n]``; ``loss``: its loss term, summed as given;
+        ``energy_mask`` ``[b]``: structures with an energy label, ``forces_mask`` ``[b]``: with forces (``None``:
+        all))."""
         e_err = (energy.double() - energy_target.double()).abs()
         f_err = (forces.double() - forces_target.double()).abs()
         fe = f_err[free]
@@ -80,14 +90,26 @@ class S2EFMetrics:
         if fe.numel():
             worst = worst.scatter_reduce(0, batch[free], fe.amax(-1), reduce="amax", include_self=True)
         ok = (e_err < EFWT_ENERGY) & (worst < EFWT_FORCE)
-        self.sums += torch.tensor([energy.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
-                                   fe.sum(), cos.sum(), ok.sum(), loss], dtype=torch.float64)
+        both = torch.ones(energy.numel(), dtype=torch.bool)
+        if energy_mask is not None:
+            both &= energy_mask.cpu()
+            e_err = e_err[energy_mask]
+            natoms = natoms[energy_mask]
+        if forces_mask is not None:
+            both &= forces_mask.cpu()
+        self.sums += torch.tensor([e_err.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
+                                   fe.sum(), cos.sum(), (ok & both.to(ok.device)).sum(), loss, both.sum()],
+                                  dtype=torch.float64)
 
     @torch.no_grad()
-    def update_energy(self, energy: Tensor, energy_target: Tensor, natoms: Tensor, loss: float = 0.0) -> None:
-        """Add only the energy fields of a batch (a pipeline stage that holds the energies, not the forces)."""
+    def update_energy(self, energy: Tensor, energy_target: Tensor, natoms: Tensor, loss: float = 0.0,
+                      mask: Tensor | None = None) -> None:
+        """Add only the energy fields of a batch (a pipeline stage that holds the energies, not the forces;
+        ``mask``: the structures with an energy label)."""
         e_err = (energy.double() - energy_target.double()).abs()
-        self.sums[:3] += torch.tensor([energy.numel(), e_err.sum(), (e_err / natoms.double()).sum()],
+        if mask is not None:
+            e_err, natoms = e_err[mask], natoms[mask]
+        self.sums[:3] += torch.tensor([e_err.numel(), e_err.sum(), (e_err / natoms.double()).sum()],
                                       dtype=torch.float64)
         self.sums[7] += loss
 
@@ -107,7 +129,10 @@ class S2EFMetrics:
         """The means (``sums``: all-reduced :meth:`totals`, default this rank's): ``energy_mae``,
         ``energy_mae_per_atom``, ``force_mae``, ``force_cos``, ``efwt``."""
         s = dict(zip(self.FIELDS, (sums if sums is not None else self.sums).tolist()))
-        nb, nf = max(s["n_structures"], 1), max(s["n_free"], 1)
-        return {f"{prefix}energy_mae": s["energy_ae"] / nb, f"{prefix}energy_mae_per_atom": s["energy_ae_per_atom"] / nb,
-                f"{prefix}force_mae": s["force_ae"] / (3 * nf), f"{prefix}force_cos": s["force_cos"] / nf,
-                f"{prefix}efwt": s["efwt"] / nb}
+        nb, nf, ne = s["n_structures"], s["n_free"], s["n_efwt"]
+        nan = float("nan")
+        return {f"{prefix}energy_mae": s["energy_ae"] / nb if nb else nan,
+                f"{prefix}energy_mae_per_atom": s["energy_ae_per_atom"] / nb if nb else nan,
+                f"{prefix}force_mae": s["force_ae"] / (3 * nf) if nf else nan,
+                f"{prefix}force_cos": s["force_cos"] / nf if nf else nan,
+                f"{prefix}efwt": s["efwt"] / ne if ne else nan}

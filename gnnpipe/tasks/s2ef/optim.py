@@ -16,7 +16,7 @@ class LRSchedule:
 
     ``w`` rises linearly from ``warmup_factor`` to 1 over ``warmup_steps`` steps; ``d`` is 1 (``constant``),
     ``min_factor + (1 − min_factor) · (1 + cos(π t)) / 2`` with ``t`` the share of the post-warm-up steps done
-    (``cosine``, over ``total_steps``), or multiplied by ``plateau_factor`` whenever the monitored validation
+    (``cosine``, over ``total_steps``: the last step, ``total_steps − 1``, runs at the floor ``min_factor``), or multiplied by ``plateau_factor`` whenever the monitored validation
     metric (:meth:`observe`) did not improve for ``plateau_patience`` evaluations (``plateau``;
     ``torch.optim.lr_scheduler.ReduceLROnPlateau``'s rule, mode ``min``).
 
@@ -38,8 +38,8 @@ class LRSchedule:
         w = 1.0
         if step < self.warmup:
             w = self.warmup_factor + (1.0 - self.warmup_factor) * step / self.warmup
-        if self.kind == "cosine":
-            span = max(self.total - self.warmup, 1)
+        if self.kind == "cosine":  # the last of the total steps (step total − 1) runs at the floor
+            span = max(self.total - 1 - self.warmup, 1)
             t = min(max(step - self.warmup, 0) / span, 1.0)
             return w * (self.min_factor + (1 - self.min_factor) * 0.5 * (1 + math.cos(math.pi * t)))
         return w * self.scale

@@ -53,6 +53,7 @@ from torch_geometric.data import Batch
 
 from ...core.runtime.protocol import PipelineStage
 from ...data.atoms.graph import AtomGraph, split_graph
+from .labels import energy_mask, force_mask
 from .loss import energy_loss, force_loss
 
 __all__ = ["EVAL_ENERGY_TAG", "AtomisticStage", "drop_weights"]
@@ -202,7 +203,7 @@ class AtomisticStage(PipelineStage):
         e_t, f_t, ref = self.tr._targets(mb.batch)
         cfg = self.tr.config
         le = energy_loss(energy, e_t, num_structures=self.num_structures, energy_coef=cfg.energy_coef,
-                         loss_fn=cfg.loss_fn)
+                         loss_fn=cfg.loss_fn, mask=energy_mask(mb.batch))
         if self.conservative:
             ctx["loss"] = le
             if not self.training:
@@ -210,10 +211,11 @@ class AtomisticStage(PipelineStage):
             elif self.tr.reporting:
                 self.loss += float(le.detach())
                 self.tr.metrics.update_energy(self.tr.normalizer.denormalise(energy.detach(), ref),
-                                              mb.batch.energy.reshape(-1), mb.batch.natoms.reshape(-1))
+                                              mb.batch.energy.reshape(-1), mb.batch.natoms.reshape(-1),
+                                              mask=energy_mask(mb.batch))
             return None
         forces = self.tr.replicate(out["forces"], mb)
-        loss = le + force_loss(forces, f_t, ~mb.batch.fixed, num_free=self.num_free, force_coef=cfg.force_coef,
+        loss = le + force_loss(forces, f_t, force_mask(mb.batch), num_free=self.num_free, force_coef=cfg.force_coef,
                                loss_fn=cfg.loss_fn)
         ctx["loss"], ctx["forces"] = loss, forces
         self.record(mb, energy, forces, float(loss.detach()))
@@ -247,7 +249,7 @@ class AtomisticStage(PipelineStage):
             forces = -self.tr.hooks(mb).replicated_grad(acc)
         ctx["forces"] = forces
         cfg = self.tr.config
-        lf = force_loss(forces, self.tr._targets(mb.batch)[1], ~mb.batch.fixed, num_free=self.num_free,
+        lf = force_loss(forces, self.tr._targets(mb.batch)[1], force_mask(mb.batch), num_free=self.num_free,
                         force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
         ctx["force_loss"] = lf
         if not self.training:
@@ -255,7 +257,7 @@ class AtomisticStage(PipelineStage):
         elif self.tr.reporting:
             self.loss += float(lf.detach())
             self.tr.metrics.update_forces(forces.detach() * self.tr.normalizer.std, mb.batch.forces,
-                                          ~mb.batch.fixed)
+                                          force_mask(mb.batch))
         return None
 
     def second_chunk(self, c: int, g: Tensor | None, e: int) -> Tensor | None:
@@ -309,9 +311,8 @@ class AtomisticStage(PipelineStage):
         if self.training:
             self.loss += loss
         ref = self.tr._targets(b)[2]
-        self.tr.metrics.update(self.tr.normalizer.denormalise(energy.detach(), ref), b.energy.reshape(-1),
-                               forces.detach() * self.tr.normalizer.std, b.forces, ~b.fixed, b.natoms.reshape(-1),
-                               b.batch, loss=0.0 if self.training else loss)
+        self.tr._update_metrics(b, energy, forces, ref, force_mask(b), energy_mask(b),
+                                loss=0.0 if self.training else loss)
 
     # ------------------------------------------------------------------ the interpreter's other calls
     def zero_grad(self) -> None:

@@ -126,7 +126,8 @@ class StepLoop:
 
     def after_step(self, epoch: int, j: int, n: int, t0: float) -> bool:
         """After batch ``j`` of the ``n`` of ``epoch`` (``t0``: when the epoch's training started): count the step,
-        record, evaluate, checkpoint as due. Returns ``True`` when the run ends inside the epoch (``--max-steps``).
+        record, evaluate, checkpoint as due. Returns ``True`` when the run ends inside the epoch (``--max-steps``, or
+        ``--patience`` evaluations at steps without a better one: ``result.extra["early_stop"]`` says where).
 
         Raises:
             KeyboardInterrupt: a stop signal (after the checkpoint, when checkpoints are written).
@@ -146,6 +147,7 @@ class StepLoop:
         stop = self.watch and self._stop_requested()
         if last and ends_epoch:
             st.budget_spent = True
+        early = False
         if log or evaluate or ckpt or last or stop:
             t_rec = time.perf_counter()
             tr.flush_losses()  # collective in a pipeline
@@ -157,7 +159,14 @@ class StepLoop:
                 raise TrainingDivergedError(f"step {k}: " + diverged_message(epoch, loss, cfg))
             if log or evaluate:
                 self._record(epoch, k, loss, evaluate, t_rec)
-            if not ends_epoch and self.checkpointer is not None and (ckpt or last or stop):
+            # --patience counts evaluations when they are by steps: the run ends at the evaluation that exhausts it
+            early = evaluate and bool(self.eval_every) and bool(cfg.patience) and st.since > cfg.patience
+            if early:
+                st.result.extra["early_stop"] = {"step": k, "epoch": epoch, "patience": cfg.patience,
+                                                 "unit": "evaluations", "best_step": st.result.best_metrics.get("step")}
+                if ends_epoch:
+                    st.budget_spent = True  # the epoch loop records this epoch and stops
+            if not ends_epoch and self.checkpointer is not None and (ckpt or last or stop or early):
                 st.partial = tr.partial_state(self.epoch_time(t0))  # collective: the epoch's sums so far
                 self.checkpointer.save(st)
                 st.partial = None
@@ -172,7 +181,7 @@ class StepLoop:
         if ends_epoch:
             st.next_step = 0
             return False
-        return last
+        return last or early
 
     def _record(self, epoch: int, k: int, loss: float, evaluate: bool, t_rec: float) -> None:
         st, tr = self.st, self.tr
@@ -194,6 +203,9 @@ class StepLoop:
                 self.sel.record(st.result, ev, epoch)
                 st.result.best_metrics.update(step=k, val_size=n)
                 self.session.on_best(epoch)
+                st.since = 0
+            else:
+                st.since += 1  # --patience counts evaluations when they are by steps
         st.result.steps.append(rec)
         logger = self.session.logger
         if self.lead and logger is not None:

@@ -49,17 +49,18 @@ from ...core.ops.graph_parallel import GraphParallelComm
 from ...core.run import stopping
 from ...core.run.checkpoint import run_meta
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
+from ...core.run.loop import epoch_loop
 from ...core.run.results import Selection, TrainResult
 from ...core.run.session import RunSession
 from ...core.runtime.execute import Executor
 from ...core.runtime.memory import bound_heap_retention, return_free_memory
 from ...core.settings.config import TrainConfig
-from ...core.run.loop import epoch_loop
 from ...models.atomistic import LOCAL
 from ...partitioners import plan_graph_parallel
 from .build import forward, graph_builder, make_model
-from .data import StructureLoader, epoch_batches, resolved_num_workers, share
-from .layout import pipelined, plan_info, rank_grid, replicate_owned, stage_bounds
+from .data import StructureLoader, epoch_batches, resolved_num_workers, share, total_steps
+from .labels import energy_mask, force_mask, label_counts
+from .layout import pipelined, rank_grid, replicate_owned, stage_bounds
 from .loss import S2EFMetrics, s2ef_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
@@ -67,10 +68,16 @@ from .scaling import fit_scale_factors
 from .stage import EVAL_ENERGY_TAG, AtomisticStage, drop_weights
 from .steps import StepLoop
 
-__all__ = ["SELECTION", "S2EFTrainer", "forward", "graph_builder", "make_model", "worker"]
+__all__ = ["SELECTION", "S2EFTrainer", "forward", "graph_builder", "make_model", "selection_for", "worker"]
 
 #: S2EF model selection: the lowest validation force MAE (ties: the lower validation loss)
 SELECTION = Selection(monitor="val_force_mae", mode="min")
+
+
+def selection_for(plan_info: dict) -> Selection:
+    """The run's model selection: the lowest validation force MAE, or energy MAE for a set without forces (the
+    plan's ``monitor``)."""
+    return Selection(monitor=plan_info.get("monitor", SELECTION.monitor), mode="min")
 
 
 class S2EFTrainer:
@@ -119,12 +126,12 @@ class S2EFTrainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=config.weight_decay or 0.0)
         n_train = len(splits["train"])
         self.steps_per_epoch = max(math.ceil(n_train / (config.batch_size * self.replicas)), 1)
-        self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, config.epochs * self.steps_per_epoch,
+        self.schedule = LRSchedule(self.optimizer, config.lr, config.lr_schedule, total_steps(config, n_train),
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
         # free atoms per structure when they are in memory; a lazy set's counts come with its batches
-        self.free_counts = (torch.tensor([int((~d.fixed).sum()) for d in structures])
-                            if isinstance(structures, list) else None)
+        self.label_counts = (torch.tensor([label_counts(d) for d in structures], dtype=torch.int64).reshape(-1, 2)
+                             if isinstance(structures, list) else None)
         self.skipped = 0  # malformed structures skipped in the epoch in progress (--skip-invalid)
         self.metrics = S2EFMetrics()  # the training metrics of the epoch in progress (this rank's sums)
         self.lr = float("nan")  # the learning rate of the last step
@@ -141,6 +148,7 @@ class S2EFTrainer:
         self.loader = StructureLoader(structures, self.num_workers(),
                                       self.graph_fn if self.graph_in_loader and graph_fn is None else None)
         self.steps = 0  # optimizer steps taken (the pipeline's schedule counter)
+        self.monitor = SELECTION.monitor  # what the plateau schedule watches (the run's selection: :meth:`run`)
         if self.pipelined:
             self.pipe_stage = AtomisticStage(self)
             self.ranks = [self.grid.rank(replica=self.replica, stage=s, gp=self.g) for s in range(self.S)]
@@ -266,17 +274,30 @@ class S2EFTrainer:
         return merged
 
     # ------------------------------------------------------------------ training
+    def _update_metrics(self, batch, e_hat: Tensor, f_hat: Tensor, ref: Tensor, free: Tensor, has_e: Tensor,
+                        loss: float = 0.0) -> None:
+        """Add a batch's metrics (energies and forces in eV and eV/Å) over the labels its structures have."""
+        has_f = getattr(batch, "has_forces", None)
+        with torch.no_grad():
+            self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
+                                f_hat.detach() * self.normalizer.std, batch.forces, free, batch.natoms.reshape(-1),
+                                batch.batch, loss=loss, energy_mask=has_e,
+                                forces_mask=None if has_f is None else has_f.reshape(-1).bool())
+
     def _targets(self, batch) -> tuple[Tensor, Tensor, Tensor]:
         ref = self.normalizer.reference(batch.z, batch.batch, batch.num_graphs)
         e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
         return e_t, batch.forces / self.normalizer.std, ref
 
     def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
-        """``(B, n_free, skipped)`` of the global batch ``ids``: from the in-memory counts, or summed over the
-        replicas' shares (one all-reduce; every rank of a replica read the same share)."""
-        if self.free_counts is not None:
-            return len(ids), int(self.free_counts[ids].sum()), 0
-        t = torch.tensor([len(step.structures), step.num_free, step.skipped], dtype=torch.int64)
+        """``(B, n_free, skipped)`` of the global batch ``ids``: its structures with an energy label, the free atoms
+        of its structures with forces (the loss's denominators, :mod:`.labels`), the malformed structures skipped;
+        from the in-memory counts, or summed over the replicas' shares (one all-reduce; every rank of a replica read
+        the same share)."""
+        if self.label_counts is not None:
+            e, f = self.label_counts[ids].sum(0).tolist()
+            return int(e), int(f), 0
+        t = torch.tensor([step.num_energy, step.num_free, step.skipped], dtype=torch.int64)
         if self.world > 1:
             dist.all_reduce(t)
             t = t // (self.world // self.replicas)
@@ -378,16 +399,14 @@ class S2EFTrainer:
         if step.structures:
             e_hat, f_hat, batch = self.forward(step.structures, step)
             e_t, f_t, ref = self._targets(batch)
-            free = ~batch.fixed
+            free, has_e = force_mask(batch), energy_mask(batch)
             loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
-                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn,
+                             energy_mask=has_e)
             loss.backward()
             if self.reporting:
                 loss_value = loss.detach().to(torch.float64)
-                with torch.no_grad():
-                    self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                                        f_hat.detach() * self.normalizer.std, batch.forces, free,
-                                        batch.natoms.reshape(-1), batch.batch)
+                self._update_metrics(batch, e_hat, f_hat, ref, free, has_e)
         self.epoch_losses.append(self.optimizer_step(loss_value))  # global: it travelled with the gradients
 
     def optimizer_step(self, loss: Optional[Tensor] = None) -> Optional[float]:
@@ -482,6 +501,8 @@ class S2EFTrainer:
         else:
             mine = rows.sum(0) if self.rank == 0 else torch.zeros_like(rows[0])
         n = len(S2EFMetrics.FIELDS)
+        if (len(mine) - n) % len(KINDS):  # written before EFwT had a count of its own (8 metric fields)
+            mine = torch.cat([mine[:8], mine[:1], mine[8:]])  # then every structure counted for it
         self.metrics.sums += mine[:n]
         # bytes by kind, whatever wrappers wrote them, into the wrapper that reports each kind
         by_kind = mine[n:n + (len(mine) - n) // len(KINDS) * len(KINDS)].view(-1, len(KINDS)).sum(0)
@@ -500,12 +521,13 @@ class S2EFTrainer:
     def eval_counts(self, ids: Tensor, parts: list) -> tuple[int, int]:
         """``(B, n_free)`` of a whole split ``ids`` (this rank's ``parts`` of it): the in-memory counts, or one pass
         of the loader over the parts (structures only, no graphs) and an all-reduce."""
-        if self.free_counts is not None:
-            return len(ids), int(self.free_counts[ids].sum())
+        if self.label_counts is not None:
+            e, f = self.label_counts[ids].sum(0).tolist() if len(ids) else (0, 0)
+            return int(e), int(f)
         counter = StructureLoader(self.structures, self.loader.num_workers)
         n = torch.zeros(2, dtype=torch.int64)
         for step in counter.iterate(parts):
-            n += torch.tensor([len(step.structures), step.num_free])
+            n += torch.tensor([step.num_energy, step.num_free])
         if self.world > 1:
             dist.all_reduce(n)
             n = n // (self.world // self.replicas)
@@ -535,12 +557,11 @@ class S2EFTrainer:
             if not self.reporting:
                 return
             e_t, f_t, ref = self._targets(batch)
-            free = ~batch.fixed
+            free, has_e = force_mask(batch), energy_mask(batch)
             loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
-                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
-            self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
-                                f_hat.detach() * self.normalizer.std, batch.forces, free, batch.natoms.reshape(-1),
-                                batch.batch, loss=float(loss))
+                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn,
+                             energy_mask=has_e)
+            self._update_metrics(batch, e_hat, f_hat, ref, free, has_e, loss=float(loss))
 
     def _eval_pipeline_step(self, step, k: int, num_structures: int, num_free: int) -> None:
         """Exact inference through the stages, ``C`` micro-batches: ``F`` (and ``G`` without a graph for
@@ -581,29 +602,37 @@ class S2EFTrainer:
             mb = st.mbs[c]
             e_t = self._targets(mb.batch)[0]
             loss = (energy_loss(st.eval_energy[c], e_t, num_structures=st.num_structures,
-                                energy_coef=cfg.energy_coef, loss_fn=cfg.loss_fn)
+                                energy_coef=cfg.energy_coef, loss_fn=cfg.loss_fn, mask=energy_mask(mb.batch))
                     + st.ctx[c]["force_loss"])
             st.record(mb, st.eval_energy[c], st.eval_forces[c], float(loss.detach()))
 
+    def eval_splits(self) -> list[str]:
+        """The splits evaluated, in order: ``val`` (it chooses the best weights), the other given validation sets
+        (``--val-dataset``: ``val_<name>``), and ``test`` unless it is empty (given validation sets without a
+        ``--test-dataset``)."""
+        return [k for k in self.splits if k != "train" and (k != "test" or len(self.splits[k]))]
+
     def evaluate(self, size: Optional[int] = None) -> dict:
-        """Validation and test metrics with the averaged weights: ``{val,test}_loss``, ``_energy_mae`` (eV),
-        ``_energy_mae_per_atom`` (eV/atom), ``_force_mae`` (eV/Å), ``_force_cos``, ``_efwt`` (fractions);
-        ``size``: only the first ``size`` structures of each split (a step evaluation, ``--val-size``)."""
+        """Metrics with the averaged weights of every evaluated split (:meth:`eval_splits`; ``<split>_`` prefixes:
+        ``val_``, ``val_<name>_``, ``test_``): ``loss``, ``energy_mae`` (eV), ``energy_mae_per_atom`` (eV/atom),
+        ``force_mae`` (eV/Å), ``force_cos``, ``efwt`` (fractions; NaN for a label no structure has); ``size``: only
+        the first ``size`` structures of each split (a step evaluation, ``--val-size``)."""
         out = {}
         kept = self.metrics
+        names = self.eval_splits()
         with self.ema.averaged(self.trained):
             self.model.eval()
             totals = []
-            for k in ("val", "test"):
+            for k in names:
                 self.metrics = S2EFMetrics()
                 self._eval_split(self.splits[k][:size])
                 totals.append(self.metrics.totals())
             sums = self._all_reduce(torch.stack(totals))
-            for j, k in enumerate(("val", "test")):
+            for j, k in enumerate(names):
                 out[f"{k}_loss"] = float(sums[j, S2EFMetrics.FIELDS.index("loss")])
                 out.update(S2EFMetrics().compute(sums[j], prefix=f"{k}_"))
         self.metrics = kept
-        self.schedule.observe(out["val_force_mae"])
+        self.schedule.observe(out.get(self.monitor, float("nan")))
         return out
 
     # ------------------------------------------------------------------ a run
@@ -611,6 +640,8 @@ class S2EFTrainer:
         """Train with the shared epoch loop and session (collective when ``world > 1``); returns this rank's
         result (``result.model``: the trained model with its ``meta`` on rank 0)."""
         lead = self.rank == 0
+        selection = selection_for(plan_info)
+        self.monitor = selection.monitor
         session = RunSession(self.config, options, self, lead=lead, rank=self.rank, world=self.world,
                              plan_info=plan_info)
         hooks = list(session.hooks)
@@ -621,7 +652,7 @@ class S2EFTrainer:
             if records is not None and lead:
                 for rec in state.result.epochs:
                     records.send(rec)
-            self.steps_loop = StepLoop(self, session.options, session, state, SELECTION, lead=lead,
+            self.steps_loop = StepLoop(self, session.options, session, state, selection, lead=lead,
                                        progress=progress)
             with stopping.installed(announce=lead, unit="step" if self.steps_loop.watch else "epoch"):
                 if self.steps_loop.spent():  # a resumed run already at --max-steps
@@ -633,7 +664,7 @@ class S2EFTrainer:
                 else:
                     result = epoch_loop(self.config, self.train_epoch, self.evaluate, progress=progress and lead,
                                         desc=f"s2ef {self.world}x" if self.world > 1 else "s2ef", state=state,
-                                        on_best=session.on_best, after_epoch=hooks, warn=lead, selection=SELECTION)
+                                        on_best=session.on_best, after_epoch=hooks, warn=lead, selection=selection)
             session.finish()
         finally:
             if self.steps_loop is not None:
@@ -650,16 +681,17 @@ class S2EFTrainer:
         return result
 
 
-def worker(rank: int, world: int, config: TrainConfig, structures, splits: dict, normalizer: dict,
+def worker(rank: int, world: int, config: TrainConfig, structures, splits: dict, normalizer: dict, info: dict,
            progress: bool = True, options=None, records=None) -> Optional[dict]:
-    """The function each rank of any S2EF layout runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank).
+    """The function each rank of any S2EF layout runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank);
+    ``info``: the plan's record (:func:`~.layout.plan_info`, with what the launcher added).
 
     Returns ``{"result": TrainResult}`` on rank 0 (its ``model`` holds the trained weights;
     ``extra["peak_mem_bytes"]``: every rank's peak), ``None`` elsewhere.
     """
     torch.set_num_threads(config.threads)
     tr = S2EFTrainer(config, structures, splits, EnergyNormalizer.from_dict(normalizer), rank=rank, world=world)
-    result = tr.run(progress, options, plan_info=plan_info(config, splits), records=records)
+    result = tr.run(progress, options, plan_info=info, records=records)
     peaks = [None] * world
     if world > 1:
         dist.all_gather_object(peaks, result.extra["peak_mem_bytes"][0])

@@ -78,6 +78,47 @@ def test_the_reference_recovers_per_element_energies():
     assert EnergyNormalizer.from_dict(n.to_dict()) == n
 
 
-def test_the_reference_needs_energies():
-    with pytest.raises(ValueError, match="no energy"):
-        EnergyNormalizer.fit([Data(z=torch.tensor([1]), pos=torch.zeros(1, 3))])
+def test_the_reference_fits_on_the_structures_with_energies():
+    """Structures without an energy (force-only) are left out of the fit; a set with none gets no reference, mean 0
+    and std 1 (forces trained in eV/Å as given)."""
+    with_e = [Data(z=torch.tensor([1, 8]), pos=torch.zeros(2, 3), energy=torch.tensor([-2.0])),
+              Data(z=torch.tensor([1, 1, 8]), pos=torch.zeros(3, 3), energy=torch.tensor([-3.5])),
+              Data(z=torch.tensor([8]), pos=torch.zeros(1, 3), energy=torch.tensor([-0.4]))]
+    without = Data(z=torch.tensor([1]), pos=torch.zeros(1, 3), energy=torch.tensor([99.0]), has_energy=torch.tensor([False]))
+    a, b = EnergyNormalizer.fit(with_e), EnergyNormalizer.fit([*with_e, without])
+    assert a.coef == b.coef and a.mean == b.mean and a.std == b.std and b.elements == [1, 8]
+    none = EnergyNormalizer.fit([Data(z=torch.tensor([1]), pos=torch.zeros(1, 3))])
+    assert (none.mean, none.std, set(none.coef)) == (0.0, 1.0, {0.0})
+    with pytest.raises(ValueError, match="no structures"):
+        EnergyNormalizer.fit([])
+
+
+def test_the_energy_reference_can_be_none_or_a_file(tmp_path):
+    """``none``: the energies as given (e.g. adsorption energies); a file: fairchem's element_references (.pt, .npz)
+    or a table {element: eV} (.json, .toml), refused with a message when it cannot be read."""
+    import json
+
+    import numpy as np
+
+    from gnnpipe.errors import ConfigError
+
+    data = [Data(z=torch.tensor([1, 8]), pos=torch.zeros(2, 3), energy=torch.tensor([-2.0])),
+            Data(z=torch.tensor([1, 1, 8]), pos=torch.zeros(3, 3), energy=torch.tensor([-3.5]))]
+    none = EnergyNormalizer.fit(data, reference="none")
+    assert set(none.coef) == {0.0} and none.mean == pytest.approx(-2.75)
+    refs = torch.zeros(100)
+    refs[1], refs[8] = -1.5, -0.5
+    (tmp_path / "r.json").write_text(json.dumps({"H": -1.5, "O": -0.5}))
+    (tmp_path / "r.toml").write_text("H = -1.5\n8 = -0.5\n")
+    torch.save({"element_references": refs}, tmp_path / "r.pt")
+    np.savez(tmp_path / "r.npz", element_references=refs.numpy())
+    for name in ("r.json", "r.toml", "r.pt", "r.npz"):
+        n = EnergyNormalizer.fit(data, reference=str(tmp_path / name))
+        assert n.coef[1] == -1.5 and n.coef[8] == -0.5, name
+        ref = n.reference(data[1].z, torch.zeros(3, dtype=torch.long), 1)
+        assert float(ref[0]) == pytest.approx(-3.5)  # 2 H + 1 O
+    (tmp_path / "bad.json").write_text(json.dumps({"Xx": 1.0}))
+    with pytest.raises(ConfigError, match="unknown element 'Xx'"):
+        EnergyNormalizer.fit(data, reference=str(tmp_path / "bad.json"))
+    with pytest.raises(ConfigError, match="no such file"):
+        EnergyNormalizer.fit(data, reference=str(tmp_path / "missing.json"))

@@ -19,7 +19,8 @@ def test_warmup_then_cosine():
     lrs = [s.apply() for _ in range(12)]
     assert lrs[0] == pytest.approx(0.2) and lrs[1] == pytest.approx(0.6)
     assert lrs[2] == pytest.approx(1.0)  # end of warm-up: the cosine starts at 1
-    assert lrs[7] == pytest.approx(0.5 * (1 + math.cos(math.pi * 5 / 10)))
+    assert lrs[7] == pytest.approx(0.5 * (1 + math.cos(math.pi * 5 / 9)))
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)  # the last step runs at the floor
     assert all(a >= b for a, b in zip(lrs[2:], lrs[3:]))
 
 

@@ -20,8 +20,11 @@ SMALL = dict(model="schnet", layers=1, hidden=8, cutoff=4.0, max_neighbors=12, b
 FLAGS = ["--model", "schnet", "--layers", "1", "--hidden", "8", "--cutoff", "4", "--max-neighbors", "12",
          "--batch-size", "4", "--warmup-steps", "2", "--model-arg", "num_filters=8", "--model-arg", "num_gaussians=8",
          "--no-progress"]
-#: float64, every step recorded (log_every_steps=1): 20 training structures, 5 steps per epoch, 15 in all
-EXACT = dict(dtype="float64", epochs=3, ema_decay=0.9, keep="last", log_every_steps=1, progress=False, **SMALL)
+#: float64, every step recorded (log_every_steps=1): 20 training structures, 5 steps per epoch, 15 in all; a constant
+#: learning rate after the warm-up, so a run cut by --max-steps takes the steps an uninterrupted run takes (a cosine
+#: decay spans --max-steps when it is given)
+EXACT = dict(dtype="float64", epochs=3, ema_decay=0.9, keep="last", log_every_steps=1, progress=False,
+             lr_schedule="constant", **SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,11 @@ def data():
 @pytest.fixture(scope="module")
 def uninterrupted(data):
     return api.train(data=data, eval_every_steps=4, **EXACT)
+
+
+def _ckpts(folder) -> list[str]:
+    """The checkpoints of a folder (it also holds the run's config.toml)."""
+    return [n for n in os.listdir(folder) if n.startswith("ckpt-")]
 
 
 def _losses(result) -> list[float]:
@@ -60,12 +68,12 @@ def test_max_steps_inside_an_epoch_then_resume_is_exact(tmp_path, data, uninterr
                         **EXACT)
     assert stopped.status == "completed" and len(stopped.epochs) == 1 and stopped.steps[-1]["step"] == 7
     assert "val_force_mae" in stopped.steps[-1] and stopped.steps[-1]["val_size"] == 2  # evaluated at --max-steps
-    assert sorted(os.listdir(ck)) == ["ckpt-000001-s000001", "ckpt-000001-s000002"]  # steps 6 and 7; two kept
+    assert sorted(_ckpts(ck)) == ["ckpt-000001-s000001", "ckpt-000001-s000002"]  # steps 6 and 7; two kept
     assert _losses(stopped) == _losses(uninterrupted)[:7]
     resumed = api.train(data=data, eval_every_steps=4, resume=str(ck), checkpoint_dir=str(ck), **EXACT)
     _assert_same_run(resumed, uninterrupted)
     assert [s["step"] for s in resumed.steps if "val_force_mae" in s] == [4, 7, 8, 12]
-    assert sorted(os.listdir(ck))[-1] == "ckpt-000003"
+    assert sorted(_ckpts(ck))[-1] == "ckpt-000003"
 
 
 def test_an_interrupted_run_checkpoints_its_step_and_resumes_exactly(tmp_path, data, uninterrupted, monkeypatch):
@@ -76,7 +84,7 @@ def test_an_interrupted_run_checkpoints_its_step_and_resumes_exactly(tmp_path, d
     with pytest.raises(KeyboardInterrupt) as info:
         api.train(data=data, eval_every_steps=4, checkpoint_dir=str(ck), checkpoint_every_steps=100, **EXACT)
     assert info.value.result.status == "interrupted" and len(info.value.result.epochs) == 1
-    assert sorted(os.listdir(ck)) == ["ckpt-000001-s000003"]
+    assert sorted(_ckpts(ck)) == ["ckpt-000001-s000003"]
     monkeypatch.undo()
     resumed = api.train(data=data, eval_every_steps=4, resume=str(ck), **EXACT)
     _assert_same_run(resumed, uninterrupted)
@@ -90,7 +98,7 @@ def test_cli_max_steps_3_writes_the_result_and_a_checkpoint(tmp_path, xyz, capsy
     assert rec["status"] == "completed" and rec["epochs"] == [] and rec["config"]["max_steps"] == 3
     assert [s["step"] for s in rec["steps"]] == [1, 2, 3] and "val_force_mae" in rec["steps"][-1]
     assert rec["best_metrics"]["step"] == 3 and rec["best_metrics"]["test_force_mae"] > 0
-    assert os.listdir(ck) == ["ckpt-000000-s000003"]
+    assert _ckpts(ck) == ["ckpt-000000-s000003"]
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step ")]
     assert len(lines) == 3 and lines[-1].startswith("step 3/3 (epoch 1)") and "F-MAE" in lines[-1]
     rows = csv.read_text().splitlines()
@@ -153,7 +161,7 @@ def test_a_distributed_run_resumed_inside_an_epoch_is_exact(tmp_path, xyz, layou
     ck = tmp_path / "ck"
     stopped = api.train(max_steps=7, checkpoint_dir=str(ck), checkpoint_every_steps=3, **kw)
     assert stopped.status == "completed" and stopped.steps[-1]["step"] == 7
-    assert sorted(os.listdir(ck)) == ["ckpt-000001-s000001", "ckpt-000001-s000002"]
+    assert sorted(_ckpts(ck)) == ["ckpt-000001-s000001", "ckpt-000001-s000002"]
     resumed = api.train(resume=str(ck), **kw)
     _assert_same_run(resumed, full)
 
@@ -161,7 +169,7 @@ def test_a_distributed_run_resumed_inside_an_epoch_is_exact(tmp_path, xyz, layou
 def test_a_checkpoint_inside_an_epoch_is_refused_in_another_layout(tmp_path, data, capsys):
     ck = tmp_path / "ck"
     api.train(data=data, max_steps=2, epochs=1, checkpoint_dir=str(ck), progress=False, **SMALL)
-    assert os.listdir(ck) == ["ckpt-000000-s000002"]
+    assert _ckpts(ck) == ["ckpt-000000-s000002"]
     for layout in (dict(replicas=2), dict(stages=2), dict(graph_parallel_group_size=2)):  # refused before ranks start
         with pytest.raises(ConfigError, match="written inside epoch 1 \\(after 2 step\\(s\\) of it\\) by --replicas 1 "
                                               "--stages 1 --gp-size 1 \\(1 rank\\(s\\)\\); a checkpoint inside an "
@@ -195,3 +203,21 @@ def test_val_size_without_step_evaluations_is_said_to_be_ignored():
         warnings.simplefilter("error")  # used: no word
         check_steps(TrainConfig(model="schnet", val_size=4, eval_every_steps=2), splits)
         check_steps(TrainConfig(model="schnet", val_size=4, max_steps=2, epochs=1, batch_size=4), splits)
+
+
+def test_a_max_steps_cosine_run_spans_its_steps_and_ends_at_the_floor(data):
+    """``--max-steps 20``: warm-up and cosine decay span the 20 steps (not ``--epochs``' 200 epochs of steps), so the
+    last step runs at the schedule's floor (0.01 of ``--lr``)."""
+    r = api.train(data=data, max_steps=20, lr=1e-3, **{**EXACT, "epochs": 200, "lr_schedule": "cosine"})
+    lrs = [s["lr"] for s in r.steps]
+    assert len(lrs) == 20 and lrs[-1] == pytest.approx(1e-3 * 0.01) and lrs[2] > lrs[-1]
+
+
+def test_patience_counts_evaluations_at_steps(data):
+    """With ``--eval-every-steps`` the run stops after ``--patience`` evaluations without a better validation force
+    MAE, inside an epoch, and says so."""
+    r = api.train(data=data, eval_every_steps=1, patience=1, lr=0.5, warmup_steps=0,
+                  **{k: v for k, v in EXACT.items() if k != "warmup_steps"})  # a learning rate too high: no gain
+    es = r.extra["early_stop"]
+    assert es["unit"] == "evaluations" and es["patience"] == 1 and es["step"] < 15
+    assert "stopped early         at step" in r.summary()
