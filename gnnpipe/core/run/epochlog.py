@@ -44,11 +44,13 @@ def _fmt_pct(v) -> str:
 
 def format_record(rec: dict, epochs: int) -> str:
     """One log line: epoch, loss, accuracies (evaluated epochs; S2EF: validation energy and force MAE, force
-    cosine), epoch time and bytes (distributed runs)."""
+    cosine, and stress MAE where the set has stresses), epoch time and bytes (distributed runs)."""
     s = f"epoch {rec['epoch'] + 1:>{len(str(epochs))}}/{epochs}  loss {rec['loss']:.4f}"
     if "val_force_mae" in rec:
         s += (f"  val E-MAE {rec['val_energy_mae']:.4f} eV ({1000 * rec['val_energy_mae_per_atom']:.2f} meV/atom)"
               f"  F-MAE {rec['val_force_mae']:.4f} eV/Å  F-cos {rec['val_force_cos']:.3f}")
+        if "val_stress_mae" in rec:
+            s += f"  σ-MAE {1000 * rec['val_stress_mae']:.3f} meV/Å³"
     elif "val_acc" in rec:
         s += (f"  train {_fmt_pct(rec['train_acc'])}  val {_fmt_pct(rec['val_acc'])}"
               f"  test {_fmt_pct(rec['test_acc'])}")
@@ -67,7 +69,9 @@ def format_step(rec: dict, max_steps=None) -> str:
     s = f"step {rec['step']:,}{total} (epoch {rec['epoch'] + 1})  loss {rec['loss']:.4f}  lr {rec['lr']:.3g}"
     if "val_force_mae" in rec:
         s += (f"  val E-MAE {rec['val_energy_mae']:.4f} eV  F-MAE {rec['val_force_mae']:.4f} eV/Å  "
-              f"F-cos {rec['val_force_cos']:.3f} ({rec.get('val_size', '?')} structures)")
+              f"F-cos {rec['val_force_cos']:.3f}"
+              + (f"  σ-MAE {1000 * rec['val_stress_mae']:.3f} meV/Å³" if "val_stress_mae" in rec else "")
+              + f" ({rec.get('val_size', '?')} structures)")
     return s + f"  time {rec['time_s']:.2f} s"
 
 

@@ -207,7 +207,7 @@ class Selection:
 #: (key, label, unit, scale) of the regression metrics the summary prints
 _REGRESSION = (("energy_mae", "energy MAE", "eV", 1.0), ("energy_mae_per_atom", "energy MAE/atom", "meV", 1000.0),
                ("force_mae", "force MAE", "eV/Å", 1.0), ("force_cos", "force cosine", "", 1.0),
-               ("efwt", "EFwT", "%", 100.0))
+               ("efwt", "EFwT", "%", 100.0), ("stress_mae", "stress MAE", "meV/Å³", 1000.0))
 
 
 def _regression_lines(best: dict, epoch: int) -> list[str]:

@@ -131,6 +131,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    "calculator's energy)")
     a.add_argument("--forces-key", default=None, help="the force label of a structure file (default: the "
                    "calculator's forces)")
+    a.add_argument("--stress-coef", type=float, default=d.stress_coef,
+                   help="weight of the stress term of the loss (structures with a stress label; conservative forces "
+                        "only; 0: stresses are only reported)")
+    a.add_argument("--stress-key", default=None, help="the stress label of a structure file (default: stress, or "
+                   "the calculator's)")
+    a.add_argument("--virial-key", default=None, help="the virial label of a structure file, read as −virial / volume "
+                   "where there is no stress (default: virial)")
     a.add_argument("--val-dataset", dest="val_datasets", action="append", default=None, metavar="FILE",
                    help="a given validation set (any format --dataset takes; repeatable: each is reported under its "
                         "own name, the first chooses the best weights); with it or --test-dataset, --dataset is the "

@@ -173,7 +173,7 @@ LR_SCHEDULES = ("cosine", "plateau", "constant")
 #: the fields of S2EF runs (left out of :meth:`TrainConfig.to_dict` of other runs)
 S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
-               "energy_key", "forces_key", "energy_reference", "val_datasets", "test_dataset", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
+               "energy_key", "forces_key", "stress_key", "virial_key", "stress_coef", "energy_reference", "val_datasets", "test_dataset", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
                "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size",
                "num_workers", "skip_invalid", "replicas")
 #: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
@@ -229,8 +229,9 @@ class TrainConfig:
     Å, at most ``max_neighbors`` per atom; ``batch_size`` structures per rank and step (``replicas`` data-parallel
     replicas); AdamW with a linear warm-up over ``warmup_steps`` steps from ``warmup_factor · lr``, then
     ``lr_schedule``; gradient norm clipped at ``clip_grad_norm`` (``None``/0: off); evaluation with an
-    exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` name the
-    labels of a structure file; ``energy_reference``: the per-element energy reference (``linear``: fitted on the
+    exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` / ``stress_key`` /
+    ``virial_key`` name the labels of a structure file; ``stress_coef``: the weight of the stress term (eV/Å³,
+    ASE's convention; structures without a stress label or a 3D cell do not contribute); ``energy_reference``: the per-element energy reference (``linear``: fitted on the
     training split, ``none``, or a file; ``gnnpipe.tasks.s2ef.normalizer``); ``val_datasets`` / ``test_dataset``:
     given validation sets (each reported under its own name, the first choosing the best weights) and test set,
     which make ``dataset`` the training set whole (instead of its 80/10/10 split); ``frames``: the size of the generated data set used when no file is given; ``num_workers``: loader
@@ -318,6 +319,7 @@ class TrainConfig:
     task: Optional[str] = None
     energy_coef: float = attrs.field(default=unset(1.0), validator=_rate("energy_coef"))
     force_coef: float = attrs.field(default=unset(100.0), validator=_rate("force_coef"))
+    stress_coef: float = attrs.field(default=0.0, validator=_rate("stress_coef"))
     loss_fn: str = attrs.field(default="l1", validator=_choice("loss_fn", LOSS_FNS))
     direct_forces: bool = False
     cutoff: float = attrs.field(default=unset(6.0), validator=_positive("cutoff"))
@@ -330,6 +332,8 @@ class TrainConfig:
     clip_grad_norm: Optional[float] = attrs.field(default=10.0, validator=_rate("clip_grad_norm"))
     energy_key: Optional[str] = None
     forces_key: Optional[str] = None
+    stress_key: Optional[str] = None
+    virial_key: Optional[str] = None
     energy_reference: str = "linear"
     val_datasets: list = attrs.field(factory=list, converter=lambda v: [str(x) for x in (v or [])])
     test_dataset: Optional[str] = None

@@ -19,7 +19,11 @@ absent or ``None``: all).
 
 Forces: conservative, ``F = −∂E/∂pos`` (:class:`ConservativeForces`, a response module), or direct: a per-edge
 scalar times the unit edge vector summed onto atoms (:class:`DirectForceHead`, GemNet-XL's setting, Sriram et al.
-2022).
+2022). Stress (conservative models): the strain derivative of the energy over the volume, ``σ = (1/V) ∂E/∂ε``, by
+autograd through a symmetric strain ``ε`` applied to positions and cell, ``pos·(1 + ε)``, ``cell·(1 + ε)`` (ASE's
+convention, eV/Å³; the approach of SchNetPack's ``Strain`` response, MACE and fairchem). Since every edge vector
+``r_ij`` is strained alike, ``∂E/∂ε = Σ_edges ∂E/∂r_ij ⊗ r_ij``: a sum over edges, so graph-parallel ranks add
+their edges' parts (``comm.replicated_grad``) and the sum is the single process's.
 """
 
 from __future__ import annotations
@@ -100,10 +104,14 @@ class ConservativeForces(nn.Module):
     (a second backward).
     """
 
-    def forward(self, energy: Tensor, pos: Tensor, comm: GraphParallelHooks, create_graph: bool) -> Tensor:
-        """``[B]`` energies, ``[N, 3]`` positions (requiring grad) → ``[N, 3]`` forces."""
-        (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=create_graph)
-        return -comm.replicated_grad(grad)
+    def forward(self, energy: Tensor, pos: Tensor, comm: GraphParallelHooks, create_graph: bool,
+                strain: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """``[B]`` energies, ``[N, 3]`` positions (requiring grad) → ``([N, 3]`` forces, ``[B, 3, 3]`` ``∂E/∂ε``
+        of the ``strain`` leaf, or ``None`` without one``)``; each reduced over the group exactly once."""
+        targets = [pos] if strain is None else [pos, strain]
+        grads = torch.autograd.grad(energy.sum(), targets, create_graph=create_graph)
+        forces = -comm.replicated_grad(grads[0])
+        return forces, (None if strain is None else comm.replicated_grad(grads[1]))
 
 
 class DirectForceHead(nn.Module):
@@ -200,11 +208,14 @@ class AtomisticModel(ZooModel):
         self.load_state_dict(mapped, strict=False)
 
     # ------------------------------------------------------------------ running
-    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False) -> State:
+    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False,
+                      strain: bool = False) -> State:
         """The state the first unit reads: ``pos`` ``[N, 3]`` (requiring grad with ``pos_grad``, for conservative
         forces; ``batch.pos`` itself when it already does), ``cell`` ``[B, 3, 3]`` (``None`` when no structure
         is periodic: ``graph.edge_vectors`` then skips the image shifts), the owned atoms' ``z`` ``[N_r]`` and
-        structure ids ``atom_batch`` ``[N_r]``, ``num_structures`` (int).
+        structure ids ``atom_batch`` ``[N_r]``, ``num_structures`` (int). With ``strain``: a zero strain leaf
+        ``strain`` ``[B, 3, 3]`` (requiring grad), ``pos`` and ``cell`` strained by its symmetric part
+        (``x·(1 + ε)``: the same values), the unstrained leaf kept as ``pos_leaf`` (module docstring: stress).
 
         Raises:
             DataValidationError: an atomic number outside ``1 … max_z``.
@@ -223,8 +234,15 @@ class AtomisticModel(ZooModel):
         num_structures = int(batch.num_graphs) if hasattr(batch, "num_graphs") else 1
         pbc = getattr(batch, "pbc", None)
         cell = getattr(batch, "cell", None) if pbc is not None and bool(pbc.any()) else None
-        return {"pos": pos, "cell": cell, "z": owned(graph, z), "atom_batch": owned(graph, atom_batch),
-                "num_structures": num_structures}
+        state = {"pos": pos, "cell": cell, "z": owned(graph, z), "atom_batch": owned(graph, atom_batch),
+                 "num_structures": num_structures}
+        if strain:
+            eps = torch.zeros(num_structures, 3, 3, dtype=pos.dtype, device=pos.device, requires_grad=True)
+            sym = 0.5 * (eps + eps.transpose(1, 2))
+            state.update(pos_leaf=pos, strain=eps,
+                         pos=pos + torch.einsum("ni,nij->nj", pos, sym.index_select(0, atom_batch)),
+                         cell=None if cell is None else cell + cell.to(pos.dtype) @ sym)
+        return state
 
     def run_units(self, start: int, end: int, state: State, graph, comm: GraphParallelHooks = LOCAL) -> State:
         """Run units ``[start, end)`` on ``state`` (a pipeline stage's slice)."""
@@ -330,30 +348,56 @@ class AtomisticModel(ZooModel):
         return out
 
     def forward(self, batch, graph, comm: Optional[GraphParallelHooks] = None, *,
-                forces: bool = False) -> dict[str, Tensor]:
+                forces: bool = False, stress: bool = False) -> dict[str, Tensor]:
         """Energies ``[B]`` (eV) of a batch of structures; forces ``[N_r, 3]`` (eV/Å) from the direct head, or,
         with ``forces=True`` and no direct head, conservative forces ``−∂E/∂pos`` (differentiable in training
-        mode: ``create_graph=True``).
+        mode: ``create_graph=True``); with ``stress=True`` the stress ``[B, 3, 3]`` (eV/Å³, ``(1/V) ∂E/∂ε``:
+        module docstring; NaN for a structure without a 3D cell).
 
         Args:
             batch: a PyG ``Batch`` (or ``Data``) with ``z`` int64 ``[N]``, ``pos`` ``[N, 3]`` Å, ``cell``
                 ``[B, 3, 3]`` Å, ``batch`` ``[N]``.
             graph: its neighbour graph built with :attr:`cutoff` (see the module docstring).
             comm: the graph-parallel hooks (default ``LocalHooks``).
+
+        Raises:
+            ConfigError: ``stress`` of a model with direct forces (its forces are not ``−∂E/∂pos``: it has no
+                consistent stress).
         """
         comm = LOCAL if comm is None else comm
-        conservative = forces and not self.direct_forces
+        if stress and self.direct_forces:
+            raise ConfigError(f"{type(self).__name__} with direct forces has no stress (its forces are not −∂E/∂pos); "
+                              f"train it with conservative forces (without --direct-forces) for stresses")
+        conservative = (forces or stress) and not self.direct_forces
         grad_was = torch.is_grad_enabled()
         with torch.set_grad_enabled(grad_was or conservative):
-            state = self.initial_state(batch, graph, comm, pos_grad=conservative)
+            state = self.initial_state(batch, graph, comm, pos_grad=conservative, strain=stress)
             state = self.run_units(0, len(self.units), state, graph, comm)
             out = self.readout(state, graph, comm)
             if conservative:
                 create = grad_was and self.training
-                out["forces"] = self.forces_response(out["energy"], state["pos"], comm, create)
+                f, de_deps = self.forces_response(out["energy"], state.get("pos_leaf", state["pos"]), comm, create,
+                                                  state.get("strain"))
+                if forces:
+                    out["forces"] = f
+                if stress:
+                    out["stress"] = de_deps / cell_volumes(batch).to(de_deps.dtype).reshape(-1, 1, 1)
         if not grad_was:
             out = {k: v.detach() for k, v in out.items()}
         return out
+
+
+def cell_volumes(batch) -> Tensor:
+    """``[B]`` Å³: each structure's cell volume ``|det cell|``, NaN where it is not periodic in 3D (no stress)."""
+    num = int(batch.num_graphs) if hasattr(batch, "num_graphs") else 1
+    cell = getattr(batch, "cell", None)
+    if cell is None:
+        return torch.full((num,), float("nan"), dtype=batch.pos.dtype, device=batch.pos.device)
+    vol = torch.linalg.det(cell.reshape(num, 3, 3).to(torch.float64)).abs()
+    pbc = getattr(batch, "pbc", None)
+    periodic = torch.ones(num, dtype=torch.bool, device=vol.device) if pbc is None else \
+        pbc.reshape(num, 3).bool().all(-1)
+    return torch.where(periodic & (vol > 0), vol, torch.full_like(vol, float("nan")))
 
 
 def _reset_topmost(module: nn.Module) -> None:

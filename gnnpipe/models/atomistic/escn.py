@@ -589,10 +589,11 @@ class ESCNMD(AtomisticModel):
         return {"x": ("atoms", (num_coefficients(c["lmax"]), C)), "sigma": ("atoms", (C,)),
                 "elem": ("atoms", (2 * c["edge_channels"],))}
 
-    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False) -> dict:
+    def initial_state(self, batch, graph, comm: GraphParallelHooks = LOCAL, *, pos_grad: bool = False,
+                      strain: bool = False) -> dict:
         """:meth:`AtomisticModel.initial_state` and every atom's ``z_all`` ``[N]`` (replicated, like the positions:
         each edge looks its atoms' element embeddings up)."""
-        return {**super().initial_state(batch, graph, comm, pos_grad=pos_grad), "z_all": batch.z}
+        return {**super().initial_state(batch, graph, comm, pos_grad=pos_grad, strain=strain), "z_all": batch.z}
 
     def stage_geometry(self, state, graph, comm: GraphParallelHooks = LOCAL):
         return {**state, **self.units[0].geometry(state, graph, comm)}

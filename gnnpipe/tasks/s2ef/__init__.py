@@ -21,6 +21,7 @@ import attrs
 
 from ..base import Task
 from ..registry import register
+from ...data.atoms.structures import stress_label
 from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
 from .layout import check_graph_parallel, check_pipeline, pipelined, plan_info
@@ -306,6 +307,7 @@ class S2EF(Task):
         labels = tuple(k for k in ("energy", "forces")
                        if any(getattr(d, f"has_{k}", None) is None or bool(getattr(d, f"has_{k}").reshape(-1)[0])
                               for d in sample))
+        labels += ("stress",) if any(stress_label(d) is not None for d in sample) else ()
         return S2EFData(structures=structures, splits=splits, normalizer=normalizer, name=name, mean_atoms=mean_atoms,
                         elements=elements, labels=labels)
 
@@ -339,8 +341,7 @@ class S2EF(Task):
                          + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in self.defaults_chosen.items()))
         elements = ", ".join(_symbol(z) for z in data.elements) if data.elements else "?"
         lines.append(f"data: {data.name}, {n:,} structures ({data.mean_atoms:.1f} atoms on average), {sizes}; "
-                     f"elements {elements}" + ("" if data.labels == ("energy", "forces") else
-                                               f"; labels: {' and '.join(data.labels)} only"))
+                     f"elements {elements}; labels: {', '.join(data.labels)}")
         forces = "direct" if config.direct_forces else "conservative"
         lines.append(f"model: {config.model}, {num_parameters(config):,} parameters ({config.layers} interaction "
                      f"blocks, hidden {config.hidden}), {forces} forces, cutoff {config.cutoff:g} Å, at most "
@@ -357,7 +358,8 @@ class S2EF(Task):
         ref = {"linear": f"a per-element linear reference fitted on {min(len(data.splits['train']), REFERENCE_SAMPLE):,} "
                          f"training structures", "none": "no per-element reference"}.get(
             config.energy_reference, f"the per-element references of {config.energy_reference}")
-        lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F ({config.loss_fn}) on normalised "
+        stress = f" + {config.stress_coef:g}·σ" if config.stress_coef else ""
+        lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F{stress} ({config.loss_fn}) on normalised "
                      f"targets ({ref}); each structure on the labels it has")
         per_epoch = steps_per_epoch(config, len(data.splits["train"]))
         total = total_steps(config, len(data.splits["train"]))
@@ -388,6 +390,7 @@ class S2EF(Task):
         info = plan_info(config, data.splits)
         # model selection on the forces, or the energies of a set without forces
         info["monitor"] = "val_force_mae" if "forces" in data.labels else "val_energy_mae"
+        info["labels"] = list(data.labels)
         return S2EFPlan(data=data, info=info)
 
     def check(self, config: Any, plan: S2EFPlan, options: Any = None) -> None:

@@ -70,6 +70,12 @@ def dataset_path(config, what: str, dataset: Optional[str] = None, flag: str = "
     return path
 
 
+def label_keys(config) -> dict:
+    """The label names given for a structure file (``--energy-key``, ``--forces-key``, ``--stress-key``,
+    ``--virial-key``), as the readers take them."""
+    return {k: v for k in ("energy_key", "forces_key", "stress_key", "virial_key") if (v := getattr(config, k, None))}
+
+
 def load_structures(config, labelled: bool = True) -> list:
     """The structures of ``config.dataset`` in memory (``None``: the generated ``oc20-like`` set of ``config.frames``
     frames, seeded by ``config.seed``; a file or folder of any format :func:`gnnpipe.data.atoms.read_structures`
@@ -87,7 +93,7 @@ def load_structures(config, labelled: bool = True) -> list:
     else:
         path = dataset_path(config, f"an existing file ({', '.join(STRUCTURE_SUFFIXES + DATA_SUFFIXES[3:])}) or a "
                                     f"folder of such files")
-        kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
+        kw = label_keys(config)
         structures = atoms.read_structures(str(path), dtype=config.torch_dtype, **kw)
         return prepare_structures(structures, config.torch_dtype, cutoff=config.cutoff, labelled=labelled,
                                   source=f"{path.name}: structure")
@@ -164,7 +170,7 @@ def open_dataset(config):
     from ...data.atoms.sets import PreparedSet, open_structures
 
     path = dataset_path(config, f"an existing file ({', '.join(DATA_SUFFIXES)}) or a folder of such files")
-    base = open_structures(path, energy_key=config.energy_key, forces_key=config.forces_key)
+    base = open_structures(path, **label_keys(config))
     return PreparedSet(base, config.torch_dtype, cutoff=config.cutoff,
                        skip_invalid=bool(getattr(config, "skip_invalid", False)))
 
@@ -235,10 +241,10 @@ def open_given_splits(config):
         if ds.lower() in GENERATED:
             return generated_structures(ds.lower().split("-")[0], config.frames, config.seed, dtype=torch.float64)
         path = dataset_path(config, what, ds, flag)
-        kw = {k: v for k, v in (("energy_key", config.energy_key), ("forces_key", config.forces_key)) if v}
+        kw = label_keys(config)
         if ds.lower().endswith(".traj"):
             return read_structures(str(path), dtype=torch.float64, **kw)
-        return open_structures(path, energy_key=config.energy_key, forces_key=config.forces_key)
+        return open_structures(path, **label_keys(config))
 
     ds = config.dataset or "oc20-like"
     parts, names, kinds = [raw(ds, "--dataset")], [Path(ds).name], ["train"]
@@ -313,7 +319,8 @@ class StepData:
         structures: this rank's valid structures (``Data``, in the training dtype), in batch order.
         batch, graph: their ``Batch`` and neighbour graph (built in the worker when the loader has a ``graph_fn``;
             else ``None``).
-        num_energy: those with an energy label. num_free: free atoms of those with forces (:mod:`.labels`).
+        num_energy: those with an energy label. num_free: free atoms of those with forces. num_stress: those with a
+        stress label (:mod:`.labels`).
         skipped: malformed structures left out (``--skip-invalid``).
     """
 
@@ -322,6 +329,7 @@ class StepData:
     graph: object = None
     num_free: int = 0
     num_energy: int = 0
+    num_stress: int = 0
     skipped: int = 0
 
 
@@ -378,8 +386,8 @@ class _Steps(torch.utils.data.Dataset):
             return _Failed(str(exc))
         valid = [d for d in got if d is not None]
         counts = [label_counts(d) for d in valid]
-        step = StepData(valid, num_free=sum(f for _, f in counts), num_energy=sum(e for e, _ in counts),
-                        skipped=len(got) - len(valid))
+        step = StepData(valid, num_free=sum(c[1] for c in counts), num_energy=sum(c[0] for c in counts),
+                        num_stress=sum(c[2] for c in counts), skipped=len(got) - len(valid))
         if self.graph_fn is not None and valid:
             from torch_geometric.data import Batch
 

@@ -20,6 +20,8 @@ from torch import Tensor
 
 #: EFwT thresholds: energy (eV) and force component (eV/Å)
 EFWT_ENERGY, EFWT_FORCE = 0.02, 0.03
+#: GPa per eV/Å³
+GPA_PER_EV_A3 = 160.21766208
 
 
 def _elementwise(diff: Tensor, loss_fn: str) -> Tensor:
@@ -46,6 +48,14 @@ def s2ef_loss(energy: Tensor, energy_target: Tensor, forces: Tensor, forces_targ
             + force_loss(forces, forces_target, free, num_free=num_free, force_coef=force_coef, loss_fn=loss_fn))
 
 
+def stress_loss(stress: Tensor, stress_target: Tensor, mask: Tensor, *, num_stress: int, stress_coef: float,
+                loss_fn: str = "l1") -> Tensor:
+    """The stress term: ``stress_coef · L(σ̂, σ)`` over the 9 components of this rank's structures with a stress label
+    (``mask`` ``[b]``; ``[b, 3, 3]`` normalised stresses), divided by ``9 · num_stress`` of the global batch."""
+    err = _elementwise(stress[mask] - stress_target[mask], loss_fn)
+    return stress_coef * (err.sum() / max(9 * num_stress, 1))
+
+
 def energy_loss(energy: Tensor, energy_target: Tensor, *, num_structures: int, energy_coef: float,
                 loss_fn: str = "l1", mask: Tensor | None = None) -> Tensor:
     """The energy term of :func:`s2ef_loss` (``[b]`` energies; ``num_structures``: the global ``B``; ``mask``: the
@@ -68,7 +78,7 @@ class S2EFMetrics:
     to all-reduce, :meth:`compute` the means. Energies in eV, forces in eV/Å."""
 
     FIELDS = ("n_structures", "energy_ae", "energy_ae_per_atom", "n_free", "force_ae", "force_cos", "efwt", "loss",
-              "n_efwt")
+              "n_efwt", "n_stress", "stress_ae")
 
     def __init__(self):
         self.sums = torch.zeros(len(self.FIELDS), dtype=torch.float64)
@@ -97,9 +107,15 @@ class S2EFMetrics:
             natoms = natoms[energy_mask]
         if forces_mask is not None:
             both &= forces_mask.cpu()
-        self.sums += torch.tensor([e_err.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
-                                   fe.sum(), cos.sum(), (ok & both.to(ok.device)).sum(), loss, both.sum()],
-                                  dtype=torch.float64)
+        self.sums[:9] += torch.tensor([e_err.numel(), e_err.sum(), (e_err / natoms.double()).sum(), int(free.sum()),
+                                       fe.sum(), cos.sum(), (ok & both.to(ok.device)).sum(), loss, both.sum()],
+                                      dtype=torch.float64)
+
+    @torch.no_grad()
+    def update_stress(self, stress: Tensor, stress_target: Tensor, mask: Tensor) -> None:
+        """Add the stresses (eV/Å³, ``[b, 3, 3]``) of the structures with a stress label (``mask`` ``[b]``)."""
+        err = (stress.double() - stress_target.double()).abs()[mask.to(stress.device)]
+        self.sums[9:11] += torch.tensor([err.shape[0], err.sum()], dtype=torch.float64)
 
     @torch.no_grad()
     def update_energy(self, energy: Tensor, energy_target: Tensor, natoms: Tensor, loss: float = 0.0,
@@ -127,11 +143,15 @@ class S2EFMetrics:
 
     def compute(self, sums: Tensor | None = None, prefix: str = "") -> dict:
         """The means (``sums``: all-reduced :meth:`totals`, default this rank's): ``energy_mae``,
-        ``energy_mae_per_atom``, ``force_mae``, ``force_cos``, ``efwt``."""
+        ``energy_mae_per_atom``, ``force_mae``, ``force_cos``, ``efwt``, and, where structures have stresses,
+        ``stress_mae`` (eV/Å³) and ``stress_mae_gpa``."""
         s = dict(zip(self.FIELDS, (sums if sums is not None else self.sums).tolist()))
         nb, nf, ne = s["n_structures"], s["n_free"], s["n_efwt"]
         nan = float("nan")
-        return {f"{prefix}energy_mae": s["energy_ae"] / nb if nb else nan,
+        stress = {} if not s["n_stress"] else {
+            f"{prefix}stress_mae": s["stress_ae"] / (9 * s["n_stress"]),
+            f"{prefix}stress_mae_gpa": s["stress_ae"] / (9 * s["n_stress"]) * GPA_PER_EV_A3}
+        return stress | {f"{prefix}energy_mae": s["energy_ae"] / nb if nb else nan,
                 f"{prefix}energy_mae_per_atom": s["energy_ae_per_atom"] / nb if nb else nan,
                 f"{prefix}force_mae": s["force_ae"] / (3 * nf) if nf else nan,
                 f"{prefix}force_cos": s["force_cos"] / nf if nf else nan,

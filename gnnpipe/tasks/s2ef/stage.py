@@ -53,8 +53,9 @@ from torch_geometric.data import Batch
 
 from ...core.runtime.protocol import PipelineStage
 from ...data.atoms.graph import AtomGraph, split_graph
-from .labels import energy_mask, force_mask
-from .loss import energy_loss, force_loss
+from ...models.atomistic.base import cell_volumes
+from .labels import energy_mask, force_mask, stress_mask
+from .loss import energy_loss, force_loss, stress_loss
 
 __all__ = ["EVAL_ENERGY_TAG", "AtomisticStage", "drop_weights"]
 
@@ -129,6 +130,7 @@ class AtomisticStage(PipelineStage):
         self.version = 0
         self.eval_energy: dict[int, Tensor] = {}
         self.eval_forces: dict[int, Tensor] = {}
+        self.eval_stress: dict[int, Tensor | None] = {}
         self.split_graphs = True  # one graph per step, split by micro-batch (:meth:`_graphs`)
 
     @property
@@ -136,12 +138,13 @@ class AtomisticStage(PipelineStage):
         return self.tr.params
 
     # ------------------------------------------------------------------ micro-batches
-    def set_batches(self, groups: list[list], num_structures: int, num_free: int, training: bool = True) -> None:
+    def set_batches(self, groups: list[list], counts, training: bool = True) -> None:
         """The micro-batches of the next schedule: ``groups[c]`` the structures of chunk ``c`` (may be empty);
-        ``num_structures``, ``num_free``: the global batch's counts (loss normalisation)."""
+        ``counts``: the global batch's :class:`~.labels.Counts` (loss normalisation)."""
         graphs = self._graphs(groups)
         self.mbs = [_MicroBatch(self.tr, g, gr) if len(g) else None for g, gr in zip(groups, graphs)]
-        self.num_structures, self.num_free, self.training = num_structures, num_free, training
+        self.counts, self.training = counts, training
+        self.num_structures, self.num_free = counts.energy, counts.forces
 
     def _graphs(self, groups: list[list]) -> list:
         """The micro-batches' graphs: one graph of the step's structures, split by micro-batch
@@ -167,8 +170,12 @@ class AtomisticStage(PipelineStage):
         if kind == "F" and not self.is_first or kind == "B" and not self.is_last:
             return (mb.numel,)
         if kind == "G" and not self.is_last or kind == "D" and not self.is_first:
-            return (mb.numel + 3 * mb.num_atoms,)
+            return (mb.numel + self._acc_size(mb),)
         return None
+
+    def _acc_size(self, mb) -> int:
+        """Values of the running position (and strain) gradient sum a ``G`` or ``D`` message carries."""
+        return 3 * mb.num_atoms + (9 * int(mb.batch.num_graphs) if self.tr.with_stress else 0)
 
     # ------------------------------------------------------------------ the four passes
     def forward_chunk(self, c: int, x: Tensor | None, e: int) -> Tensor | None:
@@ -180,7 +187,8 @@ class AtomisticStage(PipelineStage):
         model = self.tr.model
         grad = self.training or self.conservative
         with torch.set_grad_enabled(grad):
-            state = model.initial_state(mb.batch, mb.graph, self.tr.hooks(mb), pos_grad=self.conservative)
+            state = model.initial_state(mb.batch, mb.graph, self.tr.hooks(mb), pos_grad=self.conservative,
+                                        strain=self.tr.with_stress)
             ins: list[Tensor] = []
             if not self.is_first:
                 parts = _unpack(x, mb.shapes)
@@ -191,7 +199,7 @@ class AtomisticStage(PipelineStage):
                 state.update(parts)
                 state = model.stage_geometry(state, mb.graph, self.tr.hooks(mb))
             state = model.run_units(self.lo, self.hi, state, mb.graph, self.tr.hooks(mb))
-            ctx = {"ins": ins, "pos": state["pos"]}
+            ctx = {"ins": ins, "pos": state.get("pos_leaf", state["pos"]), "strain": state.get("strain")}
             self.ctx[c] = ctx
             if not self.is_last:
                 y = _flat(state[k] for k in mb.shapes)
@@ -228,36 +236,49 @@ class AtomisticStage(PipelineStage):
         if mb is None:
             return None
         ctx = self.ctx[c]
-        targets = ctx["ins"] + [ctx["pos"]]
+        leaves = [ctx["pos"]] + ([ctx["strain"]] if ctx["strain"] is not None else [])
+        targets = ctx["ins"] + leaves
         create = self.training
         if self.is_last:
             outputs, seeds, acc_in, gy = [ctx["energy"].sum()], None, None, None
         else:
             gy = g[:mb.numel].clone().requires_grad_(create)
-            acc_in = g[mb.numel:].view(mb.num_atoms, 3).clone().requires_grad_(create)
+            acc_in = g[mb.numel:].clone().requires_grad_(create)
             outputs, seeds = [ctx["y"]], [gy]
         with torch.enable_grad():
             grads = torch.autograd.grad(outputs, targets, seeds, create_graph=create, allow_unused=True,
                                         retain_graph=True)
             grads = [torch.zeros_like(t) if gr is None else gr for gr, t in zip(grads, targets)]
-            g_x, g_pos = grads[:-1], grads[-1]
-            acc = g_pos if acc_in is None else acc_in + g_pos
+            g_x, g_leaves = grads[:len(ctx["ins"])], _flat(grads[len(ctx["ins"]):])
+            acc = g_leaves if acc_in is None else acc_in + g_leaves
         ctx.update(gy=gy, acc_in=acc_in, gx=g_x, acc=acc)
         if not self.is_first:
             return _flat([*g_x, acc]).detach()
+        n3 = 3 * mb.num_atoms
         with torch.set_grad_enabled(create):
-            forces = -self.tr.hooks(mb).replicated_grad(acc)
-        ctx["forces"] = forces
+            forces = -self.tr.hooks(mb).replicated_grad(acc[:n3].view(mb.num_atoms, 3))
+            stress = None
+            if ctx["strain"] is not None:  # (1/V) ∂E/∂ε, summed over the stages and the group's ranks
+                volume = cell_volumes(mb.batch).to(acc.dtype).reshape(-1, 1, 1)
+                stress = self.tr.hooks(mb).replicated_grad(acc[n3:].view(-1, 3, 3)) / volume
+        ctx["forces"], ctx["stress"] = forces, stress
         cfg = self.tr.config
         lf = force_loss(forces, self.tr._targets(mb.batch)[1], force_mask(mb.batch), num_free=self.num_free,
                         force_coef=cfg.force_coef, loss_fn=cfg.loss_fn)
+        if stress is not None and cfg.stress_coef:
+            lf = lf + stress_loss(stress, mb.batch.stress / self.tr.normalizer.std, stress_mask(mb.batch),
+                                  num_stress=self.counts.stress, stress_coef=cfg.stress_coef, loss_fn=cfg.loss_fn)
         ctx["force_loss"] = lf
         if not self.training:
             self.eval_forces[c] = forces.detach()
+            self.eval_stress[c] = None if stress is None else stress.detach()
         elif self.tr.reporting:
             self.loss += float(lf.detach())
             self.tr.metrics.update_forces(forces.detach() * self.tr.normalizer.std, mb.batch.forces,
                                           force_mask(mb.batch))
+            if stress is not None:
+                self.tr.metrics.update_stress(stress.detach() * self.tr.normalizer.std, mb.batch.stress,
+                                              stress_mask(mb.batch))
         return None
 
     def second_chunk(self, c: int, g: Tensor | None, e: int) -> Tensor | None:
@@ -271,7 +292,7 @@ class AtomisticStage(PipelineStage):
             pairs = [(ctx["force_loss"], None)]
         else:
             parts = list(_unpack(g[:mb.numel], mb.shapes).values())
-            pairs = list(zip(ctx["gx"], parts)) + [(ctx["acc"], g[mb.numel:].view(mb.num_atoms, 3))]
+            pairs = list(zip(ctx["gx"], parts)) + [(ctx["acc"], g[mb.numel:])]
         pairs = [(t, d) for t, d in pairs if t.requires_grad]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [d for _, d in pairs] if pairs[0][1] is not None else None,
@@ -281,7 +302,7 @@ class AtomisticStage(PipelineStage):
         gy, acc_in = ctx["gy"], ctx["acc_in"]
         dgy = gy.grad if gy is not None and gy.grad is not None else torch.zeros(mb.numel, dtype=self.dtype)
         dacc = (acc_in.grad if acc_in is not None and acc_in.grad is not None
-                else torch.zeros(mb.num_atoms, 3, dtype=self.dtype))
+                else torch.zeros(self._acc_size(mb), dtype=self.dtype))
         if self.is_first and gy is None:  # a one-stage pipeline has no seed to pass on
             return None
         return _flat([dgy, dacc])
@@ -302,7 +323,8 @@ class AtomisticStage(PipelineStage):
         return _flat([t.grad if t.grad is not None else torch.zeros_like(t) for t in ctx["ins"]])
 
     # ------------------------------------------------------------------ metrics
-    def record(self, mb: _MicroBatch, energy: Tensor, forces: Tensor, loss: float) -> None:
+    def record(self, mb: _MicroBatch, energy: Tensor, forces: Tensor, loss: float,
+               stress: Tensor | None = None) -> None:
         """Energies and forces of a micro-batch together (direct forces on the last stage; conservative forces on
         the first stage in evaluation): the loss and every metric, EFwT included (reporting ranks only)."""
         if not self.tr.reporting:
@@ -312,7 +334,7 @@ class AtomisticStage(PipelineStage):
             self.loss += loss
         ref = self.tr._targets(b)[2]
         self.tr._update_metrics(b, energy, forces, ref, force_mask(b), energy_mask(b),
-                                loss=0.0 if self.training else loss)
+                                loss=0.0 if self.training else loss, s_hat=stress)
 
     # ------------------------------------------------------------------ the interpreter's other calls
     def zero_grad(self) -> None:

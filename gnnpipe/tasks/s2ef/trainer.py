@@ -59,9 +59,9 @@ from ...models.atomistic import LOCAL
 from ...partitioners import plan_graph_parallel
 from .build import forward, graph_builder, make_model
 from .data import StructureLoader, epoch_batches, resolved_num_workers, share, total_steps
-from .labels import energy_mask, force_mask, label_counts
+from .labels import Counts, energy_mask, force_mask, label_counts, stress_mask
 from .layout import pipelined, rank_grid, replicate_owned, stage_bounds
-from .loss import S2EFMetrics, s2ef_loss
+from .loss import S2EFMetrics, s2ef_loss, stress_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
 from .scaling import fit_scale_factors
@@ -118,6 +118,8 @@ class S2EFTrainer:
         if model is None:  # data-dependent initialisation (GemNet's scale factors), the same in every layout
             fit_scale_factors(self.model, config, structures, splits)
         self.direct = bool(getattr(self.model, "direct_forces", False))
+        #: the steps compute stresses: a stress loss (``--stress-coef``), or stress labels to report (:meth:`run`)
+        self.with_stress = bool(config.stress_coef) and not self.direct
         self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(),
                                                   bool(getattr(self.model, "uses_reverse_edges", False)))
         self.bounds = stage_bounds(self.model, self.S, config.layer_split) if self.pipelined else [0, 0]
@@ -130,7 +132,7 @@ class S2EFTrainer:
                                    config.warmup_steps, config.warmup_factor)
         self.ema = ExponentialMovingAverage(self.trained, config.ema_decay)
         # free atoms per structure when they are in memory; a lazy set's counts come with its batches
-        self.label_counts = (torch.tensor([label_counts(d) for d in structures], dtype=torch.int64).reshape(-1, 2)
+        self.label_counts = (torch.tensor([label_counts(d) for d in structures], dtype=torch.int64).reshape(-1, 3)
                              if isinstance(structures, list) else None)
         self.skipped = 0  # malformed structures skipped in the epoch in progress (--skip-invalid)
         self.metrics = S2EFMetrics()  # the training metrics of the epoch in progress (this rank's sums)
@@ -275,56 +277,60 @@ class S2EFTrainer:
 
     # ------------------------------------------------------------------ training
     def _update_metrics(self, batch, e_hat: Tensor, f_hat: Tensor, ref: Tensor, free: Tensor, has_e: Tensor,
-                        loss: float = 0.0) -> None:
-        """Add a batch's metrics (energies and forces in eV and eV/Å) over the labels its structures have."""
+                        loss: float = 0.0, s_hat: Optional[Tensor] = None) -> None:
+        """Add a batch's metrics (energies, forces and stresses in eV, eV/Å, eV/Å³) over the labels its structures
+        have."""
         has_f = getattr(batch, "has_forces", None)
         with torch.no_grad():
             self.metrics.update(self.normalizer.denormalise(e_hat.detach(), ref), batch.energy.reshape(-1),
                                 f_hat.detach() * self.normalizer.std, batch.forces, free, batch.natoms.reshape(-1),
                                 batch.batch, loss=loss, energy_mask=has_e,
                                 forces_mask=None if has_f is None else has_f.reshape(-1).bool())
+            if s_hat is not None:
+                self.metrics.update_stress(s_hat.detach() * self.normalizer.std, batch.stress, stress_mask(batch))
 
     def _targets(self, batch) -> tuple[Tensor, Tensor, Tensor]:
         ref = self.normalizer.reference(batch.z, batch.batch, batch.num_graphs)
         e_t = self.normalizer.normalise(batch.energy.reshape(-1), ref)
         return e_t, batch.forces / self.normalizer.std, ref
 
-    def global_counts(self, ids: Tensor, step) -> tuple[int, int, int]:
-        """``(B, n_free, skipped)`` of the global batch ``ids``: its structures with an energy label, the free atoms
-        of its structures with forces (the loss's denominators, :mod:`.labels`), the malformed structures skipped;
-        from the in-memory counts, or summed over the replicas' shares (one all-reduce; every rank of a replica read
-        the same share)."""
+    def global_counts(self, ids: Tensor, step) -> tuple[Counts, int]:
+        """``(counts, skipped)`` of the global batch ``ids``: its structures with an energy label, the free atoms of
+        its structures with forces and its structures with a stress (the loss's denominators, :mod:`.labels`), and
+        the malformed structures skipped; from the in-memory counts, or summed over the replicas' shares (one
+        all-reduce; every rank of a replica read the same share)."""
         if self.label_counts is not None:
-            e, f = self.label_counts[ids].sum(0).tolist()
-            return int(e), int(f), 0
-        t = torch.tensor([step.num_energy, step.num_free, step.skipped], dtype=torch.int64)
+            e, f, s = self.label_counts[ids].sum(0).tolist() if len(ids) else (0, 0, 0)
+            return Counts(int(e), int(f), int(s)), 0
+        t = torch.tensor([step.num_energy, step.num_free, step.num_stress, step.skipped], dtype=torch.int64)
         if self.world > 1:
             dist.all_reduce(t)
             t = t // (self.world // self.replicas)
-        return int(t[0]), int(t[1]), int(t[2])
+        return Counts(int(t[0]), int(t[1]), int(t[2])), int(t[3])
 
-    def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object]:
-        """``(ê [b], F̂ [n, 3], batch)`` of ``structures`` with the whole model, replicated on every rank of the
-        graph-parallel group (on the batch and graph a loader worker built, when ``step`` holds them)."""
+    def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object, Optional[Tensor]]:
+        """``(ê [b], F̂ [n, 3], batch, σ̂ [b, 3, 3] or None)`` of ``structures`` with the whole model (normalised
+        energies, forces and, when the run computes them, :attr:`with_stress`, stresses), replicated on every rank
+        of the graph-parallel group (on the batch and graph a loader worker built, when ``step`` holds them)."""
+        kw = {"forces": True, "stress": True} if self.with_stress else {"forces": True}
         if step is not None and step.graph is not None and structures is step.structures:
-            out = self.model(step.batch, step.graph, forces=True)
-            return out["energy"].reshape(-1), out["forces"], step.batch
-        if self.G == 1:
-            return forward(self.model, structures, self.graph_fn)
-        from torch_geometric.data import Batch
+            batch, graph, comm = step.batch, step.graph, None
+        else:
+            from torch_geometric.data import Batch
 
-        batch = Batch.from_data_list(structures)
-        graph = self.graph_fn(batch)
-        comm = self.make_comm(graph, batch)
-        out = self.model(batch, comm.local_graph(graph), comm, forces=True)
-        forces = replicate_owned(out["forces"], comm) if self.direct else out["forces"]
-        return out["energy"].reshape(-1), forces, batch
+            batch = Batch.from_data_list(structures)
+            graph = self.graph_fn(batch)
+            comm = self.make_comm(graph, batch)
+        out = self.model(batch, graph, **kw) if comm is None else self.model(batch, comm.local_graph(graph), comm, **kw)
+        forces = replicate_owned(out["forces"], comm) if self.direct and comm is not None else out["forces"]
+        return out["energy"].reshape(-1), forces, batch, out.get("stress")
 
     def train_epoch(self, epoch: int) -> dict:
         """One epoch of steps (from the resumed batch of a checkpoint written inside it). Returns ``loss`` (mean
         over steps of the global batch's loss), ``lr`` (of the last step), ``train_energy_mae``,
-        ``train_force_mae`` (of the training forward passes, eV and eV/Å), ``bytes_weight`` (the gradient
-        all-reduces, summed over ranks), ``cpu_s`` (per rank); with graph parallelism ``bytes_gp``,
+        ``train_force_mae`` (of the training forward passes, eV and eV/Å; ``train_stress_mae``, eV/Å³, where the
+        steps compute stresses), ``bytes_weight`` (the gradient all-reduces, summed over ranks), ``cpu_s`` (per
+        rank); with graph parallelism ``bytes_gp``,
         ``gp_comm_s`` and ``compute_s`` (per rank, seconds); in a pipeline ``bytes_layer`` (boundary tensors),
         ``bytes_gp`` and ``idle_s`` (per rank: seconds blocked on a peer). ``{"loss": nan}`` when the run ended
         inside the epoch (``--max-steps``: the epoch loop then records nothing)."""
@@ -342,6 +348,8 @@ class S2EFTrainer:
         n = len(self.epoch_losses)
         out = {"loss": sum(self.epoch_losses) / n if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
                "train_force_mae": m["force_mae"], "cpu_s": r[:, 4].tolist(), "bytes_weight": round(float(r[:, 5].sum()))}
+        if "stress_mae" in m:
+            out["train_stress_mae"] = m["stress_mae"]
         if self.pipelined:
             out.update(bytes_layer=round(float(r[:, 0].sum())), idle_s=r[:, 1].tolist(),
                        bytes_gp=round(float(r[:, 2].sum())))
@@ -381,32 +389,41 @@ class S2EFTrainer:
         read it; ``None``: read here); its loss joins the step losses (:meth:`flush_losses` makes them global)."""
         if step is None:
             step = next(iter(self.loader.iterate([self.share(ids)])))
-        num_structures, num_free, skip = self.global_counts(ids, step)
+        counts, skip = self.global_counts(ids, step)
         self.skipped += skip
         if self.pipelined:
-            self.pipe_stage.set_batches(self._groups(step.structures), num_structures, num_free)
+            self.pipe_stage.set_batches(self._groups(step.structures), counts)
             self._pending.append(float(self.executor.train_epoch(self.steps)["loss"]))  # its STEP: optimizer_step
         else:
-            self._whole_model_step(step, num_structures, num_free)
+            self._whole_model_step(step, counts)
         self.steps += 1
 
-    def _whole_model_step(self, step, num_structures: int, num_free: int) -> None:
+    def _loss(self, batch, e_hat: Tensor, f_hat: Tensor, s_hat: Optional[Tensor], counts: Counts) -> Tensor:
+        """This rank's part of the global batch's loss (:func:`~.loss.s2ef_loss`, and the stress term with
+        ``--stress-coef``), each term over the structures with its label."""
+        cfg = self.config
+        e_t, f_t, _ = self._targets(batch)
+        loss = s2ef_loss(e_hat, e_t, f_hat, f_t, force_mask(batch), num_structures=counts.energy,
+                         num_free=counts.forces, energy_coef=cfg.energy_coef, force_coef=cfg.force_coef,
+                         loss_fn=cfg.loss_fn, energy_mask=energy_mask(batch))
+        if s_hat is not None and cfg.stress_coef:
+            loss = loss + stress_loss(s_hat, batch.stress / self.normalizer.std, stress_mask(batch),
+                                      num_stress=counts.stress, stress_coef=cfg.stress_coef, loss_fn=cfg.loss_fn)
+        return loss
+
+    def _whole_model_step(self, step, counts: Counts) -> None:
         """The whole model on this rank's share, the loss back-propagated, then :meth:`optimizer_step` with the
         loss (made global by the gradients' all-reduce)."""
-        cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
         loss_value = torch.zeros((), dtype=torch.float64)
         if step.structures:
-            e_hat, f_hat, batch = self.forward(step.structures, step)
-            e_t, f_t, ref = self._targets(batch)
-            free, has_e = force_mask(batch), energy_mask(batch)
-            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
-                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn,
-                             energy_mask=has_e)
+            e_hat, f_hat, batch, s_hat = self.forward(step.structures, step)
+            loss = self._loss(batch, e_hat, f_hat, s_hat, counts)
             loss.backward()
             if self.reporting:
                 loss_value = loss.detach().to(torch.float64)
-                self._update_metrics(batch, e_hat, f_hat, ref, free, has_e)
+                ref = self._targets(batch)[2]
+                self._update_metrics(batch, e_hat, f_hat, ref, force_mask(batch), energy_mask(batch), s_hat=s_hat)
         self.epoch_losses.append(self.optimizer_step(loss_value))  # global: it travelled with the gradients
 
     def optimizer_step(self, loss: Optional[Tensor] = None) -> Optional[float]:
@@ -488,7 +505,7 @@ class S2EFTrainer:
         self.flush_losses()
         rows = self._gather(self._rank_sums())
         return {"losses": list(self.epoch_losses), "ranks": [r.tolist() for r in rows], "lr": self.lr,
-                "time_s": float(time_s)}
+                "time_s": float(time_s), "metric_fields": len(S2EFMetrics.FIELDS)}
 
     def restore_partial(self, part: dict) -> None:
         """Continue the sums of a checkpoint written inside an epoch (:meth:`partial_state`): each rank its own
@@ -501,8 +518,11 @@ class S2EFTrainer:
         else:
             mine = rows.sum(0) if self.rank == 0 else torch.zeros_like(rows[0])
         n = len(S2EFMetrics.FIELDS)
-        if (len(mine) - n) % len(KINDS):  # written before EFwT had a count of its own (8 metric fields)
-            mine = torch.cat([mine[:8], mine[:1], mine[8:]])  # then every structure counted for it
+        old = int(part.get("metric_fields", 8))  # a checkpoint of a version that summed fewer metric fields
+        if old < n:
+            extra = [mine[:1]] + [torch.zeros(1, dtype=mine.dtype)] * (n - old - 1) if old == 8 else \
+                [torch.zeros(n - old, dtype=mine.dtype)]  # EFwT's own count, 8 fields: every structure counted
+            mine = torch.cat([mine[:old], *extra, mine[old:]])
         self.metrics.sums += mine[:n]
         # bytes by kind, whatever wrappers wrote them, into the wrapper that reports each kind
         by_kind = mine[n:n + (len(mine) - n) // len(KINDS) * len(KINDS)].view(-1, len(KINDS)).sum(0)
@@ -518,20 +538,20 @@ class S2EFTrainer:
         return make_model(self.config)
 
     # ------------------------------------------------------------------ evaluation
-    def eval_counts(self, ids: Tensor, parts: list) -> tuple[int, int]:
-        """``(B, n_free)`` of a whole split ``ids`` (this rank's ``parts`` of it): the in-memory counts, or one pass
-        of the loader over the parts (structures only, no graphs) and an all-reduce."""
+    def eval_counts(self, ids: Tensor, parts: list) -> Counts:
+        """The :class:`~.labels.Counts` of a whole split ``ids`` (this rank's ``parts`` of it): the in-memory counts,
+        or one pass of the loader over the parts (structures only, no graphs) and an all-reduce."""
         if self.label_counts is not None:
-            e, f = self.label_counts[ids].sum(0).tolist() if len(ids) else (0, 0)
-            return int(e), int(f)
+            e, f, s = self.label_counts[ids].sum(0).tolist() if len(ids) else (0, 0, 0)
+            return Counts(int(e), int(f), int(s))
         counter = StructureLoader(self.structures, self.loader.num_workers)
-        n = torch.zeros(2, dtype=torch.int64)
+        n = torch.zeros(3, dtype=torch.int64)
         for step in counter.iterate(parts):
-            n += torch.tensor([step.num_energy, step.num_free])
+            n += torch.tensor([step.num_energy, step.num_free, step.num_stress])
         if self.world > 1:
             dist.all_reduce(n)
             n = n // (self.world // self.replicas)
-        return int(n[0]), int(n[1])
+        return Counts(int(n[0]), int(n[1]), int(n[2]))
 
     def _eval_split(self, ids: Tensor) -> None:
         """This rank's metric sums of the split ``ids`` into :attr:`metrics` (its share, batch by batch)."""
@@ -541,35 +561,32 @@ class S2EFTrainer:
         else:
             mine = self.share(ids)
             parts = list(mine.split(cfg.batch_size)) if len(mine) else []
-        num_structures, num_free = self.eval_counts(ids, parts)
+        counts = self.eval_counts(ids, parts)
         for k, step in enumerate(self.loader.iterate(parts)):
             if self.pipelined:
-                self._eval_pipeline_step(step, k, num_structures, num_free)
+                self._eval_pipeline_step(step, k, counts)
             elif step.structures:
-                self._eval_whole_model_step(step, num_structures, num_free)
+                self._eval_whole_model_step(step, counts)
         if self.pipelined:
             self.executor.comm.wait_sends()
 
-    def _eval_whole_model_step(self, step, num_structures: int, num_free: int) -> None:
-        cfg = self.config
+    def _eval_whole_model_step(self, step, counts: Counts) -> None:
         with torch.no_grad():
-            e_hat, f_hat, batch = self.forward(step.structures, step)
+            e_hat, f_hat, batch, s_hat = self.forward(step.structures, step)
             if not self.reporting:
                 return
-            e_t, f_t, ref = self._targets(batch)
-            free, has_e = force_mask(batch), energy_mask(batch)
-            loss = s2ef_loss(e_hat, e_t, f_hat, f_t, free, num_structures=num_structures, num_free=num_free,
-                             energy_coef=cfg.energy_coef, force_coef=cfg.force_coef, loss_fn=cfg.loss_fn,
-                             energy_mask=has_e)
-            self._update_metrics(batch, e_hat, f_hat, ref, free, has_e, loss=float(loss))
+            loss = self._loss(batch, e_hat, f_hat, s_hat, counts)
+            ref = self._targets(batch)[2]
+            self._update_metrics(batch, e_hat, f_hat, ref, force_mask(batch), energy_mask(batch), loss=float(loss),
+                                 s_hat=s_hat)
 
-    def _eval_pipeline_step(self, step, k: int, num_structures: int, num_free: int) -> None:
+    def _eval_pipeline_step(self, step, k: int, counts: Counts) -> None:
         """Exact inference through the stages, ``C`` micro-batches: ``F`` (and ``G`` without a graph for
         conservative forces, whose energies the last stage then sends to stage 0); the metrics are summed where
         energies and forces are together (direct: the last stage; conservative: stage 0)."""
         st, ex = self.pipe_stage, self.executor
-        st.set_batches(self._groups(step.structures), num_structures, num_free, training=False)
-        st.eval_energy, st.eval_forces = {}, {}
+        st.set_batches(self._groups(step.structures), counts, training=False)
+        st.eval_energy, st.eval_forces, st.eval_stress = {}, {}, {}
         for c in range(self.C):
             ex.forward(c, k)
         if not self.direct:
@@ -601,10 +618,10 @@ class S2EFTrainer:
         for c in chunks:
             mb = st.mbs[c]
             e_t = self._targets(mb.batch)[0]
-            loss = (energy_loss(st.eval_energy[c], e_t, num_structures=st.num_structures,
+            loss = (energy_loss(st.eval_energy[c], e_t, num_structures=st.counts.energy,
                                 energy_coef=cfg.energy_coef, loss_fn=cfg.loss_fn, mask=energy_mask(mb.batch))
                     + st.ctx[c]["force_loss"])
-            st.record(mb, st.eval_energy[c], st.eval_forces[c], float(loss.detach()))
+            st.record(mb, st.eval_energy[c], st.eval_forces[c], float(loss.detach()), st.eval_stress.get(c))
 
     def eval_splits(self) -> list[str]:
         """The splits evaluated, in order: ``val`` (it chooses the best weights), the other given validation sets
@@ -640,6 +657,8 @@ class S2EFTrainer:
         """Train with the shared epoch loop and session (collective when ``world > 1``); returns this rank's
         result (``result.model``: the trained model with its ``meta`` on rank 0)."""
         lead = self.rank == 0
+        if "stress" in plan_info.get("labels", ()) and not self.direct:  # report the stresses the data has
+            self.with_stress = True
         selection = selection_for(plan_info)
         self.monitor = selection.monitor
         session = RunSession(self.config, options, self, lead=lead, rank=self.rank, world=self.world,

@@ -109,7 +109,7 @@ def test_schnet_trains_without_triplets_and_dimenet_with_them():
                                      model_args={"num_filters": 8, "num_gaussians": 8}))
     tr = S2EFTrainer(cfg, structures, splits, EnergyNormalizer.fit(structures[:4]))
     tr.model.eval()
-    e, f, batch = tr.forward(structures[:3])
+    e, f, batch, _ = tr.forward(structures[:3])
     assert tr.graph_fn(batch).idx_kj is None
     e2, f2, _ = forward(tr.model, structures[:3], graph_builder(4.0, cfg.max_neighbors, True))
     assert torch.equal(e, e2) and torch.equal(f, f2)  # the same energies and forces as with the triplets built

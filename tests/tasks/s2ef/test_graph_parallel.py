@@ -72,9 +72,9 @@ def _run(rank: int, world: int, cfg: TrainConfig, batches=BATCHES) -> dict:
     forward, step = tr.forward, tr.optimizer.step
 
     def recording_forward(structs, *step):
-        e, f, b = forward(structs, *step)
+        e, f, b, s = forward(structs, *step)
         seen["pred"].append((e.detach().clone(), f.detach().clone()))
-        return e, f, b
+        return e, f, b, s
 
     def recording_step(*a, **k):
         seen["grads"].append({n: p.grad.clone() for n, p in tr.model.named_parameters()})

@@ -52,10 +52,10 @@ def _reference(cfg: TrainConfig) -> dict:
     forward, step = tr.forward, tr.optimizer.step
 
     def rec_forward(structs, *step):
-        e, f, b = forward(structs, *step)
+        e, f, b, s = forward(structs, *step)
         seen["energy"].append(e.detach().clone())
         seen["forces"].append(f.detach().clone())
-        return e, f, b
+        return e, f, b, s
 
     def rec_step(*a, **k):
         seen["grads"].append({n: p.grad.clone() for n, p in tr.model.named_parameters()})
