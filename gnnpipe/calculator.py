@@ -16,7 +16,15 @@ from ase.calculators.calculator import all_changes
 
 
 class Calculator(_AseCalculator):
-    """``get_potential_energy`` (eV) and ``get_forces`` (eV/Å) by a trained S2EF model.
+    """``get_potential_energy`` (eV), ``get_forces`` (eV/Å) and ``get_stress`` (eV/Å³, ASE's Voigt order ``xx yy zz
+    yz xz xy`` and sign: ``σ = (1/V) ∂E/∂ε``) by a trained S2EF model, so ASE's optimizers relax positions, with
+    ``FrechetCellFilter`` cells too, and its MD integrators (NPT included) run on it.
+
+    The stress is the derivative of the energy under a homogeneous strain of positions and cell (Nielsen and
+    Martin, *Quantum-mechanical theory of stress and force*, PRB 32, 3780 (1985)), taken by autograd through a
+    symmetric strain as SchNetPack, MACE and fairchem do (:meth:`gnnpipe.models.atomistic.base.AtomisticModel.forward`);
+    it is computed only when asked for, on structures periodic in all three directions. A model with direct forces has
+    no stress (``implemented_properties`` lacks it).
 
     Args:
         model: a model file (``gnnpipe export`` / :func:`gnnpipe.models.save` of a training result's model), a
@@ -35,9 +43,11 @@ class Calculator(_AseCalculator):
     Raises:
         ConfigError: the file is not a gnnpipe model file, or its model was not trained for S2EF; an unknown
             ``unseen_elements``; a ``device`` torch does not know, or ``"cuda"`` where no CUDA GPU is visible.
+        PropertyNotImplementedError: (ASE's, from ``get_stress``) a structure not periodic in 3D, or a model with
+            direct forces.
     """
 
-    implemented_properties = ["energy", "free_energy", "forces"]
+    implemented_properties = ["energy", "free_energy", "forces", "stress"]
 
     def __init__(self, model, unseen_elements: str = "warn", device="cpu", **kwargs):
         super().__init__(**kwargs)
@@ -63,6 +73,8 @@ class Calculator(_AseCalculator):
 
         task_meta(model)  # refuse a node-classification model now, not at the first call
         self.model = model.to(device).eval()
+        if getattr(model, "direct_forces", False):  # its forces are not −∂E/∂pos: no consistent stress
+            self.implemented_properties = ["energy", "free_energy", "forces"]
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         from .data.atoms import from_atoms
@@ -71,8 +83,20 @@ class Calculator(_AseCalculator):
         import torch
 
         super().calculate(atoms, properties, system_changes)
+        stress = "stress" in properties
+        if stress and ("stress" not in self.implemented_properties or self.atoms.cell.rank < 3
+                       or not self.atoms.pbc.all()):
+            from ase.calculators.calculator import PropertyNotImplementedError
+
+            why = ("its model has direct forces (train it with conservative forces for stresses)"
+                   if "stress" not in self.implemented_properties else "the structure is not periodic in 3D")
+            raise PropertyNotImplementedError(f"no stress: {why}")
         # positions read in float64 (ASE's), then cast to the model's dtype: no float32 rounding on the way
-        energy, forces = predict_structures(self.model, from_atoms([self.atoms], dtype=torch.float64),
-                                            unseen_elements=self.unseen_elements)
+        energy, forces, *s = predict_structures(self.model, from_atoms([self.atoms], dtype=torch.float64),
+                                                unseen_elements=self.unseen_elements, stress=stress)
         e = float(energy[0])
         self.results = {"energy": e, "free_energy": e, "forces": forces[0].numpy()}
+        if stress:
+            from .data.atoms.structures import voigt_of
+
+            self.results["stress"] = voigt_of(s[0][0].numpy())

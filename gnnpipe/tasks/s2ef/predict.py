@@ -102,9 +102,9 @@ def resolve_device(device) -> torch.device:
 
 
 def predict_structures(model, structures: Sequence, batch_size: int = 16, *, unseen_elements: str = "warn",
-                       source: str = "structure") -> tuple[Tensor, list[Tensor]]:
-    """Energies and forces of ``structures`` (PyG ``Data`` as :func:`gnnpipe.data.atoms.from_atoms` makes, labels
-    not needed).
+                       source: str = "structure", stress: bool = False) -> tuple:
+    """Energies and forces (and, with ``stress``, stresses) of ``structures`` (PyG ``Data`` as
+    :func:`gnnpipe.data.atoms.from_atoms` makes, labels not needed).
 
     Before any graph is built: atomic numbers beyond the model's ``max_z`` are refused, elements the model was not
     trained on warned about once per call, naming them (``unseen_elements="error"``: refused; ``"ignore"``: not
@@ -114,10 +114,11 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     CPU.
 
     Returns:
-        ``(energy [S] float64 eV, [forces [n_s, 3] float64 eV/Å per structure])``.
+        ``(energy [S] float64 eV, [forces [n_s, 3] float64 eV/Å per structure])``; with ``stress`` also
+        ``stress [S, 3, 3] float64 eV/Å³`` (:func:`energies_forces`).
 
     Raises:
-        ConfigError: not an S2EF model; a graph too large to build here. DataValidationError: a malformed
+        ConfigError: not an S2EF model; a graph too large to build here; ``stress`` of a direct-forces model. DataValidationError: a malformed
         structure; an atomic number beyond ``max_z``; an unseen element with ``unseen_elements="error"``.
     """
     from torch_geometric.data import Batch
@@ -142,7 +143,7 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
                      fix="predict smaller structures, or use a model trained with a cutoff of about {cutoff} Å or "
                          "less")
     model.eval()
-    energies, forces = [], []
+    energies, forces, stresses = [], [], []
     # the forces need ∂E/∂pos only: parameters that do not require grad spare the backward their weight gradients
     # and the forward the tensors saved for them (as gnnpipe.relax does); given back after
     frozen = [q for q in model.parameters() if q.requires_grad]
@@ -151,18 +152,23 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     try:
         for start in range(0, len(structures), batch_size):
             batch = Batch.from_data_list(structures[start:start + batch_size]).to(p.device)
-            e, f = energies_forces(model, batch, graph_fn(batch), norm)
+            e, f, *s = energies_forces(model, batch, graph_fn(batch), norm, stress=stress)
             energies.append(e.detach().cpu())
+            stresses.extend(x.detach().cpu() for x in s)
             f, ptr = f.detach().cpu(), batch.ptr.cpu()
             forces.extend(f[ptr[i]:ptr[i + 1]] for i in range(batch.num_graphs))
     finally:
         for q in frozen:
             q.requires_grad_(True)
-    return (torch.cat(energies) if energies else torch.zeros(0, dtype=torch.float64)), forces
+    energy = torch.cat(energies) if energies else torch.zeros(0, dtype=torch.float64)
+    if stress:
+        return energy, forces, torch.cat(stresses) if stresses else torch.zeros(0, 3, 3, dtype=torch.float64)
+    return energy, forces
 
 
-def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None) -> tuple[Tensor, Tensor]:
-    """Energies and forces of one batch of prepared structures in eV and eV/Å (the model's outputs denormalised).
+def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None, *, stress: bool = False) -> tuple:
+    """Energies and forces (and stresses) of one batch of prepared structures in eV, eV/Å (and eV/Å³): the model's
+    outputs denormalised.
 
     Args:
         model: an S2EF model. batch: a PyG ``Batch`` (``z``, ``pos``, ``cell``, ``pbc``, ``batch``) in the model's
@@ -172,15 +178,25 @@ def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None) -> t
             ``graph`` then its ``local_graph``): energies and conservative forces come back replicated on every
             rank of the group; ``None``: one process.
 
+        stress: also the stresses (``σ = (1/V) ∂E/∂ε``, ASE's sign; conservative models only).
+
     Returns:
-        ``(energy [B] float64 eV, forces [N, 3] float64 eV/Å)``, the raw forces (constraints not applied).
+        ``(energy [B] float64 eV, forces [N, 3] float64 eV/Å)``, the raw forces (constraints not applied); with
+        ``stress`` also ``stress [B, 3, 3] float64 eV/Å³`` (NaN for a structure not periodic in 3D).
+
+    Raises:
+        ConfigError: ``stress`` of a model with direct forces.
     """
-    out = model(batch, graph, comm, forces=True) if comm is not None else model(batch, graph, forces=True)
+    kw = {"forces": True, "stress": True} if stress else {"forces": True}
+    out = model(batch, graph, comm, **kw) if comm is not None else model(batch, graph, **kw)
     forces = out["forces"]
     if comm is not None and getattr(model, "direct_forces", False):  # a direct head gives the owned atoms' rows
         forces = comm.atoms_gather(forces)
     ref = norm.reference(batch.z, batch.batch, batch.num_graphs)
-    return norm.denormalise(out["energy"].reshape(-1).double(), ref), forces.double() * norm.std
+    energy = norm.denormalise(out["energy"].reshape(-1).double(), ref)
+    if stress:  # the reference depends on the composition only: the strain derivative is the scaled model's
+        return energy, forces.double() * norm.std, out["stress"].double() * norm.std
+    return energy, forces.double() * norm.std
 
 
 def _id_part(value):
