@@ -9,6 +9,11 @@ file of ``gnnpipe export`` (what the ASE calculator takes) or a checkpoint folde
 ``relax_steps``, ``relax_converged``, ``relax_fmax``, ``relax_done``; Ctrl-C writes the structures relaxed so far
 (the others at their current positions, ``relax_done=False``) and exits 130.
 
+``--relax-cell`` relaxes each cell with its positions, as ASE's ``FrechetCellFilter`` with the same optimizer
+would (bulk structures periodic in 3D; a model with conservative forces, which gives stresses): the structure stops
+when its largest generalised force, the cell's scaled virial included, is below ``--fmax``; ``--pressure`` relaxes
+the enthalpy at that pressure; ``--out`` then holds each relaxed cell and the model's stress.
+
 ``--gp-size G`` computes each step's forces with the edges and triplets of the batch sharded over ``G`` ranks
 (graph parallelism, the layout of ``gnnpipe train --gp-size``), for a model too large for one device; every rank
 runs the same optimizer step, rank 0 writes the output.
@@ -17,6 +22,7 @@ examples:
   gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz
   gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz --optimizer lbfgs --fmax 0.02 --steps 300
   gnnpipe relax model.pt --dataset initial.extxyz --out relaxed.extxyz --gp-size 2
+  gnnpipe relax model.pt --dataset bulk.extxyz --out relaxed.extxyz --relax-cell --fmax 0.01
 """
 
 from __future__ import annotations
@@ -59,6 +65,13 @@ def register(sub) -> None:
     p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb, or a folder of such files)")
     p.add_argument("--out", required=True, help="the relaxed structures (.extxyz) to write")
     add_relax_arguments(p)
+    c = p.add_argument_group("cell relaxation (ASE's FrechetCellFilter)")
+    c.add_argument("--relax-cell", action="store_true", help="relax each cell with its positions (structures "
+                   "periodic in 3D, a model with conservative forces)")
+    c.add_argument("--pressure", type=float, default=0.0, metavar="GPA", help="external pressure, GPa: the enthalpy "
+                   "E + pV is relaxed (default 0)")
+    c.add_argument("--hydrostatic-strain", action="store_true", help="only hydrostatic cell deformation")
+    c.add_argument("--constant-volume", action="store_true", help="cell deformation at constant volume")
     p.add_argument("--trajectory", default=None, help="folder for each structure's frames (<index>.extxyz)")
     p.set_defaults(func=run)
 
@@ -111,10 +124,21 @@ def _phases(args: argparse.Namespace):
 
 
 def relax_options(args: argparse.Namespace) -> dict:
-    return dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
+    opts = dict(optimizer=args.optimizer, fmax=args.fmax, steps=args.steps, maxstep=args.maxstep,
                 batch_size=args.batch_size, device=args.device, progress=args.progress,
                 gp_size=args.graph_parallel_group_size, gp_partitioner=args.graph_parallel_partitioner,
                 gp_mode=args.graph_parallel_mode, threads=args.threads, log_every_steps=args.log_every_steps)
+    if getattr(args, "relax_cell", False):
+        from ase.units import GPa
+
+        opts.update(relax_cell=True, scalar_pressure=args.pressure * GPa, hydrostatic_strain=args.hydrostatic_strain,
+                    constant_volume=args.constant_volume)
+    elif getattr(args, "pressure", 0.0) or getattr(args, "hydrostatic_strain", False) \
+            or getattr(args, "constant_volume", False):
+        from ..errors import ConfigError
+
+        raise ConfigError("--pressure, --hydrostatic-strain and --constant-volume act on the cell: add --relax-cell")
+    return opts
 
 
 def summary(res, seconds: float) -> str:

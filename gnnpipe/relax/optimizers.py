@@ -1,8 +1,8 @@
 """FIRE and L-BFGS over a batch of structures, in torch: every structure keeps its own state (time step, mixing
 coefficient, curvature history) and takes exactly the step ASE's optimizer would take on it alone.
 
-A batch holds ``B`` structures with ``N`` atoms in all; ``batch [N]`` (int64, non-decreasing) names each atom's
-structure. Positions, forces and velocities are float64 ``[N, 3]`` (Å, eV/Å, Å/fs-like FIRE units), energies
+A batch holds ``B`` structures with ``N`` rows in all (atoms; with cells relaxed, three more rows per structure,
+:mod:`gnnpipe.relax.cell`); ``batch [N]`` (int64, in any order) names each row's structure. Positions, forces and velocities are float64 ``[N, 3]`` (Å, eV/Å, Å/fs-like FIRE units), energies
 float64 ``[B]`` eV. Forces given to :meth:`step` already have the constraints applied (fixed atoms' forces zero,
 as ``ase.Atoms.get_forces`` returns them), so fixed atoms never move. Every dot product, norm and maximum that ASE
 takes over one structure's ``3n`` degrees of freedom is taken here per structure by a segment reduction.
@@ -46,7 +46,7 @@ class BatchOptimizer:
     """The state of a batched optimizer over the structures still running.
 
     Args:
-        batch: int64 ``[N]``, each atom's structure in ``0..B-1`` (non-decreasing).
+        batch: int64 ``[N]``, each row's structure in ``0..B-1``.
         num_structures: ``B``.
         maxstep: Å, the largest move per step (ASE's ``maxstep``, default 0.2).
     """

@@ -8,6 +8,12 @@ checks in the same order: forces, convergence, step). The optimizers are ``gnnpi
 As fairchem's batched relaxations (``OptimizableBatch`` and its L-BFGS; Chanussot et al., *Open Catalyst 2020*,
 ACS Catal. 2021, §IS2RS), but with each structure's trajectory the one ASE gives it alone.
 
+Cells (``relax_cell=True``, ``gnnpipe relax --relax-cell``): positions and cell move together as ASE's
+``FrechetCellFilter`` moves them (:class:`gnnpipe.relax.cell.FrechetCell`): each structure's forces and stress
+give ``n + 3`` generalised forces, the optimizer steps its ``n + 3`` rows, and it stops when the largest row (the
+atoms' forces and the cell's scaled virial) is below ``fmax``, where ``FIRE(FrechetCellFilter(atoms)).run(fmax)``
+stops.
+
 Graph parallelism (``gp_size = G > 1``; Sriram et al., *Towards Training Billion Parameter Graph Neural Networks for
 Atomic Simulations*, ICLR 2022): the launcher (:func:`gnnpipe.core.run.launch.spawn`) starts ``G`` ranks joined in
 one gloo group, as graph-parallel S2EF training does; each step every rank builds the same graph and the same
@@ -40,15 +46,18 @@ class RelaxResult:
 
     Attributes:
         structures: one ``Data`` per input structure, in input order: ``pos`` float64 Å (the last positions),
-            ``energy [1]`` eV and ``forces [n, 3]`` eV/Å (the model's, raw) at them, and the input's other fields.
+            ``energy [1]`` eV and ``forces [n, 3]`` eV/Å (the model's, raw) at them, and the input's other fields;
+            with cells relaxed also the last ``cell [1, 3, 3]`` (float64 Å) and the ``stress [1, 3, 3]`` (eV/Å³).
         energies: float64 ``[S]`` eV, the model's energies of the relaxed structures.
-        fmax: float64 ``[S]`` eV/Å, the largest force on a free atom at the end.
+        fmax: float64 ``[S]`` eV/Å, the largest force on a free atom at the end (with cells relaxed: the largest
+            generalised force, cell rows included, as ``FrechetCellFilter`` reports it).
         steps: int64 ``[S]``, optimizer steps taken.
         converged: bool ``[S]``, ``fmax`` below the threshold.
         done: bool ``[S]``, finished (converged or out of steps); false only after an interruption.
         interrupted: a ``KeyboardInterrupt`` stopped the run (the running structures keep their current positions).
         forward_calls: batched forwards run; evaluations: structure-forwards summed over steps.
-        trajectories: per structure, the list of ``(pos [n, 3], energy, forces [n, 3])`` frames, when asked for.
+        trajectories: per structure, the list of ``(pos [n, 3], energy, forces [n, 3], cell [3, 3])`` frames, when
+            asked for.
     """
 
     structures: list
@@ -92,7 +101,9 @@ def _optimizer(name: str, batch: Tensor, num: int, options: dict):
 def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float = 0.05, steps: int = 200,
           device: str | torch.device = "cpu", batch_size: Optional[int] = None, trajectories: bool = False,
           progress: bool = False, gp_size: int = 1, gp_partitioner: str = "edge-chunk", gp_mode: str = "allgather",
-          threads: Optional[int] = None, log_every_steps: int = 0, **options) -> RelaxResult:
+          threads: Optional[int] = None, log_every_steps: int = 0, relax_cell: bool = False,
+          scalar_pressure: float = 0.0, exp_cell_factor: Optional[float] = None, hydrostatic_strain: bool = False,
+          constant_volume: bool = False, **options) -> RelaxResult:
     """Relax ``structures`` together with ``model``'s energies and forces.
 
     Args:
@@ -115,6 +126,10 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
             process. ``gp_partitioner`` (``edge-chunk``, ``atom-owner``, …) and ``gp_mode`` (``allgather``,
             ``halo``) as ``gnnpipe train --gp-partitioner / --gp-mode``.
         threads: torch threads of each graph-parallel rank (default: this process's threads over ``G``, at least 1).
+        relax_cell: relax each cell with its positions (ASE's ``FrechetCellFilter``: the module docstring; structures
+            periodic in 3D, a model with conservative forces); ``scalar_pressure`` (eV/Å³: the enthalpy ``E + pV``
+            is relaxed), ``exp_cell_factor`` (default: the structure's atom count), ``hydrostatic_strain`` and
+            ``constant_volume`` are the filter's options.
 
     Returns:
         a :class:`RelaxResult`; on ``KeyboardInterrupt`` the structures relaxed so far and the others at their
@@ -122,7 +137,8 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
 
     Raises:
         ConfigError: ``fmax <= 0``, ``steps < 0``, an unknown optimizer or option, a model not trained for S2EF,
-            ``gp_size < 1``, a model without graph-parallel hooks with ``gp_size > 1``, an unknown ``gp_mode``.
+            ``gp_size < 1``, a model without graph-parallel hooks with ``gp_size > 1``, an unknown ``gp_mode``;
+            ``relax_cell`` with a direct-forces model or a structure not periodic in 3D.
         UnknownComponentError: an unknown ``gp_partitioner``.
         DataValidationError: a malformed structure.
         DistributedError: a graph-parallel rank failed (the message names it).
@@ -145,10 +161,16 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     _optimizer(optimizer, torch.zeros(0, dtype=torch.long), 0, options)  # unknown names fail before any work
     _check_gp(model, gp_size, gp_partitioner, gp_mode)
     structures = _as_structures(structures)
+    cell = None
+    if relax_cell:
+        cell = dict(scalar_pressure=scalar_pressure, exp_cell_factor=exp_cell_factor,
+                    hydrostatic_strain=hydrostatic_strain, constant_volume=constant_volume)
+        _check_cells(model, structures)
     if gp_size > 1 and gp is None:
         return _spawn_gp(model, structures, dict(optimizer=optimizer, fmax=fmax, steps=steps, device=str(device),
                                                  batch_size=batch_size, trajectories=trajectories,
-                                                 progress=progress, log_every_steps=log_every_steps, **options),
+                                                 progress=progress, log_every_steps=log_every_steps,
+                                                 relax_cell=relax_cell, **(cell or {}), **options),
                          gp_size, gp_partitioner, gp_mode, threads)
     device = torch.device(device)
     model = model.to(device).eval()
@@ -171,7 +193,7 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
         for start in range(0, n, size):
             lines.batch(min(n, start + size) - start)
             _relax_group(model, structures, list(range(start, min(n, start + size))), res, optimizer, options,
-                         fmax, steps, device, bar, gp, lines)
+                         fmax, steps, device, bar, gp, lines, cell)
     except KeyboardInterrupt:
         res.interrupted = True
     finally:
@@ -184,6 +206,18 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
             d.pos = d.pos.double()
             res.structures[k] = d
     return res
+
+
+def _check_cells(model, structures) -> None:
+    """Refuse a cell relaxation without stresses: a direct-forces model, a structure not periodic in 3D."""
+    if getattr(model, "direct_forces", False):
+        raise ConfigError("--relax-cell needs stresses, and a model with direct forces has none; relax its positions "
+                          "only, or train with conservative forces")
+    for k, d in enumerate(structures):
+        pbc = getattr(d, "pbc", None)
+        if pbc is None or not bool(pbc.bool().all()) or abs(float(torch.linalg.det(d.cell.reshape(3, 3).double()))) < 1e-9:
+            raise ConfigError(f"--relax-cell: structure {k} is not periodic in 3D (pbc and a cell of non-zero "
+                              f"volume); relax such structures without --relax-cell")
 
 
 def _check_gp(model, gp_size, partitioner, mode) -> None:
@@ -261,15 +295,17 @@ class _StepLines:
 
 
 def _relax_group(model, structures, indices, res: RelaxResult, optimizer, options, fmax, steps, device, bar,
-                 gp=None, lines: Optional[_StepLines] = None):
+                 gp=None, lines: Optional[_StepLines] = None, cell: Optional[dict] = None):
     """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes (``gp``: this
-    graph-parallel rank's group size, partitioner, mode and byte counter)."""
+    graph-parallel rank's group size, partitioner, mode and byte counter; ``cell``: the options of
+    :class:`~.cell.FrechetCell`, the cells relaxed too)."""
     from torch_geometric.data import Batch
 
     from ..tasks.s2ef.data import prepare_structures
     from ..tasks.s2ef.normalizer import EnergyNormalizer
     from ..tasks.s2ef.predict import energies_forces, task_meta
     from ..data.atoms import build_graph
+    from .cell import FrechetCell
     from .optimizers import segment_max
 
     meta = task_meta(model)
@@ -283,11 +319,14 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     def graph_fn(b):   # the calculator's graph (graph_builder's), found for all structures at once
         return build_graph(b, cutoff, cap, with_triplets=tri, method="batch", with_reverse=rev)
 
+    stress = cell is not None
+
     def forward(b):
-        """``(energy [B], forces [N, 3])`` float64 of batch ``b``: one process, or this rank's shard."""
+        """``(energy [B], forces [N, 3], [stress [B, 3, 3]])`` float64 of batch ``b``: one process, or this rank's
+        shard."""
         graph = graph_fn(b)
         if gp is None:
-            return energies_forces(model, b, graph, norm)
+            return energies_forces(model, b, graph, norm, stress=stress)
         import torch.distributed as dist
 
         from ..core.ops.graph_parallel import GraphParallelComm
@@ -295,11 +334,10 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
 
         plan = plan_graph_parallel(graph, gp["size"], gp["partitioner"], pos=b.pos)
         comm = GraphParallelComm(plan, mode=gp["mode"], comm=gp["comm"], device=device)
-        e, f = energies_forces(model, b, comm.local_graph(graph), norm, comm)
-        e, f = e.contiguous(), f.contiguous()
-        dist.broadcast(e, 0)   # rank 0's values on every rank: the same decisions everywhere
-        dist.broadcast(f, 0)
-        return e, f
+        out = [x.contiguous() for x in energies_forces(model, b, comm.local_graph(graph), norm, comm, stress=stress)]
+        for x in out:
+            dist.broadcast(x, 0)   # rank 0's values on every rank: the same decisions everywhere
+        return out
 
     def stop_requested() -> bool:
         """Graph parallel: whether any rank got a stop signal (every rank calls this at the same step)."""
@@ -322,58 +360,90 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     running = list(range(len(group)))        # positions in ``group`` of the structures still running
     batch = Batch.from_data_list(prepared).to(device)
     free = ~batch.fixed.bool()
-    opt = _optimizer(optimizer, batch.batch, len(group), options)
-    taken = 0
+    # the optimizer's coordinates x: the positions, or with cells the filter's generalised coordinates
+    filt = FrechetCell(batch.cell.to(torch.float64), batch.batch, **cell) if cell is not None else None
+    x = pos if filt is None else filt.initial(pos)
+    cells = batch.cell.to(torch.float64)
+    opt = _optimizer(optimizer, batch.batch if filt is None else filt.rows_batch(), len(group), options)
+    taken, stresses = 0, None
     try:
         while running:
             if gp is not None and stop_requested():
                 raise KeyboardInterrupt("stopped by signal")
+            if filt is not None:
+                pos, cells = filt.structures(x)
+                batch.cell = cells.to(dtype)
+            else:
+                pos = x
             batch.pos = pos.to(dtype)
             with torch.no_grad():
-                energy, forces = forward(batch)
+                energy, forces, *stresses = forward(batch)
             res.forward_calls += 1
             res.evaluations += len(running)
             forces = torch.where(free.unsqueeze(-1), forces, torch.zeros_like(forces))
-            worst = segment_max(forces.norm(dim=1), batch.batch, len(running)).clamp(min=0)
+            if filt is None:
+                moved, objective = forces, energy
+            else:
+                stresses = stresses[0]
+                moved, _ = filt.forces(x, forces, stresses, cells)
+                objective = filt.energy(energy, cells)
+            rows = batch.batch if filt is None else filt.rows_batch()
+            worst = segment_max(moved.norm(dim=1), rows, len(running)).clamp(min=0)
             if res.trajectories is not None:
-                _record(res, indices, running, batch, pos, energy, forces)
+                _record(res, indices, running, batch, pos, energy, forces, cells)
             finished = (worst < fmax) | (taken >= steps)
             if bool(finished.any()):
                 for local in torch.nonzero(finished).flatten().tolist():
                     _finish(res, indices[running[local]], group[running[local]], batch, local, pos, energy,
-                            forces, worst, taken, fmax)
+                            forces, worst, taken, fmax, cells if filt is not None else None,
+                            stresses if filt is not None else None)
                 keep = ~finished
                 running = [r for r, k in zip(running, keep.tolist()) if k]
                 bar.update(int(finished.sum()))
                 bar.set_postfix_str(f"converged {int(res.converged.sum())}, running {len(running)}")
                 if not running:
                     break
-                atoms = keep[batch.batch]
+                kept_rows = keep[batch.batch] if filt is None else filt.rows_of(keep)
                 opt.select(keep)
-                pos, energy, forces = pos[atoms], energy[keep], forces[atoms]
+                if filt is not None:
+                    filt.select(keep)
+                    cells = cells[keep]
+                x, moved, objective = x[kept_rows], moved[kept_rows], objective[keep]
                 batch = Batch.from_data_list([prepared[r] for r in running]).to(device)
                 free = ~batch.fixed.bool()
-            pos = opt.step(pos, forces, energy)
+            x = opt.step(x, moved, objective)
             taken += 1
             if lines is not None:
                 lines.step(taken, res, len(running), worst)
     except KeyboardInterrupt:
+        if filt is not None:
+            pos, cells = filt.structures(x)
+        else:
+            pos = x
         for local, r in enumerate(running):     # the running structures at their current positions
             k = indices[r]
             sel = batch.batch == local
             d = group[r].clone()
             d.pos = pos[sel].detach().cpu()
+            if filt is not None:
+                d.cell = cells[local:local + 1].detach().cpu()
             res.structures[k] = d
             res.steps[k] = taken
         raise
 
 
-def _finish(res, k, source, batch, local, pos, energy, forces, worst, taken, fmax):
+def _finish(res, k, source, batch, local, pos, energy, forces, worst, taken, fmax, cells=None, stresses=None):
     sel = batch.batch == local
     d = source.clone()
     d.pos = pos[sel].detach().cpu().to(torch.float64)
     d.energy = energy[local].detach().cpu().reshape(1)
     d.forces = forces[sel].detach().cpu()
+    for key in ("stress", "has_stress"):  # an input's stress label is not the model's at these positions
+        if key in d:
+            del d[key]
+    if cells is not None:
+        d.cell = cells[local:local + 1].detach().cpu()
+        d.stress, d.has_stress = stresses[local:local + 1].detach().cpu(), torch.tensor([True])
     res.structures[k] = d
     res.energies[k] = float(energy[local])
     res.fmax[k] = float(worst[local])
@@ -382,11 +452,12 @@ def _finish(res, k, source, batch, local, pos, energy, forces, worst, taken, fma
     res.done[k] = True
 
 
-def _record(res, indices, running, batch, pos, energy, forces):
+def _record(res, indices, running, batch, pos, energy, forces, cells):
     for local, r in enumerate(running):
         sel = batch.batch == local
         res.trajectories[indices[r]].append((pos[sel].detach().cpu().clone(), float(energy[local]),
-                                             forces[sel].detach().cpu().clone()))
+                                             forces[sel].detach().cpu().clone(),
+                                             cells[local].detach().cpu().clone()))
 
 
 def write_trajectories(res: RelaxResult, folder: str | Path) -> list[Path]:
@@ -407,10 +478,10 @@ def write_trajectories(res: RelaxResult, folder: str | Path) -> list[Path]:
     paths = []
     for k, frames in enumerate(res.trajectories):
         images = []
-        for pos, e, f in frames:
+        for pos, e, f, cell in frames:
             d = res.structures[k].clone()
-            d.pos = pos
-            for key in ("energy", "forces"):
+            d.pos, d.cell = pos, cell.reshape(1, 3, 3).to(d.cell.dtype)
+            for key in ("energy", "forces", "stress", "has_stress"):
                 if key in d:
                     del d[key]
             a = to_atoms(d)

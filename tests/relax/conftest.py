@@ -13,7 +13,8 @@ from torch import nn
 
 class MorsePotential(nn.Module):
     """``E = ½ Σ_edges D ((1 − e^{−a(d − r0)})² − 1) · C(d)``, ``C`` a cosine cutoff; an S2EF model's contract
-    (``model(batch, graph, forces=True)``, ``meta["task_meta"]``) so the relaxer and the calculator take it."""
+    (``model(batch, graph, forces=True, stress=…)``, ``meta["task_meta"]``) so the relaxer and the calculator take
+    it."""
 
     uses_triplets = False
 
@@ -24,16 +25,23 @@ class MorsePotential(nn.Module):
         self.meta = {"task_meta": {"task": "s2ef", "cutoff": cutoff, "max_neighbors": None,
                                    "normalizer": {"coef": [0.0] * 100, "mean": 0.0, "std": 1.0}}}
 
-    def forward(self, batch, graph, comm=None, *, forces: bool = False):
+    def forward(self, batch, graph, comm=None, *, forces: bool = False, stress: bool = False):
         with torch.enable_grad():
             pos = batch.pos.detach().requires_grad_(True)
-            d = graph.edge_vectors(pos, batch.cell).norm(dim=-1)
+            eps = torch.zeros(batch.num_graphs, 3, 3, dtype=pos.dtype, requires_grad=True)
+            sym = (eps + eps.transpose(1, 2)) / 2  # a symmetric strain: x → x·(1 + ε), cell rows too
+            strained = pos + torch.bmm(pos.unsqueeze(1), sym[batch.batch]).squeeze(1)
+            cell = batch.cell + torch.bmm(batch.cell, sym)
+            d = graph.edge_vectors(strained, cell).norm(dim=-1)
             fc = 0.5 * (torch.cos(d * math.pi / self.cutoff) + 1.0)
             e_edge = 0.5 * self.scale * self.D * ((1 - torch.exp(-self.a * (d - self.r0))) ** 2 - 1) * fc
             i = graph.edge_index[1]
             energy = torch.zeros(batch.num_graphs, dtype=d.dtype).index_add(0, batch.batch[i], e_edge)
-            (g,) = torch.autograd.grad(energy.sum(), pos)
-        return {"energy": energy.detach(), "forces": -g.detach()}
+            g, de = torch.autograd.grad(energy.sum(), (pos, eps))
+        out = {"energy": energy.detach(), "forces": -g.detach()}
+        if stress:
+            out["stress"] = de.detach() / torch.linalg.det(batch.cell).abs().reshape(-1, 1, 1)
+        return out
 
 
 @pytest.fixture(scope="session")

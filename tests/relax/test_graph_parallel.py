@@ -72,3 +72,25 @@ def test_gemnet_relaxes_graph_parallel_as_in_one_process(tmp_path, direct):
     for a, b in zip(one.structures, two.structures):
         assert (a.pos - b.pos).abs().max().item() < 1e-9
     torch.testing.assert_close(two.energies, one.energies, rtol=0, atol=1e-9)
+
+
+@pytest.mark.timeout(180)
+def test_gp2_cell_relaxation_equals_the_single_process(schnet_file):
+    """Cells and positions together (--relax-cell): the stress of each step reduced over the G = 2 ranks."""
+    from ase.build import bulk
+
+    from gnnpipe.models import load
+
+    atoms = [bulk("Cu", "fcc", a=3.7, cubic=True), bulk("Cu", "fcc", a=3.5).repeat((2, 2, 1))]
+    for k, a in enumerate(atoms):
+        a.rattle(0.05, seed=k)
+    model = load(schnet_file)
+    kw = dict(optimizer="fire", fmax=1e-6, steps=4, relax_cell=True)
+    one = relax(model, atoms, **kw)
+    two = relax(model, atoms, gp_size=2, threads=1, **kw)
+    assert torch.equal(two.steps, one.steps) and int(one.steps.max()) == 4
+    for a, b, s in zip(one.structures, two.structures, atoms):
+        assert (a.cell - torch.as_tensor(s.cell.array)).abs().max().item() > 1e-4  # the cell moved
+        torch.testing.assert_close(b.cell, a.cell, rtol=0, atol=1e-9)
+        torch.testing.assert_close(b.pos, a.pos, rtol=0, atol=1e-9)
+        torch.testing.assert_close(b.stress, a.stress, rtol=0, atol=1e-9)
