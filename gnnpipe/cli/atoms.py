@@ -6,7 +6,9 @@ on fcc(111) slabs: rattles and relaxation frames), ``oc20-paths`` (frames along 
 (strained and rattled bulk crystals and alloys, with stresses) or ``md17`` (small molecules along Langevin
 trajectories), in the format of ``--out``'s suffix (``.extxyz``, ``.db``, ``.aselmdb``, fairchem ``.lmdb``). Without
 ``--out`` an extended XYZ file is cached under ``$GNNPIPE_CACHE`` (default ``~/.cache/gnnpipe/datasets``) and reused
-by the same arguments.
+by the same arguments. ``--metals`` and ``--adsorbates`` narrow the draws, so that sets of one kind can differ in
+domain: a validation set of adsorbates (or metals) the training set lacks stands in for OC20's ``val_ood_ads``
+(``val_ood_cat``).
 
 ``gnnpipe atoms convert IN OUT`` rewrites a structure file or folder in the format of ``OUT``'s suffix, one structure
 at a time. ``gnnpipe atoms check PATH`` reads and validates every structure of a file or folder and prints a
@@ -39,6 +41,12 @@ def register(sub) -> None:
                         "<stem>.relaxed.extxyz beside them)")
     g.add_argument("--frames", type=int, default=200, help="number of structures")
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    g.add_argument("--metals", default=None, metavar="M,M,…",
+                   help="the EMT metals drawn from, comma-separated (oc20, oc20-paths, oc20-is2rs: the slab; bulk: "
+                        "host and alloying metals) (default: Al, Ni, Cu, Pd, Ag, Pt, Au)")
+    g.add_argument("--adsorbates", default=None, metavar="A,A,…",
+                   help="the adsorbates drawn from, comma-separated (oc20, oc20-paths, oc20-is2rs) (default: O, H, "
+                        "N, C, CO, OH)")
     g.add_argument("--out", help="the file to write, its format by suffix: .extxyz, .db, .aselmdb, .lmdb (default: "
                                  "a cached .extxyz file, its path printed)")
     g.add_argument("--overwrite", action="store_true", help="regenerate the cached file even if it exists; replace "
@@ -99,15 +107,16 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.out is not None and format_of(args.out) is None:
         raise ConfigError(f"--out {args.out!r}: the format is chosen by the suffix; name the file .extxyz, .db, "
                           f".aselmdb or .lmdb")
+    choices = _draw_choices(args)
     start = time.perf_counter()
     if args.out is not None and format_of(args.out) != "extxyz":
         if args.kind == "oc20-is2rs":
             raise ConfigError(f"--kind oc20-is2rs writes two extended XYZ files (initial structures and "
                               f"<stem>.relaxed.extxyz); give --out NAME.extxyz, not {args.out!r}")
         path = args.out
-        write_structures(args.out, GENERATORS[args.kind](args.frames, args.seed), overwrite=args.overwrite)
+        write_structures(args.out, GENERATORS[args.kind](args.frames, args.seed, **choices), overwrite=args.overwrite)
     else:
-        path = generated_file(args.kind, args.frames, args.seed, out=args.out, overwrite=args.overwrite)
+        path = generated_file(args.kind, args.frames, args.seed, out=args.out, overwrite=args.overwrite, **choices)
     if not sys.stdout.isatty():  # the file for a script reading stdout; a terminal has it in the line below
         print(path)
     also = ""
@@ -115,9 +124,39 @@ def run_generate(args: argparse.Namespace) -> int:
         from ..data.atoms.generate import reference_path
 
         also = f", their EMT relaxations in {reference_path(path)}"
-    print(f"{args.kind}: {args.frames} frames (seed {args.seed}) in {path}{also} "
+    drawn = "".join(f", {k} {' '.join(v)}" for k, v in choices.items())
+    print(f"{args.kind}: {args.frames} frames (seed {args.seed}{drawn}) in {path}{also} "
           f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
+
+
+def _draw_choices(args: argparse.Namespace) -> dict:
+    """The generator's ``metals`` / ``adsorbates`` of ``--metals`` / ``--adsorbates`` (tuples; absent when not
+    given).
+
+    Raises:
+        ConfigError: an empty list, an unknown metal or adsorbate, or a flag the kind does not draw.
+    """
+    from ..data.atoms.generate import EMT_METALS, OC20_ADSORBATES
+    from ..errors import ConfigError
+
+    takes = {"metals": ("oc20", "oc20-paths", "oc20-is2rs", "bulk"), "adsorbates": ("oc20", "oc20-paths", "oc20-is2rs")}
+    allowed = {"metals": EMT_METALS, "adsorbates": OC20_ADSORBATES}
+    out = {}
+    for name in ("metals", "adsorbates"):
+        given = getattr(args, name, None)
+        if given is None:
+            continue
+        if args.kind not in takes[name]:
+            raise ConfigError(f"--{name}: --kind {args.kind} draws no {name} (only {', '.join(takes[name])} do)")
+        items = tuple(dict.fromkeys(x.strip() for x in given.split(",") if x.strip()))
+        if not items:
+            raise ConfigError(f"--{name} names none; give some of {', '.join(allowed[name])}, comma-separated")
+        unknown = [x for x in items if x not in allowed[name]]
+        if unknown:
+            raise ConfigError(f"--{name}: unknown {', '.join(unknown)}; choose from {', '.join(allowed[name])}")
+        out[name] = items
+    return out
 
 
 def run_convert(args: argparse.Namespace) -> int:

@@ -182,6 +182,30 @@ def test_cli_atoms_generate_into_a_database_keeps_what_exists_and_refuses_is2rs(
     assert "give --out NAME.extxyz" in capsys.readouterr().err and not (tmp_path / "i.db").exists()
 
 
+def test_cli_atoms_generate_draws_the_given_metals_and_adsorbates(tmp_path, capsys):
+    """``--metals`` / ``--adsorbates`` narrow the draws (an out-of-domain split: adsorbates the training set lacks),
+    into any format; a kind that does not draw them, an unknown name or an empty list is refused."""
+    ood = tmp_path / "val_ood_ads.lmdb"
+    assert main(["atoms", "generate", "--frames", "6", "--seed", "1", "--adsorbates", "CO, OH",
+                 "--metals", "Cu,Pt", "--out", str(ood)]) == 0
+    assert "adsorbates CO OH" in capsys.readouterr().err
+    data = read_structures(ood)
+    assert len(data) == 6
+    for d in data:
+        ads = sorted(d.z[d.tags == 2].tolist())
+        assert ads in ([6, 8], [1, 8]) and set(d.z[d.tags != 2].tolist()) <= {29, 78}
+    xyz = tmp_path / "cu.extxyz"
+    assert main(["atoms", "generate", "--frames", "2", "--metals", "Cu", "--adsorbates", "O", "--out", str(xyz)]) == 0
+    assert {a.info["metal"] + a.info["adsorbate"] for a in __import__("ase.io").io.read(xyz, ":")} == {"CuO"}
+    capsys.readouterr()
+    for argv, message in ((["--kind", "md17", "--adsorbates", "CO"], "--kind md17 draws no adsorbates"),
+                          (["--kind", "bulk", "--adsorbates", "O"], "--kind bulk draws no adsorbates"),
+                          (["--adsorbates", "CO,Fe"], "unknown Fe; choose from O, H, N, C, CO, OH"),
+                          (["--metals", ","], "--metals names none")):
+        assert main(["atoms", "generate", "--frames", "1", *argv, "--out", str(tmp_path / "x.extxyz")]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "x.extxyz").exists()
+
+
 @pytest.mark.slow
 def test_oc20_paths_are_whole_relaxations_of_is2rs_like_structures():
     """Every third BFGS step and the last: each system's frames go from its initial structure to EMT's minimum."""
