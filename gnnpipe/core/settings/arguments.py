@@ -168,7 +168,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "only the rows read (halo)")
     a.add_argument("--max-steps", type=int, default=None,
                    help="stop after N optimizer steps (or --epochs, whichever comes first), with the result and "
-                        "checkpoint as at the end of an epoch; the learning-rate schedule still spans --epochs")
+                        "checkpoint as at the end of an epoch; the learning-rate warm-up and cosine decay span these N "
+                        "steps")
     a.add_argument("--eval-every-steps", type=int, default=None,
                    help="evaluate every k optimizer steps (and at --max-steps) on the first --val-size structures "
                         "of the validation and test splits (needs a validation split)")
