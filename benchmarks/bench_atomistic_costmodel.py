@@ -1,10 +1,10 @@
 """The atomistic cost model against measured graph-parallel steps: per-rank peak memory and step time.
 
 Profiles ``dimenet++`` (or ``--model gemnet-t`` / ``gemnet-dt``) on a small sample slab (``--profile-size`` unit cells: one single-process step's time and
-peak of live bytes, :func:`gnnpipe.costmodel.atomistic.profile_step`), then runs the training steps of
+peak of live bytes, :func:`gnnpipe.tasks.s2ef.cost.profile_step`), then runs the training steps of
 ``benchmarks/bench_graph_parallel.py`` on the job's Pt(111) slab for each ``G`` of ``--gp-sizes`` (fresh processes)
 and prints, per rank, the measured peak above the floor and step time beside the cost model's prediction for the
-layout ``S1 x G x D1`` (:func:`gnnpipe.costmodel.atomistic.predict_layout`; the benchmark's step has no optimizer,
+layout ``S1 x G x D1`` (:func:`gnnpipe.tasks.s2ef.cost.predict_layout`; the benchmark's step has no optimizer,
 so the prediction compared is gradients + the flat all-reduce buffer + activations; its floor holds the weights).
 
 Each ``G`` runs twice in fresh processes: a memory pass (one step) with ``MALLOC_MMAP_THRESHOLD_=16384`` (glibc
@@ -37,9 +37,9 @@ def main(argv=None) -> int:
     import bench_graph_parallel as bgp
 
     from gnnpipe.core.run import launch
-    from gnnpipe.costmodel.atomistic import AtomJob, AtomLayout, predict_layout, profile_step
     from gnnpipe.data.atoms import build_graph
     from gnnpipe.models import build_model
+    from gnnpipe.tasks.s2ef.cost import AtomJob, AtomLayout, predict_layout, profile_step
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=6)

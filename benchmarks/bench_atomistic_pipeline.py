@@ -18,7 +18,7 @@ Four measurements, each on gloo ranks of this machine (CPU, one torch thread per
    with ``--contention``, two of those at once against one alone: how much two processes slow each other on this
    machine (two vCPUs may share one core), which bounds what two stages can gain.
 4. **Memory model** (``--memory-model``) — each pipeline rank's peak over two steps on one batch above its floor
-   (resident set, glibc's mmap threshold 16 KiB) against :func:`gnnpipe.costmodel.atomistic.predict_layout`, for ``--mm-stages``
+   (resident set, glibc's mmap threshold 16 KiB) against :func:`gnnpipe.tasks.s2ef.cost.predict_layout`, for ``--mm-stages``
    stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
 
     python benchmarks/bench_atomistic_pipeline.py                      # defaults below
@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_graph_parallel import set_allocator
-
 
 #: ``--model`` choices: (zoo model, direct forces)
 MODELS = {"dimenet++": ("dimenet++", True), "gemnet-t": ("gemnet-t", False), "gemnet-dt": ("gemnet-t", True)}
@@ -108,7 +107,7 @@ def _rank_peak(rank, world, cfg):
     parameters, data), the counter reset through ``/proc/self/clear_refs`` just before: the second step holds
     Adam's moments, as the prediction does. Run with ``MALLOC_MMAP_THRESHOLD_`` small, so freed tensors leave the
     resident set at once; the trainer fixes glibc's threshold at 1 MiB when built
-    (:func:`~gnnpipe.core.runtime.metrics.bound_heap_retention`), so the small one is set again here."""
+    (:func:`~gnnpipe.tasks.nodes.metrics.bound_heap_retention`), so the small one is set again here."""
     from bench_graph_parallel import _status
 
     from gnnpipe.core.runtime.memory import bound_heap_retention
@@ -316,14 +315,14 @@ def _memory(args, res: dict) -> None:
 
 def _memory_model(args, res: dict) -> None:
     """4. Per-rank peak of a pipeline step above the floor, measured, against the atomistic memory model
-    (:func:`gnnpipe.costmodel.atomistic.predict_layout`: gradients + Adam moments + the all-reduce buffer +
+    (:func:`gnnpipe.tasks.s2ef.cost.predict_layout`: gradients + Adam moments + the all-reduce buffer +
     activations + the step's graphs; the parameters are in the floor), for ``--mm-stages`` × gpipe / 1f1b."""
 
     from torch_geometric.data import Batch
 
     from gnnpipe.core.run.launch import spawn
-    from gnnpipe.costmodel.atomistic import AtomJob, AtomLayout, predict_layout, profile_step
     from gnnpipe.data.atoms import build_graph
+    from gnnpipe.tasks.s2ef.cost import AtomJob, AtomLayout, predict_layout, profile_step
 
     C = args.mm_chunks
     scfg = _config(args, chunks=C, batch_size=C, frames=C + 8)

@@ -12,9 +12,9 @@ op (ms, median of 5 rounds, 1 thread), on the graph relabelled by the pipeline's
   through all ``--buffers`` buffers;
 * ``chunk-major, compact``: the same as a gather (``index_select`` of the referenced rows) and a product
   with compacted columns — what the pipeline used before the fused product (issue #18);
-* ``chunk-major, fused``: :class:`gnnpipe.core.ops.graph.CompactRows` ``.mm``, one fused gather-and-multiply
-  (:func:`gnnpipe.core.ops.graph.csr_mm`: ``embedding_bag`` on CPU) — what the pipeline uses;
-* ``whole, fused``: the whole-graph product through :func:`gnnpipe.core.ops.graph.spmm` (the same fused kernel;
+* ``chunk-major, fused``: :class:`gnnpipe.tasks.nodes.graph.CompactRows` ``.mm``, one fused gather-and-multiply
+  (:func:`gnnpipe.tasks.nodes.graph.csr_mm`: ``embedding_bag`` on CPU) — what the pipeline uses;
+* ``whole, fused``: the whole-graph product through :func:`gnnpipe.tasks.nodes.graph.spmm` (the same fused kernel;
   what the single-process trainer uses).
 
 Both on the chunk plan's two within-chunk vertex orders (``ChunkPlan.build(order=…)``): ``original``
@@ -48,9 +48,9 @@ def main():
 
     from gnnpipe.api import load_data
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.ops.graph import CompactRows, build_adjacency, csr_row_slice, spmm
-    from gnnpipe.core.training.trainer import resolve_config
     from gnnpipe.partitioners import ChunkPlan, partition_metrics
+    from gnnpipe.tasks.nodes.graph import CompactRows, build_adjacency, csr_row_slice, spmm
+    from gnnpipe.tasks.nodes.trainer import resolve_config
 
     torch.set_num_threads(1)
     data = load_data(resolve_config(TrainConfig(dataset=a.dataset, root=a.root)))

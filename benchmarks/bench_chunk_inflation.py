@@ -20,7 +20,7 @@ depend on the CPU: ATen calls, autograd nodes created, Python function calls, an
 are nearly free and what remains is Python, dispatch and autograd bookkeeping per call. Bytes moved are counted per ATen call by a ``TorchDispatchMode``: every dense tensor argument and
 result (a view moves nothing; the destination of a copy is written, not read), except that a gather
 (``index_select``) reads only the distinct indexed rows and a sparse product (a CSR ``mm``, or the fused
-``embedding_bag`` of :func:`gnnpipe.core.ops.graph.csr_mm`) reads only the distinct rows of the dense matrix its
+``embedding_bag`` of :func:`gnnpipe.tasks.nodes.graph.csr_mm`) reads only the distinct rows of the dense matrix its
 non-zeros reference (what a perfect cache fetches).
 
 Not a test.
@@ -45,9 +45,9 @@ def build(a):
     import torch
 
     from gnnpipe import api
-    from gnnpipe.core.training.runner import build_plan
-    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
     from gnnpipe.core.settings.config import TrainConfig
+    from gnnpipe.tasks.nodes.runner import build_plan
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
     torch.set_num_threads(1)
     base = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers,
@@ -60,10 +60,10 @@ def build(a):
 
 
 class LoopbackComm:
-    """The parts of :class:`gnnpipe.core.ops.comm.Comm` a stage's actions use, delivering within this process."""
+    """The parts of :class:`gnnpipe.core.comm.Comm` a stage's actions use, delivering within this process."""
 
     def __init__(self, box: dict, rank: int):
-        from gnnpipe.core.ops.comm import Comm
+        from gnnpipe.core.comm import Comm
 
         self._comm = Comm()
         self.box, self.rank = box, rank
@@ -90,9 +90,9 @@ class LoopbackComm:
 def make_stages(cfg, plan):
     """Every stage's executor of the pipeline in this process, sharing one model (each runs its own units)."""
     from gnnpipe import correctors as corr
-    from gnnpipe.core.runtime.pipeline import make_pipeline_stage
-    from gnnpipe.core.training.runner import _order_policy, _scheduler
-    from gnnpipe.core.training.trainer import make_model
+    from gnnpipe.tasks.nodes.pipeline import make_pipeline_stage
+    from gnnpipe.tasks.nodes.runner import _order_policy, _scheduler
+    from gnnpipe.tasks.nodes.trainer import make_model
 
     model = make_model(cfg, plan.num_features, plan.num_classes)
     box: dict = {}
@@ -304,7 +304,7 @@ def main():
                         "of gathering the rows it references into a compact block (RESULTS §11b)")
     a = p.parse_args()
     if a.no_gather:
-        from gnnpipe.core.ops import graph as _graph
+        from gnnpipe.tasks.nodes import graph as _graph
 
         def plain_rows(self, kind, ranges):
             return list(zip(self.rows(kind, ranges), self.rows(kind, ranges, transpose=True)))
@@ -410,9 +410,8 @@ def breakdown(run_pipe, run_single, stages, single, rounds, args) -> dict:
 
 def autograd_nodes(stages, single) -> tuple[int, int]:
     """Autograd nodes of one epoch's graphs: every stage's chunk forwards (pipeline), one forward (single)."""
-    import torch
 
-    from gnnpipe.core.training.trainer import masked_loss
+    from gnnpipe.tasks.nodes.trainer import masked_loss
 
     def walk(roots) -> int:
         seen, todo = set(), [r for r in roots if r is not None]

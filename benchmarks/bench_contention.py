@@ -1,5 +1,5 @@
 """How much ranks of one node slow each other: the profile's contention measurement
-(``gnnpipe.costmodel.profile.measure_contention``) on the speed-up benchmark's chunks.
+(``gnnpipe.tasks.nodes.cost.profile.measure_contention``) on the speed-up benchmark's chunks.
 
     python benchmarks/bench_contention.py [--processes 2] [--rounds 3] [--dataset Computers] [--chunks 16]
 
@@ -35,9 +35,9 @@ def main() -> None:
 
     from gnnpipe import api
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import make_model, resolve_config
-    from gnnpipe.costmodel.profile import measure_contention
     from gnnpipe.partitioners import ChunkPlan
+    from gnnpipe.tasks.nodes.cost.profile import measure_contention
+    from gnnpipe.tasks.nodes.trainer import make_model, resolve_config
 
     torch.set_num_threads(1)
     cfg = resolve_config(TrainConfig(dataset=args.dataset, root=args.root, model="gcnii", layers=2,

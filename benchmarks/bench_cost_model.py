@@ -4,7 +4,7 @@
     python benchmarks/bench_cost_model.py --quick --out cost_model.json    # 12 small runs (~10 min on 2 cores)
     python benchmarks/bench_cost_model.py --quick --rounds 3 --out cost_model.json  # each run 3 times, interleaved
 
-For each job (dataset × model) the model is profiled (``gnnpipe.costmodel.profile``, in a fresh process, as
+For each job (dataset × model) the model is profiled (``gnnpipe.tasks.nodes.cost.profile``, in a fresh process, as
 ``gnnpipe plan`` profiles; the link is measured once for all jobs), every listed layout is predicted for this
 machine (``local_hardware``), and then
 trained for ``--epochs`` epochs by ``python -m gnnpipe train`` in a fresh process (so that each run's peak
@@ -131,7 +131,7 @@ def measure(flags: list[str], epochs: int, timeout: int, env: dict | None = None
 
 def _config(flags: list[str]):
     from gnnpipe.cli.train import add_train_arguments, config_from_args
-    from gnnpipe.core.training.trainer import resolve_config
+    from gnnpipe.tasks.nodes.trainer import resolve_config
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
@@ -139,12 +139,13 @@ def _config(flags: list[str]):
 
 
 def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None = None):
-    """The job's :class:`~gnnpipe.costmodel.profile.Profile`, taken in a fresh interpreter (as ``gnnpipe plan``
+    """The job's :class:`~gnnpipe.tasks.nodes.cost.profile.Profile`, taken in a fresh interpreter (as ``gnnpipe plan``
     takes it): a process that already profiled or trained another job runs its whole-graph passes slower
     (its allocator's state), which would put every later job's single-process prediction high."""
     import attrs
 
-    from gnnpipe.costmodel import Link, Profile
+    from gnnpipe.costmodel import Link
+    from gnnpipe.tasks.nodes.cost import Profile
 
     spec = {"flags": flags, "link": {k: attrs.asdict(v) if isinstance(v, Link) else v for k, v in link.items()},
             "ranks": ranks}
@@ -159,8 +160,8 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
 
 def _profile_child(spec_json: str, out: str) -> None:
     from gnnpipe import api
-    from gnnpipe.costmodel import profile
     from gnnpipe.costmodel import Link
+    from gnnpipe.tasks.nodes.cost import profile
 
     spec = json.loads(spec_json)
     link = {k: Link(**v) if isinstance(v, dict) else v for k, v in spec["link"].items()}
@@ -194,8 +195,8 @@ def main() -> None:
 
     from gnnpipe import api
     from gnnpipe.costmodel.hardware import local_hardware
-    from gnnpipe.costmodel.predict import LayoutSpec, predict_layout
-    from gnnpipe.costmodel.profile import link_fields, profile_link
+    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
+    from gnnpipe.tasks.nodes.cost.profile import link_fields, profile_link
 
     jobs = QUICK if args.quick else JOBS
     if args.jobs:

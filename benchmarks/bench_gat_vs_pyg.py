@@ -44,7 +44,7 @@ class PyGGAT(nn.Module):
 
 def make_steps(data, layers):
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import SingleProcessTrainer
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
     cfg = TrainConfig(model="gat", layers=layers, hidden=HIDDEN, dropout=DROPOUT, activation="elu", bias=True,
                       lr=0.005, epochs=1)

@@ -55,7 +55,7 @@ class PyGGCNII(nn.Module):
 
 def make_steps(data, device: str = "cpu"):
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import SingleProcessTrainer
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
     ours = SingleProcessTrainer(data, TrainConfig(model="gcnii", layers=L, hidden=H, dropout=DROPOUT, epochs=1,
                                                   device=device), prepared=True)

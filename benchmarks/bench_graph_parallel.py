@@ -111,11 +111,11 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, gp_size: int | Non
     process, no collectives)."""
     import torch.distributed as dist
 
-    from gnnpipe.core.ops.comm import Comm
-    from gnnpipe.core.ops.graph_parallel import GraphParallelComm
+    from gnnpipe.core.comm import Comm
     from gnnpipe.data.atoms import build_graph
     from gnnpipe.models import build_model
     from gnnpipe.partitioners import plan_graph_parallel
+    from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelComm
 
     torch.set_num_threads(args.threads)
     set_allocator(args.malloc)

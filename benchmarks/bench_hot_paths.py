@@ -8,13 +8,13 @@ Run (one thread, as the runtime's ranks use)::
 Groups put the numbers to compare side by side:
 
 * ``csr-slice`` — the CSR row slices of ``Â`` every stage takes per chunk at start-up: a contiguous
-  range (:func:`gnnpipe.core.ops.graph.csr_row_slice`) vs arbitrary rows (:func:`~gnnpipe.core.ops.graph.csr_rows`);
+  range (:func:`gnnpipe.tasks.nodes.graph.csr_row_slice`) vs arbitrary rows (:func:`~gnnpipe.tasks.nodes.graph.csr_rows`);
 * ``aggregate`` — one aggregation op over a whole epoch, forward + backward: exact full-graph ``Â @ H``
-  (:class:`~gnnpipe.core.ops.graph.GraphOps`) vs the chunk op (:class:`~gnnpipe.core.ops.history.ChunkAggregate`
-  with :class:`~gnnpipe.core.ops.history.History`) over all C chunks — the chunk op's overhead is the ratio;
+  (:class:`~gnnpipe.tasks.nodes.graph.GraphOps`) vs the chunk op (:class:`~gnnpipe.tasks.nodes.history.ChunkAggregate`
+  with :class:`~gnnpipe.tasks.nodes.history.History`) over all C chunks — the chunk op's overhead is the ratio;
 * ``chunk-op`` — the chunk op for one chunk, forward + backward (the per-action cost);
 * ``epoch`` — one training epoch of a model: exact single process
-  (:meth:`~gnnpipe.core.training.trainer.SingleProcessTrainer.train_epoch`) vs a one-stage GNNPipe pipeline of C
+  (:meth:`~gnnpipe.tasks.nodes.trainer.SingleProcessTrainer.train_epoch`) vs a one-stage GNNPipe pipeline of C
   chunks (:meth:`~gnnpipe.core.runtime.execute.Executor.train_epoch` of a one-stage pipeline, gpipe, no process group needed).
 
 Sizes: ``BENCH_NODES`` (default 20000) vertices of the synthetic power-law graph with mean degree
@@ -52,7 +52,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def adj(data):
-    from gnnpipe.core.ops.graph import GraphOps
+    from gnnpipe.tasks.nodes.graph import GraphOps
 
     ops = GraphOps(data.edge_index, data.num_nodes)
     a, at = ops.adj("gcn")
@@ -65,7 +65,7 @@ def chunk_ptr(data):
 
 
 def _chunk_slices(a, at, ptr):
-    from gnnpipe.core.ops.graph import csr_row_slice
+    from gnnpipe.tasks.nodes.graph import csr_row_slice
 
     return [(csr_row_slice(a, int(ptr[c]), int(ptr[c + 1])), csr_row_slice(at, int(ptr[c]), int(ptr[c + 1])))
             for c in range(len(ptr) - 1)]
@@ -81,7 +81,7 @@ def test_csr_row_slice_all_chunks(benchmark, adj, chunk_ptr):
 
 @pytest.mark.benchmark(group="csr-slice")
 def test_csr_rows_all_chunks(benchmark, adj, chunk_ptr):
-    from gnnpipe.core.ops.graph import csr_rows
+    from gnnpipe.tasks.nodes.graph import csr_rows
 
     _, a, at = adj
     rows = [torch.arange(int(chunk_ptr[c]), int(chunk_ptr[c + 1])) for c in range(C)]
@@ -111,7 +111,7 @@ def test_full_graph_aggregate_fwd_bwd(benchmark, adj):
 @pytest.mark.benchmark(group="aggregate")
 def test_chunk_aggregate_epoch_fwd_bwd(benchmark, adj, chunk_ptr):
     """All C chunks forward in order, then backward in reverse (gpipe's order on one stage)."""
-    from gnnpipe.core.ops.history import ChunkAggregate, History
+    from gnnpipe.tasks.nodes.history import ChunkAggregate, History
 
     _, a, at = adj
     slices = _chunk_slices(a, at, chunk_ptr)
@@ -135,7 +135,7 @@ def test_chunk_aggregate_epoch_fwd_bwd(benchmark, adj, chunk_ptr):
 
 @pytest.mark.benchmark(group="chunk-op")
 def test_chunk_aggregate_one_chunk_fwd_bwd(benchmark, adj, chunk_ptr):
-    from gnnpipe.core.ops.history import ChunkAggregate, History
+    from gnnpipe.tasks.nodes.history import ChunkAggregate, History
 
     _, a, at = adj
     lo, hi = int(chunk_ptr[0]), int(chunk_ptr[1])
@@ -161,7 +161,7 @@ def _config(**kw):
 
 @pytest.mark.benchmark(group="epoch")
 def test_single_process_train_step(benchmark, data):
-    from gnnpipe.core.training.trainer import SingleProcessTrainer
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
     trainer = SingleProcessTrainer(data, _config(), prepared=True)
     out = benchmark(trainer.train_epoch, 0)
@@ -173,10 +173,10 @@ def test_pipeline_epoch_one_stage(benchmark, data, chunk_ptr):
     """A GNNPipe stage holding every layer unit (S = 1) over C chunks: the chunk op, history and the
     schedule loop without communication."""
     from gnnpipe import correctors, schedulers
-    from gnnpipe.core.ops.comm import Comm
-    from gnnpipe.core.runtime.pipeline import make_pipeline_stage
-    from gnnpipe.core.training.runner import num_classes_of
-    from gnnpipe.core.training.trainer import make_model, resolve_config
+    from gnnpipe.core.comm import Comm
+    from gnnpipe.tasks.nodes.pipeline import make_pipeline_stage
+    from gnnpipe.tasks.nodes.runner import num_classes_of
+    from gnnpipe.tasks.nodes.trainer import make_model, resolve_config
 
     config = resolve_config(_config(chunks=C, correctors=["t1", "t3"]))
     model = make_model(config, data.x.size(1), num_classes_of(data))

@@ -13,8 +13,8 @@ the job's graph runs one epoch with its evaluation; measured = that run's peak (
 before it. The single process loads its graph before that point, so its graph is subtracted from the prediction
 too; distributed runs take the launcher's path (the plan's graph in a file the ranks memory-map, ``runner.worker``).
 
-Predicted: :func:`gnnpipe.costmodel.predict.predict_memory` (per rank) and
-:func:`~gnnpipe.costmodel.predict.single_process_memory`, with :func:`~gnnpipe.costmodel.profile.memory_profile`.
+Predicted: :func:`gnnpipe.tasks.nodes.cost.predict.predict_memory` (per rank) and
+:func:`~gnnpipe.tasks.nodes.cost.predict.single_process_memory`, with :func:`~gnnpipe.tasks.nodes.cost.profile.memory_profile`.
 Prints a markdown table; ``--out`` writes the records as JSON. Not a test (the test runs one synthetic graph).
 """
 
@@ -62,7 +62,7 @@ def _reset_peak() -> int:
 
 
 def _tiny(data):
-    from gnnpipe.costmodel.profile.units import _subgraph
+    from gnnpipe.tasks.nodes.cost.profile.units import _subgraph
 
     return _subgraph(data, min(N_TINY, int(data.num_nodes)))
 
@@ -72,7 +72,7 @@ def _single_child(flags_json: str) -> None:
     import torch
 
     from gnnpipe import api
-    from gnnpipe.core.training.trainer import SingleProcessTrainer
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
     torch.set_num_threads(1)
     cfg = cm._config(json.loads(flags_json))
@@ -91,7 +91,7 @@ def _ranks(rank, world, cfg, tiny_plan, plan):
     """In each rank: the layout on the tiny graph (the floor), then on the job's graph, measured."""
     import torch.distributed as dist
 
-    from gnnpipe.core.training.runner import worker
+    from gnnpipe.tasks.nodes.runner import worker
 
     worker(rank, world, cfg, tiny_plan, False, {"no_eval": False})
     dist.barrier()
@@ -103,7 +103,7 @@ def _ranks(rank, world, cfg, tiny_plan, plan):
 
 def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
     from gnnpipe import api
-    from gnnpipe.costmodel.predict import single_process_memory
+    from gnnpipe.tasks.nodes.cost.predict import single_process_memory
 
     p = subprocess.run([sys.executable, __file__, "--_single", json.dumps(flags)], capture_output=True, text=True,
                        env={**os.environ, **LIVE}, timeout=timeout, check=False)
@@ -118,10 +118,10 @@ def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]
 def measure_distributed(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
     from gnnpipe import api
     from gnnpipe.core.run import launch
-    from gnnpipe.core.training.runner import build_plan, file_backed
-    from gnnpipe.core.training.trainer import make_model
-    from gnnpipe.costmodel.predict import predict_memory
-    from gnnpipe.costmodel.profile import memory_profile
+    from gnnpipe.tasks.nodes.cost.predict import predict_memory
+    from gnnpipe.tasks.nodes.cost.profile import memory_profile
+    from gnnpipe.tasks.nodes.runner import build_plan, file_backed
+    from gnnpipe.tasks.nodes.trainer import make_model
 
     cfg = cm._config(flags)
     data = api.load_data(cfg)
@@ -159,7 +159,7 @@ def main() -> None:
     args = ap.parse_args()
     if args._single is not None:
         return _single_child(args._single)
-    from gnnpipe.costmodel.predict import LayoutSpec
+    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec
 
     jobs = cm.QUICK if args.quick else cm.JOBS
     if args.jobs:

@@ -45,8 +45,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,10 +62,10 @@ PAPER_SPEED = 40.0  # gnnpipe/costmodel/machines/paper-a5000.toml [device] speed
 LABEL = {"gp": "GP", "gnnpipe": "GNNPipe", "hybrid": "hybrid"}
 
 
-def layouts(ranks: int, wanted: Sequence[str]) -> dict[str, tuple[int, int, Optional[int]]]:
+def layouts(ranks: int, wanted: Sequence[str]) -> dict[str, tuple[int, int, int | None]]:
     """``{mode: (ways, stages, chunks)}`` of ``ranks`` ranks (``chunks`` ``None`` for GP: one part per rank;
     the hybrid is 2 × R/2 and needs an even R >= 4)."""
-    out: dict[str, tuple[int, int, Optional[int]]] = {}
+    out: dict[str, tuple[int, int, int | None]] = {}
     for m in wanted:
         if m == "gp":
             out[m] = (ranks, 1, None)
@@ -92,7 +92,7 @@ def job_name(dataset: str, layers: int, hidden: int, layer_split: str = "equal")
     return f"{dataset} GCNII-{layers} h{hidden}" + ("" if layer_split == "equal" else f" {layer_split} split")
 
 
-def train_argv(job: list[str], ways: int, stages: int, chunks: Optional[int], epochs: int, out: str) -> list[str]:
+def train_argv(job: list[str], ways: int, stages: int, chunks: int | None, epochs: int, out: str) -> list[str]:
     argv = [sys.executable, "-m", "gnnpipe", "train", *job, "--ways", str(ways), "--stages", str(stages),
             "--epochs", str(epochs), "--eval-every", str(epochs), "--no-progress", "--timeout", "900", "--out", out]
     if chunks is not None:
@@ -117,7 +117,7 @@ def measured_row(res: dict) -> dict:
             if all("cpu_s" in e for e in eps) else None}
 
 
-def pick_prediction(records: list[dict], ways: int, stages: int, chunks: Optional[int]) -> Optional[dict]:
+def pick_prediction(records: list[dict], ways: int, stages: int, chunks: int | None) -> dict | None:
     """The plan record of the trained layout (GP: the one GP record; else chunks, over-partitioning 4, 1f1b)."""
     for r in records:
         if r["ways"] != ways or r["stages"] != stages:
@@ -127,7 +127,7 @@ def pick_prediction(records: list[dict], ways: int, stages: int, chunks: Optiona
     return None
 
 
-def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: str = "gnnpipe") -> Optional[float]:
+def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: str = "gnnpipe") -> float | None:
     """The link rate (B/s) at which layouts ``a`` and ``b`` take equal time, from each one's fit of
     ``epoch = t0 + k / rate`` over its ``(rate, epoch_s)`` points; ``None`` when they do not cross at a positive
     rate (or fewer than 2 rates). Below the crossover the layout with the smaller ``k`` (fewer bytes) wins."""
@@ -150,8 +150,8 @@ def crossover(points: dict[str, list[tuple[float, float]]], a: str = "gp", b: st
 
 
 def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path, profile: Path,
-             contention: bool, exchange_Bps: Optional[float] = None, latency_s: float = 0.0,
-             epochs: Optional[int] = None, cpu_s_per_byte: float = 0.0) -> list[dict]:
+             contention: bool, exchange_Bps: float | None = None, latency_s: float = 0.0,
+             epochs: int | None = None, cpu_s_per_byte: float = 0.0) -> list[dict]:
     """``gnnpipe plan`` of ``job`` on ``ranks`` ranks for a TOML of the set rate, the measured latency and host CPU
     per byte (and, given, the measured rate of an exchange both ways at once); the profile is taken once into
     ``profile`` and reused."""
@@ -169,7 +169,7 @@ def run_plan(job: list[str], ranks: int, rate_Bps: float, cores: int, work: Path
     argv += ["--profile-in", str(profile)] if profile.exists() else ["--profile-out", str(profile)]
     if not contention:
         argv.append("--no-contention")
-    r = subprocess.run(argv, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(argv, cwd=str(ROOT), capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"gnnpipe plan failed: {r.stderr[-2000:]}")
     return json.loads(out.read_text())
@@ -189,7 +189,7 @@ def network_deltas(rows: list[dict]) -> list[dict]:
             continue
         top = sel[0]
         for r in sel[1:]:
-            def diff(k):
+            def diff(k, r=r, top=top):
                 return r[k] - top[k] if r.get(k) is not None and top.get(k) is not None else None
             out.append({"job": key[0], "ranks": key[1], "layout": key[2], "mbit": r["mbit"],
                         "measured_s": diff("epoch_s"), "predicted_s": diff("pred_epoch_s"),
@@ -235,7 +235,8 @@ def write_outputs(rows: list[dict], links: list[dict], meta: dict, out_dir: Path
                "| job | ranks | layout | Mbit/s | measured + s | predicted + s (full duplex) | (measured exchange) |",
                "|---|--:|---|--:|--:|--:|--:|"]
         for d in deltas:
-            f = (lambda v: f"{v:,.2f}" if v is not None else "-")
+            def f(v):
+                return f"{v:,.2f}" if v is not None else "-"
             md.append(f"| {d['job']} | {d['ranks']} | {d['layout']} | {d['mbit']:g} | {f(d['measured_s'])} "
                       f"| {f(d['predicted_s'])} | {f(d['predicted_x_s'])} |")
     if meta.get("crossovers"):
@@ -287,7 +288,7 @@ def write_outputs(rows: list[dict], links: list[dict], meta: dict, out_dir: Path
     plt.close(fig)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -298,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
 
 
-def _main(argv: Optional[Sequence[str]] = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["Physics", "Computers"],
                    help="datasets under ../shared/data, or synthetic:N (default: Physics Computers)")
@@ -416,7 +417,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bool,
-                 profile_dir: Optional[Path]) -> None:
+                 profile_dir: Path | None) -> None:
     """Add to each row the plan's epoch time for a TOML of the set rate (``pred_epoch_s``: full duplex) and for one
     that also gives the measured exchange rate (``pred_x_epoch_s``; the mean of the mesh's measured links)."""
     with tempfile.TemporaryDirectory(prefix="netregime") as tmp:

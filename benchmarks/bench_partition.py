@@ -29,8 +29,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gnnpipe import partitioners as P
-from gnnpipe.cli.partition import format_table, run_partition
+from gnnpipe import partitioners as P  # noqa: E402  (after the path above)
+from gnnpipe.cli.partition import format_table, run_partition  # noqa: E402
 
 #: label → (registered method, constructor options)
 CONFIGS = {

@@ -56,8 +56,9 @@ def main():
     base = TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,
                        epochs=a.epochs, eval_every=a.epochs, patience=0, threads=1)
     import attrs
-    from gnnpipe.core.training.runner import build_plan
-    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
+
+    from gnnpipe.tasks.nodes.runner import build_plan
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
     torch.set_num_threads(1)
     pipe_cfg = resolve_config(attrs.evolve(base, stages=a.stages, chunks=a.chunks, scheduler=a.scheduler,
@@ -100,7 +101,7 @@ def main():
         print(f"  round {i}: single {r['single'] * 1e3:7.1f}, single (pipeline's vertex order) "
               f"{r['single_relabelled'] * 1e3:7.1f}, pipeline {r['pipeline'] * 1e3:7.1f} ms/epoch -> "
               f"{r['single'] / r['pipeline']:.3f}x / {r['single_relabelled'] / r['pipeline']:.3f}x; split "
-              f"{r['bounds']} (profiled {['%.3f' % c for c in costs]} s); compute per rank "
+              f"{r['bounds']} (profiled {[f'{c:.3f}' for c in costs]} s); compute per rank "
               f"{[round(c, 3) for c in r['compute_s']]} s; idle {[round(f, 3) for f in r['idle_fraction']]}; "
               f"simulated bubble {[round(b, 3) for b in sim.bubble_fraction]} (uniform F:B = 1:2), "
               f"{[round(b, 3) for b in r['measured_bubble']] if r['measured_bubble'] else 'n/a'} "
@@ -171,7 +172,7 @@ def _single_copy(a) -> None:
 
     from gnnpipe import api
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
     torch.set_num_threads(1)
     cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,

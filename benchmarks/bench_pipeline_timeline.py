@@ -27,7 +27,7 @@ def _worker(rank: int, world: int, config, plan, prepost: bool, epochs: int) -> 
     Returns per epoch ``{"wall": s, "events": [(name, start_s, duration_s), ...]}`` (times from the epoch start)."""
     import torch.distributed as dist
 
-    from gnnpipe.core.training.runner import make_executor
+    from gnnpipe.tasks.nodes.runner import make_executor
 
     stage = make_executor(config, plan, rank, world)
     stage.prepost = prepost
@@ -91,8 +91,8 @@ def main():
     from gnnpipe import api
     from gnnpipe.core.run import launch
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.runner import build_plan
-    from gnnpipe.core.training.trainer import resolve_config
+    from gnnpipe.tasks.nodes.runner import build_plan
+    from gnnpipe.tasks.nodes.trainer import resolve_config
 
     bounds = [int(b) for b in a.bounds.split(",")]
     cfg = resolve_config(TrainConfig(dataset=a.dataset, root=a.root, model="gcnii", layers=a.layers, hidden=a.hidden,

@@ -79,17 +79,18 @@ def _layout_flags(name: str) -> list[str]:
 
 
 def _rank_floor(rank, world):
-    import gnnpipe.cli.main  # noqa: F401  (what a rank of `gnnpipe train` imports before it reads its data)
-    import gnnpipe.core.training.runner  # noqa: F401
-    from gnnpipe.core.runtime.memory import peak_memory_bytes
     import torch
+
+    import gnnpipe.cli.main  # noqa: F401  (what a rank of `gnnpipe train` imports before it reads its data)
+    import gnnpipe.tasks.nodes.runner  # noqa: F401
+    from gnnpipe.core.runtime.memory import peak_memory_bytes
 
     return peak_memory_bytes(torch.device("cpu"))
 
 
 def runtime_floors() -> dict:
     """Peak RSS (bytes) of a rank and of a single-process driver that load no data."""
-    code = ("import torch, gnnpipe.cli.main, gnnpipe.api, gnnpipe.core.training.trainer, gnnpipe.data, torch_geometric; "
+    code = ("import torch, gnnpipe.cli.main, gnnpipe.api, gnnpipe.tasks.nodes.trainer, gnnpipe.data, torch_geometric; "
             "from gnnpipe.core.runtime.memory import peak_memory_bytes; print(peak_memory_bytes(torch.device('cpu')))")
     single = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     from gnnpipe.core.run import launch

@@ -43,13 +43,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "gnl"
 SUBNET = "10.213.0."
-#: message sizes of the link measurement (the profile's ping-pong sizes: gnnpipe.costmodel.profile.link)
+#: message sizes of the link measurement (the profile's ping-pong sizes: gnnpipe.costmodel.link)
 PROBE_SIZES = (4, 65536, 1 << 20, 8 << 20)
 #: bytes each rank sends in the exchange of :meth:`Mesh.measure` (both ways at once)
 EXCHANGE_BYTES = 8 << 20
@@ -62,7 +62,7 @@ class NetnsError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------------- pure parts
-def check_environment(euid: Optional[int] = None, which=shutil.which) -> None:
+def check_environment(euid: int | None = None, which=shutil.which) -> None:
     """Refuse (``NetnsError``, one line naming the fix) unless running as root with ``ip`` and ``tc`` on PATH."""
     euid = os.geteuid() if euid is None else euid
     if euid != 0:
@@ -102,8 +102,8 @@ def scaled_rate(paper_Bps: float, speed: float) -> float:
     return paper_Bps / speed
 
 
-def hardware_toml(name: str, ranks: int, rate_Bps: float, cores: int, intra_Bps: Optional[float] = None,
-                  latency_us: float = 0.0, exchange_Bps: Optional[float] = None, per_pair: bool = True,
+def hardware_toml(name: str, ranks: int, rate_Bps: float, cores: int, intra_Bps: float | None = None,
+                  latency_us: float = 0.0, exchange_Bps: float | None = None, per_pair: bool = True,
                   cpu_s_per_byte: float = 0.0) -> str:
     """A ``gnnpipe plan --hardware`` TOML for a mesh on this machine: one node of ``cores`` CPU cores (the ranks
     time-share them, as they do here), every link at ``rate_Bps`` (``[link.inter]`` and ``[link.intra]``:
@@ -133,8 +133,8 @@ class Mesh:
     Use as a context manager: ``with Mesh(4, 31.25e6) as m: m.run(argv_of_rank)``.
     """
 
-    def __init__(self, ranks: int, inter_Bps: float, intra_Bps: Optional[float] = None, ranks_per_node: int = 1,
-                 token: Optional[str] = None) -> None:
+    def __init__(self, ranks: int, inter_Bps: float, intra_Bps: float | None = None, ranks_per_node: int = 1,
+                 token: str | None = None) -> None:
         if ranks < 2 or ranks_per_node < 1 or ranks % ranks_per_node:
             raise ValueError(f"ranks ({ranks}) must be >= 2 and a multiple of ranks_per_node ({ranks_per_node})")
         if not math.isinf(inter_Bps):
@@ -199,7 +199,7 @@ class Mesh:
                                  "src", self.address(n)])
         return cmds
 
-    def env(self, rank: int, port: int, base: Optional[dict] = None) -> dict:
+    def env(self, rank: int, port: int, base: dict | None = None) -> dict:
         """The environment ``torchrun`` would give ``rank`` (plus ``GLOO_SOCKET_IFNAME``; one torch thread)."""
         e = dict(os.environ if base is None else base)
         n = self.node_of(rank)
@@ -213,7 +213,7 @@ class Mesh:
         return ["ip", "netns", "exec", self.netns(self.node_of(rank)), *argv]
 
     # making and removing ------------------------------------------------------------------------------
-    def up(self) -> "Mesh":
+    def up(self) -> Mesh:
         check_environment()
         self._install_handlers()
         atexit.register(self.down)
@@ -234,7 +234,7 @@ class Mesh:
             subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._restore_handlers()
 
-    def __enter__(self) -> "Mesh":
+    def __enter__(self) -> Mesh:
         return self.up()
 
     def __exit__(self, *exc) -> None:
@@ -259,8 +259,8 @@ class Mesh:
         self._handlers = {}
 
     # running ranks ------------------------------------------------------------------------------------
-    def run(self, argv_of_rank, timeout_s: float = 1800.0, port: int = 29517, cwd: Optional[str] = None,
-            env_extra: Optional[dict] = None) -> list[subprocess.CompletedProcess]:
+    def run(self, argv_of_rank, timeout_s: float = 1800.0, port: int = 29517, cwd: str | None = None,
+            env_extra: dict | None = None) -> list[subprocess.CompletedProcess]:
         """Start every rank (``argv_of_rank(rank)`` inside its namespace), wait for all; on a failure or timeout
         the other ranks are killed. Returns the completed processes (stdout/stderr captured as text).
 
@@ -312,10 +312,10 @@ class Mesh:
         return [subprocess.CompletedProcess(p.args, p.returncode, *outs.get(r, ("", ""))) for r, p in
                 enumerate(procs)]
 
-    def measure(self, pairs: Optional[Sequence[tuple[int, int]]] = None, reps: int = 6,
+    def measure(self, pairs: Sequence[tuple[int, int]] | None = None, reps: int = 6,
                 port: int = 29518) -> list[dict]:
         """Each link between nodes (``pairs`` of nodes, default all) by the profile's ping-pong
-        (``gnnpipe.costmodel.profile.link``: one-way time of 4 B … 8 MiB messages, fitted as latency + bytes /
+        (``gnnpipe.costmodel.link``: one-way time of 4 B … 8 MiB messages, fitted as latency + bytes /
         bandwidth), with one rank in each of the two namespaces; then an exchange of :data:`EXCHANGE_BYTES` both
         ways at once (the median of 5; ``exchange_Bps``: bytes per second in each direction); then the host's CPU
         per byte carried (``cpu_s_per_byte``: messages of :data:`CPU_BYTES` one way for about :data:`CPU_WALL_S`
@@ -355,7 +355,7 @@ class _PairView(Mesh):
     def ifname(self, node: int) -> str:
         return self.mesh.ifname(node)
 
-    def env(self, rank: int, port: int, base: Optional[dict] = None) -> dict:
+    def env(self, rank: int, port: int, base: dict | None = None) -> dict:
         e = super().env(rank, port, base)
         e.update(MASTER_ADDR=self.address(self.pair[0]), GROUP_RANK=str(rank), NODE_RANK=str(rank),
                  LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
@@ -363,7 +363,7 @@ class _PairView(Mesh):
 
 
 def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise NetnsError(f"{' '.join(cmd)}: {r.stderr.strip() or r.stdout.strip()}")
 
@@ -384,15 +384,15 @@ def _probe_main(reps: int) -> int:
     import torch.distributed as dist
 
     sys.path.insert(0, str(ROOT))
-    from gnnpipe.costmodel.profile.link import _fit_link, _probe
+    from gnnpipe.costmodel.link import _fit_link, _probe
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
     rank = dist.get_rank()
     out = _probe(rank, 2, list(PROBE_SIZES), reps, 0, 0.0, 0, 0, stream_sizes=())
     # an exchange: both ranks send EXCHANGE_BYTES to each other at once, through the runtime's own exchange (a
-    # graph-parallel halo exchange: gnnpipe.core.ops.comm.Comm.exchange)
-    from gnnpipe.core.ops.comm import Comm
+    # graph-parallel halo exchange: gnnpipe.core.comm.Comm.exchange)
+    from gnnpipe.core.comm import Comm
 
     comm = Comm()
     t = torch.zeros(EXCHANGE_BYTES // 4)
@@ -450,7 +450,7 @@ def _host_cpu_per_byte(rank: int, rate_Bps: float) -> float:
     return max(0.0, (b1 - b0) - (i1 - i0)) / (int(n) * t.numel() * 4) if rank == 0 else 0.0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_probe"]:
         reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else 6

@@ -1,7 +1,7 @@
 """Which ``S × G × D`` layouts train a DimeNet++ (or GemNet-T / GemNet-dT, ``--model``; GemNet-XL's size) of 10⁸ and
 10⁹ parameters on 8 and 64 H200 GPUs.
 
-For each parameter count and GPU count, the cost model (:mod:`gnnpipe.costmodel.atomistic`) predicts every layout of
+For each parameter count and GPU count, the cost model (:mod:`gnnpipe.tasks.s2ef.cost`) predicts every layout of
 the GPUs (``S`` pipeline stages × ``G`` graph-parallel ranks × ``D`` replicas) on the shipped H200 descriptions
 (``h200x8``, ``h200x64``: public specifications, assumptions in the TOML files), for a replica batch of
 ``--batch-size`` OC20-sized structures (65–66 atoms; their neighbour graph at 6 Å, 50 neighbours, with triplets),
@@ -10,7 +10,7 @@ and prints the arithmetic of the memory per rank:
 * states = 16 B/param × ``P/S`` (fp32 weights, gradients, Adam's two moments), + the gradient all-reduce buffer
   (the S2EF trainer's flat float64 copy, 8 B/param × ``P/S``; ``--no-flat`` leaves it out);
 * activations = κ · 4 B · Σ_units (w_E·E_r + w_T·T_r + w_A·N_r) of the rank's stage (``activation_widths``; κ the
-  double-backward factor of conservative forces, :data:`~gnnpipe.costmodel.atomistic.DEFAULT_KAPPA` unless
+  double-backward factor of conservative forces, :data:`~gnnpipe.tasks.s2ef.cost.DEFAULT_KAPPA` unless
   ``--profile-in``);
 * a runtime floor of 2 GiB per GPU (CUDA context, NCCL buffers: assumed).
 
@@ -37,8 +37,8 @@ def main(argv=None) -> int:
     import attrs
     import torch
 
-    from gnnpipe.costmodel import atomistic as A
     from gnnpipe.costmodel.hardware import load_hardware
+    from gnnpipe.tasks.s2ef import cost as A
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, nargs="+", default=[1e8, 1e9])

@@ -51,7 +51,7 @@ PAPER = {
 
 def _config(flags):
     from gnnpipe.cli.train import add_train_arguments, config_from_args
-    from gnnpipe.core.training.trainer import resolve_config
+    from gnnpipe.tasks.nodes.trainer import resolve_config
 
     p = argparse.ArgumentParser()
     add_train_arguments(p)
@@ -68,8 +68,9 @@ def _config(flags):
 
 def sixteen(out):
     from gnnpipe import api
-    from gnnpipe.costmodel import load_hardware, profile
-    from gnnpipe.costmodel.predict import LayoutSpec, predict_layout
+    from gnnpipe.costmodel import load_hardware
+    from gnnpipe.tasks.nodes.cost import profile
+    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
 
     hw = load_hardware("cpu-16core")
     rows = []
@@ -109,8 +110,9 @@ def sixteen(out):
 
 def paper(out):
     from gnnpipe import api
-    from gnnpipe.costmodel import load_hardware, profile
-    from gnnpipe.costmodel.predict import LayoutSpec, predict_layout
+    from gnnpipe.costmodel import load_hardware
+    from gnnpipe.tasks.nodes.cost import profile
+    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
 
     hw = load_hardware("paper-a5000")
     rows = []

@@ -11,17 +11,17 @@ import math
 import os
 import sys
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
 from . import tasks
-from .core.settings.config import TrainConfig
 from .core.run.results import TrainResult
+from .core.settings.config import TrainConfig
 from .tasks.nodes import describe_run, load_data  # noqa: F401  (the node-classification task's; public here)
 
 
-def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
+def _as_config(config: TrainConfig | None, overrides: dict) -> TrainConfig:
     if config is None:
         config = TrainConfig()
     if overrides:  # the config's converter parses a corrector string (correctors.parse_spec)
@@ -34,7 +34,7 @@ def _as_config(config: Optional[TrainConfig], overrides: dict) -> TrainConfig:
     return config
 
 
-def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = None, data=None,
+def plan(config: TrainConfig | None = None, *, ranks: int, hardware: Any = None, data=None,
          chunks_per_stage=(4,), over_partitions=(1, 4), schedulers=("gpipe", "1f1b"), profile_in=None,
          profile_out=None, progress: bool = True, contention: bool = True, **overrides: Any):
     """Profile the model on the graph here and predict every feasible layout of ``ranks`` ranks (cost model,
@@ -45,11 +45,11 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
         ranks: ``R``. hardware: a :class:`~gnnpipe.costmodel.Hardware`, a TOML path or shipped name, or
             ``None`` (this machine with the measured link). data: optional PyG ``Data`` instead of the dataset.
         chunks_per_stage, over_partitions, schedulers: the candidates (see
-            :func:`gnnpipe.costmodel.enumerate_layouts`).
+            :func:`gnnpipe.tasks.nodes.cost.enumerate_layouts`).
         profile_in, profile_out: load / save the profile JSON (a loaded profile must have been taken for this
-            model and graph: :meth:`~gnnpipe.costmodel.Profile.check_matches`).
+            model and graph: :meth:`~gnnpipe.tasks.nodes.cost.Profile.check_matches`).
         contention: let the profile measure how ranks computing at once on this machine's cores slow each other
-            (``gnnpipe.costmodel.profile.measure_contention``; about doubles the units' part of the profile).
+            (``gnnpipe.tasks.nodes.cost.profile.measure_contention``; about doubles the units' part of the profile).
             ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md, "Cost model").
 
     Returns:
@@ -65,7 +65,7 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
     config = task.resolve(config)
     if auto_recompute and task.name != "s2ef":
         # "auto" resolves to off for the single process this config describes; each pipeline layout decides it as
-        # its run will (gnnpipe.costmodel.predict.predict_layout)
+        # its run will (gnnpipe.tasks.nodes.cost.predict.predict_layout)
         config = attrs.evolve(config, recompute=None)
     if task.name == "s2ef":
         return plan_s2ef(config, ranks=ranks, hardware=hardware, chunks_per_stage=chunks_per_stage,
@@ -78,16 +78,16 @@ def plan(config: Optional[TrainConfig] = None, *, ranks: int, hardware: Any = No
 
 def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_per_stage=(1, 4),
               schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress: bool = True,
-              params: Optional[float] = None, projection_hidden: Optional[int] = None, structures: Optional[str] = None,
+              params: float | None = None, projection_hidden: int | None = None, structures: str | None = None,
               stages: bool = True):
-    """Rank the ``S × G × D`` layouts of ``ranks`` for an S2EF job (:mod:`gnnpipe.costmodel.atomistic`): step time,
+    """Rank the ``S × G × D`` layouts of ``ranks`` for an S2EF job (:mod:`gnnpipe.tasks.s2ef.cost`): step time,
     bytes per step, memory per rank, what fits ``hardware``.
 
     The job is one replica's batch of ``config.batch_size`` structures (the training split's first, or with
-    ``structures="oc20-sized"`` generated OC20-sized slabs, :func:`~gnnpipe.costmodel.atomistic.oc20_sized_structures`)
+    ``structures="oc20-sized"`` generated OC20-sized slabs, :func:`~gnnpipe.tasks.s2ef.cost.oc20_sized_structures`)
     and ``config``'s model; the model is profiled on that batch here (one step's seconds and peak live bytes, and the
     link when ``G > 1`` layouts run on this machine). With ``params`` the prediction is for a model of that many
-    parameters (:func:`~gnnpipe.costmodel.atomistic.size_for_params`, built on the ``meta`` device), from the
+    parameters (:func:`~gnnpipe.tasks.s2ef.cost.size_for_params`, built on the ``meta`` device), from the
     profile of ``config``'s model (seconds per unit of work and the double-backward factor carry over).
 
     ``config.graph_parallel_group_size`` (``--gp-size G``) above 1 keeps the layouts with ``G`` graph-parallel
@@ -110,9 +110,9 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
 
     import torch
 
-    from .costmodel import atomistic as A
     from .costmodel.hardware import Hardware, load_hardware, local_hardware
     from .errors import ConfigError
+    from .tasks.s2ef import cost as A
     from .tasks.s2ef.build import make_model
 
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -211,9 +211,10 @@ def _check_atom_profile(prof, name: str, config: TrainConfig) -> None:
 
 def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),
                    schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress=True, contention=True):
-    from .costmodel import Profile, load_hardware, plan_layouts, profile
+    from .costmodel import load_hardware
     from .costmodel.hardware import Hardware, local_hardware
     from .errors import ConfigError
+    from .tasks.nodes.cost import Profile, plan_layouts, profile
 
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
@@ -269,19 +270,20 @@ _OPTION_FIELDS = {"keep", "log_every", "log_csv", "tensorboard", "checkpoint_dir
                   "memory_check", "checkpoint_every_steps", "log_every_steps"}
 
 
-def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = True, options=None,
-          layout: Optional[str] = None, ranks: Optional[int] = None, hardware: Any = None,
-          plan_options: Optional[dict] = None,
-          **overrides: Any) -> Optional[TrainResult]:
+def train(config: TrainConfig | None = None, *, data=None, progress: bool = True, options=None,
+          layout: str | None = None, ranks: int | None = None, hardware: Any = None,
+          plan_options: dict | None = None,
+          **overrides: Any) -> TrainResult | None:
     """Train as configured and return a :class:`~gnnpipe.core.run.results.TrainResult`.
 
     ``ways == stages == 1`` (and at most one chunk) trains exactly in this process; otherwise
     ``ways × stages`` ranks run: local processes started here, or — when this process was started by
     ``torchrun`` — the ranks torchrun started (then only rank 0 returns the result; others return ``None``).
-    ``result.model`` is the trained single-process model (``gnnpipe.core.runtime.assemble``).
+    ``result.model`` is the trained single-process model (``gnnpipe.core.run.state``).
 
-    Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like``, or an atomistic ``model``
-    such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, ``gnnpipe.tasks.s2ef``): ``data`` may
+    Structures (a ``dataset`` that is a structure file or ``oc20-like`` / ``md17-like`` / ``bulk-like``, or an
+    atomistic ``model`` such as ``schnet``, ``dimenet++``) train energies and forces (S2EF, ``gnnpipe.tasks.s2ef``;
+    and stresses with ``stress_coef``): ``data`` may
     then be a list of structures (PyG ``Data`` or ``ase.Atoms``), and ``replicas`` is the number of data-parallel
     replicas.
 
@@ -300,12 +302,12 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
             ``over_partitions``, ``schedulers``, ``profile_in``, ``profile_out``, ``contention``).
 
     Every mode checks the same things first: component names (``gnnpipe.core.settings.config.check_names``;
-    also those the mode does not use), then the data (``gnnpipe.core.training.trainer.prepare_data``). Options
+    also those the mode does not use), then the data (``gnnpipe.tasks.nodes.trainer.prepare_data``). Options
     the mode ignores are named in a warning when they differ from their defaults.
 
     Raises:
         ConfigError: also a single-process run the memory model predicts cannot fit in the memory available
-            here (``gnnpipe.costmodel.predict.check_single_process_memory``; ``memory_check=False`` or
+            here (``gnnpipe.tasks.nodes.cost.predict.check_single_process_memory``; ``memory_check=False`` or
             ``--no-memory-check`` tries anyway), before anything is allocated.
         ConfigError, UnknownComponentError, DataValidationError: before any process starts (under
             ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
@@ -357,9 +359,8 @@ def train(config: Optional[TrainConfig] = None, *, data=None, progress: bool = T
 def _run_options(options, progress: bool, overrides: dict):
     """The run's ``RunOptions``: ``options`` with the option keywords popped from
     ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
-    from .core.settings.options import RunOptions
-
     from .core.run.epochlog import tensorboard_writer
+    from .core.settings.options import RunOptions
 
     opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
     if options is None:
@@ -380,7 +381,7 @@ def _check_layout(layout) -> None:
         raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
 
 
-def _collect(result: Optional[TrainResult], auto: Optional[dict], given: bool) -> Optional[TrainResult]:
+def _collect(result: TrainResult | None, auto: dict | None, given: bool) -> TrainResult | None:
     """``result`` with ``extra["layout_auto"]`` (the ranking and the choice of ``layout="auto"``); a model trained
     on a given graph marked so (its config's dataset fields describe no graph: ``gnnpipe predict`` must be
     given one, not guess one). ``None`` (a ``torchrun`` rank other than 0) stays ``None``."""
@@ -411,8 +412,8 @@ def _check_resume(config: TrainConfig, options) -> None:
 
 def _auto_layout(config, data, ranks, hardware, progress, options):
     """Plan, print the ranking, pick the best layout that fits; returns ``(config, record)``."""
-    from .costmodel.predict import format_ranking, layout_config
     from .errors import ConfigError
+    from .tasks.nodes.cost.predict import format_ranking, layout_config
 
     preds, hw, _ = _plan_prepared(config, data, ranks, hardware, progress=progress, **options)
     print(format_ranking(preds, hw), file=sys.stderr)

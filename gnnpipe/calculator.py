@@ -77,10 +77,10 @@ class Calculator(_AseCalculator):
             self.implemented_properties = ["energy", "free_energy", "forces"]
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+        import torch
+
         from .data.atoms import from_atoms
         from .tasks.s2ef.predict import predict_structures
-
-        import torch
 
         super().calculate(atoms, properties, system_changes)
         stress = "stress" in properties

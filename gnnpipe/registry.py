@@ -15,14 +15,15 @@ Each family (models, partitioners, layer partitioners, schedulers, correctors) o
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from .errors import ConfigError, UnknownComponentError
 
 T = TypeVar("T")
 
 #: every Registry made so far (one per component family), for :func:`registered_from`
-_REGISTRIES: list["Registry"] = []
+_REGISTRIES: list[Registry] = []
 
 
 def registered_from(module: str) -> list[str]:

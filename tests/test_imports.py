@@ -34,22 +34,25 @@ LAYERS = {
 
 
 #: inside a package, its parts (the next name below it: a subpackage or a module) in the same way. ``core`` (the
-#: runtime every kind of work shares): what a run is told and the ops at the bottom, the executors on them, the run's
-#: lifecycle around the epoch loop, the composition on top. The cost model's profiler: the record and the contention
-#: probe at the bottom, unit timing, then what is built on it, the link probe (it runs a pipeline), the whole profile.
+#: runtime every kind of work shares, nothing task-specific): what a run is told, the counted communication and the
+#: rank grid at the bottom, the schedule interpreter and the stage protocol on them, the run's lifecycle around the
+#: epoch loop on top. The shared cost model: the machine, live bytes and the statistics of repeats at the bottom, the
+#: link probe on them. Node classification's profiler: the record and the contention probe at the bottom, unit
+#: timing, then what is built on it, the whole profile.
 INNER_LAYERS = {
     "gnnpipe.core": {
-        "settings": 0, "ops": 0, "grid": 0,
+        "settings": 0, "comm": 0, "grid": 0,
         "runtime": 1,
         "run": 2,
-        "training": 3,
     },
-    "gnnpipe.costmodel.profile": {
-        "robust": 0,
+    "gnnpipe.costmodel": {
+        "hardware": 0, "live": 0, "robust": 0,
+        "link": 1,
+    },
+    "gnnpipe.tasks.nodes.cost.profile": {
         "record": 1, "contention": 1,
         "units": 2,
         "memory": 3, "overhead": 3,
-        "link": 4,
         "measure": 5,
     },
 }
@@ -164,9 +167,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_reader_sees_known_edges():
     """The reader is not vacuous: it finds imports we know exist, relative and absolute, in functions too."""
     g = _graph()
-    assert "gnnpipe.core.ops.history" in g["gnnpipe.core.ops.aggregation"]
+    assert "gnnpipe.tasks.nodes.history" in g["gnnpipe.tasks.nodes.aggregation"]
     assert "gnnpipe.schedulers.ir" in g["gnnpipe.schedulers.validate"]
-    assert "gnnpipe.core.training.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
+    assert "gnnpipe.tasks.nodes.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
     assert "gnnpipe.tasks" in g["gnnpipe.api"]
     assert len(g) > 60
 
@@ -218,24 +221,40 @@ def test_inside_a_layered_package_imports_point_down(package):
 
 
 def test_an_upward_import_inside_core_would_be_caught():
-    assert _core_layer("gnnpipe.core.training.runner")[1] > _core_layer("gnnpipe.core.run.launch")[1] \
-        > _core_layer("gnnpipe.core.runtime.stage")[1] > _core_layer("gnnpipe.core.ops.graph")[1]
-    assert _core_layer("gnnpipe.core.ops.comm")[1] == _core_layer("gnnpipe.core.settings.config")[1]
+    assert _core_layer("gnnpipe.core.run.launch")[1] > _core_layer("gnnpipe.core.runtime.execute")[1] \
+        > _core_layer("gnnpipe.core.comm")[1]
+    assert _core_layer("gnnpipe.core.comm")[1] == _core_layer("gnnpipe.core.settings.config")[1]
     with pytest.raises(AssertionError, match="has no layer"):
         _core_layer("gnnpipe.core.newsub.mod")
     with pytest.raises(AssertionError, match="has no layer"):
         _core_layer("gnnpipe.core.loose_module")
-    assert _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.measure")[1] \
-        > _inner_layer("gnnpipe.costmodel.profile", "gnnpipe.costmodel.profile.record")[1]
+    assert _inner_layer("gnnpipe.tasks.nodes.cost.profile", "gnnpipe.tasks.nodes.cost.profile.measure")[1] \
+        > _inner_layer("gnnpipe.tasks.nodes.cost.profile", "gnnpipe.tasks.nodes.cost.profile.record")[1]
+
+
+#: what ``core`` may import of ``gnnpipe.models``: the registry and its facade (build a model by name), no family
+MODEL_REGISTRY = {"gnnpipe.models", "gnnpipe.models.registry", "gnnpipe.models.options", "gnnpipe.models.build",
+                  "gnnpipe.models.io"}
+
+
+def test_core_imports_no_task_and_no_model_family():
+    """``core`` is task-neutral: it imports no task (the layering) and of the models only the registry."""
+    bad = []
+    for module, targets in _graph().items():
+        if not module.startswith("gnnpipe.core"):
+            continue
+        for t in targets:
+            if t.startswith("gnnpipe.tasks") or (t.startswith("gnnpipe.models") and t not in MODEL_REGISTRY):
+                bad.append(f"{module} imports {t}")
+    assert bad == [], "core imports task or model-family code:\n" + "\n".join(sorted(bad))
 
 
 def test_a_circle_and_an_upward_import_would_be_caught():
     """The checks themselves: a two-module circle is found, and the layer map ranks cli above core."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.core.runtime.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
-    # the cost model profiles with core and is used by api/cli; core never imports it
-    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.costmodel.predict")[1] > _layer("gnnpipe.core.training.runner")[1]
-    # a kind of work plans with the cost model and runs on core; api drives it
-    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.tasks.nodes")[1] > _layer("gnnpipe.costmodel.predict")[1]
+    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.tasks.nodes.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
+    # a task's cost model is built on the shared one, which profiles with core; api drives the tasks
+    assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.tasks.nodes.cost.predict")[1] \
+        > _layer("gnnpipe.costmodel.link")[1] > _layer("gnnpipe.core.run.launch")[1]
     with pytest.raises(AssertionError, match="no layer"):
         _layer("gnnpipe.newpkg.mod")

@@ -7,8 +7,8 @@ import sys
 import pytest
 import tomllib
 
-from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.loop import epoch_loop
+from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.experiments import Outcome, parse_study, run_study
 
 

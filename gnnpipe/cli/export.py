@@ -29,10 +29,21 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_checkpoint(args.checkpoint, args.keep)
     save(model, args.out, meta=model.meta)
     n = sum(p.numel() for p in model.parameters())
-    done = model.meta["epochs"]
-    best = model.meta.get("best_epoch", -1)
-    which = (f"the best validation epoch's weights (epoch {best + 1} of {done})" if model.meta["weights"] == "best"
-             and best >= 0 else f"the weights after {done} epoch{'s' if done != 1 else ''}")
+    done, steps = model.meta["epochs"], model.meta.get("steps")
+    best, best_step = model.meta.get("best_epoch", -1), model.meta.get("best_step")
+    if model.meta["weights"] == "best" and best_step is not None:  # chosen at a step evaluation (--eval-every-steps)
+        which = f"the best validation weights (step {best_step:,}" + (f" of {steps:,})" if steps else ")")
+    elif model.meta["weights"] == "best" and best >= 0:
+        which = f"the best validation epoch's weights (epoch {best + 1} of {done})"
+    elif steps and _counted_in_steps(model.meta):
+        which = f"the weights after {steps:,} step{'s' if steps != 1 else ''}"
+    else:
+        which = f"the weights after {done} epoch{'s' if done != 1 else ''}"
     print(f"wrote {args.out}: {model.spec['name']} with {n:,} parameters, {which}, from {model.meta['checkpoint']}",
           file=sys.stderr)
     return 0
+
+
+def _counted_in_steps(meta: dict) -> bool:
+    """Whether the run of a model's ``meta`` was counted in optimizer steps (``--max-steps``)."""
+    return bool((meta.get("config") or {}).get("max_steps"))

@@ -1,7 +1,7 @@
 """``gnnpipe partition``: partition a dataset's vertices and print the partition metrics.
 
 For every method given, prints vertices and edges per part (min / max / imbalance), the directed and
-undirected edge cut, the cross-chunk edge fraction, the mirror count M and the DESIGN §6 predicted
+undirected edge cut, the cross-chunk edge fraction, the mirror count M and the predicted
 bytes per epoch of graph parallelism (L aggregations of width d over these parts) and of a GNNPipe
 pipeline of S stages, side by side. ``--out FILE`` writes the same as JSON.
 
@@ -61,7 +61,7 @@ def run_partition(
     shared: bool = False,
     **options: Any,
 ) -> dict:
-    """Partition ``data`` with each method and collect metrics, timings and DESIGN §6 predictions.
+    """Partition ``data`` with each method and collect metrics, timings and communication-volume predictions.
 
     ``over``, ``vertex_weight``, ``balance`` and any other ``**options`` are passed to the constructor of
     each method that accepts them (:func:`method_options`); the others ignore them.
@@ -153,7 +153,7 @@ def format_table(report: dict) -> str:
 
 
 def load_graph(args: argparse.Namespace) -> Any:
-    """Load and preprocess (undirected, no self-loops, no duplicates; DESIGN §4 step 2) the dataset of ``args``."""
+    """Load and preprocess (undirected, no self-loops, no duplicates) the dataset of ``args``."""
     from .. import data as gdata
 
     kwargs: dict = {}
@@ -223,7 +223,7 @@ def register(sub) -> None:
                    help="metis/kahip vertex weight: 'A+degree', 'degree' or 'uniform' (default: '50+degree')")
     q.add_argument("--balance", default=None, choices=["vertices", "edges"],
                    help="contiguous/rcm: balance vertex counts or in-edge counts (default: vertices)")
-    r = p.add_argument_group("communication prediction (DESIGN §6)")
+    r = p.add_argument_group("communication prediction")
     r.add_argument("--layers", type=int, default=32, help="GNN depth L (aggregations per forward pass)")
     r.add_argument("--hidden", type=int, default=64, help="embedding width d of each aggregation and stage boundary")
     r.add_argument("--stages", type=int, default=None, help="pipeline stages S (default: P, the same device count)")

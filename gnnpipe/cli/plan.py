@@ -5,12 +5,12 @@ optimizer step, and a 2-rank ping-pong over the actual backend: a few seconds to
 layout W x S = R — graph parallelism (S = 1), GNNPipe (W = 1), hybrids — with C = k·S chunks per way
 (``--chunks-per-stage``), each METIS over-partitioning factor (``--over-partitions``) and scheduler, builds
 the plan the run would build and predicts its epoch time (discrete-event simulation of the schedule), bytes
-per epoch (DESIGN §6, exact) and peak memory per rank (runtime floor + the memory model). Layouts that do not
+per epoch (exact) and peak memory per rank (runtime floor + the memory model). Layouts that do not
 fit the hardware's memory are marked and sorted last. ``--hardware FILE`` predicts for another machine
 (TOML; shipped: local-2core, cpu-16core, paper-a5000, h200x8, h200x64). ``--out plan.json`` writes the records.
 
 An atomistic job (an atomistic ``--model`` (``gnnpipe models`` lists them), or ``--task s2ef``) is ranked over its S x G x D layouts
-(pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.costmodel.atomistic`: one profiled training
+(pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.tasks.s2ef.cost`: one profiled training
 step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
 ``--params 1e9`` projects a model of that size (docs/guides/atomistic-cost.md).
 """
@@ -70,8 +70,8 @@ def plan_from_args(config, args, progress: bool = True):
 
 def run(args: argparse.Namespace) -> int:
     from ..core.run.results import json_safe
-    from ..core.training.trainer import resolve_config
-    from ..costmodel.predict import format_ranking
+    from ..tasks.nodes.cost.predict import format_ranking
+    from ..tasks.nodes.trainer import resolve_config
 
     config = config_from_args(args)
     if _is_s2ef(config, args):
@@ -109,7 +109,7 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
     from .. import models, tasks
     from ..api import plan_s2ef
     from ..core.run.results import json_safe
-    from ..costmodel.atomistic import format_atom_ranking
+    from ..tasks.s2ef.cost import format_atom_ranking
 
     if getattr(models.get(config.model), "task", None) != "s2ef":
         if config.model != type(config)().model:

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         held = f"the {meta['weights']} weights of its run" if meta.get("weights") else "the weights it was saved with"
         warnings.warn(f"--keep {args.keep} has no effect on a model file: {args.model} holds one set of weights only "
                       f"({held}); predict from the checkpoint folder to choose, or export it again with "
-                      f"--keep {args.keep}")
+                      f"--keep {args.keep}", stacklevel=2)
     trained = dict(meta.get("config") or {})
     if (meta.get("task_meta") or {}).get("task") == "s2ef":
         return _predict_s2ef(args, model, trained, meta, src)
@@ -190,7 +190,7 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
         cfg.update(dataset=args.dataset, root=args.root)
         if not is_structure_dataset(cfg["dataset"]):
             raise ConfigError(f"--dataset {args.dataset!r} is not a structure file or folder (.extxyz, .xyz, .traj, "
-                              f".db, .aselmdb, .lmdb) or a generated set (oc20-like, md17-like)")
+                              f".db, .aselmdb, .lmdb) or a generated set (oc20-like, md17-like, bulk-like)")
         structures = load_structures(TrainConfig(**cfg), labelled=False)
         groups = {"all": torch.arange(len(structures))}
     else:

@@ -80,9 +80,8 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
     """Refuse bad relaxation flags with one line (ConfigError)."""
     import torch
 
-    from ..errors import ConfigError
-
     from .. import partitioners
+    from ..errors import ConfigError
 
     if not args.fmax > 0:
         raise ConfigError(f"--fmax must be > 0 eV/Å, got {args.fmax}")

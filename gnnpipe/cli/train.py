@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
 
 from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
 from ..core.settings.runfile import run_file_path, write_run_file
@@ -157,7 +156,7 @@ class _NotGiven(list):
     """The value of a flag not given (a list: ``append`` flags copy and extend it, making another object)."""
 
 
-def demo_keeping_flags(args: argparse.Namespace) -> Optional[list[str]]:
+def demo_keeping_flags(args: argparse.Namespace) -> list[str] | None:
     """Whether ``gnnpipe train`` trains :data:`DEMO`: the flags given (as spelled, e.g. ``["--out"]``; ``[]``:
     none) when every one is in :data:`DEMO_KEEPING`, else ``None`` (a flag chooses the job, or the words given
     are unknown: a call of :func:`run` without the command line's ``argv``)."""

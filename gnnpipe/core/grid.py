@@ -21,7 +21,6 @@ groups the same way, from one reshape of the world).
 from __future__ import annotations
 
 import itertools
-from typing import Optional
 
 import attrs
 
@@ -118,7 +117,7 @@ class RankGrid:
         groups = self.groups(along)
         if len(groups) == 1:
             return None
-        mine: Optional[object] = None
+        mine: object | None = None
         for g in groups:
             pg = dist.new_group(g)
             if rank in g:

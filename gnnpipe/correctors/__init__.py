@@ -9,16 +9,15 @@ A corrector subclasses :class:`Corrector`, overrides the hooks it needs, and reg
   backward through the stage;
 * :meth:`Corrector.order_policy` once, to choose the chunk order (technique T1 owns it).
 
-Built-ins (GNNPipe paper §4.3, DESIGN §5): ``t1`` random chunk order, ``t2`` unbiased cross-chunk
+Built-ins (GNNPipe paper §4.3): ``t1`` random chunk order, ``t2`` unbiased cross-chunk
 gradient, ``t3`` periodic history snapshot, ``ema`` smoothing of stale rows (PipeGCN, Wan et al. 2022),
 ``refresh`` periodic full refresh, ``none``. The default list is ``["t1", "t2", "t3"]``.
 """
 
 from __future__ import annotations
 
-from .base import Corrector, StageContext
-from .registry import CORRECTORS, available, build_correctors, get, parse_spec, register
 from . import builtin  # noqa: F401  (registers the built-ins)
+from .base import Corrector, StageContext
 from .builtin import (
     EMASmoothing,
     NoCorrector,
@@ -28,6 +27,7 @@ from .builtin import (
     T2UnbiasedGradient,
     T3PeriodicSnapshot,
 )
+from .registry import CORRECTORS, available, build_correctors, get, parse_spec, register
 
 DEFAULT = ["t1", "t2", "t3"]
 

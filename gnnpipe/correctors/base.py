@@ -14,7 +14,7 @@ class StageContext:
 
     Attributes:
         stage: this stage's index ``s``. num_stages: ``S``.
-        histories: the stage's history buffers (``gnnpipe.core.ops.history.History``), one per
+        histories: the stage's history buffers (``gnnpipe.tasks.nodes.history.History``), one per
             aggregation op, in execution order. Buffers are allocated lazily (``H_in is None`` until
             the op first runs); hooks must tolerate that.
         chunk_ptr: ``LongTensor[C+1]``; chunk ``c`` is rows ``[chunk_ptr[c], chunk_ptr[c+1])``.

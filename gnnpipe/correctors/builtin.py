@@ -39,7 +39,7 @@ class T2UnbiasedGradient(Corrector):
     stored pushes are cleared at epoch end and a chunk's fresh push counts twice (docs/HALO_GRADIENT.md).
 
     The doubling of an op's rows happens in the chunk op's pull, right after its product (the op's last read of
-    them in the chunk's backward: ``gnnpipe.core.ops.history.History.scale_after_pull``), while they are in
+    them in the chunk's backward: ``gnnpipe.tasks.nodes.history.History.scale_after_pull``), while they are in
     the cache; :meth:`Corrector.after_backward` doubles the rows of every op whose pull did not (a hybrid peer
     exchange, a push op, an op the chunk did not reach). The values are the same bit for bit."""
 

@@ -1,34 +1,30 @@
-"""Cost model: predict every layout's epoch time, bytes and per-rank memory before running it (issue #14).
+"""The cost-model pieces every task shares: the machine and what is measured on it.
 
-Layering: above ``core``, ``schedulers``, ``partitioners``, ``models`` and ``data`` (it composes them to
-profile and to simulate); below ``api`` and ``cli``. ``core`` never imports it.
+* :mod:`.hardware` — the TOML machine description (``--hardware FILE``), the shipped examples, this machine's cores
+  and available memory;
+* :mod:`.link` — the link between two local ranks (ping-pong, all-reduce, a rank's floor, what a wait costs on
+  shared cores);
+* :mod:`.live` — live bytes (glibc's ``mallinfo2``) and their peak over a region (:class:`~.live.LiveBytes`);
+* :mod:`.robust` — the statistic kept of repeated timings (a low quantile) and their spread.
 
-* ``hardware`` — the TOML machine description (``--hardware FILE``) and the shipped examples;
-* ``profile``  — per-unit chunk-cost fits against rows and halo rows, saved-activation bytes per row,
-  the optimizer step, and the link (point-to-point and all-reduce ping-pong over the actual backend); one module
-  per measurement (``record``, ``units``, ``overhead``, ``contention``, ``link``, ``memory``, ``measure``);
-* ``memory``   — per-rank memory by kind (issue #12 item 2), fed by ``footprint`` (each rank role's bytes
-  per row, measured by running its real stage on a sample of the graph under a live-byte counter);
-* ``predict``  — bytes per epoch (DESIGN §6, exact), epoch time (discrete-event simulation of the actual
-  schedule with :func:`gnnpipe.schedulers.simulate`), memory; the ranking of every feasible layout.
+Each task's own cost model sits beside the code it models and is built on these and on the schedule simulation
+(:func:`gnnpipe.schedulers.simulate`): :mod:`gnnpipe.tasks.nodes.cost` (node classification: profiles, bytes,
+epoch time, memory, the ranking of layouts) and :mod:`gnnpipe.tasks.s2ef.cost` (S2EF). Layering: above ``core``,
+``schedulers``, ``partitioners``, ``models`` and ``data``; below ``tasks``. ``core`` never imports it.
 """
 
-from .hardware import Hardware, Link, load_hardware, shipped_hardware
-from .memory import MemoryBreakdown
-from .predict import LayoutPrediction, LayoutSpec, enumerate_layouts, plan_layouts, predict_bytes
-from .profile import Profile, profile
+from .hardware import Hardware, Link, available_memory_bytes, cores_here, load_hardware, shipped_hardware
+from .link import profile_link
+from .live import LiveBytes, live_bytes
 
 __all__ = [
     "Hardware",
-    "LayoutPrediction",
-    "LayoutSpec",
     "Link",
-    "MemoryBreakdown",
-    "Profile",
-    "enumerate_layouts",
+    "LiveBytes",
+    "available_memory_bytes",
+    "cores_here",
+    "live_bytes",
     "load_hardware",
-    "plan_layouts",
-    "predict_bytes",
-    "profile",
+    "profile_link",
     "shipped_hardware",
 ]

@@ -6,7 +6,7 @@ factor of one device relative to the device the profile was measured on, memory,
 ``r`` on node ``r // ranks_per_node``. On a CPU node, ranks beyond its cores share them (as on a
 2-core machine running 4 ranks): the simulation slows compute down by the mean number of ranks that
 compute at the same time per core, and the epoch takes at least the node's work plus the measured cost of
-every blocking wait of time-sliced ranks over its cores (see :func:`gnnpipe.costmodel.predict.predict_time`;
+every blocking wait of time-sliced ranks over its cores (see :func:`gnnpipe.tasks.nodes.cost.predict.predict_time`;
 the cost of a wait is measured on the machine that profiles, with more ranks than its cores).
 
 Format (every key below; ``[link.*]`` may be left out, then the link measured by the profile's
@@ -34,7 +34,7 @@ ping-pong over the actual backend is used)::
 ``exchange_gbps`` describes a link on which the transport does not get the full rate both ways at once (measured
 by ``benchmarks/netns_links.py`` through the runtime's own exchange: 0.92–0.95 of a shaped veth's rate each way
 with gloo; half of it when each side's send is posted before its receive, which
-:meth:`gnnpipe.core.ops.comm.Comm.exchange` avoids). Graph parallelism's halo exchanges and a hybrid's peer
+:meth:`gnnpipe.core.comm.Comm.exchange` avoids). Graph parallelism's halo exchanges and a hybrid's peer
 exchanges (both ways at once) take it; the pipeline's one-way boundary transfers take ``bandwidth_gbps``.
 
 ``per_pair`` says how a rank's traffic to several peers shares the wire. By default (``false``) a rank has one link
@@ -47,8 +47,8 @@ the exchange takes as long as its largest pair.
 transport's threads and the kernel's network stack). A pipeline's boundary send and its receive each take half of
 it per byte on their ranks' main threads (where it is more than the profile's own per-byte message cost), so it
 lengthens the schedule; where ranks share cores, the time-sliced bound
-(:func:`gnnpipe.costmodel.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
-profile's own per-byte cost (:attr:`gnnpipe.costmodel.profile.Profile.switch_byte_s`, measured on the loopback).
+(:func:`gnnpipe.tasks.nodes.cost.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
+profile's own per-byte cost (:attr:`gnnpipe.tasks.nodes.cost.profile.Profile.switch_byte_s`, measured on the loopback).
 A batched exchange (graph parallelism's, a hybrid's peer op) waits on the link while the host moves its bytes: only
 the bound charges it.
 A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: 4–7.5
@@ -62,8 +62,9 @@ Shipped examples: :func:`shipped_hardware` names (``local-2core``, ``cpu-16core`
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -100,7 +101,7 @@ class Link:
 
     latency_s: float
     bandwidth_Bps: float
-    exchange_Bps: Optional[float] = None
+    exchange_Bps: float | None = None
     per_pair: bool = False
     cpu_s_per_byte: float = 0.0
 
@@ -126,7 +127,7 @@ class Link:
 
     def allreduce_time(self, nbytes: float, group: int) -> float:
         """Ring all-reduce of ``nbytes`` over ``group`` ranks: ``2(G−1)`` steps of ``nbytes / G`` each
-        (Patarasuk & Yuan 2009; the byte count of ``gnnpipe.core.ops.comm.Comm``)."""
+        (Patarasuk & Yuan 2009; the byte count of ``gnnpipe.core.comm.Comm``)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
         return 2 * (group - 1) * (self.latency_s + nbytes / group / self.bandwidth_Bps)
@@ -148,10 +149,10 @@ class Hardware:
     devices_per_node: int = 1
     kind: str = "cpu"
     speed: float = 1.0
-    node_memory_bytes: Optional[int] = None
-    device_memory_bytes: Optional[int] = None
-    intra: Optional[Link] = None
-    inter: Optional[Link] = None
+    node_memory_bytes: int | None = None
+    device_memory_bytes: int | None = None
+    intra: Link | None = None
+    inter: Link | None = None
 
     def __attrs_post_init__(self) -> None:
         for key in ("nodes", "devices_per_node"):
@@ -221,7 +222,7 @@ class Hardware:
         return attrs.asdict(self)
 
 
-def _section(doc: dict, key: str, allowed: set[str], where: str, table: Optional[str] = None) -> dict:
+def _section(doc: dict, key: str, allowed: set[str], where: str, table: str | None = None) -> dict:
     """The table ``doc[key]`` (``{}`` when absent), its keys checked against ``allowed``; ``table``: its name in
     messages (default ``key``, e.g. ``link.inter``)."""
     table = table or key
@@ -255,7 +256,7 @@ def _number(sec: dict, key: str, where: str, table: str, *, positive: bool = Tru
     return v
 
 
-def _link(doc: dict, key: str, where: str) -> Optional[Link]:
+def _link(doc: dict, key: str, where: str) -> Link | None:
     links = doc.get("link", {})
     if not isinstance(links, dict):
         raise ConfigError(f"{where}: [link] must hold tables [link.intra] / [link.inter]")
@@ -349,7 +350,7 @@ def load_hardware(path_or_name: str | Path) -> Hardware:
     return parse_hardware(doc, str(p))
 
 
-def local_hardware(memory_bytes: Optional[int] = None) -> Hardware:
+def local_hardware(memory_bytes: int | None = None) -> Hardware:
     """This machine: one CPU node with ``os.cpu_count()`` cores, its physical memory, the measured link."""
     import os
 
@@ -361,3 +362,43 @@ def local_hardware(memory_bytes: Optional[int] = None) -> Hardware:
             memory_bytes = None
     return Hardware(name=f"this machine ({os.cpu_count()} CPU cores)", nodes=1, devices_per_node=os.cpu_count() or 1,
                     kind="cpu", speed=1.0, node_memory_bytes=memory_bytes)
+
+
+def cores_here() -> int:
+    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return None if text in ("", "max") else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory_bytes() -> int | None:
+    """What this machine can still give a process: ``MemAvailable`` of ``/proc/meminfo`` (Linux), lowered to
+    the room left under the process's cgroup memory limit when there is one (a container: cgroup v2
+    ``memory.max − memory.current``, v1 ``memory.limit_in_bytes − memory.usage_in_bytes``); ``None`` elsewhere."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:  # pragma: no cover - not Linux
+        return None
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, use = _read_int(limit), _read_int(usage)
+        if lim is not None and use is not None and lim < (1 << 60):  # v1 writes a huge number for "no limit"
+            room = max(0, lim - use)
+            avail = room if avail is None else min(avail, room)
+            break
+    return avail

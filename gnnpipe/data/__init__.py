@@ -1,4 +1,4 @@
-"""Datasets for gnnpipe: loading, validation and preprocessing (DESIGN §4, steps 1-2).
+"""Datasets for gnnpipe: loading, validation and preprocessing.
 
 Public API::
 

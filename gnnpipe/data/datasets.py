@@ -147,7 +147,8 @@ def dataset_spec(name: str) -> DatasetSpec:
         lowered = str(name).lower()
         atomistic = ("; it is a structure set: train or predict with an atomistic model (--model schnet or "
                      "dimenet++, or a model file exported from one)"
-                     if lowered.endswith((".xyz", ".extxyz", ".traj", ".db")) or lowered in ("oc20-like", "md17-like")
+                     if lowered.endswith((".xyz", ".extxyz", ".traj", ".db"))
+                     or lowered in ("oc20-like", "md17-like", "bulk-like")
                      else "")
         raise ConfigError(
             f"unknown dataset {name!r}; known datasets: synthetic, {', '.join(available_datasets())} "

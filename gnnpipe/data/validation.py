@@ -1,6 +1,6 @@
 """Checks that a ``torch_geometric.data.Data`` can be trained on, with messages that name the fix.
 
-Rules (DESIGN §4 step 1) and what they guard against:
+Rules and what they guard against:
 
 * ``edge_index`` must be an integer ``[2, E]`` tensor of ids in ``[0, N)`` — PyG's convention
   (Fey & Lenssen, *Fast Graph Representation Learning with PyTorch Geometric*, ICLR-W 2019); floats,

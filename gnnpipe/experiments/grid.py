@@ -68,7 +68,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import tomllib
 
@@ -119,7 +119,7 @@ def _train_parser() -> argparse.ArgumentParser:
     return p
 
 
-_SPECS: Optional[dict[str, FlagSpec]] = None
+_SPECS: dict[str, FlagSpec] | None = None
 
 
 def train_flag_specs() -> dict[str, FlagSpec]:
@@ -333,14 +333,14 @@ class Study:
         runs: the expanded runs, in execution order, without duplicates.
     """
 
-    path: Optional[Path]
+    path: Path | None
     name: str
     description: str = ""
     fixed: dict[str, Any] = field(default_factory=dict)
     grid: dict[str, list] = field(default_factory=dict)
-    variants: list[tuple[Optional[str], dict[str, Any]]] = field(default_factory=list)
+    variants: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0])
-    run_timeout_s: Optional[float] = None
+    run_timeout_s: float | None = None
     simulate: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
@@ -355,7 +355,7 @@ class Study:
         return list(dict.fromkeys(r.variant for r in self.runs))
 
 
-def variant_label(name: Optional[str], overrides: dict[str, Any], grid_keys: list[str]) -> str:
+def variant_label(name: str | None, overrides: dict[str, Any], grid_keys: list[str]) -> str:
     """``name`` plus the grid values, or — for an unnamed variant — everything that differs from ``[fixed]``.
 
     ``"fixed"`` when nothing differs.
@@ -381,9 +381,9 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     if isinstance(root, str) and root:
         p = Path(root).expanduser()
         out["root"] = str(p if p.is_absolute() else (base_dir / p).resolve())
-    from ..data.datasets import DATASET_FILE_SUFFIXES
     from ..data.atoms import STRUCTURE_SUFFIXES
     from ..data.atoms.sets import FORMATS
+    from ..data.datasets import DATASET_FILE_SUFFIXES
 
     ds = out.get("dataset")
     if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES) + tuple(FORMATS)):
@@ -443,7 +443,7 @@ def _table(raw: dict, key: str, path) -> dict:
     return val
 
 
-def parse_study(raw: dict, path: Optional[Path] = None, *, check: bool = True) -> Study:
+def parse_study(raw: dict, path: Path | None = None, *, check: bool = True) -> Study:
     """Build a :class:`Study` from the parsed TOML mapping ``raw`` and expand its runs.
 
     Args:
@@ -496,7 +496,7 @@ def parse_study(raw: dict, path: Optional[Path] = None, *, check: bool = True) -
     if not isinstance(rv, list) or not all(isinstance(x, dict) for x in rv):
         raise ConfigError(f"{src}: variants must be an array of tables: write each as [[variants]] followed by "
                           f"name = \"…\" and its settings")
-    variants: list[tuple[Optional[str], dict[str, Any]]] = []
+    variants: list[tuple[str | None, dict[str, Any]]] = []
     seen_names: set[str] = set()
     for i, tbl in enumerate(rv):
         vname = tbl.get("name")

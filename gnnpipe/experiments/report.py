@@ -36,11 +36,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from ..errors import ConfigError
-from .results import read_records
 from .grid import SWEEP_METRICS
+from .results import read_records
 
 BYTE_KINDS = ("layer", "graph", "weight", "gp")
 
@@ -75,7 +74,7 @@ class VariantStats:
     rank_peak_mib: list = field(default_factory=list)  # per seed: [MiB per rank]
 
 
-def _num(v) -> Optional[float]:
+def _num(v) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     v = float(v)
@@ -186,12 +185,12 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
     return list(groups.values()), fixed
 
 
-def _scaled(v, factor: float) -> Optional[float]:
+def _scaled(v, factor: float) -> float | None:
     v = _num(v)
     return None if v is None else factor * v
 
 
-def steps_per_epoch(res: dict) -> Optional[int]:
+def steps_per_epoch(res: dict) -> int | None:
     """Training steps per epoch of an S2EF result: ``ceil(train structures / global batch)`` from its plan."""
     plan = res.get("plan") or {}
     n = (plan.get("structures") or {}).get("train") if isinstance(plan.get("structures"), dict) else None
@@ -229,7 +228,7 @@ def _md_escape(s: str) -> str:
 
 
 def markdown(variants: list[VariantStats], fixed: dict, *, title: str = "", description: str = "",
-             source: str = "", plots: Optional[list[str]] = None) -> str:
+             source: str = "", plots: list[str] | None = None) -> str:
     """The report as markdown: header, fixed settings, the variant table, failures, plot links."""
     from .grid import fmt_value
 
@@ -305,7 +304,7 @@ def _s2ef_table(variants: list[VariantStats], has_bytes: dict, has_mem: bool) ->
 
 
 def _tail(lines: list[str], variants: list[VariantStats], has_bytes: dict, has_mem: bool, has_idle: bool,
-          plots: Optional[list[str]], *, s2ef: bool = False) -> str:
+          plots: list[str] | None, *, s2ef: bool = False) -> str:
     lines.append("")
     if s2ef:
         notes = ["Mean ± sample std over seeds (n−1). Test metrics at the epoch of lowest validation force MAE "
@@ -454,7 +453,7 @@ def plot_bytes(variants: list[VariantStats], path: Path, title: str = "") -> Pat
     return path
 
 
-def sweep_x(v: VariantStats, x: str) -> Optional[float]:
+def sweep_x(v: VariantStats, x: str) -> float | None:
     """The variant's value of the swept setting ``x`` (``"params"``: its mean parameter count); ``None`` when it
     has none or it is not a number."""
     if x == "params":
@@ -472,8 +471,8 @@ def default_sweep(variants: list[VariantStats]) -> dict:
     return {}
 
 
-def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_x: Optional[bool] = None,
-               title: str = "") -> Optional[Path]:
+def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_x: bool | None = None,
+               title: str = "") -> Path | None:
     """``y`` (a :data:`~gnnpipe.experiments.grid.SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``): a dot per seed,
     the mean ± sample std per distinct ``x``, joined in ``x`` order. Variants with the same ``x`` (differing in
     another setting) are pooled. Returns ``None`` (nothing drawn) when fewer than two distinct ``x`` have values.
@@ -527,8 +526,8 @@ class Report:
 
 
 def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, plots: bool = True,
-                title: str = "", description: str = "", order: Optional[list[str]] = None,
-                sweep: Optional[dict] = None) -> Report:
+                title: str = "", description: str = "", order: list[str] | None = None,
+                sweep: dict | None = None) -> Report:
     """Read ``results_path`` and write ``report.md`` (+ ``val_acc.png`` or, for S2EF runs, ``val_force_mae.png``,
     ``time.png``, ``bytes.png``, and ``sweep.png`` when a metric is drawn against a swept setting).
 

@@ -27,7 +27,6 @@ import os
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
 
 from ..core.run.results import json_safe
 from ..errors import ConfigError
@@ -60,7 +59,7 @@ def read_records(path: str | Path, *, warn: bool = True) -> list[dict]:
         return []
     out: dict[str, dict] = {}
     bad = 0
-    with open(p, "r", encoding="utf-8") as fh:
+    with open(p, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
             if not line:
@@ -94,7 +93,7 @@ class ResultsWriter:
         self.path = Path(path)
         self._fh = None
 
-    def __enter__(self) -> "ResultsWriter":
+    def __enter__(self) -> ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+b")
         try:
@@ -148,7 +147,7 @@ class ResultsWriter:
             self._fh = None
 
 
-def summary_value(record: dict, key: str) -> Optional[float]:
+def summary_value(record: dict, key: str) -> float | None:
     """A top-level number of a record's ``result`` (``None`` when failed or absent)."""
     if record.get("status", "ok") != "ok":  # a failed run's result holds only its epochs before the failure
         return None

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from .grid import Run, Study
+from .results import ResultsWriter, read_records, results_stem
 
 
 def code_version() -> dict:
@@ -51,7 +51,7 @@ def code_version() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return out
-from .results import ResultsWriter, read_records, results_stem
+
 
 #: characters of a failed run's output kept as its ``error``
 ERROR_TAIL = 2000
@@ -62,9 +62,9 @@ class Outcome:
     """What executing one run produced: ``status`` ``"ok"``/``"failed"``, ``error``, the train JSON ``result``."""
 
     status: str
-    error: Optional[str] = None
-    result: Optional[dict] = None
-    log: Optional[str] = None
+    error: str | None = None
+    result: dict | None = None
+    log: str | None = None
 
 
 @dataclass
@@ -109,7 +109,7 @@ def train_command(run: Run, out_file: str | Path) -> list[str]:
     return [sys.executable, "-m", "gnnpipe", "train", *run.argv, "--out", str(out_file), "--no-progress"]
 
 
-def execute_subprocess(run: Run, *, timeout_s: Optional[float] = None, log_dir: Optional[Path] = None) -> Outcome:
+def execute_subprocess(run: Run, *, timeout_s: float | None = None, log_dir: Path | None = None) -> Outcome:
     """Run ``gnnpipe train`` for ``run`` in a child process (its own process group) and read its ``--out`` JSON.
 
     The child's stdout and stderr go to ``log_dir/<run_id>.log`` (a temporary file when ``log_dir`` is
@@ -202,7 +202,7 @@ def run_study(
     study: Study,
     results_path: str | Path,
     *,
-    execute: Optional[Callable[[Run], Outcome]] = None,
+    execute: Callable[[Run], Outcome] | None = None,
     retry_failed: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import ConfigError, GnnpipeError
 
@@ -110,9 +110,9 @@ class SimRow:
     costs: dict
     makespan: float = math.nan
     bubble: float = math.nan
-    steady_bubble: Optional[float] = None
+    steady_bubble: float | None = None
     peak_inflight: int = 0
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def makespan_per_epoch(self) -> float:

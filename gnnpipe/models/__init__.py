@@ -8,8 +8,15 @@ registered model by name; :func:`model_options` lists a model's own options (GCN
 
 from __future__ import annotations
 
+from . import (
+    atomistic,  # noqa: F401  (registers schnet and dimenet++)
+    zoo,  # noqa: F401  (registers the built-ins)
+)
+from .atomistic import AtomisticModel
 from .base import ACTIVATIONS, Aggregator, GNNModel, LayerUnit, ZooModel, activation, unit_seed
-from .registry import MODELS, available, get, register
+from .build import build_model
+from .io import load, save
+from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit
 from .options import (
     ModelOption,
     check_model_args,
@@ -18,13 +25,8 @@ from .options import (
     model_options,
     parse_model_args,
 )
-from . import zoo  # noqa: F401  (registers the built-ins)
+from .registry import MODELS, available, get, register
 from .zoo import GCN, GCNII, GraphSAGE, ResGCNPlus
-from .message_passing import GAT, GIN, GATResidual, GATv2, MessagePassingUnit
-from .build import build_model
-from .io import load, save
-from . import atomistic  # noqa: F401  (registers schnet and dimenet++)
-from .atomistic import AtomisticModel
 
 __all__ = [
     "ACTIVATIONS",

@@ -1,17 +1,17 @@
 """Models as linear sequences of layer units.
 
 A model is ``units = [encoder, layer_1, …, layer_L, head]``. A runtime may cut the sequence into
-contiguous *stages* (GNNPipe's layer-level model parallelism, DESIGN §1). A unit never runs message
+contiguous *stages* (GNNPipe's layer-level model parallelism). A unit never runs message
 passing over the whole graph by itself: it calls the *aggregation callback* ``agg(h, kind)`` it is
 given, so the same unit runs
 
 * on the whole graph (``GraphOps.aggregate``; exact, the single-process reference),
-* on one chunk with history (the pipeline's chunk aggregation op, DESIGN §5),
+* on one chunk with history (the pipeline's chunk aggregation op),
 * on one graph partition with a halo exchange (graph parallelism).
 
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
-``"sum"`` or any registered kind (see :mod:`gnnpipe.core.ops.kinds`; the graph's ``edge_weight`` is used when present).
+``"sum"`` or any registered kind (see :mod:`gnnpipe.tasks.nodes.kinds`; the graph's ``edge_weight`` is used when present).
 A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
 ``agg(h, kind, layer)`` instead and gets ``layer(x_src, x_dst, edge_index, edge_weight)`` computed on the rows'
 in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themselves then their halo rows
@@ -20,7 +20,7 @@ in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themsel
 On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
 object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
 and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
-autograd (:class:`gnnpipe.core.ops.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
+autograd (:class:`gnnpipe.tasks.nodes.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
 ``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
 its plain ``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units
 of its class (``LayerUnit.run_fused``, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
@@ -33,7 +33,7 @@ produces it, every later unit may read it, and a pipeline ships it with the stag
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -81,12 +81,12 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
 
 #: builds the exact full-graph aggregation ops of a graph for ``model(x, edge_index)``:
 #: ``factory(edge_index, num_nodes, dtype, device)`` → an object with ``aggregate(h, kind)``. The runtime
-#: installs its own (:class:`gnnpipe.core.ops.graph.GraphOps`) when it is imported: the adjacency lives in core,
-#: which the model zoo must not import (models < core, STYLE "Habits").
-_GRAPH_OPS_FACTORY: Optional[Callable] = None
+#: installs its own (:class:`gnnpipe.tasks.nodes.graph.GraphOps`) when it is imported: the adjacency lives in core,
+#: which the model zoo must not import (models < core: tests/test_imports.py).
+_GRAPH_OPS_FACTORY: Callable | None = None
 
 
-def set_graph_ops_factory(factory: Optional[Callable]) -> None:
+def set_graph_ops_factory(factory: Callable | None) -> None:
     """Install the factory of full-graph aggregation ops ``model(x, edge_index)`` uses (see above)."""
     global _GRAPH_OPS_FACTORY
     _GRAPH_OPS_FACTORY = factory
@@ -99,20 +99,20 @@ class LayerUnit(nn.Module):
 
     Class attributes:
         aggregations: the aggregation kinds the unit calls, in call order, once each per forward
-            (e.g. ``("gcn",)``); the runtime keeps one history buffer per entry (DESIGN §2).
+            (e.g. ``("gcn",)``); the runtime keeps one history buffer per entry.
         param_group: ``"conv"`` for GNN-layer weights or ``"dense"`` for encoder/head weights;
             the trainer can apply a different weight decay to each (as GCNII does).
         message_passing: the unit passes a layer to ``agg`` (its aggregations then run through the
             halo-gradient ops of the runtime).
         run_fused: optional static method ``run_fused(units, ops, h, shared) -> (h', shared')`` that runs a run of
             consecutive units of the class on one pipeline chunk as one step, ``ops[k]`` being what
-            :meth:`fused_op` of ``units[k]`` gave (:meth:`GNNModel.run_units`; GCNII's layer, issue #18).
+            :meth:`fused_op` of ``units[k]`` gave (:meth:`GNNModel.run_units`; GCNII's layer).
     """
 
     aggregations: tuple[str, ...] = ()
     param_group: str = "dense"
     message_passing: bool = False
-    run_fused: Optional[Callable] = None  # see the class docstring; None: the class does not fuse runs
+    run_fused: Callable | None = None  # see the class docstring; None: the class does not fuse runs
 
     def fused_op(self, agg: Aggregator):
         """The op this unit hands to ``run_fused`` on this chunk (e.g. ``agg.push_pull(kind)``), or ``None``
@@ -124,7 +124,7 @@ class LayerUnit(nn.Module):
         self.in_dim = in_dim
         self.out_dim = out_dim
 
-    def forward(self, h: Tensor, shared: Optional[Tensor], agg: Aggregator) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(self, h: Tensor, shared: Tensor | None, agg: Aggregator) -> tuple[Tensor, Tensor | None]:
         """Run the unit.
 
         Args:
@@ -158,7 +158,7 @@ class ZooModel(nn.Module):
 
     task: str = ""
     default_hparams: dict = {"lr": 0.01, "dropout": 0.5, "weight_decay": 5e-4, "weight_decay_conv": 5e-4}
-    spec: Optional[dict] = None
+    spec: dict | None = None
 
     @property
     def num_units(self) -> int:
@@ -176,13 +176,13 @@ class GNNModel(ZooModel):
     """
 
     task = "node-classification"
-    shared_tensor: Optional[str] = None
+    shared_tensor: str | None = None
     #: How to rebuild the model, ``{"name", "in_channels", "out_channels", "kwargs", "dtype"}`` (set by
     #: :func:`gnnpipe.models.build_model`; what :func:`gnnpipe.models.save` stores)
-    spec: Optional[dict] = None
+    spec: dict | None = None
     #: the edge/feature preprocessing of the run that trained it (``undirected``, ``remove_self_loops``,
     #: ``dedupe``, ``normalize_features``), which :meth:`predict` repeats; ``None`` = none
-    preprocessing: Optional[dict] = None
+    preprocessing: dict | None = None
 
     def __init__(self, units: list[LayerUnit]):
         super().__init__()
@@ -195,15 +195,15 @@ class GNNModel(ZooModel):
         start: int,
         end: int,
         h: Tensor,
-        shared: Optional[Tensor],
+        shared: Tensor | None,
         make_agg: Callable[[int], Aggregator],
-    ) -> tuple[Tensor, Optional[Tensor]]:
+    ) -> tuple[Tensor, Tensor | None]:
         """Run units ``[start, end)``; ``make_agg(i)`` gives the aggregation callback of unit ``i`` (called once per
         unit, in order).
 
         A maximal run of consecutive units of one class with a ``LayerUnit.run_fused`` whose
         :meth:`~LayerUnit.fused_op` gives an op (on a pipeline chunk: ``agg.push_pull``) runs as one
-        ``run_fused(units, ops, h, shared)`` call (GCNII: one autograd node per stage and chunk, issue #18); every
+        ``run_fused(units, ops, h, shared)`` call (GCNII: one autograd node per stage and chunk); every
         other unit is called as ``unit(h, shared, agg)``."""
         units = list(self.units)
         i = start
@@ -233,7 +233,7 @@ class GNNModel(ZooModel):
         return h, shared
 
     def forward(self, x: Tensor, agg: Tensor | Aggregator | Callable[[int], Aggregator], *,
-                per_unit: bool = False, edge_weight: Optional[Tensor] = None) -> Tensor:
+                per_unit: bool = False, edge_weight: Tensor | None = None) -> Tensor:
         """Full forward: ``x`` (``[n, F]``) → logits (``[n, C]``).
 
         ``agg`` is either
@@ -241,7 +241,7 @@ class GNNModel(ZooModel):
         * an ``edge_index`` (``LongTensor[2, E]``, edges ``source → target`` as in PyG; optional
           ``edge_weight`` ``[E]``): the call is
           ``model(x, edge_index)`` as PyG users expect; the exact full-graph aggregation ops of the
-          graph (``Â`` of each kind, ``gnnpipe.core.ops.graph``) are built on first use and cached for
+          graph (``Â`` of each kind, ``gnnpipe.tasks.nodes.graph``) are built on first use and cached for
           later calls with the same (unmodified) ``edge_index``, like PyG's ``cached=True``;
         * one aggregation callback for every unit, or (``per_unit=True``) a factory ``unit_index → callback``.
 
@@ -254,7 +254,7 @@ class GNNModel(ZooModel):
         h, _ = self.run_units(0, self.num_units, x, None, make)  # type: ignore[arg-type]
         return h
 
-    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor, edge_weight: Optional[Tensor] = None) -> Aggregator:
+    def _edge_index_aggregator(self, edge_index: Tensor, x: Tensor, edge_weight: Tensor | None = None) -> Aggregator:
         """The cached full-graph aggregation callback of ``edge_index`` for ``x``'s rows, dtype and device."""
         if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
             raise ConfigError(f"model(x, edge_index) needs edge_index as an integer tensor of shape [2, E], got "

@@ -13,7 +13,6 @@ so :func:`load` reads it with ``torch.load(weights_only=True)``::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -42,7 +41,7 @@ def _plain(value):
     return value
 
 
-def save(model: GNNModel, path: str | Path, meta: Optional[dict] = None) -> None:
+def save(model: GNNModel, path: str | Path, meta: dict | None = None) -> None:
     """Write ``model`` (built by :func:`gnnpipe.models.build_model`, so it has a ``spec``) to ``path``, with ``meta``
     (default: the model's own ``meta``, e.g. ``result.model``'s training config and data paths, which
     ``gnnpipe predict`` reads).

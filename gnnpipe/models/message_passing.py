@@ -6,7 +6,7 @@ A :class:`MessagePassingUnit` wraps any ``torch_geometric.nn.MessagePassing`` th
 its layer to the aggregation callback, ``agg(h, kind, self.layer)``, and the runtime runs the layer on the
 in-edges of the rows it processes, with the sources ``[own rows ; halo rows]`` — on the whole graph, on a
 pipeline chunk with the halo read from history and its gradient *pushed* back
-(:class:`gnnpipe.core.ops.aggregation.PushHistoryOp`, docs/HALO_GRADIENT.md), or on a graph-parallel part
+(:class:`gnnpipe.tasks.nodes.aggregation.PushHistoryOp`, docs/HALO_GRADIENT.md), or on a graph-parallel part
 with the halo exchanged. ``kind`` names the aggregation kind whose non-zeros are the edges (``sum``: the
 graph's edges, weights 1 or ``data.edge_weight``; ``gcn``: with self-loops and symmetric weights).
 
@@ -26,8 +26,6 @@ Registering a model around another PyG conv takes a few lines::
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 from torch import Tensor, nn
 
@@ -58,8 +56,8 @@ class MessagePassingUnit(LayerUnit):
     param_group = "conv"
 
     def __init__(self, conv: nn.Module, in_dim: int, out_dim: int, *, kind: str = "sum", dropout: float = 0.0,
-                 act: str = "identity", residual: bool = False, norm: Optional[str] = None,
-                 edge_weight: Optional[str] = None):
+                 act: str = "identity", residual: bool = False, norm: str | None = None,
+                 edge_weight: str | None = None):
         super().__init__(in_dim, out_dim)
         if residual and in_dim != out_dim:
             raise ConfigError(f"a residual unit needs in_dim == out_dim, got {in_dim} and {out_dim}")

@@ -11,8 +11,9 @@ class attribute ``option_help = {"name": "what it does"}``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import ConfigError
 

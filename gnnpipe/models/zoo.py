@@ -7,13 +7,12 @@ through :func:`gnnpipe.models.register`, the same door user models use.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Aggregator, dropout, GNNModel, LayerUnit, activation
+from .base import Aggregator, GNNModel, LayerUnit, activation, dropout
 from .registry import register
 
 
@@ -22,7 +21,7 @@ class Encoder(LayerUnit):
     """``h = act(Linear(dropout(x)))`` (``[n, F]`` → ``[n, H]``); with ``shared=True`` it also emits ``h`` as the
     global shared tensor (GCNII's ``h0``, Chen et al. ICML 2020, eq. 5). ``act=None`` skips the activation."""
 
-    def __init__(self, in_dim: int, out_dim: int, dropout: float, act: Optional[str] = "relu", shared: bool = False):
+    def __init__(self, in_dim: int, out_dim: int, dropout: float, act: str | None = "relu", shared: bool = False):
         super().__init__(in_dim, out_dim)
         self.lin = nn.Linear(in_dim, out_dim)
         self.dropout = dropout
@@ -129,7 +128,7 @@ class GCNIILayer(LayerUnit):
         return None if push_pull is None else push_pull("gcn")
 
     @staticmethod
-    def run_fused(units, ops, h: Tensor, shared: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor]]:
+    def run_fused(units, ops, h: Tensor, shared: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """Consecutive GCNII units ``units`` (each with the op its :meth:`fused_op` gave, ``ops``) on one pipeline
         chunk as **one** autograd node (:class:`_GCNIIChunk`): ``h`` ``[n, d]``, ``shared`` = ``h0`` ``[n, d]`` →
         ``(h', h0)``. The same values as the units' plain paths one after the other (forward bit for bit)."""
@@ -153,11 +152,11 @@ class GCNIILayer(LayerUnit):
         return self.act(out), shared
 
 
-def _run_masks(h: Tensor, steps) -> Optional[Tensor]:
+def _run_masks(h: Tensor, steps) -> Tensor | None:
     """The dropout masks of a fused run of ``K > 1`` units drawn in one call, ``[K, n, d]``, or ``None`` (one per
     unit). One ``rand`` of ``K·n·d`` numbers on the CPU generator is the ``K`` draws of ``rand_like(h)`` one after
     the other, number for number (the CPU generator is sequential; checked in tests/models/test_fused_chunk.py),
-    so the masks are those of the units one by one, with 3·(K − 1) fewer calls per chunk (issue #18). Only on the
+    so the masks are those of the units one by one, with 3·(K − 1) fewer calls per chunk. Only on the
     CPU in float32/float64 and when every unit has the same probability; CUDA's generator advances per call."""
     if len(steps) < 2 or h.device.type != "cpu" or h.dtype not in (torch.float32, torch.float64):
         return None
@@ -169,17 +168,17 @@ def _run_masks(h: Tensor, steps) -> Optional[Tensor]:
 
 class _GCNIIChunk(torch.autograd.Function):
     """A run of ``K ≥ 1`` consecutive ``GCNIILayer`` units (ReLU, no bias) on one pipeline chunk as one
-    autograd node (issue #18: one node per stage and chunk for the run instead of one per unit, and no autograd
+    autograd node (one node per stage and chunk for the run instead of one per unit, and no autograd
     bookkeeping between the units).
 
     Forward, unit ``k = 1 … K`` in turn, as the plain path (the same ATen ops on the same values, in the same
     order, so the same dropout draws): ``x = dropout(h)`` (the mask as :func:`gnnpipe.models.base.dropout` draws
-    it), written straight into history by ``rows_k.push`` (DESIGN §5: ``H_in[R_c] ← x``, then ``Â[R_c, :] @ H_in``);
+    it), written straight into history by ``rows_k.push`` (``H_in[R_c] ← x``, then ``Â[R_c, :] @ H_in``);
     ``s = lerp(Â x, h0, α)``; ``h ← relu((1 − θ_k)·s + θ_k·s·W_kᵀ)`` (GCNII eq. 5).
     Backward, unit ``k = K … 1`` by hand (the vector–Jacobian products autograd would take, fused where one
     call does two): ``g_z = g ⊙ [h_k > 0]``; ``∂W_k = θ_k·g_zᵀ s``; ``g_s = (1 − θ_k)·g_z + θ_k·g_z W_k``;
     ``∂h0 += α·g_s`` (summed over the run); ``g ← mask ⊙ rows_k.pull(g_s, scale=1 − α)`` — the pull writes
-    ``(1 − α)·g_s`` into ``G_out`` and returns ``Âᵀ[R_c, :] @ G_out`` (DESIGN §5's pull-based backward).
+    ``(1 − α)·g_s`` into ``G_out`` and returns ``Âᵀ[R_c, :] @ G_out`` (the chunk op's pull-based backward).
 
     Args (to ``apply``): h ``[n, d]``, h0 ``[n, d]`` (same dtype), ``steps`` = one ``(rows, p, alpha, theta)`` per
     unit (``rows``: the unit's ``agg.push_pull("gcn")``; ``p``: its dropout probability, 0 outside training),

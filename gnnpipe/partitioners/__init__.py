@@ -1,4 +1,4 @@
-"""Vertex partitioners / chunkers, partition metrics, and layer-to-stage partitioners (DESIGN §3–§4, §6).
+"""Vertex partitioners / chunkers, partition metrics, and layer-to-stage partitioners.
 
 Vertex partitioners (one abstract class, one registry; built-ins ``metis``, ``kahip`` (optional
 package), ``random``, ``contiguous``, ``bfs``, ``rcm``, ``morton`` (positions))::
@@ -13,7 +13,7 @@ Chunk plans (relabel so every chunk is a contiguous id range)::
     plan = partitioners.ChunkPlan.build(data, num_chunks=16)   # paper default: METIS 50+deg, 4×C, grouped
     start, end = plan.chunk_rows(3); plan.data; plan.to_original(pred)
 
-Metrics and DESIGN §6 predictions::
+Metrics and communication-volume predictions::
 
     m = partitioners.partition_metrics(data.edge_index, data.num_nodes, parts)
     partitioners.predict_gp_bytes(m.mirror_count, [64] * 32)
@@ -30,7 +30,7 @@ Layer partitioners (separate registry)::
 
     split = partitioners.split_layers(model, 4, "equal")      # StageSplit(bounds=[0, …, U], …)
     split = partitioners.get_layer_partitioner("profiled")().split(unit_costs, 4)   # costs measured by
-                                                   # gnnpipe.core.runtime.profile.profile_unit_costs (or profiled_split)
+                                                   # gnnpipe.tasks.nodes.profile.profile_unit_costs (or profiled_split)
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from .base import (
     repair_empty_parts,
     validate_parts,
 )
+from .chunks import ChunkPlan, relabel_data, way_bounds
 from .edges import (
     EDGE_PARTITIONERS,
     AtomOwnerPartitioner,
@@ -63,7 +64,6 @@ from .edges import (
     plan_graph_parallel,
     register_edge_partitioner,
 )
-from .chunks import ChunkPlan, relabel_data, way_bounds
 from .layers import (
     EqualLayerPartitioner,
     LayerPartitioner,

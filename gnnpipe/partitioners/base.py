@@ -1,6 +1,6 @@
 """The vertex-partitioner family: abstract class, registry, graph input and shared helpers.
 
-A *vertex partitioner* maps every vertex of a graph to one of ``P`` parts (DESIGN §3–§4, step 3).
+A *vertex partitioner* maps every vertex of a graph to one of ``P`` parts.
 The result is always a ``LongTensor[N]`` of part ids in ``[0, P)`` in the user's **original** vertex
 ids, and every part is non-empty. The same class serves graph parallelism (``P`` = number of ways,
 plain METIS) and GNNPipe chunking (``P`` = number of chunks, METIS over-partitioned 4× and grouped).
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 import torch
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 from torch import Tensor
 
 from ..errors import ConfigError, DataValidationError

@@ -1,7 +1,7 @@
 """Chunk plans: vertex relabelling that makes every chunk (and every way) a contiguous id range.
 
-DESIGN §2: after relabelling, chunk ``c`` is the id range ``[chunk_ptr[c], chunk_ptr[c+1])`` and
-the pipeline's aggregation op slices rows ``Â[R_c, :]`` by range. DESIGN §4, step 3: the paper's
+After relabelling, chunk ``c`` is the id range ``[chunk_ptr[c], chunk_ptr[c+1])`` and
+the pipeline's aggregation op slices rows ``Â[R_c, :]`` by range. The paper's
 default chunking is METIS with vertex weight ``50 + degree`` into ``4·C`` parts, then a seeded random
 grouping of 4 parts per chunk (GNNPipe, arXiv 2308.10087, §4).
 
@@ -188,7 +188,7 @@ class ChunkPlan:
     ) -> ChunkPlan:
         """Partition ``data`` into ``num_chunks`` chunks with a registered method and relabel.
 
-        Defaults are the paper's (GNNPipe §4; DESIGN §4 step 3): METIS, vertex weight ``50 + degree``,
+        Defaults are the paper's (GNNPipe §4): METIS, vertex weight ``50 + degree``,
         ``4·C`` parts grouped 4 per chunk by a permutation seeded with ``seed``.
 
         With ``num_ways = W > 1`` the split is hierarchical: first ``W`` ways with the same method

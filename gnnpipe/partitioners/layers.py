@@ -1,11 +1,11 @@
 """Layer partitioners: map a model's ``U = L + 2`` layer units onto ``S`` pipeline stages.
 
-DESIGN §4, step 4. A stage is a contiguous range of units (DESIGN §2), so a split is the list of
+A stage is a contiguous range of units, so a split is the list of
 boundaries ``0 = b_0 < b_1 < … < b_S = U``; stage ``s`` runs units ``[b_s, b_{s+1})``.
 
 * ``equal`` — the paper's rule (GNNPipe, arXiv 2308.10087, §4: layers are assigned evenly to GPUs):
   every unit costs 1 and the split is greedy and contiguous.
-* ``profiled`` — measured costs per unit (``gnnpipe.core.runtime.profile.profile_unit_costs`` measures them:
+* ``profiled`` — measured costs per unit (``gnnpipe.tasks.nodes.profile.profile_unit_costs`` measures them:
   on a sample, or — as the runtime does — chunk by chunk over the whole relabelled graph with the pipeline's
   history-backed chunk op), then the exact min–max contiguous split (the "linear partition" / chains-on-chains
   problem; Bokhari, IEEE Trans. Computers 1988) by dynamic programming. Layer partitioners receive costs and
@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import abc
 import itertools
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import torch
-from torch import Tensor
 
 from ..errors import ConfigError
 from ..registry import Registry
@@ -64,7 +61,7 @@ class StageSplit:
     bounds: list[int]
     stage_costs: list[float]
     unit_costs: list[float]
-    phases: "UnitPhases | None" = None
+    phases: UnitPhases | None = None
 
     @property
     def num_stages(self) -> int:
@@ -81,7 +78,7 @@ class StageSplit:
         """``max(stage_costs)``: the predicted per-chunk time of the slowest stage."""
         return max(self.stage_costs)
 
-    def stage_phase_costs(self) -> "tuple[list[list[float]], list[list[float]]] | None":
+    def stage_phase_costs(self) -> tuple[list[list[float]], list[list[float]]] | None:
         """``(forward, backward)``: seconds of each stage on each chunk (``S × C`` lists), summed over the
         stage's units from :attr:`phases` (:func:`stage_chunk_costs`); ``None`` without measured phases.
         Feed them to the schedule simulator through :func:`action_costs`."""
@@ -237,8 +234,8 @@ class ProfiledLayerPartitioner(LayerPartitioner):
     """Measured unit costs + exact min–max contiguous split (:func:`minmax_split`).
 
     It takes costs only and never runs a model (the profiler,
-    ``gnnpipe.core.runtime.profile.profile_unit_costs``, measures;
-    ``gnnpipe.core.runtime.profile.profiled_split`` does both).
+    ``gnnpipe.tasks.nodes.profile.profile_unit_costs``, measures;
+    ``gnnpipe.tasks.nodes.profile.profiled_split`` does both).
 
     ``split(costs, S, scheduler=None)``: ``costs`` is a sequence of per-unit costs, or a :class:`UnitPhases`
     (forward and backward seconds per unit and chunk); with a :class:`UnitPhases` of more than one chunk,
@@ -265,8 +262,8 @@ class ProfiledLayerPartitioner(LayerPartitioner):
         costs = _costs(model_or_costs)
         if costs is None:
             raise ConfigError("the 'profiled' layer partitioner takes measured unit costs, not a model: measure "
-                              "them with gnnpipe.core.runtime.profile.profile_unit_costs(model, data, phases=True) and pass "
-                              "the result, or call gnnpipe.core.runtime.profile.profiled_split(model, S, data=...)")
+                              "them with gnnpipe.tasks.nodes.profile.profile_unit_costs(model, data, phases=True) and pass "
+                              "the result, or call gnnpipe.tasks.nodes.profile.profiled_split(model, S, data=...)")
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
 
 
@@ -326,7 +323,7 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
 
     Args:
         phases: per-unit, per-chunk forward/backward seconds
-            (``gnnpipe.core.runtime.profile.profile_unit_costs`` with ``phases=True``).
+            (``gnnpipe.tasks.nodes.profile.profile_unit_costs`` with ``phases=True``).
         num_stages: ``S``. scheduler: a registered scheduler name or instance.
         start: initial boundaries (``S + 1`` ints).
 

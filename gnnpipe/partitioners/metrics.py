@@ -1,4 +1,4 @@
-"""Quality metrics of a vertex partition and the DESIGN §6 communication-volume predictions.
+"""Quality metrics of a vertex partition and the communication-volume predictions of graph parallelism and GNNPipe.
 
 Conventions (``edge_index`` read as given, directed, PyG ``source → target``):
 
@@ -9,7 +9,7 @@ Conventions (``edge_index`` read as given, directed, PyG ``source → target``):
   :attr:`PartitionMetrics.undirected_edge_cut`;
 * vertex ``u`` of part ``p`` is *mirrored* on part ``q ≠ p`` when it has an edge ``u → v`` with
   ``v`` in ``q``: graph parallelism must ship ``u``'s embedding to ``q`` before each aggregation
-  and ``q``'s gradient for it back afterwards (DESIGN §6).
+  and ``q``'s gradient for it back afterwards.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .base import as_graph, validate_parts
 
 __all__ = ["PartitionMetrics", "partition_metrics", "predict_gp_bytes", "predict_pipeline_bytes"]
 
-#: bytes per value (fp32), DESIGN §6
+#: bytes per value (fp32)
 FP32_BYTES = 4
 
 
@@ -49,7 +49,7 @@ class PartitionMetrics:
         edge_cut: number of directed edges ``u → v`` with ``parts[u] != parts[v]``.
         undirected_edge_cut: number of distinct unordered pairs ``{u, v}`` (``u ≠ v``) joined by an
             edge in either direction and lying in different parts (METIS's objective).
-        mirror_count: ``M = Σ_p Σ_{q≠p} |{u ∈ p : u has an edge into q}|`` (DESIGN §6).
+        mirror_count: ``M = Σ_p Σ_{q≠p} |{u ∈ p : u has an edge into q}|``.
         boundary_vertices: vertices with at least one edge into another part.
         cross_chunk_edge_fraction: ``edge_cut / E`` (0.0 when ``E = 0``): the share of aggregation
             inputs that a chunk reads from other chunks, i.e. from history in the pipeline.
@@ -121,7 +121,7 @@ def partition_metrics(edge_index: Tensor, num_nodes: int, parts: Tensor, num_par
 
 
 def predict_gp_bytes(mirror_count: int, agg_dims: Sequence[int], backward_dims: Sequence[int] | None = None) -> int:
-    """Predicted bytes per epoch of graph parallelism's halo exchange (DESIGN §6, GP formula, extended in
+    """Predicted bytes per epoch of graph parallelism's halo exchange (GP formula, extended in
     docs/HALO_GRADIENT.md).
 
     ``4 · M · (Σ_aggregations d + Σ_backward d)``: before every aggregation each mirror copy's fp32 embedding
@@ -149,7 +149,7 @@ def predict_gp_bytes(mirror_count: int, agg_dims: Sequence[int], backward_dims: 
 
 
 def predict_pipeline_bytes(num_nodes: int, num_stages: int, d_boundary: int, shared: bool = False) -> int:
-    """Predicted bytes per epoch of a GNNPipe pipeline's stage-boundary traffic (DESIGN §6, GNNPipe formula).
+    """Predicted bytes per epoch of a GNNPipe pipeline's stage-boundary traffic (GNNPipe formula).
 
     ``2 · 4 · (S − 1) · N · d_boundary``, doubled when the model ships a global shared tensor of the
     same width with the boundary (GCNII's ``h0``): every vertex's boundary embedding crosses each of

@@ -18,7 +18,7 @@ Graph parallelism (``gp_size = G > 1``; Sriram et al., *Towards Training Billion
 Atomic Simulations*, ICLR 2022): the launcher (:func:`gnnpipe.core.run.launch.spawn`) starts ``G`` ranks joined in
 one gloo group, as graph-parallel S2EF training does; each step every rank builds the same graph and the same
 :class:`~gnnpipe.partitioners.GraphParallelPlan`, runs the model on its shard of the edges and triplets through
-:class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm` (energies and conservative forces come back reduced and
+:class:`~gnnpipe.tasks.s2ef.graph_parallel.GraphParallelComm` (energies and conservative forces come back reduced and
 replicated), takes rank 0's energies and forces (one broadcast, so every rank decides alike) and runs the same
 optimizer step; rank 0 returns the result. Ctrl-C reaches every rank, which agree after the current step (one
 all-reduce of the stop flag) to return what they have.
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -69,7 +69,7 @@ class RelaxResult:
     interrupted: bool = False
     forward_calls: int = 0
     evaluations: int = 0
-    trajectories: Optional[list] = field(default=None, repr=False)
+    trajectories: list | None = field(default=None, repr=False)
 
     def to_atoms(self) -> list:
         """The relaxed structures as ``ase.Atoms`` (``FixAtoms``, tags, a ``SinglePointCalculator`` with the
@@ -99,10 +99,10 @@ def _optimizer(name: str, batch: Tensor, num: int, options: dict):
 
 
 def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float = 0.05, steps: int = 200,
-          device: str | torch.device = "cpu", batch_size: Optional[int] = None, trajectories: bool = False,
+          device: str | torch.device = "cpu", batch_size: int | None = None, trajectories: bool = False,
           progress: bool = False, gp_size: int = 1, gp_partitioner: str = "edge-chunk", gp_mode: str = "allgather",
-          threads: Optional[int] = None, log_every_steps: int = 0, relax_cell: bool = False,
-          scalar_pressure: float = 0.0, exp_cell_factor: Optional[float] = None, hydrostatic_strain: bool = False,
+          threads: int | None = None, log_every_steps: int = 0, relax_cell: bool = False,
+          scalar_pressure: float = 0.0, exp_cell_factor: float | None = None, hydrostatic_strain: bool = False,
           constant_volume: bool = False, **options) -> RelaxResult:
     """Relax ``structures`` together with ``model``'s energies and forces.
 
@@ -222,7 +222,7 @@ def _check_cells(model, structures) -> None:
 
 def _check_gp(model, gp_size, partitioner, mode) -> None:
     from .. import partitioners
-    from ..core.ops.graph_parallel import MODES
+    from ..tasks.s2ef.graph_parallel import MODES
 
     if not isinstance(gp_size, int) or isinstance(gp_size, bool) or gp_size < 1:
         raise ConfigError(f"gp_size (--gp-size) must be an int >= 1, got {gp_size!r}")
@@ -251,7 +251,7 @@ def _spawn_gp(model, structures, opts, G, partitioner, mode, threads) -> RelaxRe
 
 def _gp_rank(rank: int, world: int, model, structures, opts, partitioner, mode):
     """One graph-parallel rank of :func:`relax` (every rank runs the same optimizer; rank 0 returns the result)."""
-    from ..core.ops.comm import Comm
+    from ..core.comm import Comm
     from ..core.run import stopping
 
     if rank:
@@ -295,16 +295,16 @@ class _StepLines:
 
 
 def _relax_group(model, structures, indices, res: RelaxResult, optimizer, options, fmax, steps, device, bar,
-                 gp=None, lines: Optional[_StepLines] = None, cell: Optional[dict] = None):
+                 gp=None, lines: _StepLines | None = None, cell: dict | None = None):
     """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes (``gp``: this
     graph-parallel rank's group size, partitioner, mode and byte counter; ``cell``: the options of
     :class:`~.cell.FrechetCell`, the cells relaxed too)."""
     from torch_geometric.data import Batch
 
+    from ..data.atoms import build_graph
     from ..tasks.s2ef.data import prepare_structures
     from ..tasks.s2ef.normalizer import EnergyNormalizer
     from ..tasks.s2ef.predict import energies_forces, task_meta
-    from ..data.atoms import build_graph
     from .cell import FrechetCell
     from .optimizers import segment_max
 
@@ -329,8 +329,8 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
             return energies_forces(model, b, graph, norm, stress=stress)
         import torch.distributed as dist
 
-        from ..core.ops.graph_parallel import GraphParallelComm
         from ..partitioners import plan_graph_parallel
+        from ..tasks.s2ef.graph_parallel import GraphParallelComm
 
         plan = plan_graph_parallel(graph, gp["size"], gp["partitioner"], pos=b.pos)
         comm = GraphParallelComm(plan, mode=gp["mode"], comm=gp["comm"], device=device)

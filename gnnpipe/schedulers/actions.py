@@ -23,7 +23,7 @@ class ActionKind(str, enum.Enum):
     F = "F"
     """Forward of a chunk through the stage's units (receives before / sends after, see module doc)."""
     B = "B"
-    """Full backward of a chunk (input and weight gradients; the pull backward of DESIGN §5)."""
+    """Full backward of a chunk (input and weight gradients; the pull backward of the chunk op)."""
     STEP = "S"
     """The stage's optimizer step; also the stage's end-of-epoch hook point. Has no chunk."""
     G = "G"

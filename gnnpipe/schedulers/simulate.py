@@ -135,7 +135,7 @@ class CommModel:
     @classmethod
     def from_chunks(cls, chunk_ptr, dim: int, bandwidth: float, *, dtype_bytes: int = 4,
                     latency: float = 0.0, overlap: bool = True) -> CommModel:
-        """Boundary tensors of ``|chunk| × dim`` elements of ``dtype_bytes`` (DESIGN §6: fp32, 4 bytes)."""
+        """Boundary tensors of ``|chunk| × dim`` elements of ``dtype_bytes`` (fp32, 4 bytes)."""
         sizes = np.diff(np.asarray(chunk_ptr, dtype=np.int64))
         return cls([float(n * dim * dtype_bytes) for n in sizes], bandwidth, latency, overlap)
 

@@ -1,6 +1,6 @@
 """Which cross-chunk neighbours a schedule lets each chunk read fresh, and which stale.
 
-DESIGN §5: the forward of chunk ``c`` on stage ``s`` computes ``Â[R_c, :] @ H_in``, reading the rows
+The forward of chunk ``c`` on stage ``s`` computes ``Â[R_c, :] @ H_in``, reading the rows
 of its in-neighbours; a neighbour in another chunk ``d`` is *fresh* if ``F(s, d)`` ran before
 ``F(s, c)`` on that stage in the same epoch, else *stale* (history). The pull backward of ``c``
 computes ``Âᵀ[R_c, :] @ G_out``, reading the output gradients of its out-neighbours; a neighbour in

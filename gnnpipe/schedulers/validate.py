@@ -5,8 +5,7 @@ Rules (all checked; every violation is reported):
 1. *Placement*: an action sits in the row of its own stage; its chunk is in ``[0, num_chunks)`` and its
    epoch in ``[0, epochs)``.
 2. *Counts*: on every stage, every chunk has exactly one ``F`` and one ``B`` per epoch, and every
-   epoch has exactly one ``STEP`` (the per-stage optimizer step; gradients accumulate over all chunks,
-   DESIGN §5 "Weights").
+   epoch has exactly one ``STEP`` (the per-stage optimizer step; gradients accumulate over all chunks).
 3. *Stage order*: ``F(s,c,e)`` before ``B(s,c,e)``; ``STEP(s,e)`` after every ``B(s,·,e)`` and before
    any ``B(s,·,e+1)`` (a step applies exactly one epoch's gradients); forwards (and backwards) of a
    stage run epoch by epoch.

@@ -9,11 +9,13 @@ models and what the planner needs of it); the runtime in ``gnnpipe.core`` is sha
 
 from __future__ import annotations
 
-from . import nodes  # noqa: F401  (registers node-classification)
-from . import s2ef  # noqa: F401  (registers s2ef)
+from . import (
+    nodes,  # noqa: F401  (registers node-classification)
+    s2ef,  # noqa: F401  (registers s2ef)
+)
 from .base import Task
 from .nodes import NodeClassification
-from .s2ef import S2EF
 from .registry import TASKS, available, for_config, get, register
+from .s2ef import S2EF
 
 __all__ = ["TASKS", "NodeClassification", "S2EF", "Task", "available", "for_config", "get", "register"]

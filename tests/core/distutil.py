@@ -6,9 +6,9 @@ import attrs
 
 from gnnpipe.core.run import launch
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.runner import build_plan, worker
-from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 from gnnpipe.data import prepare, synthetic_graph
+from gnnpipe.tasks.nodes.runner import build_plan, worker
+from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
 
 def small_graph(n=96, seed=0, features=8, classes=3):

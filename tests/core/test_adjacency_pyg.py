@@ -14,7 +14,7 @@ import torch
 from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from gnnpipe.core.ops.graph import build_adjacency
+from gnnpipe.tasks.nodes.graph import build_adjacency
 
 N = 12
 

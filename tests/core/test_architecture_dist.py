@@ -16,12 +16,12 @@ from torch import nn
 
 from gnnpipe import api, models
 from gnnpipe import schedulers as gs
-from gnnpipe.core.ops import kinds
 from gnnpipe.core.run import launch
-from gnnpipe.core.training.runner import build_plan, make_executor, worker
 from gnnpipe.errors import ScheduleError
 from gnnpipe.models.base import GNNModel, LayerUnit
 from gnnpipe.models.zoo import Head
+from gnnpipe.tasks.nodes import kinds
+from gnnpipe.tasks.nodes.runner import build_plan, make_executor, worker
 
 from .distutil import base_config, run_reference, small_graph
 
@@ -185,7 +185,7 @@ def _weighted_graph():
 def test_registered_kind_uses_edge_weights_in_single_process():
     """The registered kind is built from data.edge_weight: different weights give a different loss, and
     the adjacency equals the kind's formula on a dense reference."""
-    from gnnpipe.core.ops.graph import build_adjacency
+    from gnnpipe.tasks.nodes.graph import build_adjacency
 
     data = _weighted_graph()
     a = build_adjacency(data.edge_index, data.num_nodes, "test-symw", torch.float64, data.edge_weight).to_dense()
@@ -214,26 +214,30 @@ def test_registered_kind_with_edge_weights_is_exact_in_every_executor(ways, stag
 
 
 def test_unknown_kind_names_the_registered_ones():
-    from gnnpipe.core.ops.graph import build_adjacency
     from gnnpipe.errors import UnknownComponentError
+    from gnnpipe.tasks.nodes.graph import build_adjacency
 
     with pytest.raises(UnknownComponentError, match="gcn"):
         build_adjacency(torch.tensor([[0], [1]]), 2, "no-such-kind")
 
 
 def test_the_executors_share_one_interface():
-    """Pipeline, graph-parallel and hybrid executors are one class (the interpreter) around one Stage class,
-    built by factories; no class in the runtime subclasses (and so overrides) either."""
+    """Pipeline, graph-parallel and hybrid executors are one class around one Stage class, built by factories: the
+    only subclass of the interpreter is node classification's ``NodeExecutor`` (its correctors' hooks), and no
+    class subclasses (and so overrides) node classification's Stage."""
     import importlib
     import pkgutil
 
     import gnnpipe.core
-    from gnnpipe.core.runtime import execute, parallel, pipeline, stage
+    import gnnpipe.tasks.nodes
+    from gnnpipe.core.runtime import execute
+    from gnnpipe.tasks.nodes import executor, parallel, pipeline, stage
 
     assert not hasattr(parallel, "HybridMember") and not hasattr(pipeline, "PipelineStage")
-    subclasses = []
-    for info in pkgutil.iter_modules(gnnpipe.core.__path__):
-        mod = importlib.import_module(f"gnnpipe.core.{info.name}")
-        subclasses += [c for c in vars(mod).values() if isinstance(c, type)
-                       and issubclass(c, (stage.Stage, execute.Executor)) and c not in (stage.Stage, execute.Executor)]
-    assert subclasses == []
+    found = set()
+    for pkg in (gnnpipe.core, gnnpipe.tasks.nodes):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            mod = importlib.import_module(info.name)
+            found |= {c for c in vars(mod).values() if isinstance(c, type)
+                      and issubclass(c, (stage.Stage, execute.Executor)) and c not in (stage.Stage, execute.Executor)}
+    assert found == {executor.NodeExecutor}

@@ -8,8 +8,8 @@ import torch.distributed as dist
 
 from gnnpipe.core.run import launch
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.runner import format_plan, plan_backend
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.runner import format_plan, plan_backend
 
 
 def _fake_cuda(monkeypatch, gpus: int) -> None:
@@ -66,7 +66,7 @@ def test_unknown_backend():
 
 
 def test_plan_prints_backend(monkeypatch):
-    from gnnpipe.core.training.runner import build_plan
+    from gnnpipe.tasks.nodes.runner import build_plan
 
     from .distutil import base_config, small_graph
 

@@ -185,7 +185,7 @@ def test_ctrl_c_leaves_the_json_and_a_checkpoint_and_resume_finishes(tmp_path):
 def test_history_loads_only_into_the_same_layout(tmp_path):
     from gnnpipe.core.run.checkpoint import load_checkpoint
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
+    from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
     data = small_graph()
     _run(data, 2, checkpoint_dir=str(tmp_path))

@@ -1,4 +1,4 @@
-"""Graph-parallel collectives (gnnpipe.core.ops.collectives) and hooks (gnnpipe.core.ops.graph_parallel) on gloo, G = 1..4.
+"""Graph-parallel collectives (gnnpipe.tasks.s2ef.collectives) and hooks (gnnpipe.tasks.s2ef.graph_parallel) on gloo, G = 1..4.
 
 Every rank's values, first derivatives and second derivatives (autograd.grad with create_graph=True) are checked
 against hand-derived formulas computed here from the same inputs; byte counts against the formulas; a gather
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from gnnpipe import partitioners as P
-from gnnpipe.core.ops import collectives as C
+from gnnpipe.core.comm import Comm
 from gnnpipe.core.run import launch
-from gnnpipe.core.ops.comm import Comm
-from gnnpipe.core.ops.graph_parallel import GraphParallelComm, local_graph
+from gnnpipe.tasks.s2ef import collectives as C
+from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelComm, local_graph
 
 from ..partitioners.atom_graphs import random_batch
 

@@ -1,7 +1,7 @@
 """The communication wrapper's time split: a wait for a peer counts as idle, not as communication.
 
 A pipeline rank whose receiver is busy waits for its sends (gloo completes a send once the peer posts the
-receive; :data:`~gnnpipe.core.ops.comm.MAX_PENDING_SENDS` bounds the outstanding ones). That wait is the peer's
+receive; :data:`~gnnpipe.core.comm.MAX_PENDING_SENDS` bounds the outstanding ones). That wait is the peer's
 bubble seen from the sender, and the atomistic pipeline's bubble measurement (``1 − busy / makespan``) relies on
 it being counted as idle."""
 
@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from gnnpipe.core.ops.comm import MAX_PENDING_SENDS, Comm
+from gnnpipe.core.comm import MAX_PENDING_SENDS, Comm
 from gnnpipe.core.run import launch
 
 pytestmark = pytest.mark.timeout(180)

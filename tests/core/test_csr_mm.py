@@ -1,10 +1,10 @@
-"""The sparse product every aggregation runs through (gnnpipe.core.ops.graph.csr_mm): on CPU the fused
+"""The sparse product every aggregation runs through (gnnpipe.tasks.nodes.graph.csr_mm): on CPU the fused
 gather-and-multiply (embedding_bag), elsewhere the CSR product; both give Â @ H (issue #18)."""
 
 import pytest
 import torch
 
-from gnnpipe.core.ops.graph import CompactRows, GraphOps, build_adjacency, csr_mm, csr_row_slice, spmm
+from gnnpipe.tasks.nodes.graph import CompactRows, GraphOps, build_adjacency, csr_mm, csr_row_slice, spmm
 
 N = 30
 

@@ -5,19 +5,19 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from gnnpipe.core.comm import Comm
 from gnnpipe.core.run import launch
-from gnnpipe.core.ops.comm import Comm
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.runner import plan_backend, rank_device
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.runner import plan_backend, rank_device
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
 def test_device_cuda_without_gpu_is_refused_up_front():
     with pytest.raises(ConfigError, match="--device cuda needs a CUDA GPU"):
-        TrainConfig(device="cuda").device_type
+        _ = TrainConfig(device="cuda").device_type
     with pytest.raises(ConfigError, match="unknown device"):
-        TrainConfig(device="tpu").device_type
+        _ = TrainConfig(device="tpu").device_type
     assert TrainConfig().device_type == "cpu"
     assert rank_device(TrainConfig()) == torch.device("cpu")
 

@@ -21,13 +21,13 @@ import torch
 from gnnpipe import api
 from gnnpipe.cli.main import main
 from gnnpipe.core.run.checkpoint import list_checkpoints
+from gnnpipe.core.run.loop import epoch_loop
+from gnnpipe.core.run.results import TrainResult
 from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.settings.options import RunOptions
-from gnnpipe.core.run.results import TrainResult
-from gnnpipe.core.run.loop import epoch_loop
-from gnnpipe.core.training.trainer import SingleProcessTrainer
 from gnnpipe.data import synthetic_graph
 from gnnpipe.errors import DataValidationError, DistributedError, TrainingDivergedError
+from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
 SMALL = dict(model="gcnii", layers=2, hidden=8, epochs=3, patience=0)
 SMALL_FLAGS = ["--model", "gcnii", "--layers", "2", "--hidden", "8", "--epochs", "3", "--patience", "0",

@@ -20,10 +20,10 @@ from gnnpipe import api
 from gnnpipe.cli.main import build_parser, main
 from gnnpipe.core.settings import config as config_module
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.runner import check_config
-from gnnpipe.core.training.trainer import SingleProcessTrainer, resolve_config
 from gnnpipe.data import DataWarning, prepare, synthetic_graph
 from gnnpipe.errors import ConfigError, DataValidationError, UnknownComponentError
+from gnnpipe.tasks.nodes.runner import check_config
+from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, resolve_config
 
 SMALL = dict(model="gcn", layers=2, hidden=8, epochs=1, patience=0, dropout=0.0)
 SMALL_FLAGS = ["--model", "gcn", "--layers", "2", "--hidden", "8", "--epochs", "1", "--patience", "0",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gnnpipe import api
-from gnnpipe.core.training.trainer import SingleProcessTrainer
+from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
 

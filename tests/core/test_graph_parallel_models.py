@@ -15,7 +15,7 @@ from torch_geometric.data import Batch, Data  # noqa: E402
 
 from gnnpipe import partitioners as P  # noqa: E402
 from gnnpipe.core.run import launch  # noqa: E402
-from gnnpipe.core.ops.graph_parallel import GraphParallelComm  # noqa: E402
+from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelComm  # noqa: E402
 
 #: a minute or more of spawning and building the models' bases per world size on a loaded 2-core machine
 pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.timeout(600)]

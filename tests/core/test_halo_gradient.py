@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv
 
-from gnnpipe.core.ops.aggregation import PushHistoryOp
-from gnnpipe.core.ops.graph import GraphOps
-from gnnpipe.core.ops.history import PushHistory
+from gnnpipe.tasks.nodes.aggregation import PushHistoryOp
+from gnnpipe.tasks.nodes.graph import GraphOps
+from gnnpipe.tasks.nodes.history import PushHistory
 
 N, D = 12, 3
 PTR = [0, 4, 7, 12]  # three chunks

@@ -3,8 +3,16 @@
 import pytest
 import torch
 
-from gnnpipe.core.ops.graph import CompactRows, GraphOps, build_adjacency, csr_row_slice, csr_rows, csr_transpose, spmm
-from gnnpipe.core.ops.history import ChunkAggregate, History
+from gnnpipe.tasks.nodes.graph import (
+    CompactRows,
+    GraphOps,
+    build_adjacency,
+    csr_row_slice,
+    csr_rows,
+    csr_transpose,
+    spmm,
+)
+from gnnpipe.tasks.nodes.history import ChunkAggregate, History
 
 N, D = 12, 3
 
@@ -311,7 +319,7 @@ def test_ops_sharing_chunk_rows_renumber_their_columns_once_per_state_bitwise(ad
     History.grads_in_place) and the push before T3's first snapshot likewise; the results are bit for bit those of
     histories that read everything in place, over two epochs in different chunk orders (the state changes every
     chunk: no column renumbered for another state is reused), and at most REDIRECTED_CACHED rows keep columns."""
-    from gnnpipe.core.ops import graph
+    from gnnpipe.tasks.nodes import graph
 
     _, a, at = adj
     rows = {lo: (_slice(a, lo, hi, "compact"), _slice(at, lo, hi, "compact")) for lo, hi in _chunks()}

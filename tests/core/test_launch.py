@@ -88,7 +88,7 @@ def test_concurrent_launches_all_succeed():
     for _ in range(3):
         results, errors = [], []
 
-        def go():
+        def go(results=results, errors=errors):
             try:
                 results.append(launch.spawn(_ping, 2, timeout_s=30, threads=1, max_runtime_s=120))
             except Exception as exc:  # noqa: BLE001
@@ -291,8 +291,8 @@ def test_layout_auto_refuses_a_machine_with_no_finite_epoch(monkeypatch):
     import types
 
     from gnnpipe import api
-    from gnnpipe.costmodel import predict
     from gnnpipe.errors import ConfigError
+    from gnnpipe.tasks.nodes.cost import predict
 
     pred = types.SimpleNamespace(fits=True, epoch_s=float("inf"), spec=None)
     hw = types.SimpleNamespace(name="absurd links")

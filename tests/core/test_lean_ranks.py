@@ -11,12 +11,11 @@ import pickle
 import pytest
 import torch
 
-from gnnpipe.core.ops.graph import GraphOps, build_adjacency, csr_row_slice, csr_transpose
-from gnnpipe.core.runtime.graphfile import GraphFile
-from gnnpipe.core.ops.history import ChunkAggregate, History
-from gnnpipe.core.ops.graph import CompactRows
-from gnnpipe.core.training.runner import build_plan, file_backed, format_plan, make_executor
-from gnnpipe.core.training.trainer import make_model, materialised_units
+from gnnpipe.tasks.nodes.graph import CompactRows, GraphOps, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.tasks.nodes.graphfile import GraphFile
+from gnnpipe.tasks.nodes.history import ChunkAggregate, History
+from gnnpipe.tasks.nodes.runner import build_plan, file_backed, format_plan, make_executor
+from gnnpipe.tasks.nodes.trainer import make_model, materialised_units
 
 from .distutil import base_config, small_graph
 
@@ -116,7 +115,7 @@ def test_graph_file_round_trip_is_memory_mapped(tmp_path):
         assert torch.equal(getattr(back, k), getattr(data, k))
     (tmp_path / "g.pt").unlink()
     with pytest.raises(FileNotFoundError, match="graph file"):
-        GraphFile(str(tmp_path / "g.pt"), 50).x
+        _ = GraphFile(str(tmp_path / "g.pt"), 50).x
 
 
 @pytest.mark.parametrize("hist_dtype", [torch.bfloat16, torch.float16])
@@ -156,7 +155,7 @@ def test_history_dtype_flag_and_errors():
     assert (cfg.num_features, cfg.num_classes, cfg.device_type) == (7, 4, "cpu")
     assert TrainConfig().torch_history_dtype == torch.float32  # default: the compute dtype
     with pytest.raises(ConfigError, match="unknown history dtype"):
-        TrainConfig(history_dtype="int8").torch_history_dtype
+        _ = TrainConfig(history_dtype="int8").torch_history_dtype
 
 
 @pytest.mark.parametrize("model", ["gat", "gin"])
@@ -164,7 +163,7 @@ def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model)
     """A pipeline rank of a message-passing model (#16's halo-gradient op) builds the in-edges of its chunks
     from the edge list (never the whole Â), stores H_in in --history-dtype and keeps G_in in the compute dtype;
     its exact inference runs the layer on edges put together from the chunks, equal to the whole graph's."""
-    from gnnpipe.core.ops.aggregation import PushHistoryOp
+    from gnnpipe.tasks.nodes.aggregation import PushHistoryOp
 
     data = small_graph(n=120)
     cfg = base_config(model=model, stages=2, chunks=4, layers=3, history_dtype="bfloat16")
@@ -191,8 +190,8 @@ def test_halo_gradient_ops_are_lean_and_infer_on_the_same_edges(tmp_path, model)
 def test_push_history_narrow_storage_keeps_gradient_sums_wide():
     """PushHistory with a bfloat16 H_in: the gather up-casts halo rows to the compute dtype; pushes and G_in stay
     float32, so replacing a push (G_in += new − old) leaves G_in exactly the latest push (no drift)."""
-    from gnnpipe.core.ops.aggregation import PushGather
-    from gnnpipe.core.ops.history import PushHistory
+    from gnnpipe.tasks.nodes.aggregation import PushGather
+    from gnnpipe.tasks.nodes.history import PushHistory
 
     torch.manual_seed(0)
     hist = PushHistory(10, torch.bfloat16, "p", grad_dtype=torch.float32)

@@ -12,8 +12,7 @@ from gnnpipe.models import GNNModel, MessagePassingUnit
 from gnnpipe.models.zoo import Encoder, Head
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
 
-from .distutil import base_config, run_reference, small_graph
-from .distutil import _run_jobs
+from .distutil import _run_jobs, base_config, run_reference, small_graph
 from .distutil import run_many as _run_many
 from .test_parallel_dist import assert_equal_to_reference, way_of
 

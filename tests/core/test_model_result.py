@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnnpipe import api, models
-from gnnpipe.core.ops.graph import GraphOps
+from gnnpipe.tasks.nodes.graph import GraphOps
 
 from .distutil import small_graph
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from gnnpipe.core.run import launch
-from gnnpipe.core.ops.graph import build_adjacency
-from gnnpipe.core.runtime.parallel import send_lists
-from gnnpipe.core.training.runner import build_plan
-from gnnpipe.core.training.trainer import make_model
 from gnnpipe.errors import ConfigError
 from gnnpipe.partitioners import partition_metrics, predict_gp_bytes
+from gnnpipe.tasks.nodes.graph import build_adjacency
+from gnnpipe.tasks.nodes.parallel import send_lists
+from gnnpipe.tasks.nodes.runner import build_plan
+from gnnpipe.tasks.nodes.trainer import make_model
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
 from .distutil import run_many as _run_many
@@ -220,7 +220,7 @@ def test_compare_layouts_and_table():
 def _hybrid_async_epochs(rank, world, config, plan):
     """Worker: three async-stale epochs of a hybrid member; per epoch, its weight version and whether every
     parameter gradient is zero right after the epoch's step."""
-    from gnnpipe.core.training.runner import make_executor
+    from gnnpipe.tasks.nodes.runner import make_executor
 
     stage = make_executor(config, plan, rank, world)
     out = []

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from gnnpipe.core.ops.graph import build_adjacency
-from gnnpipe.core.training.trainer import make_model
 from gnnpipe.partitioners import partition_metrics  # noqa: F401  (import check)
+from gnnpipe.tasks.nodes.graph import build_adjacency
+from gnnpipe.tasks.nodes.trainer import make_model
 
 from .distutil import base_config, run_distributed, run_reference, small_graph
 
@@ -77,7 +77,7 @@ def test_layer_bytes_equal_design_formula(stages, chunks, model):
 def _log_receives(rank, world, config, plan):
     """Worker for the pre-posting test: one training epoch of this rank's stage, logging when each action
     starts and when each receive is posted and waited for."""
-    from gnnpipe.core.training.runner import make_executor
+    from gnnpipe.tasks.nodes.runner import make_executor
 
     stage = make_executor(config, plan, rank, world)
     log = []
@@ -100,7 +100,7 @@ def test_receives_are_posted_one_action_ahead(scheduler):
     once its receive is posted. Checked on every stage of a 3-stage pipeline (the middle one receives both
     ways)."""
     from gnnpipe.core.run import launch
-    from gnnpipe.core.training.runner import build_plan
+    from gnnpipe.tasks.nodes.runner import build_plan
 
     data = small_graph()
     cfg = base_config(model="gcnii", stages=3, chunks=4, scheduler=scheduler, epochs=1)

@@ -8,11 +8,11 @@ import warnings
 
 import pytest
 
-from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.run.results import LoopState, TrainResult
-from gnnpipe.core.training.runner import build_plan, check_config, default_chunks
 from gnnpipe.core.run.loop import epoch_loop
+from gnnpipe.core.run.results import LoopState, TrainResult
+from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.runner import build_plan, check_config, default_chunks
 
 from .distutil import base_config, small_graph
 

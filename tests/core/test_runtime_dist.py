@@ -202,7 +202,7 @@ def test_sigterm_during_start_up_stops_a_launcher_started_with_sigint_ignored():
 
 
 def _share_split(rank, world, config, plan):
-    from gnnpipe.core.training.runner import share_profiled_split
+    from gnnpipe.tasks.nodes.runner import share_profiled_split
 
     plan.bounds = [0, 1 + rank, plan.bounds[-1]]  # as if each rank's profile had chosen differently
     plan.info = dict(plan.info, stage_bounds=plan.bounds)
@@ -213,7 +213,7 @@ def _share_split(rank, world, config, plan):
 def test_torchrun_ranks_run_rank_0s_profiled_split():
     """Under torchrun every rank profiles for itself; the ranks must agree on rank 0's split."""
     from gnnpipe.core.run import launch
-    from gnnpipe.core.training.runner import RunPlan
+    from gnnpipe.tasks.nodes.runner import RunPlan
 
     from .distutil import base_config
 

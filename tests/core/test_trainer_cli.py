@@ -4,15 +4,14 @@ import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from gnnpipe import api
 from gnnpipe.cli.main import build_parser, main
-from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.loop import epoch_loop
-from gnnpipe.core.training.trainer import SingleProcessTrainer, masked_loss
+from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.data import prepare, synthetic_graph
+from gnnpipe.tasks.nodes.trainer import SingleProcessTrainer, masked_loss
 
 
 def _data():

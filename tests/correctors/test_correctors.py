@@ -3,12 +3,17 @@
 import pytest
 import torch
 
-from gnnpipe.core.ops.history import History
 from gnnpipe.correctors import (
-    Corrector, StageContext, available, build_correctors, get, register,
+    Corrector,
+    StageContext,
+    available,
+    build_correctors,
+    get,
+    register,
 )
 from gnnpipe.errors import ConfigError, UnknownComponentError
 from gnnpipe.schedulers import FixedOrder, ShuffledOrder
+from gnnpipe.tasks.nodes.history import History
 
 N, D = 6, 2
 PTR = torch.tensor([0, 2, 4, 6])

@@ -1,4 +1,4 @@
-"""The atomistic cost model (gnnpipe.costmodel.atomistic): bytes per interaction block equal the measured "gp"
+"""The atomistic cost model (gnnpipe.tasks.s2ef.cost): bytes per interaction block equal the measured "gp"
 counters exactly (schnet, dimenet++, gemnet-t and escn-md, G ∈ {2, 3}, both edge-gather modes, conservative forces in
 the loss), the memory and time models' arithmetic, and the layout ranking."""
 
@@ -45,11 +45,11 @@ def _model(name: str, direct: bool = False):
 def _measure(rank: int, world: int, cases: list) -> list:
     """Bytes this rank's counter saw in one training step of each case (energy + conservative forces in the loss,
     its backward), and the formula's prediction."""
-    from gnnpipe.core.ops.comm import Comm
-    from gnnpipe.core.ops.graph_parallel import GraphParallelComm
-    from gnnpipe.costmodel.atomistic import step_bytes
+    from gnnpipe.core.comm import Comm
     from gnnpipe.data.atoms import build_graph
     from gnnpipe.partitioners import plan_graph_parallel
+    from gnnpipe.tasks.s2ef.cost import step_bytes
+    from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelComm
     from gnnpipe.tasks.s2ef.layout import replicate_owned
 
     batch = _batch()
@@ -88,7 +88,7 @@ SMALL_DIMENET = {"int_emb_size": 4, "basis_emb_size": 3, "out_emb_channels": 6, 
 
 
 def _profile(**kw):
-    from gnnpipe.costmodel.atomistic import AtomProfile
+    from gnnpipe.tasks.s2ef.cost import AtomProfile
 
     base = {"model": "dimenet++", "step_s": 1.0, "work": 1e9, "kappa": 2.5, "peak_bytes": 0, "grad_bytes": 0,
             "kept_bytes": 1.0, "edges": 1, "triplets": 1, "atoms": 1, "structures": 1, "element_size": 4,
@@ -97,14 +97,14 @@ def _profile(**kw):
 
 
 def _job(model, n: int = 3):
-    from gnnpipe.costmodel.atomistic import AtomJob
+    from gnnpipe.tasks.s2ef.cost import AtomJob
     from tests.tasks.s2ef.toy import emt_clusters
 
     return AtomJob(model, emt_clusters(n, seed=5, dtype=torch.float32), 3.0, 8)
 
 
 def test_layouts_cover_every_factorisation():
-    from gnnpipe.costmodel.atomistic import enumerate_atom_layouts, stage_bounds
+    from gnnpipe.tasks.s2ef.cost import enumerate_atom_layouts, stage_bounds
 
     lays = enumerate_atom_layouts(8, num_units=3, num_structures=4, chunks_per_stage=(1, 4))
     assert all(x.ranks == 8 for x in lays)
@@ -116,13 +116,13 @@ def test_layouts_cover_every_factorisation():
 
 
 def test_bubble_is_the_gpipe_idle_share():
-    from gnnpipe.costmodel.atomistic import bubble
+    from gnnpipe.tasks.s2ef.cost import bubble
 
     assert bubble(1, 8) == 0 and bubble(4, 4) == pytest.approx(3 / 7) and bubble(2, 16) == pytest.approx(1 / 17)
 
 
 def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
-    from gnnpipe.costmodel.atomistic import (
+    from gnnpipe.tasks.s2ef.cost import (
         AtomLayout,
         activation_widths,
         num_parameters,
@@ -139,7 +139,7 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
     m = one.memory[0]
     P = num_parameters(model)
     assert (m.parameters, m.gradients, m.optimizer, m.allreduce) == (4 * P, 4 * P, 8 * P, 0)  # no all-reduce alone
-    from gnnpipe.costmodel.atomistic import job_graph
+    from gnnpipe.tasks.s2ef.cost import job_graph
 
     _, graph = job_graph(job, cache)
     kept = 4 * sum(w.total(graph.num_edges, graph.num_triplets, graph.num_nodes) for w in activation_widths(model))
@@ -161,7 +161,7 @@ def test_memory_arithmetic_states_split_by_stages_and_activations_by_ranks():
 
 @pytest.mark.parametrize("name", ["dimenet++", "schnet", "gemnet-t", "escn-md"])
 def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
-    from gnnpipe.costmodel.atomistic import (
+    from gnnpipe.tasks.s2ef.cost import (
         UnitWidths,
         activation_widths,
         boundary_widths,
@@ -200,8 +200,8 @@ def test_a_stage_counts_the_geometry_once_where_a_block_reads_it(name):
 
 
 def test_a_profile_fitted_against_older_widths_is_refused():
-    from gnnpipe.costmodel.atomistic import WIDTHS_VERSION, AtomProfile
     from gnnpipe.errors import ConfigError
+    from gnnpipe.tasks.s2ef.cost import WIDTHS_VERSION, AtomProfile
 
     d = _profile().to_dict()
     assert AtomProfile.from_dict(d).widths_version == WIDTHS_VERSION
@@ -219,15 +219,15 @@ def test_a_profile_fitted_against_older_widths_is_refused():
     (lambda d: {**d, "bogus": 1}, "not an atomistic profile"),
 ])
 def test_a_malformed_profile_is_refused_with_a_message(edit, match):
-    from gnnpipe.costmodel.atomistic import AtomProfile
     from gnnpipe.errors import ConfigError
+    from gnnpipe.tasks.s2ef.cost import AtomProfile
 
     with pytest.raises(ConfigError, match=re.escape(match)):
         AtomProfile.from_dict(edit(_profile().to_dict()))
 
 
 def test_rank_memory_counts_the_steps_graph():
-    from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout
+    from gnnpipe.tasks.s2ef.cost import AtomLayout, job_graph, predict_layout
 
     model = _model("dimenet++")
     job = _job(model)
@@ -242,7 +242,7 @@ def test_rank_memory_counts_the_steps_graph():
 def test_a_conservative_pipeline_stage_peaks_at_kappa_d_on_its_largest_micro_batch(direct):
     """With conservative forces a stage's D pass retains the graph for B: one micro-batch (the largest) at κ_D, the
     others at κ (gpipe: every G has run) or their forward alone (1f1b); direct forces: k of the largest at κ."""
-    from gnnpipe.costmodel.atomistic import (
+    from gnnpipe.tasks.s2ef.cost import (
         AtomLayout,
         job_graph,
         micro_batch_sizes,
@@ -284,7 +284,7 @@ def test_a_conservative_pipeline_stage_peaks_at_kappa_d_on_its_largest_micro_bat
 
 
 def test_the_profile_measures_kappa_d_with_conservative_forces():
-    from gnnpipe.costmodel.atomistic import DEFAULT_KAPPA_D_RATIO, AtomProfile, job_graph, profile_step
+    from gnnpipe.tasks.s2ef.cost import DEFAULT_KAPPA_D_RATIO, AtomProfile, job_graph, profile_step
 
     for direct in (False, True):
         model = _model("gemnet-t", direct).float()
@@ -302,7 +302,7 @@ def test_the_profile_measures_kappa_d_with_conservative_forces():
 def test_the_profiled_floor_leaves_out_the_weights_batch_and_graph_the_plan_counts_per_rank():
     """The plan adds each rank's parameters and graph to the floor; a floor read with the profiled model's weights
     and the sample's batch and graph resident would count them twice (256 MiB of tensors here)."""
-    from gnnpipe.costmodel.atomistic import _held_bytes, job_graph, profile_step
+    from gnnpipe.tasks.s2ef.cost import _held_bytes, job_graph, profile_step
 
     model = _model("schnet").float()
     batch, graph = job_graph(_job(model))
@@ -317,8 +317,8 @@ def test_the_profiled_floor_leaves_out_the_weights_batch_and_graph_the_plan_coun
 
 
 def test_time_model_splits_the_profiled_step_by_work_and_adds_the_bubble():
-    from gnnpipe.costmodel.atomistic import AtomLayout, job_graph, predict_layout, work_weights
     from gnnpipe.costmodel.hardware import Hardware, Link
+    from gnnpipe.tasks.s2ef.cost import AtomLayout, job_graph, predict_layout, work_weights
 
     model = _model("dimenet++")
     job = _job(model)
@@ -363,7 +363,7 @@ def test_the_step_runs_the_layouts_own_schedule(conservative):
     ``(C + S − 1)/C`` of a stage's work and bubble ``(S − 1)/(C + S − 1)`` for gpipe and 1f1b alike (direct
     forces; conservative forces' second-order schedules have more ramps), unequal stages wait for the heaviest, and
     a registered scheduler of the user's is costed as it runs."""
-    from gnnpipe.costmodel.atomistic import AtomLayout, pipeline_compute
+    from gnnpipe.tasks.s2ef.cost import AtomLayout, pipeline_compute
 
     for name in ("gpipe", "1f1b"):
         span, idle = pipeline_compute(AtomLayout(3, 1, 1, 4, name), conservative, [[1.0, 1.0, 1.0]])
@@ -384,8 +384,8 @@ def test_the_step_runs_the_layouts_own_schedule(conservative):
 def test_projection_fits_by_arithmetic():
     """A 1e9-parameter DimeNet++ (meta device) needs 16 B/param of weights, gradients and Adam in fp32: 16 GB on
     one rank, 8 GB with S = 2; the memory column shows it and an 8-GPU H200 node fits it."""
-    from gnnpipe.costmodel.atomistic import AtomLayout, num_parameters, predict_layout, size_for_params
     from gnnpipe.costmodel.hardware import load_hardware
+    from gnnpipe.tasks.s2ef.cost import AtomLayout, num_parameters, predict_layout, size_for_params
 
     model, _ = size_for_params("dimenet++", 1e9, hidden=2048, **SMALL_DIMENET)
     P = num_parameters(model)

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from gnnpipe import api
-from gnnpipe.core.training.runner import build_plan
-from gnnpipe.core.training.trainer import make_model
-from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware
-from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_time
-from gnnpipe.costmodel.profile import UnitKind, cores_here, measure_contention
 from gnnpipe.partitioners import ChunkPlan
+from gnnpipe.tasks.nodes.cost import Profile, profile
+from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, predict_time
+from gnnpipe.tasks.nodes.cost.profile import UnitKind, cores_here, measure_contention
+from gnnpipe.tasks.nodes.runner import build_plan
+from gnnpipe.tasks.nodes.trainer import make_model
 
 from ..core.distutil import base_config
 

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 
-import attrs
 import pytest
 
 N_MID = 24000
@@ -44,7 +43,7 @@ pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="r
 SINGLE = r"""
 import ctypes, json, sys, torch, gnnpipe.api
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.trainer import resolve_config, SingleProcessTrainer
+from gnnpipe.tasks.nodes.trainer import resolve_config, SingleProcessTrainer
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -78,7 +77,7 @@ def _measure_jobs(rank, world, jobs):
     """In each rank: every layout on the tiny graph (the floor), then each on the mid-sized graph, measured."""
     import torch.distributed as dist
 
-    from gnnpipe.core.training.runner import worker
+    from gnnpipe.tasks.nodes.runner import worker
 
     for cfg, tiny, _ in jobs:
         worker(rank, world, cfg, tiny, False, {"no_eval": False})
@@ -99,7 +98,7 @@ def _measure_jobs(rank, world, jobs):
 
 def _config(overrides: dict, n: int):
     from gnnpipe.core.settings.config import TrainConfig
-    from gnnpipe.core.training.trainer import resolve_config
+    from gnnpipe.tasks.nodes.trainer import resolve_config
 
     return resolve_config(TrainConfig(**{**BASE, **overrides, "num_nodes": n}))
 
@@ -107,7 +106,7 @@ def _config(overrides: dict, n: int):
 def measure_single() -> tuple[int, object]:
     """``(measured bytes above the loaded graph, predicted MemoryBreakdown)`` of the single process."""
     from gnnpipe import api
-    from gnnpipe.costmodel.predict import single_process_memory
+    from gnnpipe.tasks.nodes.cost.predict import single_process_memory
 
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     out = subprocess.run([sys.executable, "-c", SINGLE, json.dumps(BASE), str(N_TINY), str(N_MID)],
@@ -121,10 +120,10 @@ def measure_distributed(world: int) -> list[tuple[str, list[int], list]]:
     """``[(layout, measured bytes per rank, predicted MemoryBreakdown per rank)]`` of the layouts of ``world`` ranks."""
     from gnnpipe import api
     from gnnpipe.core.run import launch
-    from gnnpipe.core.training.runner import build_plan, file_backed
-    from gnnpipe.core.training.trainer import make_model
-    from gnnpipe.costmodel.predict import predict_memory
-    from gnnpipe.costmodel.profile import memory_profile
+    from gnnpipe.tasks.nodes.cost.predict import predict_memory
+    from gnnpipe.tasks.nodes.cost.profile import memory_profile
+    from gnnpipe.tasks.nodes.runner import build_plan, file_backed
+    from gnnpipe.tasks.nodes.trainer import make_model
 
     jobs, preds = [], []
     old = os.environ.get("MALLOC_MMAP_THRESHOLD_")

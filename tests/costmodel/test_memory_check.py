@@ -5,9 +5,9 @@ import pytest
 
 from gnnpipe import api
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.trainer import resolve_config
-from gnnpipe.costmodel.predict import check_single_process_memory, single_process_memory
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.cost.predict import check_single_process_memory, single_process_memory
+from gnnpipe.tasks.nodes.trainer import resolve_config
 
 
 def _job(**kw):
@@ -40,7 +40,7 @@ def test_refused_with_the_prediction_and_the_available_memory():
 
 
 def test_api_refuses_before_training_and_trains_with_the_check_off(monkeypatch):
-    import gnnpipe.costmodel.predict as predict
+    import gnnpipe.tasks.nodes.cost.predict as predict
 
     monkeypatch.setattr(predict, "available_memory_bytes", lambda: 1)  # a machine with no memory left
     with pytest.raises(ConfigError, match="single process would need"):
@@ -51,7 +51,7 @@ def test_api_refuses_before_training_and_trains_with_the_check_off(monkeypatch):
 
 
 def test_local_ranks_are_refused_together_and_small_sizes_print_in_mib():
-    from gnnpipe.costmodel.predict import RANK_FLOOR_BYTES, check_ranks_memory, format_bytes
+    from gnnpipe.tasks.nodes.cost.predict import RANK_FLOOR_BYTES, check_ranks_memory, format_bytes
 
     pred = [100 * 2**20, 300 * 2**20]
     check_ranks_memory(pred, available=sum(pred) + 2 * RANK_FLOOR_BYTES)  # fits exactly: no error
@@ -61,7 +61,7 @@ def test_local_ranks_are_refused_together_and_small_sizes_print_in_mib():
 
 
 def test_api_refuses_local_ranks_that_cannot_fit(monkeypatch):
-    import gnnpipe.costmodel.predict as predict
+    import gnnpipe.tasks.nodes.cost.predict as predict
 
     monkeypatch.setattr(predict, "available_memory_bytes", lambda: 2**20)
     with pytest.raises(ConfigError, match="ranks would need"):  # refused before any rank starts

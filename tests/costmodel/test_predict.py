@@ -9,12 +9,12 @@ import pytest
 from gnnpipe import api
 from gnnpipe.cli.main import main
 from gnnpipe.core.run import launch
-from gnnpipe.core.training.runner import build_plan, worker
-from gnnpipe.core.training.trainer import make_model
-from gnnpipe.costmodel import Profile, enumerate_layouts, predict_bytes, profile
-from gnnpipe.costmodel.predict import LayoutSpec, layout_config, plan_layouts, predict_memory
 from gnnpipe.data import prepare, synthetic_graph
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.cost import Profile, enumerate_layouts, predict_bytes, profile
+from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, plan_layouts, predict_memory
+from gnnpipe.tasks.nodes.runner import build_plan, worker
+from gnnpipe.tasks.nodes.trainer import make_model
 
 from ..core.distutil import base_config, small_graph
 
@@ -77,7 +77,7 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
             assert len(rec["cpu_s"]) == 4 and all(c > 0 for c in rec["cpu_s"])  # each rank's thread CPU time
         assert sum(pred.values()) > 0
     # the directed hybrid really exercises M_fwd != M_bwd
-    from gnnpipe.costmodel.predict import _geometry
+    from gnnpipe.tasks.nodes.cost.predict import _geometry
 
     g = _geometry(jobs[3][1], jobs[3][0])
     assert g.mirror_fwd != g.mirror_bwd
@@ -94,7 +94,7 @@ def test_predicted_bytes_of_message_passing_models():
     ``backward_aggregation_dims``). GIN hybrid 2 × 2, C = 4: graph bytes are the forward mirror rows plus the
     pushed halo rows of other ways per chunk, counted from the edges (the formula
     ``tests/core/test_message_passing_dist.py::test_hybrid_bytes_with_pushes`` pins to the measurement)."""
-    from gnnpipe.costmodel.predict import _geometry
+    from gnnpipe.tasks.nodes.cost.predict import _geometry
 
     data = small_graph(n=120)
     cfg = base_config(model="gat", ways=2, stages=1, correctors=[], layers=2, hidden=4, epochs=2)
@@ -134,9 +134,9 @@ def test_history_and_parameter_memory_are_exact(small_profile):
     plan = build_plan(c, data)
     model = make_model(c, plan.num_features, plan.num_classes)
     mem = predict_memory(c, plan, model, prof)
-    from gnnpipe.core.ops.comm import Comm
-    from gnnpipe.core.runtime.pipeline import make_pipeline_stage
+    from gnnpipe.core.comm import Comm
     from gnnpipe.schedulers import FixedOrder, make_scheduler
+    from gnnpipe.tasks.nodes.pipeline import make_pipeline_stage
 
     N = data.num_nodes
     for s, m in enumerate(mem):
@@ -309,8 +309,8 @@ def test_a_pipeline_is_predicted_with_the_recompute_its_run_would_choose(small_p
     """``recompute="auto"`` is decided for the prediction as the run decides it (choose_recompute): a layout whose
     run recomputes is predicted with the extra forward in every backward."""
     from gnnpipe.costmodel.hardware import local_hardware
-    from gnnpipe.costmodel.predict import choose_recompute, predict_layout
-    from gnnpipe.costmodel.profile import memory_profile
+    from gnnpipe.tasks.nodes.cost.predict import choose_recompute, predict_layout
+    from gnnpipe.tasks.nodes.cost.profile import memory_profile
 
     cfg, data, prof = small_profile
     hw = local_hardware()

@@ -14,22 +14,28 @@ import torch
 
 from gnnpipe import api
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.costmodel import plan_layouts, profile
 from gnnpipe.costmodel.hardware import local_hardware
-from gnnpipe.costmodel.predict import LayoutPrediction, LayoutSpec, format_ranking, format_spread, ranking_may_change
-from gnnpipe.costmodel.profile import SPREAD_GROUPS, Profile
-from gnnpipe.costmodel.profile.robust import clean_passes, low, spread
+from gnnpipe.costmodel.robust import clean_passes, low, spread
+from gnnpipe.tasks.nodes.cost import plan_layouts, profile
+from gnnpipe.tasks.nodes.cost.predict import (
+    LayoutPrediction,
+    LayoutSpec,
+    format_ranking,
+    format_spread,
+    ranking_may_change,
+)
+from gnnpipe.tasks.nodes.cost.profile import SPREAD_GROUPS, Profile
 
 from ..core.distutil import base_config
 
 
 def _module(name: str):
     importlib.import_module(name)
-    return sys.modules[name]  # gnnpipe.costmodel.profile's names shadow some of its modules
+    return sys.modules[name]  # gnnpipe.tasks.nodes.cost.profile's names shadow some of its modules
 
 
-units = _module("gnnpipe.costmodel.profile.units")
-runtime_profile = _module("gnnpipe.core.runtime.profile")
+units = _module("gnnpipe.tasks.nodes.cost.profile.units")
+runtime_profile = _module("gnnpipe.tasks.nodes.profile")
 
 
 def config(**kw) -> TrainConfig:
@@ -117,7 +123,7 @@ def test_the_profile_ignores_a_burst_that_makes_repeats_three_times_slower(monke
 
 
 def clean_model(cfg, data):
-    from gnnpipe.core.training.trainer import make_model
+    from gnnpipe.tasks.nodes.trainer import make_model
 
     return make_model(attrs.evolve(cfg, layers=2), int(data.x.size(1)), int(data.y.max()) + 1)
 
@@ -174,7 +180,7 @@ def test_the_spread_is_recorded_saved_and_loaded(small, tmp_path):
 
 def test_link_fields_carry_the_link_spread():
     from gnnpipe.costmodel.hardware import Link
-    from gnnpipe.costmodel.profile import LINK_FIELDS, link_fields
+    from gnnpipe.tasks.nodes.cost.profile import LINK_FIELDS, link_fields
 
     raw = {"floor": 1, "msg_cpu": (2e-5, 1e-10), "exchange": Link(2e-3, 1.5e9),
            "spread": {"p2p": 0.1, "allreduce": 0.2, "msg_cpu": 0.05, "exchange": 0.3}}

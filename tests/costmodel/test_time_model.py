@@ -10,15 +10,22 @@ import numpy as np
 import pytest
 
 from gnnpipe import api
-from gnnpipe.core.training.runner import build_plan
-from gnnpipe.core.training.trainer import make_model
-from gnnpipe.costmodel import Profile, profile
 from gnnpipe.costmodel.hardware import Hardware, Link
-from gnnpipe.costmodel.predict import LayoutSpec, layout_config, predict_bytes, predict_time, shared_cores_bound
-from gnnpipe.costmodel.profile import (LINK_FIELDS, SWITCH_PROBE, UnitKind, link_fields, size_factor, switch_byte_cost,
-                                      switch_costs)
-from gnnpipe.costmodel.profile.link import _fit_link
+from gnnpipe.costmodel.link import _fit_link
 from gnnpipe.errors import ConfigError
+from gnnpipe.tasks.nodes.cost import Profile, profile
+from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, predict_bytes, predict_time, shared_cores_bound
+from gnnpipe.tasks.nodes.cost.profile import (
+    LINK_FIELDS,
+    SWITCH_PROBE,
+    UnitKind,
+    link_fields,
+    size_factor,
+    switch_byte_cost,
+    switch_costs,
+)
+from gnnpipe.tasks.nodes.runner import build_plan
+from gnnpipe.tasks.nodes.trainer import make_model
 
 from ..core.distutil import base_config
 
@@ -280,7 +287,7 @@ def test_link_probe_measures_every_size_and_a_positive_link():
     """The two-rank ping-pong (``profile_link``) over gloo: one point per message size (one-way wall and CPU
     seconds), the smallest size timed once more after the stream (the lesser median is kept), a fitted link with
     a positive latency and bandwidth, the main thread's CPU per streamed message, and the host's exchange."""
-    from gnnpipe.costmodel.profile import profile_link
+    from gnnpipe.tasks.nodes.cost.profile import profile_link
 
     sizes = (4, 65536, 1 << 20)
     p2p, allreduce, raw = profile_link(sizes=sizes, reps=3, timeout_s=60)
@@ -300,8 +307,8 @@ def test_link_probe_with_more_ranks_than_cores_measures_what_sharing_costs():
     """With more ranks than cores the probe also runs the exchange rounds: the core time lost per wait (after a
     short and a long burst of compute), per further peer and per byte sent, all >= 0 and carried into the profile's
     fields."""
-    from gnnpipe.costmodel.profile import profile_link
-    from gnnpipe.costmodel.profile.contention import cores_here
+    from gnnpipe.tasks.nodes.cost.profile import profile_link
+    from gnnpipe.tasks.nodes.cost.profile.contention import cores_here
 
     cores = cores_here()
     if cores > 3:
@@ -320,7 +327,7 @@ def test_unfused_ratio_is_the_median_of_back_to_back_rounds(monkeypatch):
     median over rounds of a plain pass over the fused pass run just before it."""
     import types
 
-    from gnnpipe.costmodel.profile import measure
+    from gnnpipe.tasks.nodes.cost.profile import measure
 
     plain = iter([2.0, 40.0, 1.5, 2.2, 0.1])  # unit 1's plain pass of each round; its fused pass takes 1 s
     calls = []

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from gnnpipe.core.ops.graph import CompactRows, build_adjacency, csr_row_slice, csr_transpose
-from gnnpipe.core.ops.history import ChunkAggregate, ChunkPushPull, History
 from gnnpipe.models.zoo import GCNIILayer
+from gnnpipe.tasks.nodes.graph import CompactRows, build_adjacency, csr_row_slice, csr_transpose
+from gnnpipe.tasks.nodes.history import ChunkAggregate, ChunkPushPull, History
 
 N, D = 14, 5
 CHUNKS = [(0, 5), (5, 9), (9, 14)]
@@ -86,8 +86,8 @@ def test_fused_step_only_for_the_fusable_form():
 def test_only_the_plain_history_op_offers_push_pull():
     """The hybrid's op exchanges rows with peers and graph parallelism's exchanges a halo; a fused unit must not
     bypass either: their push_pull is None."""
-    from gnnpipe.core.ops.aggregation import HaloOp, HistoryOp, PeerHistoryOp, unit_aggregators
-    from gnnpipe.core.ops.graph import GraphOps
+    from gnnpipe.tasks.nodes.aggregation import HaloOp, HistoryOp, PeerHistoryOp, unit_aggregators
+    from gnnpipe.tasks.nodes.graph import GraphOps
 
     a, at = _graph()
     ei = a.to_sparse_coo().indices().flip(0)
@@ -150,8 +150,8 @@ def test_fused_run_passes_gradcheck():
 def _run_units(fused: bool, p: float, middle_plain: bool = False):
     """Two epochs of three GCNII units over three chunks through GNNModel.run_units (forwards in order, backwards
     reversed, T2-style zeroing between epochs), with the pipeline's callbacks (fused: agg.push_pull offered)."""
-    from gnnpipe.core.ops.aggregation import unit_aggregators
     from gnnpipe.models.base import GNNModel
+    from gnnpipe.tasks.nodes.aggregation import unit_aggregators
 
     a, at = _graph()
     units = _units(p)
@@ -207,8 +207,8 @@ def test_fused_run_equals_the_units_one_by_one(p, middle_plain):
 def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
     """Three fusable units are one autograd node; a unit whose op is not fusable splits the run and runs its plain
     path with the callback made for it (its op counted once)."""
-    from gnnpipe.core.ops.aggregation import unit_aggregators
     from gnnpipe.models.base import GNNModel
+    from gnnpipe.tasks.nodes.aggregation import unit_aggregators
 
     a, at = _graph()
     units = _units(0.0)
@@ -217,11 +217,11 @@ def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
     for plain in (set(), {2}):
         calls = []
 
-        def call(i, j, t, kind, layer):
+        def call(i, j, t, kind, layer, calls=calls):
             calls.append(i)
             return ChunkAggregate.apply(t, hists[i - 1], CompactRows(a), CompactRows(at), 0, N, True)
 
-        def pp(i, j, kind):
+        def pp(i, j, kind, plain=plain):
             return None if i in plain else ChunkPushPull(hists[i - 1], CompactRows(a), CompactRows(at), 0, N)
 
         h = torch.randn(N, D, dtype=torch.float64, requires_grad=True)

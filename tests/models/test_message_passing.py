@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv, GINConv
 
-from gnnpipe.core.ops.aggregation import unit_aggregators
-from gnnpipe.core.ops.graph import GraphOps
 from gnnpipe.errors import ConfigError
 from gnnpipe.models import MessagePassingUnit, available, build_model
 from gnnpipe.models.zoo import GCNLayer
+from gnnpipe.tasks.nodes.aggregation import unit_aggregators
+from gnnpipe.tasks.nodes.graph import GraphOps
 
 N, F = 30, 5
 

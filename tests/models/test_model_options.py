@@ -12,9 +12,9 @@ import tomllib
 from gnnpipe import api, models
 from gnnpipe.cli.main import main
 from gnnpipe.core.settings.config import TrainConfig
-from gnnpipe.core.training.trainer import make_model, resolve_config
 from gnnpipe.errors import ConfigError
 from gnnpipe.experiments.grid import parse_study
+from gnnpipe.tasks.nodes.trainer import make_model, resolve_config
 
 TINY = ["--num-nodes", "120", "--layers", "2", "--hidden", "8", "--epochs", "2", "--patience", "0",
         "--dropout", "0", "--no-progress"]

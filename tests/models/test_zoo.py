@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch_geometric.nn import GCN2Conv, GCNConv, SAGEConv
 
-from gnnpipe.core.ops.graph import GraphOps
 from gnnpipe.errors import ConfigError, UnknownComponentError
 from gnnpipe.models import GNNModel, LayerUnit, available, build_model, get, register
+from gnnpipe.tasks.nodes.graph import GraphOps
 
 N, F_IN, H, C = 40, 7, 12, 3
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from gnnpipe import partitioners as P
-from gnnpipe.core.runtime.profile import profile_unit_costs, profiled_split
 from gnnpipe.errors import ConfigError, UnknownComponentError
 from gnnpipe.models import build_model
+from gnnpipe.tasks.nodes.profile import profile_unit_costs, profiled_split
 
 
 def brute_force_bottleneck(costs, s):
@@ -148,7 +148,7 @@ def test_chunked_profile_runs_every_chunk_and_restores_state(name):
 
 def test_chunked_profile_counts_the_chunk_work(monkeypatch):
     """With chunk_ptr every unit runs once per chunk, on the chunk's rows, through the chunk op."""
-    from gnnpipe.core.ops import history
+    from gnnpipe.tasks.nodes import history
 
     calls = []
     real = history.ChunkAggregate.apply

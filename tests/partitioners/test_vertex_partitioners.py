@@ -301,5 +301,7 @@ def test_cora_kahip(cora):
     w = torch.bincount(parts, weights=torch.as_tensor(g.degree + 50, dtype=torch.float64), minlength=p)
     assert float(w.max() / w.mean()) <= 1.03 + 1e-9
     rnd = P.partition_graph(cora, p, "random", seed=0)
-    cut = lambda q: P.partition_metrics(cora.edge_index, cora.num_nodes, q, p).edge_cut
+    def cut(q):
+        return P.partition_metrics(cora.edge_index, cora.num_nodes, q, p).edge_cut
+
     assert cut(parts) * 5 <= cut(rnd)

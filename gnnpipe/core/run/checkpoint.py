@@ -52,7 +52,6 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -61,8 +60,8 @@ from torch import Tensor
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
 from ...errors import ConfigError
-from ..runtime.assemble import compute_of, preprocessing_of
 from ..settings.config import TrainConfig
+from .state import compute_of, preprocessing_of
 
 FORMAT_VERSION = 1
 #: configuration fields that choose the layout: a change restarts history (with a warning)
@@ -129,7 +128,7 @@ def checkpoint_name(epochs: int, steps: int = 0) -> str:
     return f"{_PREFIX}{epochs:06d}" + (f"-s{steps:06d}" if steps else "")
 
 
-def checkpoint_position(name: str) -> Optional[tuple[int, int]]:
+def checkpoint_position(name: str) -> tuple[int, int] | None:
     """``(epochs, steps)`` of a checkpoint folder name (:func:`checkpoint_name`), ``None`` for another name."""
     if not name.startswith(_PREFIX):
         return None
@@ -152,7 +151,7 @@ def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
     return [(pos[0], c) for pos, c in sorted(out)]
 
 
-def check_checkpoint_dir(directory: Optional[str | Path], start_epoch: int = 0, start_step: int = 0) -> None:
+def check_checkpoint_dir(directory: str | Path | None, start_epoch: int = 0, start_step: int = 0) -> None:
     """Refuse a ``--checkpoint-dir`` whose checkpoints this run would not continue: one written after the epoch the
     run starts from (``start_epoch``: 0, or the epochs of the ``--resume`` checkpoint; ``start_step``: its steps
     into the next epoch) would make this run's newest checkpoints look older (the pruning of all but the two newest
@@ -246,7 +245,8 @@ def model_from_checkpoint(path, which: str = "best"):
     """The single-process model a checkpoint folder holds (``which``: ``"best"`` or ``"last"`` weights), with
     ``meta`` = ``{"config", "epochs", "checkpoint", "weights", "data_paths"}`` (``weights``: those loaded, ``"last"``
     when the run kept no best ones; ``data_paths``: :func:`data_paths` of the run; with the best weights also
-    ``best_epoch``, counted from 0) and the run's preprocessing.
+    ``best_epoch``, counted from 0, and ``best_step`` when a step evaluation chose them; ``steps``: the optimizer
+    steps done, where the checkpoint counts them) and the run's preprocessing.
 
     Raises:
         ConfigError: no checkpoint at ``path``.
@@ -269,6 +269,11 @@ def model_from_checkpoint(path, which: str = "best"):
     if held == "best":
         loop = pickle.loads(_load(p, {"loop": None})["loop"])
         model.meta["best_epoch"] = int(loop.get("best_epoch", -1))  # counted from 0
+        best_step = (loop.get("best_metrics") or {}).get("step")  # the best at a step evaluation (--eval-every-steps)
+        if best_step is not None:
+            model.meta["best_step"] = int(best_step)
+    if meta.get("steps") is not None:
+        model.meta["steps"] = int(meta["steps"])  # optimizer steps done
     if meta.get("task_meta"):
         model.meta["task_meta"] = meta["task_meta"]
     return model.eval()
@@ -344,7 +349,7 @@ def check_resume(config: TrainConfig, meta: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- state
 def trained_modules(c) -> dict[str, torch.nn.Module]:
-    """``{name prefix: module}`` of what an executor (its :func:`~gnnpipe.core.runtime.assemble.compute_of`) trains:
+    """``{name prefix: module}`` of what an executor (its :func:`~gnnpipe.core.run.state.compute_of`) trains:
     its ``checkpoint_modules()`` when it has one, else its model's ``units.{i}`` for ``i`` in its ``units``."""
     if callable(getattr(c, "checkpoint_modules", None)):
         return c.checkpoint_modules()
@@ -434,7 +439,7 @@ class Checkpointer:
         self.dir = Path(directory).expanduser()
         self.every, self.ex, self.config, self.plan_info = every, executor, config, plan_info
         self.rank, self.world, self.session = rank, world, session
-        self.last_saved: Optional[tuple[int, int]] = None  # (epochs, steps into the next) of the last save
+        self.last_saved: tuple[int, int] | None = None  # (epochs, steps into the next) of the last save
         self.pending = False
         self.seconds: list[float] = []  # write time of each save on this rank
         if rank == 0:
@@ -502,7 +507,7 @@ def _position(st) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------- loading
 def load_checkpoint(path: str | Path, ex, rank: int, config: TrainConfig, plan_info: dict, world: int,
-                    warn: bool = True, require_history: bool = False) -> tuple[dict, Optional[dict[str, Tensor]]]:
+                    warn: bool = True, require_history: bool = False) -> tuple[dict, dict[str, Tensor] | None]:
     """Load a checkpoint into this rank's executor; returns ``(loop state dict, best weights or None)``.
 
     Same layout (and world size): everything is restored. Another layout: weights, optimizer state,

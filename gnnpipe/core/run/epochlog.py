@@ -1,7 +1,7 @@
 """Per-epoch records as they happen: log lines off a terminal, a CSV file, TensorBoard.
 
 The progress bar (tqdm) is for terminals; in a log file or a pipe a long run needs plain lines.
-:class:`EpochLogger` is an ``after_epoch`` hook of :func:`~gnnpipe.core.training.trainer.epoch_loop`; only rank 0
+:class:`EpochLogger` is an ``after_epoch`` hook of :func:`~gnnpipe.core.run.loop.epoch_loop`; only rank 0
 of a distributed run has one.
 """
 
@@ -12,7 +12,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
 from ...errors import ConfigError
 
@@ -112,9 +112,9 @@ class EpochLogger:
         ConfigError: ``tensorboard`` given but the ``tensorboard`` package is missing.
     """
 
-    def __init__(self, epochs: int, log_every: Optional[int] = None, csv_path: Optional[str] = None,
-                 tensorboard: Optional[str] = None, stream: Optional[TextIO] = None,
-                 fields: Optional[list[str]] = None):
+    def __init__(self, epochs: int, log_every: int | None = None, csv_path: str | None = None,
+                 tensorboard: str | None = None, stream: TextIO | None = None,
+                 fields: list[str] | None = None):
         self.epochs = epochs
         self.stream = stream if stream is not None else sys.stdout
         every = default_log_every(epochs) if log_every is None else int(log_every)

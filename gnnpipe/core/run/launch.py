@@ -42,8 +42,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing import connection as mp_connection
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -71,7 +72,7 @@ def torch_default_wait_s(backend: str) -> float:
     return constants.default_pg_timeout.total_seconds()
 
 
-def wait_limit(timeout_s: Optional[float], backend: str, predicted_epoch_s: Optional[float] = None) -> tuple[float, str]:
+def wait_limit(timeout_s: float | None, backend: str, predicted_epoch_s: float | None = None) -> tuple[float, str]:
     """How long a rank may wait on a peer (the process group's timeout) before the run is ended as hung, and why.
 
     A rank that dies ends the run at once whatever this is (module docstring): the limit only bounds a wait on a
@@ -120,13 +121,13 @@ def local_world_size(world_size: int) -> int:
     return world_size
 
 
-def choose_backend(requested: Optional[str], local_ranks: int, device: Optional[str] = None) -> tuple[str, str]:
+def choose_backend(requested: str | None, local_ranks: int, device: str | None = None) -> tuple[str, str]:
     """The torch.distributed backend for ``local_ranks`` ranks on this machine, and why.
 
     NCCL needs one GPU per rank (two ranks on one GPU fail with "Duplicate GPU detected"), so the default is
     ``nccl`` only when CUDA is available with at least ``local_ranks`` GPUs; otherwise ``gloo``: on the CPU, or,
-    for ranks that compute on CUDA (``device="cuda"``, issue #12), with their CUDA tensors staged through pinned
-    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.ops.comm.Comm`).
+    for ranks that compute on CUDA (``device="cuda"``), with their CUDA tensors staged through pinned
+    CPU buffers (gloo refuses CUDA tensors; :class:`~gnnpipe.core.comm.Comm`).
 
     Args:
         requested: ``None`` (choose), ``"gloo"`` or ``"nccl"``.
@@ -217,7 +218,7 @@ def check_torchrun_world(world_size: int, what: str) -> None:
     raise ConfigError(msg)
 
 
-def init_env_process_group(backend: Optional[str], timeout_s: Optional[float]) -> tuple[int, int]:
+def init_env_process_group(backend: str | None, timeout_s: float | None) -> tuple[int, int]:
     """Join the env:// process group that torchrun prepared; returns ``(rank, world_size)``. ``timeout_s``: the
     wait limit in seconds, ``None``: derived (:func:`wait_limit`). A rank that dies is seen by torchrun's agent,
     which stops the other ranks (and their gloo peers lose their connections at once)."""
@@ -321,8 +322,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     os._exit(code)  # skip interpreter teardown (gloo threads can hang it after a failure)
 
 
-def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: Optional[str] = None,
-          timeout_s: Optional[float] = None, threads: int = 1, max_runtime_s: Optional[float] = None,
+def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend: str | None = None,
+          timeout_s: float | None = None, threads: int = 1, max_runtime_s: float | None = None,
           graceful: bool = False) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh local processes joined in one process group.
 
@@ -372,7 +373,7 @@ def spawn(fn: Callable[..., Any], world_size: int, args: tuple = (), *, backend:
     deaths: dict[int, str] = {}  # rank -> how it died without a report
     start = time.monotonic()
     exited: dict[int, float] = {}
-    first_failure: Optional[float] = None
+    first_failure: float | None = None
     timed_out = False
 
     def poll(timeout: float) -> None:
@@ -537,7 +538,7 @@ def _timeout_message(errors: dict[int, tuple[float, str]], silent: list[int], wo
     return "\n".join(lines)
 
 
-def _unreadable_main() -> Optional[str]:
+def _unreadable_main() -> str | None:
     """The main script's path when the spawn start method could not re-import it (``python - <<EOF``
     gives ``<stdin>``), else ``None``. Mains without a file (``python -c``, a REPL, Jupyter) and
     ``python -m`` modules are fine."""
@@ -582,7 +583,7 @@ def _check_no_main_objects(payload: Any, main_path: str) -> None:
 
 
 @contextlib.contextmanager
-def _main_not_reimported(main_path: Optional[str]):
+def _main_not_reimported(main_path: str | None):
     """Start processes without asking them to re-run an unreadable main script (``<stdin>``): the spawn
     method re-imports ``__main__.__file__`` in every child, which fails with ``FileNotFoundError``.
     Hidden for the duration of ``Process.start()``, the child starts like one of ``python -c``."""

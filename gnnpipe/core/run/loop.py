@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from ..settings.config import TrainConfig
 from .results import LoopState, Selection, TrainResult
@@ -38,11 +38,11 @@ def epoch_loop(
     *,
     progress: bool = True,
     desc: str = "train",
-    state: Optional[LoopState] = None,
-    on_best: Optional[Callable[[int], None]] = None,
+    state: LoopState | None = None,
+    on_best: Callable[[int], None] | None = None,
     after_epoch: Sequence[Callable[[int, dict, LoopState], None]] = (),
     warn: bool = True,
-    selection: Optional[Selection] = None,
+    selection: Selection | None = None,
 ) -> TrainResult:
     """Run ``config.epochs`` epochs with evaluation every ``eval_every`` epochs and early stopping.
 

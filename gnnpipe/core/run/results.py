@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -49,7 +49,7 @@ class TrainResult:
     extra: dict = attrs.field(factory=dict)
     best_metrics: dict = attrs.field(factory=dict)
     status: str = "completed"
-    error: Optional[str] = None
+    error: str | None = None
     model: Any = attrs.field(default=None, eq=False, repr=False)
     steps: list[dict] = attrs.field(factory=list)
 
@@ -141,7 +141,7 @@ class LoopState:
     since: int = 0
     next_step: int = 0
     step: int = 0
-    partial: Optional[dict] = None
+    partial: dict | None = None
     budget_spent: bool = False
 
     @property
@@ -159,7 +159,7 @@ class LoopState:
                 "layout_from_epoch": int(r.extra.get("layout_from_epoch", 0))}
 
     @classmethod
-    def from_dict(cls, d: dict, config) -> "LoopState":
+    def from_dict(cls, d: dict, config) -> LoopState:
         r = TrainResult(config=config.to_dict(), epochs=[dict(e) for e in d["epochs"]],
                         best_val_acc=d["best_val_acc"], test_acc_at_best_val=d["test_acc_at_best_val"],
                         best_epoch=d["best_epoch"], best_metrics=dict(d.get("best_metrics") or {}),
@@ -174,7 +174,7 @@ class LoopState:
 @attrs.define(frozen=True)
 class Selection:
     """Which evaluation is the best one (model selection and early stopping of
-    :func:`~gnnpipe.core.training.trainer.epoch_loop`): the highest (``mode="max"``) or lowest (``"min"``) ``monitor`` of
+    :func:`~gnnpipe.core.run.loop.epoch_loop`): the highest (``mode="max"``) or lowest (``"min"``) ``monitor`` of
     an evaluation record, ties broken by the lower ``val_loss``.
 
     Node classification monitors ``val_acc`` (``max``) and reports ``best_val_acc`` / ``test_acc_at_best_val``;
@@ -194,7 +194,7 @@ class Selection:
         s, loss = self.score(ev)
         return (s, -loss) > (best[0], -best[1])
 
-    def record(self, result: "TrainResult", ev: dict, epoch: int) -> None:
+    def record(self, result: TrainResult, ev: dict, epoch: int) -> None:
         """Write the best evaluation ``ev`` of ``epoch`` into ``result``."""
         result.best_epoch = epoch
         if self.monitor == "val_acc":
@@ -228,7 +228,7 @@ def _regression_lines(best: dict, epoch: int) -> list[str]:
     return lines or ["no evaluation"]
 
 
-def _pct(v: Optional[float]) -> str:
+def _pct(v: float | None) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f} %"
 
 

@@ -2,19 +2,17 @@
 
 A :class:`RunSession` is built per rank around its executor (the single-process trainer, a pipeline
 stage, a graph-parallel way or a hybrid member: anything with ``model`` and ``units``) and hands
-:func:`~gnnpipe.core.training.trainer.epoch_loop` its ``on_best`` and ``after_epoch`` hooks.
+:func:`~gnnpipe.core.run.loop.epoch_loop` its ``on_best`` and ``after_epoch`` hooks.
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 from torch import Tensor
 
-from ..runtime.assemble import executor_state
 from ..settings.config import TrainConfig
 from ..settings.options import RunOptions
 from .epochlog import EpochLogger
+from .state import executor_state
 
 
 class RunSession:
@@ -32,15 +30,15 @@ class RunSession:
     Checkpoints (``options.checkpoint_dir``) are collective: every rank builds its session.
     """
 
-    def __init__(self, config: TrainConfig, options: Optional[RunOptions], executor, *, lead: bool = True,
-                 rank: int = 0, world: int = 1, plan_info: Optional[dict] = None):
+    def __init__(self, config: TrainConfig, options: RunOptions | None, executor, *, lead: bool = True,
+                 rank: int = 0, world: int = 1, plan_info: dict | None = None):
         self.config = config
         self.options = options or RunOptions()
         self.executor = executor
         self.rank, self.world, self.plan_info, self.lead = rank, world, plan_info or {}, lead
-        self.best_state: Optional[dict[str, Tensor]] = None
+        self.best_state: dict[str, Tensor] | None = None
         self.loop_state = None
-        self.read_s: Optional[float] = None  # seconds this rank took to load the resumed checkpoint
+        self.read_s: float | None = None  # seconds this rank took to load the resumed checkpoint
         self.logger = None
         if lead and (self.options.log_every != 0 or self.options.log_csv or self.options.tensorboard
                      or self.options.log_every_steps):
@@ -74,7 +72,7 @@ class RunSession:
         if self.world > 1:
             import torch.distributed as dist
 
-            from ..ops.comm import collective_device
+            from ..comm import collective_device
 
             t = torch.tensor([1.0 if flag else 0.0], device=collective_device(getattr(self.executor, "device", "cpu")))
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # control traffic, not counted in the epoch's bytes
@@ -134,7 +132,7 @@ class RunSession:
         if self.checkpointer is not None and self.loop_state is not None:
             self.checkpointer.finish(self.loop_state)
 
-    def checkpoint_stats(self) -> Optional[dict]:
+    def checkpoint_stats(self) -> dict | None:
         """``{"write_s": [seconds per checkpoint written], "read_s": seconds of the resume load}`` of this
         rank, or ``None`` when the run neither wrote nor read a checkpoint."""
         if self.checkpointer is None and self.read_s is None:
@@ -202,11 +200,11 @@ class RecordCollector:
         return self.records
 
 
-def partial_result(config: TrainConfig, records: list[dict], status: str, error: Optional[str] = None,
+def partial_result(config: TrainConfig, records: list[dict], status: str, error: str | None = None,
                    selection=None):
     """A :class:`~gnnpipe.core.run.results.TrainResult` of the completed epochs ``records`` of a run that did not
     finish (``status`` ``"interrupted"`` or ``"failed"``), with the best-validation summary of those epochs
-    (the rule of :func:`~gnnpipe.core.training.trainer.epoch_loop`; ``selection``: its
+    (the rule of :func:`~gnnpipe.core.run.loop.epoch_loop`; ``selection``: its
     :class:`~gnnpipe.core.run.results.Selection`, default the highest validation accuracy)."""
     from .results import Selection, TrainResult
 

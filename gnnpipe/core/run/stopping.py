@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 import time
-from typing import Optional
 
 DEBOUNCE_S = 2.0
 
@@ -79,7 +78,7 @@ class installed:
             unblock_stop_signals()
         return self
 
-    def __exit__(self, *exc) -> Optional[bool]:
+    def __exit__(self, *exc) -> bool | None:
         for s, h in self.previous.items():
             signal.signal(s, h)
         return None

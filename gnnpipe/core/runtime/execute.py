@@ -32,13 +32,13 @@ posted when needed.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch.distributed as dist
 from torch import Tensor
 
 from ... import schedulers
-from ..ops.comm import Comm, PostedRecv
+from ..comm import Comm, PostedRecv
 from .protocol import PipelineStage
 
 TAG_STRIDE = 4  # tags per chunk: +0 forward, +1 G pass, +2 backward, +3 D pass
@@ -95,8 +95,8 @@ class Executor:
     """
 
     def __init__(self, stage: PipelineStage, *, num_stages: int, ranks: Sequence[int], chunks: Sequence[int],
-                 scheduler, order_policy, comm: Comm, sync_grads: Optional[Callable[[], None]] = None,
-                 window: Optional[Callable[[int], int]] = None):
+                 scheduler, order_policy, comm: Comm, sync_grads: Callable[[], None] | None = None,
+                 window: Callable[[int], int] | None = None):
         self.stage = stage
         self.S, self.s = num_stages, stage.s
         self.ranks = list(ranks)
@@ -139,7 +139,7 @@ class Executor:
         """Called once this rank has run ``epoch``'s actions (default: nothing)."""
 
     # ------------------------------------------------------------------ communication of one action
-    def _recv_spec(self, kind: str, c: int) -> Optional[tuple]:
+    def _recv_spec(self, kind: str, c: int) -> tuple | None:
         """``(shape, src, tag)`` of the boundary tensor action ``kind`` on global chunk ``c`` receives, or ``None``
         (the stage says the shape: :meth:`~gnnpipe.core.runtime.protocol.PipelineStage.recv_shape`)."""
         if kind not in _KIND_TAG:
@@ -175,7 +175,7 @@ class Executor:
             seen.add(spec[1])
             self._post(kind, c, e)
 
-    def _receive(self, kind: str, c: int, e: int) -> Optional[Tensor]:
+    def _receive(self, kind: str, c: int, e: int) -> Tensor | None:
         """The boundary tensor of action ``(kind, c, e)`` (its pre-posted receive, or one posted now), or ``None``."""
         if self._recv_spec(kind, c) is None:
             return None

@@ -16,7 +16,7 @@ def return_free_memory() -> None:
     glibc keeps memory freed by short-lived tensors: after the first large block it frees, its mmap threshold rises
     to that block's size, so later chunk-sized tensors come from a heap whose freed holes stay resident. Called at
     phase boundaries of a rank (built, each epoch trained, each evaluation), it keeps what one phase freed out of
-    the next phase's resident peak (issue #12: ``VmHWM`` is what ``peak_mem_bytes`` reports)."""
+    the next phase's resident peak (``VmHWM`` is what ``peak_mem_bytes`` reports)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

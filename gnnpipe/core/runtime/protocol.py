@@ -19,7 +19,6 @@ structures); the interpreter reads nothing else of it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -47,25 +46,25 @@ class PipelineStage(ABC):
     histories: dict = {}
 
     @abstractmethod
-    def recv_shape(self, kind: str, c: int) -> Optional[tuple]:
+    def recv_shape(self, kind: str, c: int) -> tuple | None:
         """The shape of the tensor action ``kind`` (``"F"``, ``"B"``, ``"G"``, ``"D"``) on chunk ``c`` receives,
         or ``None`` when it receives nothing (the first stage's ``F``, the last stage's ``B``, an empty chunk)."""
 
     @abstractmethod
-    def forward_chunk(self, c: int, x: Optional[Tensor], epoch: int) -> Optional[Tensor]:
+    def forward_chunk(self, c: int, x: Tensor | None, epoch: int) -> Tensor | None:
         """``F``: compute chunk ``c`` from the received ``x``; returns what to send to ``s + 1`` (``None``:
         nothing)."""
 
     @abstractmethod
-    def backward_chunk(self, c: int, grad: Optional[Tensor], epoch: int) -> Optional[Tensor]:
+    def backward_chunk(self, c: int, grad: Tensor | None, epoch: int) -> Tensor | None:
         """``B``: back-propagate chunk ``c`` from the received output gradient; returns the input gradient to send to
         ``s − 1`` (``None``: nothing)."""
 
-    def force_grad_chunk(self, c: int, g: Optional[Tensor], epoch: int) -> Optional[Tensor]:
+    def force_grad_chunk(self, c: int, g: Tensor | None, epoch: int) -> Tensor | None:
         """``G`` (second-order schedules): returns what to send to ``s − 1``."""
         raise NotImplementedError(f"{type(self).__name__} runs no second-order schedule (G passes)")
 
-    def second_chunk(self, c: int, g: Optional[Tensor], epoch: int) -> Optional[Tensor]:
+    def second_chunk(self, c: int, g: Tensor | None, epoch: int) -> Tensor | None:
         """``D`` (second-order schedules): returns what to send to ``s + 1``."""
         raise NotImplementedError(f"{type(self).__name__} runs no second-order schedule (D passes)")
 

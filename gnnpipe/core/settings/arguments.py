@@ -20,8 +20,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help="dataset name (Cora, Computers, squirrel, …) or a .pt/.npz file "
                    "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, "
-                   ".lmdb), a folder of such files, or oc20-like / md17-like (generated; what an atomistic --model trains on "
-                   "without --dataset: oc20-like)")
+                   ".lmdb), a folder of such files, or oc20-like / md17-like / bulk-like (generated; bulk-like "
+                   "with stresses; what an atomistic --model trains on without --dataset: oc20-like)")
     g.add_argument("--root", default=None, help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
@@ -149,7 +149,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "the training split), none (train the energies as given, e.g. adsorption energies), or a file "
                         "of per-element energies (fairchem's element_references .pt / .npz, or .json / .toml "
                         "{element: eV})")
-    a.add_argument("--frames", type=int, default=d.frames, help="frames of the generated oc20-like / md17-like set")
+    a.add_argument("--frames", type=int, default=d.frames,
+                   help="frames of the generated oc20-like / md17-like / bulk-like set")
     a.add_argument("--num-workers", type=int, default=None,
                    help="loader worker processes per rank that read, validate and build each batch's graph ahead of "
                         "the step (0: in the training process; default: the cores left after the ranks, at most 4)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import attrs
 import torch
@@ -216,11 +215,11 @@ class TrainConfig:
     recommended default" (``GNNModel.default_hparams``; e.g. GCNII's Cora settings).
 
     Parallelism: ``ways`` (W graph-parallel ways) × ``stages`` (S pipeline stages) ranks; ``chunks``
-    (C) is the total number of chunks (DESIGN §2). GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
+    (C) is the total number of chunks. GP = W×1, GNNPipe = 1×S, hybrid = W×S, single
     process = 1×1. ``scheduler``: 1f1b by default (a flush schedule like gpipe, as fast, with at most ``S − s``
     chunks' activations in flight on stage ``s`` instead of all ``C``). ``recompute``: ``True`` recomputes a
     stage's activations in the backward (memory for compute); ``None`` (``"auto"``, the default) lets the memory
-    model decide when a pipeline starts (``gnnpipe.costmodel.predict.choose_recompute``: on when the largest
+    model decide when a pipeline starts (``gnnpipe.tasks.nodes.cost.predict.choose_recompute``: on when the largest
     pipeline rank would otherwise hold more than the largest rank of graph parallelism over the same ranks).
 
     S2EF (atomistic structure → energy and forces; ``task="s2ef"``, set by the ``s2ef`` task): the loss
@@ -250,7 +249,7 @@ class TrainConfig:
     structures of the validation and of the test split (``None``: ``DEFAULT_VAL_SIZE``, 1000).
 
     ``model_args``: the model's own options (``gnnpipe.models.model_options``, e.g. GCNII's
-    ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.core.training.trainer.resolve_config`` fills in the defaults
+    ``{"alpha": 0.1, "lamda": 0.6}``); ``gnnpipe.tasks.nodes.trainer.resolve_config`` fills in the defaults
     of those not given, so a result's config records every value the model was built with.
 
     ``timeout_s``: how long a rank may wait on a peer before the run is ended as hung (``--timeout``); ``None``
@@ -268,8 +267,8 @@ class TrainConfig:
     """
 
     # data
-    dataset: Optional[str] = None
-    root: Optional[str] = None
+    dataset: str | None = None
+    root: str | None = None
     split: int = 0
     num_nodes: int = 2000
     avg_degree: float = 10.0
@@ -283,14 +282,14 @@ class TrainConfig:
     model: str = "gcnii"
     layers: int = attrs.field(default=unset(8), validator=_int_pos("layers"))
     hidden: int = attrs.field(default=unset(64), validator=_int_pos("hidden"))
-    dropout: Optional[float] = None
+    dropout: float | None = None
     bias: bool = False
     activation: str = "relu"
     model_args: dict = attrs.field(factory=dict, converter=_model_args, validator=_check_model_args)
     # optimisation
-    lr: Optional[float] = attrs.field(default=None, validator=_rate("lr"))
-    weight_decay: Optional[float] = attrs.field(default=None, validator=_rate("weight_decay"))
-    weight_decay_conv: Optional[float] = attrs.field(default=None, validator=_rate("weight_decay_conv"))
+    lr: float | None = attrs.field(default=None, validator=_rate("lr"))
+    weight_decay: float | None = attrs.field(default=None, validator=_rate("weight_decay"))
+    weight_decay_conv: float | None = attrs.field(default=None, validator=_rate("weight_decay_conv"))
     epochs: int = attrs.field(default=200, validator=_pos("epochs"))
     patience: int = attrs.field(default=100, validator=_nonneg("patience"))
     eval_every: int = attrs.field(default=1, validator=_pos("eval_every"))
@@ -300,23 +299,23 @@ class TrainConfig:
     ways: int = attrs.field(default=1, validator=_pos("ways"))
     replicas: int = attrs.field(default=1, validator=_pos("replicas"))
     stages: int = attrs.field(default=1, validator=_pos("stages"))
-    chunks: Optional[int] = attrs.field(default=None, validator=_pos("chunks"))
+    chunks: int | None = attrs.field(default=None, validator=_pos("chunks"))
     scheduler: str = "1f1b"
     stash_weights: bool = False
     correctors: list = attrs.field(factory=lambda: ["t1", "t2", "t3"], converter=_correctors)
     partitioner: str = "metis"
     over_partition: int = attrs.field(default=4, validator=_pos("over_partition"))
     layer_split: str = "equal"
-    recompute: Optional[bool] = attrs.field(default=None, converter=_recompute)
+    recompute: bool | None = attrs.field(default=None, converter=_recompute)
     threads: int = attrs.field(default=1, validator=_pos("threads"))
-    backend: Optional[str] = attrs.field(default=None, validator=_backend)
+    backend: str | None = attrs.field(default=None, validator=_backend)
     # seconds a rank may wait on a peer; None: derived (gnnpipe.core.run.launch.wait_limit)
-    timeout_s: Optional[float] = attrs.field(default=None, validator=[_rate("timeout_s"), _pos("timeout_s")])
+    timeout_s: float | None = attrs.field(default=None, validator=[_rate("timeout_s"), _pos("timeout_s")])
     dtype: str = attrs.field(default="float32", validator=_dtype)
-    history_dtype: Optional[str] = None
-    device: Optional[str] = None
+    history_dtype: str | None = None
+    device: str | None = None
     # atomistic structure → energy and forces (S2EF; names as fairchem's); in the config of S2EF runs only
-    task: Optional[str] = None
+    task: str | None = None
     energy_coef: float = attrs.field(default=unset(1.0), validator=_rate("energy_coef"))
     force_coef: float = attrs.field(default=unset(100.0), validator=_rate("force_coef"))
     stress_coef: float = attrs.field(default=0.0, validator=_rate("stress_coef"))
@@ -329,31 +328,31 @@ class TrainConfig:
     warmup_steps: int = attrs.field(default=100, validator=_nonneg("warmup_steps"))
     warmup_factor: float = attrs.field(default=0.2, validator=_unit("warmup_factor", closed=True))
     lr_schedule: str = attrs.field(default="cosine", validator=_choice("lr_schedule", LR_SCHEDULES))
-    clip_grad_norm: Optional[float] = attrs.field(default=10.0, validator=_rate("clip_grad_norm"))
-    energy_key: Optional[str] = None
-    forces_key: Optional[str] = None
-    stress_key: Optional[str] = None
-    virial_key: Optional[str] = None
+    clip_grad_norm: float | None = attrs.field(default=10.0, validator=_rate("clip_grad_norm"))
+    energy_key: str | None = None
+    forces_key: str | None = None
+    stress_key: str | None = None
+    virial_key: str | None = None
     energy_reference: str = "linear"
     val_datasets: list = attrs.field(factory=list, converter=lambda v: [str(x) for x in (v or [])])
-    test_dataset: Optional[str] = None
+    test_dataset: str | None = None
     frames: int = attrs.field(default=200, validator=_int_pos("frames"))
     graph_parallel_group_size: int = attrs.field(default=1, validator=_int_pos("graph_parallel_group_size (--gp-size)"))
     graph_parallel_partitioner: str = "edge-chunk"
     graph_parallel_mode: str = attrs.field(default="allgather", validator=_choice("graph_parallel_mode", GP_MODES))
-    num_workers: Optional[int] = attrs.field(default=None, validator=_nonneg_opt("num_workers"))
+    num_workers: int | None = attrs.field(default=None, validator=_nonneg_opt("num_workers"))
     skip_invalid: bool = False
-    max_steps: Optional[int] = attrs.field(default=None, validator=_opt_int_pos("max_steps (--max-steps)"))
-    eval_every_steps: Optional[int] = attrs.field(default=None,
+    max_steps: int | None = attrs.field(default=None, validator=_opt_int_pos("max_steps (--max-steps)"))
+    eval_every_steps: int | None = attrs.field(default=None,
                                                   validator=_opt_int_pos("eval_every_steps (--eval-every-steps)"))
-    val_size: Optional[int] = attrs.field(default=None, validator=_opt_int_pos("val_size (--val-size)"))
+    val_size: int | None = attrs.field(default=None, validator=_opt_int_pos("val_size (--val-size)"))
 
     def __attrs_post_init__(self) -> None:
         if self.energy_coef == 0 and self.force_coef == 0:  # S2EF: a loss that is zero trains nothing
             raise ConfigError("energy_coef and force_coef are both 0 (--energy-coef 0 --force-coef 0): the loss is "
                               "zero and nothing would be trained; give one of them > 0")
 
-    def resolved(self, model_defaults: dict) -> "TrainConfig":
+    def resolved(self, model_defaults: dict) -> TrainConfig:
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""
         upd = {k: model_defaults[k] for k in ("lr", "dropout", "weight_decay", "weight_decay_conv")
                if getattr(self, k) is None and k in model_defaults}
@@ -377,7 +376,7 @@ class TrainConfig:
     def torch_history_dtype(self) -> torch.dtype:
         """The storage dtype of the history buffers ``H_in``/``G_out`` (and of the correctors' snapshots, which
         copy them): ``history_dtype`` (``float32``, ``bfloat16``, ``float16``), default the compute ``dtype``.
-        Rows are down-cast when written and up-cast to ``dtype`` when read (issue #12); compute stays in ``dtype``.
+        Rows are down-cast when written and up-cast to ``dtype`` when read; compute stays in ``dtype``.
 
         Raises:
             ConfigError: an unknown name.

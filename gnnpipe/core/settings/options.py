@@ -6,8 +6,6 @@ the result and compared on ``--resume``), these are free to differ between a run
 
 from __future__ import annotations
 
-from typing import Optional
-
 import attrs
 
 from ...errors import ConfigError
@@ -44,18 +42,18 @@ class RunOptions:
             given and ``log_every`` is not ``0``, else never; ``0``: never).
         resume: continue the run of this checkpoint folder (or one ``ckpt-*`` folder in it).
         memory_check: refuse a run that the memory model says cannot fit in the memory available here,
-            before it starts: a single process (:func:`gnnpipe.costmodel.predict.check_single_process_memory`)
-            or the ranks started on this machine together (:func:`~gnnpipe.costmodel.predict.check_ranks_memory`;
+            before it starts: a single process (:func:`gnnpipe.tasks.nodes.cost.predict.check_single_process_memory`)
+            or the ranks started on this machine together (:func:`~gnnpipe.tasks.nodes.cost.predict.check_ranks_memory`;
             CPU ranks) (``False``: try anyway).
     """
 
     keep: str = attrs.field(default="best", validator=_keep)
-    log_every: Optional[int] = attrs.field(default=None, validator=_nonneg_int)
-    log_csv: Optional[str] = None
-    tensorboard: Optional[str] = None
-    checkpoint_dir: Optional[str] = None
+    log_every: int | None = attrs.field(default=None, validator=_nonneg_int)
+    log_csv: str | None = None
+    tensorboard: str | None = None
+    checkpoint_dir: str | None = None
     checkpoint_every: int = attrs.field(default=0, validator=_nonneg_int)
     checkpoint_every_steps: int = attrs.field(default=0, validator=_nonneg_int)
-    log_every_steps: Optional[int] = attrs.field(default=None, validator=_nonneg_int)
-    resume: Optional[str] = None
+    log_every_steps: int | None = attrs.field(default=None, validator=_nonneg_int)
+    resume: str | None = None
     memory_check: bool = True

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from ...errors import ConfigError
 

@@ -1,5 +1,5 @@
 """Atomistic structures for S2EF training: structures as PyG data, readers, validation, splits, generated
-data sets labelled by ASE's EMT calculator, and the neighbour graph with triplets (ATOMISTIC §1).
+data sets labelled by ASE's EMT calculator, and the neighbour graph with triplets.
 
 Public API::
 

@@ -234,7 +234,7 @@ def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | N
 
     Refused when building one batch's graph would need more than :data:`MEMORY_FRACTION` of the memory available
     here (``available`` bytes: the runs, predictions and plans pass ``MemAvailable`` under the cgroup limit,
-    ``gnnpipe.costmodel.predict.available_memory_bytes``; ``None``: the memory is not judged) or take longer than
+    ``gnnpipe.costmodel.hardware.available_memory_bytes``; ``None``: the memory is not judged) or take longer than
     :data:`MAX_BUILD_SECONDS`; warned about (:class:`~gnnpipe.data.DataWarning`) above
     :data:`WARN_MEMORY_FRACTION` or :data:`WARN_BUILD_SECONDS`. Messages name the cutoff, the estimated pairs,
     edges (and triplets), the memory and time, and ``fix`` (with the cutoff that would fit).

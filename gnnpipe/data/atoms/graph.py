@@ -38,7 +38,7 @@ __all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "
 class EdgeGeometry:
     """Edge vectors and lengths of a graph with ``edge_index`` (``j → i``), integer ``cell_offsets`` and ``batch``:
     shared by :class:`AtomGraph` and a rank's view of it under graph parallelism
-    (:class:`~gnnpipe.core.ops.graph_parallel.LocalGraph`)."""
+    (:class:`~gnnpipe.tasks.s2ef.graph_parallel.LocalGraph`)."""
 
     @property
     def num_edges(self) -> int:

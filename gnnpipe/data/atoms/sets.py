@@ -1,5 +1,5 @@
 """Structure sets read lazily from disk: one ``torch.utils.data.Dataset`` of structures by index, whatever the
-format, with its length known without reading the structures (ATOMISTIC §6).
+format, with its length known without reading the structures.
 
 ========================= ============================================================================
 format                    how a structure is found

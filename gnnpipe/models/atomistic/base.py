@@ -29,7 +29,7 @@ their edges' parts (``comm.replicated_grad``) and the sum is the single process'
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -105,7 +105,7 @@ class ConservativeForces(nn.Module):
     """
 
     def forward(self, energy: Tensor, pos: Tensor, comm: GraphParallelHooks, create_graph: bool,
-                strain: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+                strain: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """``[B]`` energies, ``[N, 3]`` positions (requiring grad) → ``([N, 3]`` forces, ``[B, 3, 3]`` ``∂E/∂ε``
         of the ``strain`` leaf, or ``None`` without one``)``; each reduced over the group exactly once."""
         targets = [pos] if strain is None else [pos, strain]
@@ -168,7 +168,7 @@ class AtomisticModel(ZooModel):
         self.forces_response = ConservativeForces()
 
     # ------------------------------------------------------------------ weights
-    def reset_parameters(self, seed: Optional[int] = None) -> None:
+    def reset_parameters(self, seed: int | None = None) -> None:
         """Initialise every unit and the head, unit ``i`` after ``torch.manual_seed(unit_seed(seed, i))``.
 
         ``seed=None`` draws the base seed from torch's global generator (so ``torch.manual_seed(s)`` before
@@ -347,7 +347,7 @@ class AtomisticModel(ZooModel):
             out["forces"] = self.readout_forces(state, graph, comm)
         return out
 
-    def forward(self, batch, graph, comm: Optional[GraphParallelHooks] = None, *,
+    def forward(self, batch, graph, comm: GraphParallelHooks | None = None, *,
                 forces: bool = False, stress: bool = False) -> dict[str, Tensor]:
         """Energies ``[B]`` (eV) of a batch of structures; forces ``[N_r, 3]`` (eV/Å) from the direct head, or,
         with ``forces=True`` and no direct head, conservative forces ``−∂E/∂pos`` (differentiable in training

@@ -2,7 +2,7 @@
 
 A model never indexes across shards itself: at each place where graph parallelism must communicate it calls one
 of the hooks below on an object ``comm``. :class:`LocalHooks` (every hook the identity; every rank owns every atom
-and edge) is the single-process default; the graph-parallel implementation (``gnnpipe.core.ops.graph_parallel``)
+and edge) is the single-process default; the graph-parallel implementation (``gnnpipe.tasks.s2ef.graph_parallel``)
 puts autograd-aware collectives behind the same methods, so one model definition serves every layout.
 
 Shapes: ``N`` atoms of the batch, ``N_r`` atoms the rank owns (``graph.atom_ids``), ``E_r`` local edges,

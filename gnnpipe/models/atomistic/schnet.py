@@ -14,7 +14,6 @@ Units: ``[embedding, interaction_1 … interaction_L]``; the state carries the o
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -116,8 +115,8 @@ class SchNet(AtomisticModel):
         "max_z": "largest atomic number", "direct_forces": "per-edge direct force head instead of -dE/dpos",
     }
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: int = 1, num_layers: int = 6,
-                 hidden: int = 128, dropout: float = 0.0, bias: bool = True, activation: Optional[str] = None,
+    def __init__(self, in_channels: int | None = None, out_channels: int = 1, num_layers: int = 6,
+                 hidden: int = 128, dropout: float = 0.0, bias: bool = True, activation: str | None = None,
                  num_filters: int = 128, num_gaussians: int = 50, cutoff: float = 6.0, max_neighbors: int = 50,
                  max_z: int = 99, direct_forces: bool = False):
         super().__init__()

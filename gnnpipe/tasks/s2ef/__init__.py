@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
+from ...data.atoms.structures import stress_label
 from ..base import Task
 from ..registry import register
-from ...data.atoms.structures import stress_label
 from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
 from .defaults import apply_model_defaults
 from .layout import check_graph_parallel, check_pipeline, pipelined, plan_info
@@ -88,7 +88,7 @@ def _symbol(z: int) -> str:
     return chemical_symbols[z] if 0 < z < len(chemical_symbols) else f"Z={z}"
 
 
-def _model_task(name: str) -> Optional[str]:
+def _model_task(name: str) -> str | None:
     from ... import models
 
     try:
@@ -114,7 +114,7 @@ def check_structures_for(config: Any, structures: list, warn_isolated: bool = Fa
     from pathlib import Path
 
     from ... import models
-    from ...costmodel.predict import available_memory_bytes
+    from ...costmodel.hardware import available_memory_bytes
     from ...data.atoms.estimate import check_graph_size
     from ...data.atoms.validate import check_cells, check_max_z, isolated_structures
     from ...data.validation import DataWarning
@@ -187,7 +187,7 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
 
 @register("s2ef")
 class S2EF(Task):
-    """Structure → energy and forces (OC20's S2EF; ATOMISTIC §1): the ``"s2ef"``
+    """Structure → energy and forces (OC20's S2EF: Chanussot et al., ACS Catal. 2021): the ``"s2ef"``
     :class:`~gnnpipe.tasks.base.Task`. Trains an atomistic model on structures in one process, data-parallel
     over ``--replicas D`` ranks, graph-parallel over ``--gp-size G`` ranks per replica (``D × G`` ranks), or pipelined
     over ``--stages S`` (``D × S × G`` ranks)."""
@@ -226,7 +226,7 @@ class S2EF(Task):
         if config.dataset is not None and not is_structure_dataset(config.dataset):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
                               f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such files, or a "
-                              f"generated set (oc20-like, md17-like)")
+                              f"generated set (oc20-like, md17-like, bulk-like)")
         if config.ways > 1:  # the old spelling: one name per concept (--ways is graph-parallel ways elsewhere)
             if config.replicas > 1:
                 raise ConfigError(f"--ways {config.ways} and --replicas {config.replicas} both name the data-parallel "
@@ -257,7 +257,7 @@ class S2EF(Task):
             upd["chunks"] = min(4 * config.stages, config.batch_size)
         return attrs.evolve(config, task="s2ef", model_args=args, **upd)
 
-    def load(self, config: Any, data: Optional[Any] = None) -> S2EFData:
+    def load(self, config: Any, data: Any | None = None) -> S2EFData:
         """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), split, with the
         energy reference fitted on a bounded sample of the training split (``gnnpipe.tasks.s2ef.data.reference_sample``).
         A generated set, a ``.traj`` file and ``data`` are read and validated whole, in memory; the other files
@@ -494,8 +494,8 @@ def num_parameters(config: Any) -> int:
     time), the ``num_params`` of an S2EF run's result (``gnnpipe report`` plots metrics against it)."""
     import torch
 
-    from ...costmodel.atomistic import num_parameters as count
     from .build import make_model
+    from .cost import num_parameters as count
 
     with torch.device("meta"):
         return count(make_model(config))

@@ -4,7 +4,7 @@ rank of every layout)."""
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

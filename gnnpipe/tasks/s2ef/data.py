@@ -15,9 +15,9 @@ import os
 import pickle
 import signal
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ DATA_SUFFIXES = (".extxyz", ".xyz", ".db", ".aselmdb", ".lmdb")
 GENERATED = ("oc20-like", "md17-like", "bulk-like")
 
 
-def is_structure_dataset(dataset: Optional[str]) -> bool:
+def is_structure_dataset(dataset: str | None) -> bool:
     """Whether ``dataset`` names a structure file (by suffix) or a generated structure set."""
     if not isinstance(dataset, str):
         return False
@@ -51,7 +51,7 @@ def _structure_folder(dataset: str) -> bool:
         return False
 
 
-def dataset_path(config, what: str, dataset: Optional[str] = None, flag: str = "--dataset") -> Path:
+def dataset_path(config, what: str, dataset: str | None = None, flag: str = "--dataset") -> Path:
     """The path of ``dataset`` (default ``config.dataset``; ``config.root`` tried as its parent when it does not
     exist as given).
 
@@ -101,7 +101,7 @@ def load_structures(config, labelled: bool = True) -> list:
 
 
 def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool = True,
-                       cutoff: Optional[float] = None, source: str = "structure") -> list:
+                       cutoff: float | None = None, source: str = "structure") -> list:
     """``structures`` validated (:func:`gnnpipe.data.atoms.validate_structures`) with floats in ``dtype`` and a
     ``fixed`` mask (all free when absent); ``source`` names them in errors (``"FILE: structure"``).
 
@@ -371,7 +371,7 @@ class _Steps(torch.utils.data.Dataset):
     """Item ``k``: the structures of ``parts[k]`` read (validated), batched and their graph built; ``packed``: as
     one byte string (:func:`pack_step`), for a loader worker to hand over."""
 
-    def __init__(self, structures, parts: list, graph_fn: Optional[Callable], packed: bool = False):
+    def __init__(self, structures, parts: list, graph_fn: Callable | None, packed: bool = False):
         self.structures, self.parts, self.graph_fn, self.packed = structures, parts, graph_fn, packed
 
     def __len__(self) -> int:
@@ -412,7 +412,7 @@ class StructureLoader:
     skips them.
     """
 
-    def __init__(self, structures, num_workers: int = 0, graph_fn: Optional[Callable] = None, prefetch: int = 2):
+    def __init__(self, structures, num_workers: int = 0, graph_fn: Callable | None = None, prefetch: int = 2):
         self.structures, self.num_workers, self.graph_fn, self.prefetch = structures, num_workers, graph_fn, prefetch
 
     def iterate(self, parts: Sequence[Tensor]) -> Iterator[StepData]:

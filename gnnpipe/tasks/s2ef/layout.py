@@ -16,8 +16,6 @@ each global batch. Every layout is exact: its gradients equal the single process
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -31,7 +29,7 @@ __all__ = ["check_graph_parallel", "check_pipeline", "graph_parallel_capable", "
            "replicate_owned", "stage_bounds"]
 
 
-def rank_grid(config: TrainConfig, world: Optional[int] = None) -> RankGrid:
+def rank_grid(config: TrainConfig, world: int | None = None) -> RankGrid:
     """The run's grid ``(replica, stage, gp)``; ``world``: the ranks started (``D`` is ``world / (S·G)``;
     ``None``: ``config.replicas``).
 
@@ -58,7 +56,7 @@ def graph_parallel_capable(model_name: str) -> bool:
     return bool(getattr(models.get(model_name), "graph_parallel", False))
 
 
-def check_graph_parallel(config: TrainConfig, world: Optional[int] = None) -> None:
+def check_graph_parallel(config: TrainConfig, world: int | None = None) -> None:
     """Refuse a graph-parallel configuration that cannot run, before any process starts.
 
     Args:
@@ -97,7 +95,7 @@ def stage_bounds(model, num_stages: int, method: str = "equal") -> list[int]:
     return list(partitioners.split_layers(model, num_stages, method).bounds)
 
 
-def check_pipeline(config: TrainConfig, world: Optional[int] = None) -> None:
+def check_pipeline(config: TrainConfig, world: int | None = None) -> None:
     """Refuse a pipelined S2EF configuration that cannot run, before any process starts.
 
     Raises:

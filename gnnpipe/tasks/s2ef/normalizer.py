@@ -13,7 +13,7 @@ conservative forces ``−∂ê/∂pos`` predicts ``F = σ · F̂`` in eV/Å: the
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import attrs
 import torch
@@ -36,10 +36,10 @@ class EnergyNormalizer:
     coef: list
     mean: float = 0.0
     std: float = 1.0
-    elements: Optional[list] = None
+    elements: list | None = None
 
     @classmethod
-    def fit(cls, structures: Sequence, max_z: int = 118, reference: str = "linear") -> "EnergyNormalizer":
+    def fit(cls, structures: Sequence, max_z: int = 118, reference: str = "linear") -> EnergyNormalizer:
         """Fit on the ``structures`` with an energy label (each with ``z`` ``[n]`` and ``energy`` ``[1]`` in eV;
         structures flagged ``has_energy`` False are left out): the reference (module docstring: ``linear``, least
         squares of the energies on the element counts, ``torch.linalg.lstsq``, minimum-norm for elements that always
@@ -97,7 +97,7 @@ class EnergyNormalizer:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EnergyNormalizer":
+    def from_dict(cls, d: dict) -> EnergyNormalizer:
         elements = d.get("elements")
         return cls(coef=list(d["coef"]), mean=float(d["mean"]), std=float(d["std"]),
                    elements=None if elements is None else [int(z) for z in elements])

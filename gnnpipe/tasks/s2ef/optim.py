@@ -4,8 +4,8 @@ the exponential moving average of the weights used for evaluation (fairchem's de
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import Tensor, nn

@@ -123,7 +123,7 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
     """
     from torch_geometric.data import Batch
 
-    from ...costmodel.predict import available_memory_bytes
+    from ...costmodel.hardware import available_memory_bytes
     from ...data.atoms.estimate import check_graph_size
     from .build import graph_builder
     from .data import prepare_structures
@@ -174,7 +174,7 @@ def energies_forces(model, batch, graph, norm: EnergyNormalizer, comm=None, *, s
         model: an S2EF model. batch: a PyG ``Batch`` (``z``, ``pos``, ``cell``, ``pbc``, ``batch``) in the model's
             dtype. graph: its neighbour graph (``graph_builder`` of the model's ``task_meta``).
         norm: the model's energy normalisation.
-        comm: the graph-parallel hooks of this rank (:class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm`,
+        comm: the graph-parallel hooks of this rank (:class:`~gnnpipe.tasks.s2ef.graph_parallel.GraphParallelComm`,
             ``graph`` then its ``local_graph``): energies and conservative forces come back replicated on every
             rank of the group; ``None``: one process.
 

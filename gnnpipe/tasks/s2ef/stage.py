@@ -42,7 +42,7 @@ stages), then AdamW, the learning-rate schedule and the moving average of the st
 
 Source: GPipe (Huang et al. 2019) / PipeDream-Flush (Narayanan et al. 2021) schedules over the interaction blocks
 of DimeNet++ (Gasteiger et al. 2020) and SchNet (Schütt et al. 2017); graph parallelism of Sriram et al. (ICLR
-2022); issue #30.
+2022).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Training by optimizer steps (S2EF): ``--max-steps``, ``--eval-every-steps``, ``--checkpoint-every-steps``, step lines.
 
 On a set of millions of structures an epoch is hours, so OC20-style training is counted in optimizer steps. A
-:class:`StepLoop` rides inside the shared epoch loop (:func:`~gnnpipe.core.training.trainer.epoch_loop`): the
+:class:`StepLoop` rides inside the shared epoch loop (:func:`~gnnpipe.core.run.loop.epoch_loop`): the
 trainer's ``train_epoch(epoch)`` calls :meth:`StepLoop.begin_epoch` (where to start: the resumed batch) and
 :meth:`StepLoop.after_step` after each optimizer step, on every rank at the same steps (all its decisions follow
 from the step count, the configuration and one all-reduced stop flag), so the collectives it triggers line up.
@@ -31,7 +31,6 @@ import math
 import os
 import time
 import warnings
-from typing import Optional
 
 import torch
 
@@ -39,7 +38,7 @@ import torch
 MAX_DEFAULT_LOG_EVERY_STEPS = 1000
 
 
-def default_log_every_steps(max_steps: Optional[int], log_every: Optional[int]) -> int:
+def default_log_every_steps(max_steps: int | None, log_every: int | None) -> int:
     """The step-line cadence when ``--log-every-steps`` is not given: every 10 % of ``max_steps`` (at most
     :data:`MAX_DEFAULT_LOG_EVERY_STEPS` apart) when it is given and epoch lines are not off (``log_every = 0``);
     else ``0`` (no step lines)."""

@@ -7,8 +7,8 @@ counts (:func:`~.loss.s2ef_loss`), so the gradients summed over the ranks are ex
 of the whole batch (an uneven or empty share included). How a rank computes its part is the layout's:
 
 * **whole model** (``S = 1``, one micro-batch): the model runs on the share — with ``G > 1`` on this rank's
-  :class:`~gnnpipe.core.ops.graph_parallel.LocalGraph` through a
-  :class:`~gnnpipe.core.ops.graph_parallel.GraphParallelComm` over the graph-parallel group (energies and
+  :class:`~gnnpipe.tasks.s2ef.graph_parallel.LocalGraph` through a
+  :class:`~gnnpipe.tasks.s2ef.graph_parallel.GraphParallelComm` over the graph-parallel group (energies and
   conservative forces come back replicated, reduced exactly once inside the model; direct forces are gathered
   with :func:`~.layout.replicate_owned`) — and the loss is back-propagated;
 * **pipeline** (``S > 1`` or ``--chunks C > 1``): the share is cut into ``C`` micro-batches of whole structures
@@ -17,11 +17,11 @@ of the whole batch (an uneven or empty share included). How a rank computes its 
 
 Then, the same in every layout (:meth:`S2EFTrainer.optimizer_step`): one all-reduce of the flattened gradients over
 the rank's gradient group (the ``D·G`` ranks holding the same units: every rank when ``S = 1``, a stage's ranks
-otherwise; :func:`~gnnpipe.core.ops.comm.all_reduce_gradients`), gradient clipping, the learning rate of the step,
+otherwise; :func:`~gnnpipe.core.comm.all_reduce_gradients`), gradient clipping, the learning rate of the step,
 AdamW and the moving average — identically on every rank of the group, so replicas never drift. Only the first rank
 of each graph-parallel group reports the loss and the metrics, so each structure counts once.
 
-The trainer plugs into the shared runtime: :func:`~gnnpipe.core.training.trainer.epoch_loop` (progress bar, early
+The trainer plugs into the shared runtime: :func:`~gnnpipe.core.run.loop.epoch_loop` (progress bar, early
 stopping, selection on the validation force MAE), :class:`~gnnpipe.core.run.session.RunSession` (epoch lines, CSV,
 TensorBoard, best weights, Ctrl-C) and :mod:`gnnpipe.core.run.checkpoint` through ``checkpoint_modules``,
 ``task_state`` / ``load_task_state`` (moving average, learning-rate schedule) and ``task_meta``. Training by steps
@@ -37,15 +37,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from ... import schedulers
-from ...core.ops.comm import KINDS, Comm, all_reduce_gradients
-from ...core.ops.graph_parallel import GraphParallelComm
+from ...core.comm import KINDS, Comm, all_reduce_gradients
 from ...core.run import stopping
 from ...core.run.checkpoint import run_meta
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS
@@ -59,6 +58,7 @@ from ...models.atomistic import LOCAL
 from ...partitioners import plan_graph_parallel
 from .build import forward, graph_builder, make_model
 from .data import StructureLoader, epoch_batches, resolved_num_workers, share, total_steps
+from .graph_parallel import GraphParallelComm
 from .labels import Counts, energy_mask, force_mask, label_counts, stress_mask
 from .layout import pipelined, rank_grid, replicate_owned, stage_bounds
 from .loss import S2EFMetrics, s2ef_loss, stress_loss
@@ -101,7 +101,7 @@ class S2EFTrainer:
     log_fields = REGRESSION_CSV_FIELDS
 
     def __init__(self, config: TrainConfig, structures, splits: dict, normalizer: EnergyNormalizer, *,
-                 rank: int = 0, world: int = 1, model=None, graph_fn: Optional[Callable] = None):
+                 rank: int = 0, world: int = 1, model=None, graph_fn: Callable | None = None):
         bound_heap_retention()  # weight-sized temporaries must not leave resident holes step after step
         self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
         self.rank, self.world = rank, world
@@ -200,7 +200,7 @@ class S2EFTrainer:
         """This rank's part of a global batch (its replica's share)."""
         return share(ids, self.replica, self.replicas)
 
-    def make_comm(self, graph, batch) -> Optional[GraphParallelComm]:
+    def make_comm(self, graph, batch) -> GraphParallelComm | None:
         """The graph-parallel hooks of a batch's graph (``None`` with ``G = 1``): every rank of the group builds
         the same deterministic plan (``--gp-partitioner``) and takes its local view (``--gp-mode``)."""
         if self.G == 1:
@@ -226,7 +226,7 @@ class S2EFTrainer:
     def checkpoint_modules(self) -> dict:
         return {"": self.trained}
 
-    def task_state(self) -> Optional[dict]:
+    def task_state(self) -> dict | None:
         """The moving average and the schedule (restored on resume); ``weights``: the averaged parameters, what
         ``gnnpipe export --keep last`` exports (:func:`gnnpipe.core.run.checkpoint.read_weights`). Collective in a
         pipeline: on rank 0 every stage's moving average and weights, ``None`` on the other ranks (the checkpoint
@@ -277,7 +277,7 @@ class S2EFTrainer:
 
     # ------------------------------------------------------------------ training
     def _update_metrics(self, batch, e_hat: Tensor, f_hat: Tensor, ref: Tensor, free: Tensor, has_e: Tensor,
-                        loss: float = 0.0, s_hat: Optional[Tensor] = None) -> None:
+                        loss: float = 0.0, s_hat: Tensor | None = None) -> None:
         """Add a batch's metrics (energies, forces and stresses in eV, eV/Å, eV/Å³) over the labels its structures
         have."""
         has_f = getattr(batch, "has_forces", None)
@@ -308,7 +308,7 @@ class S2EFTrainer:
             t = t // (self.world // self.replicas)
         return Counts(int(t[0]), int(t[1]), int(t[2])), int(t[3])
 
-    def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object, Optional[Tensor]]:
+    def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object, Tensor | None]:
         """``(ê [b], F̂ [n, 3], batch, σ̂ [b, 3, 3] or None)`` of ``structures`` with the whole model (normalised
         energies, forces and, when the run computes them, :attr:`with_stress`, stresses), replicated on every rank
         of the graph-parallel group (on the batch and graph a loader worker built, when ``step`` holds them)."""
@@ -398,7 +398,7 @@ class S2EFTrainer:
             self._whole_model_step(step, counts)
         self.steps += 1
 
-    def _loss(self, batch, e_hat: Tensor, f_hat: Tensor, s_hat: Optional[Tensor], counts: Counts) -> Tensor:
+    def _loss(self, batch, e_hat: Tensor, f_hat: Tensor, s_hat: Tensor | None, counts: Counts) -> Tensor:
         """This rank's part of the global batch's loss (:func:`~.loss.s2ef_loss`, and the stress term with
         ``--stress-coef``), each term over the structures with its label."""
         cfg = self.config
@@ -426,9 +426,9 @@ class S2EFTrainer:
                 self._update_metrics(batch, e_hat, f_hat, ref, force_mask(batch), energy_mask(batch), s_hat=s_hat)
         self.epoch_losses.append(self.optimizer_step(loss_value))  # global: it travelled with the gradients
 
-    def optimizer_step(self, loss: Optional[Tensor] = None) -> Optional[float]:
+    def optimizer_step(self, loss: Tensor | None = None) -> float | None:
         """The step of every layout (the pipeline interpreter's ``STEP``): the gradients summed over the gradient
-        group with one all-reduce (:func:`~gnnpipe.core.ops.comm.all_reduce_gradients`; the whole model's in
+        group with one all-reduce (:func:`~gnnpipe.core.comm.all_reduce_gradients`; the whole model's in
         float64 with its ``loss`` riding along, a stage's in their own dtype), clipped at the norm of the whole
         model's gradient, the learning rate of the step, AdamW, the moving average. Returns the global ``loss``."""
         group_size = self.D * self.G
@@ -629,7 +629,7 @@ class S2EFTrainer:
         ``--test-dataset``)."""
         return [k for k in self.splits if k != "train" and (k != "test" or len(self.splits[k]))]
 
-    def evaluate(self, size: Optional[int] = None) -> dict:
+    def evaluate(self, size: int | None = None) -> dict:
         """Metrics with the averaged weights of every evaluated split (:meth:`eval_splits`; ``<split>_`` prefixes:
         ``val_``, ``val_<name>_``, ``test_``): ``loss``, ``energy_mae`` (eV), ``energy_mae_per_atom`` (eV/atom),
         ``force_mae`` (eV/Å), ``force_cos``, ``efwt`` (fractions; NaN for a label no structure has); ``size``: only
@@ -701,7 +701,7 @@ class S2EFTrainer:
 
 
 def worker(rank: int, world: int, config: TrainConfig, structures, splits: dict, normalizer: dict, info: dict,
-           progress: bool = True, options=None, records=None) -> Optional[dict]:
+           progress: bool = True, options=None, records=None) -> dict | None:
     """The function each rank of any S2EF layout runs (:func:`gnnpipe.core.run.launch.spawn`, or a torchrun rank);
     ``info``: the plan's record (:func:`~.layout.plan_info`, with what the launcher added).
 

@@ -390,7 +390,7 @@ def test_the_widths_it_describes_are_what_autograd_saves(direct, sizes):
     the values autograd's saved-tensor hooks see, per owned edge and atom, in every stage of a pipeline split and in
     the single process; what is left is a per-call constant (the norms' per-degree weights, the system embedding),
     equal on batches of other sizes."""
-    from gnnpipe.costmodel.atomistic import stage_widths
+    from gnnpipe.tasks.s2ef.cost import stage_widths
 
     model = _model(direct, **sizes).train()
     n = model.num_units

@@ -87,8 +87,8 @@ def test_frechet_cell_filter_relaxes_a_strained_cell(model_file):
 
 def test_npt_molecular_dynamics_runs(model_file):
     from ase import units
-    from ase.md.nose_hoover_chain import IsotropicMTKNPT
     from ase.md import velocitydistribution as vd
+    from ase.md.nose_hoover_chain import IsotropicMTKNPT
 
     atoms = _bulk(1, seed=14)[0].repeat((2, 1, 1))
     atoms.calc = Calculator(model_file)

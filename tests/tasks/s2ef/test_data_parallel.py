@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.launch import spawn
+from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.tasks.s2ef.normalizer import EnergyNormalizer
 from gnnpipe.tasks.s2ef.trainer import S2EFTrainer, graph_builder
 
@@ -78,7 +78,7 @@ def test_the_gradient_all_reduce_is_counted_as_the_ring_and_the_cost_model_count
     """The epoch record's ``bytes_weight`` is the gradient all-reduce's, summed over the ranks: per step the ring's
     ``2 (D − 1) / D`` of the flat float64 buffer (every gradient and the loss: ``(P + 1) · 8`` bytes) on each of
     the ``D`` ranks — what the atomistic cost model's ``grad`` bytes are per step
-    (``gnnpipe.costmodel.atomistic.predict_layout``); one process sends nothing."""
+    (``gnnpipe.tasks.s2ef.cost.predict_layout``); one process sends nothing."""
     world = 2
     outs = spawn(_train, world, (2, 1), backend="gloo", timeout_s=120, max_runtime_s=300)
     P, steps = outs[0]["params"], outs[0]["steps"]

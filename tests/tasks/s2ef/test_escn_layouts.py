@@ -11,8 +11,8 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from gnnpipe import partitioners as P
-from gnnpipe.core.ops.graph_parallel import GraphParallelComm
 from gnnpipe.core.run import launch
+from gnnpipe.tasks.s2ef.graph_parallel import GraphParallelComm
 
 pytestmark = pytest.mark.dist
 

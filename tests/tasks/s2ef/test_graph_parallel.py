@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gnnpipe import api
-from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.core.run.launch import spawn
+from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.errors import ConfigError, DistributedError, UnknownComponentError
 from gnnpipe.tasks.s2ef import trainer as T
 from gnnpipe.tasks.s2ef.layout import check_graph_parallel, rank_grid

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from gnnpipe.costmodel.footprint import live_bytes
+from gnnpipe.costmodel.live import live_bytes
 
 pytestmark = pytest.mark.skipif(live_bytes() is None, reason="glibc's mallinfo2 is needed to read the heap")
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(live_bytes() is None, reason="glibc's mallinfo2 
 SCRIPT = r"""
 import json, sys
 import torch
-from gnnpipe.costmodel.footprint import _MALLINFO2
+from gnnpipe.costmodel.live import _MALLINFO2
 
 if sys.argv[1] == "trainer":  # "plain": without one (glibc's default policy)
     from tests.tasks.s2ef.test_graph_parallel import _config, _data

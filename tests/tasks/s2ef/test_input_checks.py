@@ -147,7 +147,7 @@ def xyz(tmp_path_factory):
 
 
 def _profile(tmp_path, **changes):
-    from gnnpipe.costmodel.atomistic import AtomProfile
+    from gnnpipe.tasks.s2ef.cost import AtomProfile
 
     prof = AtomProfile(model="schnet", step_s=0.01, work=1e6, kappa=2.0, peak_bytes=1 << 20, grad_bytes=1 << 10,
                        kept_bytes=1e5, edges=100, triplets=0, atoms=20, structures=4, element_size=4, threads=1,

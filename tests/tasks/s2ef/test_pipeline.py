@@ -164,8 +164,8 @@ def _check(outs: list[dict], ref: dict, cfg: TrainConfig) -> None:
 
 
 def _predicted_boundary_bytes(cfg: TrainConfig) -> int:
-    """:func:`gnnpipe.costmodel.atomistic.predict_layout`'s boundary bytes of the epoch's batches."""
-    from gnnpipe.costmodel.atomistic import AtomJob, AtomLayout, AtomProfile, predict_layout
+    """:func:`gnnpipe.tasks.s2ef.cost.predict_layout`'s boundary bytes of the epoch's batches."""
+    from gnnpipe.tasks.s2ef.cost import AtomJob, AtomLayout, AtomProfile, predict_layout
 
     structures, splits, _ = _data()
     model = T.make_model(cfg)

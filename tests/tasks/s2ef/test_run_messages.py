@@ -1,6 +1,6 @@
 """What an S2EF run says and leaves behind: a resumed run's summary and warnings in another layout, a refused
-``--tensorboard`` that writes nothing, the export line naming the best epoch, file names on stdout only for scripts,
-and labels of databases written by SchNetPack."""
+``--tensorboard`` that writes nothing, the export line naming the best epoch (or step), file names on stdout only
+for scripts, and labels of databases written by SchNetPack."""
 
 from __future__ import annotations
 
@@ -56,6 +56,20 @@ def test_export_names_the_best_epoch(xyz, tmp_path, capsys):
     assert main(["export", str(ck), "--keep", "last", "--out", str(tmp_path / "l.pt")]) == 0
     assert "the weights after 3 epochs" in capsys.readouterr().err
 
+
+
+def test_export_names_the_best_step_of_a_run_counted_in_steps(xyz, tmp_path, capsys):
+    """Weights chosen at a step evaluation are named by their step (not an epoch past those done)."""
+    ck = tmp_path / "ck"
+    r = api.train(**SMALL, dataset=xyz, epochs=5, max_steps=7, eval_every_steps=2, checkpoint_dir=str(ck),
+                  log_every=0, progress=False)
+    capsys.readouterr()
+    assert main(["export", str(ck), "--out", str(tmp_path / "m.pt")]) == 0
+    err = capsys.readouterr().err
+    assert r.best_metrics["step"] == 7 and r.best_epoch == 1  # in the second epoch (4 steps each), 1 done
+    assert "the best validation weights (step 7 of 7)" in err, err
+    assert main(["export", str(ck), "--keep", "last", "--out", str(tmp_path / "l.pt")]) == 0
+    assert "the weights after 7 steps" in capsys.readouterr().err
 
 def test_a_file_name_goes_to_stdout_only_for_a_script(tmp_path, capsys, monkeypatch):
     out = tmp_path / "g.extxyz"
