@@ -224,7 +224,7 @@ def _regression_lines(best: dict, epoch: int) -> list[str]:
                                                     and math.isnan(best[f"{split}_{k}"]))]
         if parts:
             head = {"val": "best val", "test": "test at best val"}.get(split, f"{split} at best val")
-            lines.append(f"{head:<22}" + ", ".join(parts) + (at if split == "val" else ""))
+            lines.append(f"{head:<21} " + ", ".join(parts) + (at if split == "val" else ""))  # a long name too
     return lines or ["no evaluation"]
 
 

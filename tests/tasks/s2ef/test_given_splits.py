@@ -42,6 +42,14 @@ def test_given_validation_sets_are_reported_by_name_and_the_first_chooses_the_be
     assert "val_ood at best val" in r.summary() and "test at best val" in r.summary()
 
 
+
+def test_a_long_set_name_stays_apart_from_its_numbers_in_the_summary():
+    from gnnpipe.core.run.results import _regression_lines
+
+    lines = _regression_lines({"val_force_mae": 0.5, "val_ood_ads_force_mae": 0.25, "test_force_mae": 0.75}, 0)
+    assert lines[0].startswith("best val              force MAE 0.5 eV/Å")  # the numbers at column 22
+    assert lines[1] == "val_ood_ads at best val force MAE 0.25 eV/Å" and lines[2].startswith("test at best val      f")
+
 def test_without_a_test_set_no_test_metric_is_claimed(files):
     r = api.train(dataset=files["train"], val_datasets=[files["val_id"]], epochs=1, **SMALL)
     assert "test_force_mae" not in r.epochs[-1] and "test at best val" not in r.summary()
