@@ -29,8 +29,8 @@ class Calculator(_AseCalculator):
     Args:
         model: a model file (``gnnpipe export`` / :func:`gnnpipe.models.save` of a training result's model), a
             checkpoint folder of a training run (``--checkpoint-dir``: its best weights, as ``gnnpipe relax``
-            reads it) or the model itself (``result.model``). The file carries the energy reference and normalisation, the
-            cutoff and the neighbour cap of its training run.
+            reads it) or the model itself (``result.model``). The file carries the energy reference and normalisation,
+            the cutoff and the neighbour cap of its training run.
         unseen_elements: elements absent from the model's training split (its file records them): ``"warn"``
             (default: one warning naming them, the first time a structure has them), ``"error"`` (the calculation
             raises :class:`~gnnpipe.errors.DataValidationError`), ``"ignore"``. Model files written before the

@@ -147,7 +147,8 @@ def format_table(rows: dict[str, dict], rat: dict) -> str:
         lines.append(
             f"GP / GNNPipe: time {rat['epoch_time']:.2f}x, bytes {rat['bytes_total']:.2f}x "
             f"(embeddings only {rat['bytes_embeddings']:.2f}x), peak memory {rat['peak_mem']:.2f}x; "
-            f"accuracy GP - GNNPipe: val {100 * rat['best_val_acc_diff']:+.2f} pt, test {100 * rat['test_acc_diff']:+.2f} pt")
+            f"accuracy GP - GNNPipe: val {100 * rat['best_val_acc_diff']:+.2f} pt, "
+            f"test {100 * rat['test_acc_diff']:+.2f} pt")
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ pipeline of S stages, side by side. ``--out FILE`` writes the same as JSON.
 
 examples:
   gnnpipe partition --dataset Cora --root ../shared/data --parts 16 --partitioner metis,random
-  gnnpipe partition --dataset Physics --root ../shared/data --parts 64 --partitioner metis --over-partition 4 --out p.json
+  gnnpipe partition --dataset Physics --root ../shared/data --parts 64 --partitioner metis --over-partition 4 \\
+      --out p.json
   gnnpipe partition --num-nodes 169343 --avg-degree 16 --parts 64 --partitioner metis,rcm,random
 
 --partitioner and --over-partition are spelled as in `gnnpipe train`; the older --method and --over

@@ -9,9 +9,9 @@ per epoch (exact) and peak memory per rank (runtime floor + the memory model). L
 fit the hardware's memory are marked and sorted last. ``--hardware FILE`` predicts for another machine
 (TOML; shipped: local-2core, cpu-16core, paper-a5000, h200x8, h200x64). ``--out plan.json`` writes the records.
 
-An atomistic job (an atomistic ``--model`` (``gnnpipe models`` lists them), or ``--task s2ef``) is ranked over its S x G x D layouts
-(pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.tasks.s2ef.cost`: one profiled training
-step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
+An atomistic job (an atomistic ``--model`` (``gnnpipe models`` lists them), or ``--task s2ef``) is ranked over its
+S x G x D layouts (pipeline stages x graph-parallel ranks x replicas) by :mod:`gnnpipe.tasks.s2ef.cost`: one profiled
+training step on the replica batch, then step time, structures per second, bytes, memory per rank and what fits;
 ``--params 1e9`` projects a model of that size (docs/guides/atomistic-cost.md).
 """
 

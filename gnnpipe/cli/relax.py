@@ -44,10 +44,11 @@ def add_relax_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; with --gp-size: "
                    "of each rank, torch's over G)")
-    p.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=1, metavar="G", help="graph-parallel ranks sharing each step's edges "
-                   "and triplets (as gnnpipe train --gp-size; default 1: one process)")
-    p.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default="edge-chunk", help="how the edges are split over the G ranks "
-                   "(default: edge-chunk)")
+    p.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=1, metavar="G",
+                   help="graph-parallel ranks sharing each step's edges and triplets (as gnnpipe train --gp-size; "
+                        "default 1: one process)")
+    p.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default="edge-chunk",
+                   help="how the edges are split over the G ranks (default: edge-chunk)")
     p.add_argument("--gp-mode", dest="graph_parallel_mode", choices=["allgather", "halo"], default="allgather",
                    help="how the ranks exchange edge rows (default: allgather)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -62,7 +63,8 @@ def register(sub) -> None:
     p = sub.add_parser("relax", help="relax structures with a trained S2EF model (batched FIRE / L-BFGS)",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("model", metavar="MODEL", help="a model file (gnnpipe export) or a checkpoint folder")
-    p.add_argument("--dataset", required=True, help="the initial structures (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb, or a folder of such files)")
+    p.add_argument("--dataset", required=True,
+                   help="the initial structures (.extxyz/.xyz, .traj, .db, .aselmdb, .lmdb, or a folder of such files)")
     p.add_argument("--out", required=True, help="the relaxed structures (.extxyz) to write")
     add_relax_arguments(p)
     c = p.add_argument_group("cell relaxation (ASE's FrechetCellFilter)")

@@ -6,7 +6,8 @@ Examples::
     gnnpipe schedule show 1f1b --stages 4 --chunks 8
     gnnpipe schedule show gpipe --stages 4 --chunks 8 --order shuffle --seed 1 --png gpipe.png
     gnnpipe schedule show 1f1b --stages 4 --chunks 8 --csv s.csv     # the file torch.distributed.pipelining reads
-    gnnpipe schedule show async-stale --stages 4 --chunks 4 --epochs 3 --trace trace.json --csv s.csv --csv-format gnnpipe
+    gnnpipe schedule show async-stale --stages 4 --chunks 4 --epochs 3 --trace trace.json --csv s.csv \\
+        --csv-format gnnpipe
     gnnpipe schedule validate s.csv
 
 CSV files: one row per stage, one cell per time slot, an action ("2F0") or empty for idle. The default

@@ -69,7 +69,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hardware", default=None,
                    help="hardware TOML file or shipped name (local-2core, cpu-16core, paper-a5000, h200x8, h200x64); "
                         "default: this machine with the measured link")
-    g.add_argument("--chunks-per-stage", type=_ints, default="4", help="chunks per stage and way k (C = k·S·W), comma-separated")
+    g.add_argument("--chunks-per-stage", type=_ints, default="4",
+                   help="chunks per stage and way k (C = k·S·W), comma-separated")
     g.add_argument("--over-partitions", type=_ints, default="1,4", help="METIS over-partitioning factors to try")
     g.add_argument("--schedulers", default="gpipe,1f1b", help="schedulers to try (comma-separated)")
     g.add_argument("--profile-in", default=None, help="reuse a profile JSON written by --profile-out")

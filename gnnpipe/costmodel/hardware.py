@@ -395,7 +395,8 @@ def available_memory_bytes() -> int | None:
     except OSError:  # pragma: no cover - not Linux
         return None
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         lim, use = _read_int(limit), _read_int(usage)
         if lim is not None and use is not None and lim < (1 << 60):  # v1 writes a huge number for "no limit"
             room = max(0, lim - use)

@@ -7,9 +7,9 @@ latency, their minimum), each fitted as
 ``latency + bytes / bandwidth`` (wall), and the main thread's CPU per message fitted likewise. A batched exchange
 both ways between bursts of compute, as graph parallelism and a hybrid's peer ops run one (:data:`EXCHANGE_PROBE`),
 gives the host transport's own time per exchange (from both ranks ready to both done, the minimum of the
-exchanges, a floor like the latency), fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange of 64 KiB-1 MiB that follows a few
-milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no link between the ranks makes it
-faster. With more ranks than cores, an exchange probe measures the core time a
+exchanges, a floor like the latency), fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange of 64 KiB-1 MiB
+that follows a few milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no link between the ranks
+makes it faster. With more ranks than cores, an exchange probe measures the core time a
 rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
 """
 
@@ -144,16 +144,16 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
            iters_long: int = 0, preload: Sequence[str] = ()) -> dict:
     """One rank of :func:`profile_link`: ranks 0 and 1 ping-pong, then rank 0 streams messages of each of
     ``stream_sizes`` to rank 1 (pre-posted receives; the main thread's CPU per send and per receive, the low
-    quantile of :data:`STREAM_ROUNDS` rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``, every
-    rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
+    quantile of :data:`STREAM_ROUNDS` rounds of :data:`STREAM_MESSAGES`) while the others wait; then, with ``rounds``,
+    every rank runs ``rounds + 1`` rounds (the first a warm-up) of each exchange pattern: ``iters`` times ``work_s``
     of busy CPU, then one batched exchange of ``nbytes`` with its ring neighbours (``ring``) or with every other
     rank (``all``), with ``nbytes_large`` the ring again with messages of that size (``ring_large``), and with
     ``work_long_s`` the ring again, ``iters_long`` times ``work_long_s`` of busy CPU per exchange (``ring_long``). With
     ``pipe`` (``(fn, args)``: a 2-rank pipeline's rank function and its arguments after ``rank, world``), ranks 0
     and 1 then run ``fn(rank, 2, *args)`` (node classification's runtime overhead probe). Each rank first imports
-    the modules ``preload`` names (what a training rank imports: the floor includes them). With ``exchange`` (:data:`EXCHANGE_PROBE`), ranks
-    0 and 1 time the host's batched exchange (:func:`_host_exchange`), half of its rounds after the stream and half
-    at the end. Returns the low quantiles
+    the modules ``preload`` names (what a training rank imports: the floor includes them). With ``exchange``
+    (:data:`EXCHANGE_PROBE`), ranks 0 and 1 time the host's batched exchange (:func:`_host_exchange`), half of its
+    rounds after the stream and half at the end. Returns the low quantiles
     (:func:`.robust.low`) of the ping-pong and each round's wall and main-thread CPU seconds (and ``"pipeline"``: the
     pipeline rank's result, ``"exchange"``: the host exchange's points, ``"spread"``: per measurement the spread of
     its repeats, :func:`.robust.spread`)."""
@@ -313,8 +313,9 @@ def switch_costs(ring: Sequence[Sequence[Sequence[float]]], every: Sequence[Sequ
     A round on ``R`` ranks over ``cores`` cores (``R > cores``) gives the core time it did not spend on the ranks'
     main threads, ``cores · wall − Σ main-thread CPU``, lost to the exchanges: the transport's threads, the
     switches between ranks, and cores left idle while the ranks that could run wait for a message. Per wait of a
-    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the low quantile over rounds is kept (:mod:`.robust`). ``switch_peer_s`` is
-    the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped at 0.
+    rank that is ``(cores · wall − Σ CPU) / (R · iters)``; the low quantile over rounds is kept (:mod:`.robust`).
+    ``switch_peer_s`` is the extra per further peer: ``(δ_all − δ_ring) / (R − 2)`` (0 for ``R = 2``). Both are clipped
+    at 0.
     """
 
     R = len(ring)
@@ -336,13 +337,14 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
     "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
     "switch": (switch_s, switch_peer_s, switch_byte_s) or None, "switch_curve": ``[(busy seconds, switch_s)…]``
-    at :data:`SWITCH_PROBE`'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host exchange (a ``Link``: wall
-    seconds of a batched exchange both ways after a burst of compute, ``latency + bytes / bandwidth``, bytes each
-    way; ``None`` with ``exchange=None``), "spread": ``{"p2p", "allreduce", "msg_cpu", "exchange"[, "switch"]}``
-    the spread of each measurement's repeats (:func:`.robust.spread`, the mean over its sizes)}``. ``msg_cpu`` is
-    fitted on the stream (the mean of a send and a receive: a rank does both alike). ``pipeline``: ``(fn, args)``
-    that ranks 0 and 1 run after the probe (``raw["pipeline"]``: their results); ``preload``: modules every rank
-    imports before it reads its floor (what the task's training ranks import).
+    at :data:`SWITCH_PROBE`'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host
+    exchange (a ``Link``: wall seconds of a batched exchange both ways after a burst of compute,
+    ``latency + bytes / bandwidth``, bytes each way; ``None`` with ``exchange=None``), "spread":
+    ``{"p2p", "allreduce", "msg_cpu", "exchange"[, "switch"]}`` the spread of each measurement's repeats
+    (:func:`.robust.spread`, the mean over its sizes)}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    receive: a rank does both alike).
+    ``pipeline``: ``(fn, args)`` that ranks 0 and 1 run after the probe (``raw["pipeline"]``: their results);
+    ``preload``: modules every rank imports before it reads its floor (what the task's training ranks import).
 
     With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
     ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
@@ -393,7 +395,8 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
                            if rounds else [])
     if rounds:
         raw["switch"] += (switch_byte_cost([o["ring"] for o in outs], [o["ring_large"] for o in outs], cores,
-                                           SWITCH_PROBE["iters"], SWITCH_PROBE["nbytes"], SWITCH_PROBE["nbytes_large"]),)
+                                           SWITCH_PROBE["iters"], SWITCH_PROBE["nbytes"],
+                                           SWITCH_PROBE["nbytes_large"]),)
     raw["spread"] = _link_spread(outs, cores, rounds)
     for key in ("ring", "all", "ring_large", "ring_long"):
         raw.pop(key, None)

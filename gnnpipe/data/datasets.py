@@ -348,7 +348,8 @@ def _load_platonov(spec: DatasetSpec, root: Path) -> Data:
     try:
         path = download_url(f"{_PLATONOV_URL}/{fname}", str(raw_dir))
     except Exception as e:
-        raise _missing(spec, root, cands, f"download from {_PLATONOV_URL}/{fname} failed: {type(e).__name__}: {e}") from e
+        raise _missing(spec, root, cands,
+                       f"download from {_PLATONOV_URL}/{fname} failed: {type(e).__name__}: {e}") from e
     return read_npz_graph(path)
 
 

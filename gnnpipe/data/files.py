@@ -98,7 +98,8 @@ def read_pt_graph(path: str | Path) -> Data:
     """Read a graph saved with ``torch.save`` (see module docstring for the accepted objects).
 
     Tries ``torch.load(weights_only=True)`` first (with PyG's ``Data`` classes allow-listed, so a saved
-    ``Data`` loads safely); only if that refuses the file does it unpickle it fully (``weights_only=False``, with a warning: do this only for files you trust).
+    ``Data`` loads safely); only if that refuses the file does it unpickle it fully (``weights_only=False``, with a
+    warning: do this only for files you trust).
 
     Raises:
         ConfigError: the file cannot be loaded or holds something else.

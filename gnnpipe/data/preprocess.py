@@ -6,8 +6,8 @@ itself (Kipf & Welling, ICLR 2017, eq. 2). Each step is switchable; all of them 
 (``remove_self_loops``, ``to_undirected``, ``coalesce``).
 
 Canonical form (what :func:`canonicalize`, :func:`prepare` and ``load_dataset`` return):
-``x`` dense ``[N, F]`` in the training dtype (float32 unless a float64 run asks for float64), ``y`` int64 ``[N]``, ``edge_index`` int64 ``[2, E]`` (contiguous),
-``train_mask`` / ``val_mask`` / ``test_mask`` bool ``[N]``.
+``x`` dense ``[N, F]`` in the training dtype (float32 unless a float64 run asks for float64), ``y`` int64 ``[N]``,
+``edge_index`` int64 ``[2, E]`` (contiguous), ``train_mask`` / ``val_mask`` / ``test_mask`` bool ``[N]``.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def canonicalize(data: Any, *, split: int | None = None, dataset: str | None = N
                  dtype: torch.dtype = torch.float32) -> Data:
     """Convert dtypes and layouts to the canonical form (module docstring); returns a new ``Data``.
 
-    ``x`` is densified if sparse and cast to ``dtype`` (default float32; a float64 run keeps float64 features); ``y`` flattened from ``[N, 1]`` and cast to
-    int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool; ``[N, k]`` split matrices
-    reduced to column ``split`` (:func:`select_masks`). Does not validate, and its casts would hide bad
-    values (a float ``edge_index`` with fractions, non-integral labels): run :func:`validate` *before* it,
+    ``x`` is densified if sparse and cast to ``dtype`` (default float32; a float64 run keeps float64 features); ``y``
+    flattened from ``[N, 1]`` and cast to int64; ``edge_index`` cast to int64; 0/1 integer masks cast to bool;
+    ``[N, k]`` split matrices reduced to column ``split`` (:func:`select_masks`). Does not validate, and its casts would
+    hide bad values (a float ``edge_index`` with fractions, non-integral labels): run :func:`validate` *before* it,
     as :func:`prepare` and ``load_dataset`` do.
 
     Raises:
@@ -160,10 +160,11 @@ def prepare(
     ``[N, k]`` split matrices are reduced to column ``split`` first (pass ``split`` for such data,
     :func:`select_masks`), then :func:`validate` runs on the values as given, judged in ``dtype``
     (the floating dtype training uses: a float64 feature beyond float32's range is an error for a float32 run;
-    its warnings are emitted), then :func:`canonicalize` (``x`` cast to ``dtype``); a missing ``val_mask`` / ``test_mask`` becomes an all-``False`` mask
-    (``validate`` has warned; an empty one gives a :class:`DataWarning` here); then :func:`preprocess` with the given switches and, with
-    ``normalize_features``, PyG's ``NormalizeFeatures`` (each row of ``x`` divided by its sum: the
-    GCN/GCNII papers' Planetoid preprocessing). Returns a new ``Data``; the input is not modified.
+    its warnings are emitted), then :func:`canonicalize` (``x`` cast to ``dtype``); a missing ``val_mask`` /
+    ``test_mask`` becomes an all-``False`` mask (``validate`` has warned; an empty one gives a :class:`DataWarning`
+    here); then :func:`preprocess` with the given switches and, with ``normalize_features``, PyG's ``NormalizeFeatures``
+    (each row of ``x`` divided by its sum: the GCN/GCNII papers' Planetoid preprocessing). Returns a new ``Data``; the
+    input is not modified.
 
     Raises:
         DataValidationError: see :func:`validate`.

@@ -55,8 +55,8 @@ moving the study folder keeps ids; changing any setting (also in ``[fixed]``) ma
 
 Paths: a relative ``root`` is resolved relative to **the folder of the study file** (not the current
 directory), so a study runs the same from anywhere; a relative ``dataset`` file path (``.pt``, ``.pth``,
-``.npz``, and the structure files ``.extxyz``, ``.xyz``, ``.traj``, ``.db``) is resolved there too when such a file exists, else passed on as written (``gnnpipe train``
-then also looks under ``root``).
+``.npz``, and the structure files ``.extxyz``, ``.xyz``, ``.traj``, ``.db``) is resolved there too when such a file
+exists, else passed on as written (``gnnpipe train`` then also looks under ``root``).
 """
 
 from __future__ import annotations
@@ -386,7 +386,8 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     from ..data.datasets import DATASET_FILE_SUFFIXES
 
     ds = out.get("dataset")
-    if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES) + tuple(FORMATS)):
+    if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES)
+                                                   + tuple(FORMATS)):
         p = Path(ds).expanduser()
         if not p.is_absolute() and (base_dir / p).exists():
             out["dataset"] = str((base_dir / p).resolve())
@@ -460,7 +461,8 @@ def parse_study(raw: dict, path: Path | None = None, *, check: bool = True) -> S
         specs = train_flag_specs()
         for k in unknown:
             if str(k).replace("-", "_") in specs:
-                hints.append(f"{k!r} looks like a run setting: put it under [fixed] (same for all runs) or [grid] (a list)")
+                hints.append(f"{k!r} looks like a run setting: put it under [fixed] (same for all runs) "
+                             "or [grid] (a list)")
         raise ConfigError(f"{src}: unknown top-level key(s) {unknown}; allowed: {', '.join(TOP_KEYS)}"
                           + (". " + "; ".join(hints) if hints else ""))
     name = raw.get("name", path.stem if path else "study")
@@ -524,7 +526,8 @@ def parse_study(raw: dict, path: Path | None = None, *, check: bool = True) -> S
         seeds = raw["seeds"]
         if (not isinstance(seeds, list) or not seeds
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-            raise ConfigError(f"{src}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1, 2]; got {seeds!r}")
+            raise ConfigError(f"{src}: seeds must be a non-empty list of integers, e.g. seeds = [0, 1, 2]; "
+                              f"got {seeds!r}")
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"{src}: seeds lists a seed twice: {seeds!r}")
         if "seed" in grid:

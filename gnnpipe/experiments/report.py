@@ -24,8 +24,8 @@ trained parameters (``num_params``), the time per training step (ms: epoch time 
 the peak memory of every rank (MiB, mean over seeds). Their curve plot is ``val_force_mae.png``, the time
 plot shows the step time.
 
-The sweep plot ``sweep.png`` draws a metric (:data:`~gnnpipe.experiments.grid.SWEEP_METRICS`) against a setting that the variants vary,
-or against the parameter count (log axis): one dot per seed, the mean with its sample std as error bars.
+The sweep plot ``sweep.png`` draws a metric (:data:`~gnnpipe.experiments.grid.SWEEP_METRICS`) against a setting that the
+variants vary, or against the parameter count (log axis): one dot per seed, the mean with its sample std as error bars.
 The study's ``[report]`` table chooses ``x``, ``y`` and ``log_x``; by default S2EF studies whose variants
 differ in parameters draw the test force MAE against them.
 """
@@ -147,7 +147,8 @@ def collect(records: list[dict]) -> tuple[list[VariantStats], dict]:
             continue
         res = rec["result"]
         g.seeds_ok.append(seed)
-        ta, bv, t = _num(res.get("test_acc_at_best_val")), _num(res.get("best_val_acc")), _num(res.get("mean_epoch_time_s"))
+        ta, bv, t = (_num(res.get("test_acc_at_best_val")), _num(res.get("best_val_acc")),
+                     _num(res.get("mean_epoch_time_s")))
         g.test_acc.append(100 * ta if ta is not None else None)
         g.best_val.append(100 * bv if bv is not None else None)
         g.epoch_ms.append(1000 * t if t is not None else None)
@@ -473,9 +474,10 @@ def default_sweep(variants: list[VariantStats]) -> dict:
 
 def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_x: bool | None = None,
                title: str = "") -> Path | None:
-    """``y`` (a :data:`~gnnpipe.experiments.grid.SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``): a dot per seed,
-    the mean ± sample std per distinct ``x``, joined in ``x`` order. Variants with the same ``x`` (differing in
-    another setting) are pooled. Returns ``None`` (nothing drawn) when fewer than two distinct ``x`` have values.
+    """``y`` (a :data:`~gnnpipe.experiments.grid.SWEEP_METRICS` name) against the swept setting ``x`` (or ``"params"``):
+    a dot per seed, the mean ± sample std per distinct ``x``, joined in ``x`` order. Variants with the same ``x``
+    (differing in another setting) are pooled. Returns ``None`` (nothing drawn) when fewer than two distinct ``x`` have
+    values.
 
     Raises:
         ConfigError: ``y`` not a known metric.
@@ -645,7 +647,8 @@ def make_is2rs_report(paths: list, out_dir: str | Path | None = None, *, plots: 
     records = []
     for p in paths:
         if not is2rs_file(p):
-            raise ConfigError(f"{p} is not an IS2RS result file; write one with gnnpipe evaluate --task is2rs --out X.json")
+            raise ConfigError(f"{p} is not an IS2RS result file; write one with "
+                              "gnnpipe evaluate --task is2rs --out X.json")
         records.append((Path(p).stem, json.loads(Path(p).read_text())))
     first = Path(paths[0])
     out = Path(out_dir) if out_dir is not None else first.with_name(first.stem + ".report")

@@ -159,7 +159,8 @@ def execute_subprocess(run: Run, *, timeout_s: float | None = None, log_dir: Pat
             return Outcome("failed", f"gnnpipe train failed ({why}): {last.strip()}\n--- output tail ---\n{tail}",
                            partial, logref)
         if not out.is_file():
-            return Outcome("failed", "gnnpipe train exited 0 but wrote no result file:\n" + _tail(log_path), None, logref)
+            return Outcome("failed", "gnnpipe train exited 0 but wrote no result file:\n" + _tail(log_path), None,
+                           logref)
         try:
             result = json.loads(out.read_text())
         except ValueError as exc:
@@ -293,7 +294,8 @@ def run_study(
                      f"({run.run_id}, {wall:.1f} s): {_brief(rec)}")
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix_str(f"left={len(todo) - i - 1}" + (f", failed={prog.failed}" if prog.failed else ""))
+                    bar.set_postfix_str(f"left={len(todo) - i - 1}"
+                                        + (f", failed={prog.failed}" if prog.failed else ""))
         except KeyboardInterrupt:
             prog.interrupted = True
         finally:

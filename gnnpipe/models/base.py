@@ -11,21 +11,22 @@ given, so the same unit runs
 
 ``agg(h, kind)`` takes the embeddings ``h`` (``[n, d]``) of the vertices the caller is processing and
 returns ``Â[rows, :] @ H`` for the same rows (``[n, d]``); ``kind`` is ``"gcn"``, ``"mean"`` or
-``"sum"`` or any registered kind (see :mod:`gnnpipe.tasks.nodes.kinds`; the graph's ``edge_weight`` is used when present).
-A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
+``"sum"`` or any registered kind (see :mod:`gnnpipe.tasks.nodes.kinds`; the graph's ``edge_weight`` is used when
+present). A unit that declares ``message_passing = True`` (:class:`gnnpipe.models.MessagePassingUnit`) calls
 ``agg(h, kind, layer)`` instead and gets ``layer(x_src, x_dst, edge_index, edge_weight)`` computed on the rows'
 in-edges (the non-zeros of ``Â`` of ``kind``), ``x_src`` being the rows themselves then their halo rows
 (docs/HALO_GRADIENT.md).
 
 On a pipeline chunk the callback also offers ``agg.push_pull(kind)``: the unit's next aggregation op as an
-object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)`` (history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``)
-and ``pull(g, scale=None)`` (history write of ``scale · g``, then the pull-backward product), both without
-autograd (:class:`gnnpipe.tasks.nodes.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
-``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as
-its plain ``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units
-of its class (``LayerUnit.run_fused``, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the
-run to it as one call (GCNII: one autograd node per stage and chunk for all its GCNII layers), which must compute
-what the units' ``forward`` calls one after the other compute; module hooks are not called for a fused run.
+object (or ``None`` where the op cannot be fused: then the unit calls ``agg`` as usual) with ``push(h, mask=None)``
+(history write of ``h ⊙ mask``, then the product; ``[n, d]`` → ``[n, d]``) and ``pull(g, scale=None)`` (history write of
+``scale · g``, then the pull-backward product), both without autograd
+(:class:`gnnpipe.tasks.nodes.history.ChunkPushPull`). A unit may use it to run its whole chunk step as one
+``autograd.Function`` (fewer autograd nodes and ATen calls per chunk); it must compute the same values as its plain
+``agg`` path up to floating-point rounding. A unit class may also fuse a *run* of consecutive units of its class
+(``LayerUnit.run_fused``, :meth:`LayerUnit.fused_op`): :meth:`GNNModel.run_units` then hands the run to it as one call
+(GCNII: one autograd node per stage and chunk for all its GCNII layers), which must compute what the units' ``forward``
+calls one after the other compute; module hooks are not called for a fused run.
 
 A model may declare one *global shared tensor* (GCNII's initial embedding ``h0``): the encoder
 produces it, every later unit may read it, and a pipeline ships it with the stage-boundary tensor.
@@ -302,7 +303,8 @@ class GNNModel(ZooModel):
 
             from ..data.preprocess import preprocess as _pre
 
-            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0), **({} if ew is None else {"edge_weight": ew})),
+            d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0),
+                          **({} if ew is None else {"edge_weight": ew})),
                      undirected=pre.get("undirected", True), remove_self_loops=pre.get("remove_self_loops", True),
                      dedupe=pre.get("dedupe", True))
             x, edge_index, ew = d.x, d.edge_index, getattr(d, "edge_weight", None)

@@ -82,7 +82,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel
         raise ConfigError(f"{path} is not a gnnpipe model file ({type(exc).__name__}); write one with "
                           f"`gnnpipe export` or gnnpipe.models.save") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise ConfigError(f"{path} is not a gnnpipe model file (write one with `gnnpipe export` or gnnpipe.models.save)")
+        raise ConfigError(f"{path} is not a gnnpipe model file (write one with `gnnpipe export` or "
+                          "gnnpipe.models.save)")
     spec = obj["spec"]
     model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], **spec["kwargs"])
     model = model.to(getattr(torch, spec.get("dtype", "float32")))

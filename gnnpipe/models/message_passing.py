@@ -125,7 +125,8 @@ def _attention_model(conv_cls, in_channels, out_channels, num_layers, hidden, he
         units.append(MessagePassingUnit(conv_cls(d, hidden, heads=heads, dropout=dropout, bias=bias), d, width,
                                         dropout=dropout, act=act))
         d = width
-    units.append(MessagePassingUnit(conv_cls(d, out_channels, heads=out_heads, concat=False, dropout=dropout, bias=bias),
+    units.append(MessagePassingUnit(conv_cls(d, out_channels, heads=out_heads, concat=False, dropout=dropout,
+                                             bias=bias),
                                     d, out_channels, dropout=dropout))
     return units + [Identity(out_channels)]
 

@@ -270,7 +270,8 @@ class GCN(GNNModel):
         activation: name in ``gnnpipe.models.base.ACTIVATIONS``.
     """
 
-    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False,
+                 activation="relu"):
         _check(num_layers, hidden, dropout)
         units = [Encoder(in_channels, hidden, dropout, activation)]
         units += [GCNLayer(hidden, dropout, bias, activation) for _ in range(num_layers)]
@@ -282,7 +283,8 @@ class GCN(GNNModel):
 class GraphSAGE(GNNModel):
     """Deep GraphSAGE-mean: encoder, ``L`` × ``SAGELayer``, head ``Linear(H→C)``."""
 
-    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False,
+                 activation="relu"):
         _check(num_layers, hidden, dropout)
         units = [Encoder(in_channels, hidden, dropout, activation)]
         units += [SAGELayer(hidden, dropout, bias, activation) for _ in range(num_layers)]
@@ -331,7 +333,8 @@ class ResGCNPlus(GNNModel):
     conv, ``L − 1`` blocks ``LayerNorm → act → Dropout → conv → + shortcut``, head
     ``LayerNorm → act → Dropout → Linear(H→C)``; conv(h) = ``Linear(h) + Linear(mean_agg(h))``."""
 
-    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False, activation="relu"):
+    def __init__(self, in_channels, out_channels, *, num_layers=4, hidden=64, dropout=0.5, bias=False,
+                 activation="relu"):
         _check(num_layers, hidden, dropout)
         units = [Encoder(in_channels, hidden, 0.0, act=None)]
         units.append(ResConv(hidden, dropout, bias, activation, block=False))

@@ -124,7 +124,8 @@ class Graph:
         return np.asarray(reverse_cuthill_mckee(csr, symmetric_mode=True), dtype=np.int64)
 
     def subgraph(self, vertices: Tensor) -> Graph:
-        """The subgraph induced by ``vertices`` (``LongTensor[n]``, distinct), relabelled to ``0..n-1`` in the given order."""
+        """The subgraph induced by ``vertices`` (``LongTensor[n]``, distinct), relabelled to ``0..n-1`` in the given
+        order."""
         vertices = vertices.long()
         relabel = torch.full((self.num_nodes,), -1, dtype=torch.long)
         relabel[vertices] = torch.arange(vertices.numel())
@@ -134,8 +135,8 @@ class Graph:
                      None if self.batch is None else self.batch[vertices])
 
 
-#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index``, ``num_nodes``, and ``pos``, ``batch`` if present), a
-#: ``(edge_index, num_nodes)`` pair, or a :class:`Graph`.
+#: what :func:`as_graph` accepts: a PyG ``Data`` (uses ``edge_index``, ``num_nodes``, and ``pos``, ``batch`` if
+#: present), a ``(edge_index, num_nodes)`` pair, or a :class:`Graph`.
 GraphInput = Any  # Data | tuple[Tensor, int | None] | Graph
 
 

@@ -313,7 +313,8 @@ class ChunkPlan:
             DataValidationError: ``t.size(0) != N``.
         """
         if t.size(0) != self.num_nodes:
-            raise DataValidationError(f"expected a tensor with {self.num_nodes} rows (one per vertex); got {tuple(t.shape)}")
+            raise DataValidationError(f"expected a tensor with {self.num_nodes} rows (one per vertex); "
+                                      f"got {tuple(t.shape)}")
         return t[self.inv_perm.to(t.device)]
 
     def to_new(self, t: Tensor) -> Tensor:
@@ -323,7 +324,8 @@ class ChunkPlan:
             DataValidationError: ``t.size(0) != N``.
         """
         if t.size(0) != self.num_nodes:
-            raise DataValidationError(f"expected a tensor with {self.num_nodes} rows (one per vertex); got {tuple(t.shape)}")
+            raise DataValidationError(f"expected a tensor with {self.num_nodes} rows (one per vertex); "
+                                      f"got {tuple(t.shape)}")
         return t[self.perm.to(t.device)]
 
     def metrics(self) -> PartitionMetrics:

@@ -124,7 +124,8 @@ def as_triplet_graph(graph: Any) -> TripletGraph:
     kj = _index(getattr(graph, "idx_kj", None), "idx_kj").flatten()
     ji = _index(getattr(graph, "idx_ji", None), "idx_ji").flatten()
     if kj.numel() != ji.numel():
-        raise DataValidationError(f"idx_kj and idx_ji must have one entry per triplet; got {kj.numel()} and {ji.numel()}")
+        raise DataValidationError(f"idx_kj and idx_ji must have one entry per triplet; "
+                                  f"got {kj.numel()} and {ji.numel()}")
     n = getattr(graph, "num_nodes", None)
     if n is None:
         raise DataValidationError("the graph has no num_nodes")
@@ -290,7 +291,8 @@ class GraphParallelPlan:
         weight = [float(w[x].sum()) for x in self.edges]
         halo = [int(x.numel()) for x in self.halo]
         return GraphParallelMetrics(edges=edges, triplets=trip, atoms=self.atom_counts, weight=weight,
-                                    halo_rows=halo, edge_imbalance=_imbalance(edges), triplet_imbalance=_imbalance(trip),
+                                    halo_rows=halo, edge_imbalance=_imbalance(edges),
+                                    triplet_imbalance=_imbalance(trip),
                                     weight_imbalance=_imbalance(weight), halo_imbalance=_imbalance(halo))
 
     def __repr__(self) -> str:
@@ -426,9 +428,9 @@ class AtomOwnerPartitioner(EdgePartitioner):
         vertex_options: constructor options of that partitioner (e.g. ``{"balance": "edges"}``).
         alpha, beta: see :class:`EdgePartitioner`.
 
-    With ``N < G`` atoms, the atoms are cut into ``N`` parts and ranks ``N..G−1`` own nothing. The vertex partitioner sees ``graph.batch``
-    (``morton`` orders a batch structure by structure, so that a part does not mix structures that overlap in
-    space).
+    With ``N < G`` atoms, the atoms are cut into ``N`` parts and ranks ``N..G−1`` own nothing. The vertex partitioner
+    sees ``graph.batch`` (``morton`` orders a batch structure by structure, so that a part does not mix structures that
+    overlap in space).
 
     Raises:
         UnknownComponentError: unknown ``vertex``. ConfigError: bad ``vertex_options``.

@@ -262,8 +262,9 @@ class ProfiledLayerPartitioner(LayerPartitioner):
         costs = _costs(model_or_costs)
         if costs is None:
             raise ConfigError("the 'profiled' layer partitioner takes measured unit costs, not a model: measure "
-                              "them with gnnpipe.tasks.nodes.profile.profile_unit_costs(model, data, phases=True) and pass "
-                              "the result, or call gnnpipe.tasks.nodes.profile.profiled_split(model, S, data=...)")
+                              "them with gnnpipe.tasks.nodes.profile.profile_unit_costs(model, data, phases=True) "
+                              "and pass the result, or call "
+                              "gnnpipe.tasks.nodes.profile.profiled_split(model, S, data=...)")
         return StageSplit.from_bounds(minmax_split(costs, num_stages), costs)
 
 

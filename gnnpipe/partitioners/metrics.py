@@ -73,7 +73,8 @@ class PartitionMetrics:
         return attrs.asdict(self)
 
 
-def partition_metrics(edge_index: Tensor, num_nodes: int, parts: Tensor, num_parts: int | None = None) -> PartitionMetrics:
+def partition_metrics(edge_index: Tensor, num_nodes: int, parts: Tensor,
+                      num_parts: int | None = None) -> PartitionMetrics:
     """Compute :class:`PartitionMetrics` of ``parts`` on the directed graph ``edge_index``.
 
     Args:

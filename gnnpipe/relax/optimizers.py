@@ -2,10 +2,11 @@
 coefficient, curvature history) and takes exactly the step ASE's optimizer would take on it alone.
 
 A batch holds ``B`` structures with ``N`` rows in all (atoms; with cells relaxed, three more rows per structure,
-:mod:`gnnpipe.relax.cell`); ``batch [N]`` (int64, in any order) names each row's structure. Positions, forces and velocities are float64 ``[N, 3]`` (Å, eV/Å, Å/fs-like FIRE units), energies
-float64 ``[B]`` eV. Forces given to :meth:`step` already have the constraints applied (fixed atoms' forces zero,
-as ``ase.Atoms.get_forces`` returns them), so fixed atoms never move. Every dot product, norm and maximum that ASE
-takes over one structure's ``3n`` degrees of freedom is taken here per structure by a segment reduction.
+:mod:`gnnpipe.relax.cell`); ``batch [N]`` (int64, in any order) names each row's structure. Positions, forces and
+velocities are float64 ``[N, 3]`` (Å, eV/Å, Å/fs-like FIRE units), energies float64 ``[B]`` eV. Forces given to
+:meth:`step` already have the constraints applied (fixed atoms' forces zero, as ``ase.Atoms.get_forces`` returns them),
+so fixed atoms never move. Every dot product, norm and maximum that ASE takes over one structure's ``3n`` degrees of
+freedom is taken here per structure by a segment reduction.
 
 * :class:`FIRE`: Bitzek, Koskinen, Gähler, Moseler, Gumbsch, *Structural Relaxation Made Simple*, PRL 97, 170201
   (2006), with ASE's update rule (``ase/optimize/fire.py``): mixing ``v ← (1 − a) v + a |v| F / |F|`` while

@@ -215,7 +215,8 @@ def _check_cells(model, structures) -> None:
                           "only, or train with conservative forces")
     for k, d in enumerate(structures):
         pbc = getattr(d, "pbc", None)
-        if pbc is None or not bool(pbc.bool().all()) or abs(float(torch.linalg.det(d.cell.reshape(3, 3).double()))) < 1e-9:
+        if (pbc is None or not bool(pbc.bool().all())
+                or abs(float(torch.linalg.det(d.cell.reshape(3, 3).double()))) < 1e-9):
             raise ConfigError(f"--relax-cell: structure {k} is not periodic in 3D (pbc and a cell of non-zero "
                               f"volume); relax such structures without --relax-cell")
 

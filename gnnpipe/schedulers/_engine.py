@@ -6,8 +6,8 @@ soon as the stage is free and its inputs are there. Inputs: ``F(s,c,e)`` needs t
 that ``F(s-1,c,e)`` sent; ``B(s,c,e)`` needs ``F(s,c,e)`` done on the stage and (for ``s < S-1``) the
 gradient that ``B(s+1,c,e)`` sent; in a second-order schedule (conservative forces) ``G(s,c,e)`` needs
 ``F(s,c,e)`` done and what ``G(s+1,c,e)`` sent, ``D(s,c,e)`` needs ``G(s,c,e)`` done and what ``D(s-1,c,e)`` sent,
-and ``B(s,c,e)`` waits for ``D(s,c,e)`` instead of ``F``; ``STEP(s,e)`` needs every ``B(s,·,e)`` done on the stage; with a
-*barrier* (flush schedules over several epochs) the first action of epoch ``e`` on a stage also needs
+and ``B(s,c,e)`` waits for ``D(s,c,e)`` instead of ``F``; ``STEP(s,e)`` needs every ``B(s,·,e)`` done on the stage; with
+a *barrier* (flush schedules over several epochs) the first action of epoch ``e`` on a stage also needs
 every stage's ``STEP`` of epoch ``e-1``. Sends go over one link per (source, destination) pair and
 direction, first come first served; with overlap the sender goes on computing, without it the sender
 is busy until the send is done. Sends are buffered (a send never waits for the receiver).

@@ -2,7 +2,8 @@
 
 The bottom of :mod:`gnnpipe.schedulers`: it imports nothing else of the package (the IR, the renderer and
 the event engine all build on it). :class:`Grid` is what the renderer and the event engine read of a
-schedule, so that they need not import the IR that uses them. See :mod:`gnnpipe.schedulers.ir` for what each kind means at runtime.
+schedule, so that they need not import the IR that uses them. See :mod:`gnnpipe.schedulers.ir` for what each kind means
+at runtime.
 """
 
 from __future__ import annotations

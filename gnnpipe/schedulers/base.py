@@ -125,7 +125,8 @@ class ChunkScheduler(ABC):
         return self.schedule_from_orders(num_stages, C, rows, epochs=len(chunk_orders))
 
     def __repr__(self) -> str:
-        extra = (", stash_weights=True" if self.stash_weights else "") + (", second_order=True" if self.second_order else "")
+        extra = ((", stash_weights=True" if self.stash_weights else "")
+                 + (", second_order=True" if self.second_order else ""))
         return f"{type(self).__name__}({extra.lstrip(', ')})"
 
 

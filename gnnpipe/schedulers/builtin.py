@@ -24,8 +24,8 @@ class GPipe(ChunkScheduler):
     backward in the *reverse* of the epoch's forward order is GNNPipe's (Chen, Chen, Qian,
     arXiv 2308.10087), so that a chunk's pull backward reads fresh gradients exactly from the chunks
     whose forward read its stale embeddings. With ``second_order`` (conservative forces) the backwards are
-    preceded by all ``G`` passes, then all ``D`` passes, each phase in the same reversed order. Weights are never stale (``weight_staleness = 0``); every
-    stage holds the activations of all ``C`` chunks at the turn.
+    preceded by all ``G`` passes, then all ``D`` passes, each phase in the same reversed order. Weights are never stale
+    (``weight_staleness = 0``); every stage holds the activations of all ``C`` chunks at the turn.
     """
 
     flush = True

@@ -5,9 +5,9 @@ actions in the schedule's order (idle grid slots are ignored; an action starts a
 is free and its inputs have arrived). After ``F`` on ``s < S-1`` the chunk's boundary rows go to
 ``s+1``; after ``B`` on ``s > 0`` their gradient goes to ``s-1``. A send takes
 ``latency + bytes / bandwidth`` on the link from sender to receiver (one link per direction, sends
-first come first served; with ``duplex=False`` both directions of a pair of stages share one). With ``overlap`` the sender keeps computing meanwhile; without it the
-sender is busy until its send is done. A flush schedule spanning several epochs gets a barrier:
-epoch ``e`` starts on a stage only after every stage's step of epoch ``e-1``.
+first come first served; with ``duplex=False`` both directions of a pair of stages share one). With ``overlap`` the
+sender keeps computing meanwhile; without it the sender is busy until its send is done. A flush schedule spanning
+several epochs gets a barrier: epoch ``e`` starts on a stage only after every stage's step of epoch ``e-1``.
 
 Time is in whatever unit the costs use ("slots" for unit costs); ``bandwidth`` is in bytes per that
 unit.
@@ -282,7 +282,8 @@ class SimulationResult:
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
         lines.append(f"mean bubble {self.mean_bubble:.1%}")
         if self.transfers:
-            lines.append(f"sends: {len(self.transfers)}, total link time {sum(t.end - t.start for t in self.transfers):g}")
+            lines.append(f"sends: {len(self.transfers)}, "
+                         f"total link time {sum(t.end - t.start for t in self.transfers):g}")
         return "\n".join(lines)
 
 

@@ -1,8 +1,8 @@
 """A kind of work: the interface through which node classification and atomistic S2EF share one runtime.
 
 The runtime (stages, the schedule interpreter, communication, the launcher, checkpoints, results, the epoch
-log; :mod:`gnnpipe.core`) knows nothing of what is trained. What belongs to a kind of work — its data and their validation, the
-models that serve it, its loss and metrics, what the planner needs of it — sits behind :class:`Task`.
+log; :mod:`gnnpipe.core`) knows nothing of what is trained. What belongs to a kind of work — its data and their
+validation, the models that serve it, its loss and metrics, what the planner needs of it — sits behind :class:`Task`.
 ``api.train`` is the same short sequence of named steps for every kind (a new kind is one module in
 :mod:`gnnpipe.tasks` with one registered subclass, not a branch in the runtime)::
 

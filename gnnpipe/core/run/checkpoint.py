@@ -304,9 +304,10 @@ def run_meta(config: TrainConfig, epochs: int) -> dict:
 # ---------------------------------------------------------------------------------------------- config
 def layout_of(config: TrainConfig, plan_info: dict) -> dict:
     """What history depends on: ways, stages, chunks, their sizes, the stage bounds, the scheduler."""
-    return {"ways": config.ways, "replicas": config.replicas, "stages": config.stages, "chunks": plan_info.get("chunks"),
-            "chunk_sizes": plan_info.get("chunk_sizes"), "stage_bounds": plan_info.get("stage_bounds"),
-            "way_ptr": plan_info.get("way_ptr"), "scheduler": config.scheduler, "stash_weights": config.stash_weights}
+    return {"ways": config.ways, "replicas": config.replicas, "stages": config.stages,
+            "chunks": plan_info.get("chunks"), "chunk_sizes": plan_info.get("chunk_sizes"),
+            "stage_bounds": plan_info.get("stage_bounds"), "way_ptr": plan_info.get("way_ptr"),
+            "scheduler": config.scheduler, "stash_weights": config.stash_weights}
 
 
 def _same_file(old, new, recorded=None) -> bool:
@@ -470,9 +471,9 @@ class Checkpointer:
         for k, v in (best or {}).items():
             sd["best." + k] = v
         sd["loop"] = _obj(st.to_dict())
-        meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "layout": layout_of(self.config, self.plan_info),
-                "plan": self.plan_info, "world": self.world, "epochs": n, "steps_in_epoch": steps,
-                "steps": int(getattr(st, "step", 0)),
+        meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(),
+                "layout": layout_of(self.config, self.plan_info), "plan": self.plan_info, "world": self.world,
+                "epochs": n, "steps_in_epoch": steps, "steps": int(getattr(st, "step", 0)),
                 "spec": dict(compute_of(self.ex).model.spec or {}, dtype=self.config.dtype),
                 "data_paths": data_paths(self.config)}
         if callable(getattr(compute_of(self.ex), "task_meta", None)):

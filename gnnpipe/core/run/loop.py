@@ -84,7 +84,8 @@ def epoch_loop(
     if st.next_epoch >= config.epochs and state is not None and warn:
         warnings.warn(f"nothing to train: the resumed run has already completed {st.next_epoch} epoch(s) and "
                       f"--epochs is {config.epochs}; raise --epochs to continue it", stacklevel=2)
-    bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc, leave=False,  # on a terminal only
+    bar = progress_bar(range(st.next_epoch, config.epochs), enabled=progress, desc=desc,
+                       leave=False,  # on a terminal only
                        initial=st.next_epoch, total=config.epochs)
     try:
         for epoch in bar:

@@ -99,8 +99,8 @@ class TrainResult:
                          + (f" in this layout (the {since} before the resume ran in another)" if since else ""))
         else:  # --max-steps inside the first epoch, or stopped in it: no mean of nothing ("nan ms over 0 epochs")
             lines.append("mean epoch time       none (no epoch completed)")
-        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"), ("bytes_weight", "weight sync"),
-                           ("bytes_gp", "gp groups")):
+        for key, label in (("bytes_layer", "layer-level"), ("bytes_graph", "graph-level"),
+                           ("bytes_weight", "weight sync"), ("bytes_gp", "gp groups")):
             last = self.epochs[-1].get(key) if self.epochs else None  # the last epoch's layout (a resumed run may
             if last:                                                    # have changed it)
                 lines.append(f"bytes/epoch {label:<11} {last:,}")
@@ -125,7 +125,8 @@ class LoopState:
 
     Attributes:
         result: the records so far. next_epoch: the first epoch still to run.
-        best: ``(score, val_loss)`` of the best evaluation (score: :meth:`Selection.score`, higher is better). best_loss: lowest validation loss.
+        best: ``(score, val_loss)`` of the best evaluation (score: :meth:`Selection.score`, higher is better).
+            best_loss: lowest validation loss.
         since: epochs since either improved (early stopping counter).
         next_step: optimizer steps of epoch ``next_epoch`` already done (``0`` at an epoch boundary; a checkpoint
             written inside an epoch resumes at its next batch). step: optimizer steps done in all.

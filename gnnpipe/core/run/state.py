@@ -77,4 +77,5 @@ def clone_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return {k: v.clone() for k, v in state.items()}
 
 
-__all__ = ["assemble_model", "clone_state", "compute_of", "executor_state", "gather_state", "owned_state", "preprocessing_of"]
+__all__ = ["assemble_model", "clone_state", "compute_of", "executor_state", "gather_state", "owned_state",
+           "preprocessing_of"]

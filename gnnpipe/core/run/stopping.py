@@ -39,8 +39,8 @@ def _handler(signum, frame):
     if _state["at"] is None:
         _state["at"], _state["signame"] = now, name
         if _state["announce"]:  # one line per run, not one per rank a terminal's Ctrl-C reaches
-            print(f"gnnpipe: {name}: stopping after this {_state['unit']} (again, {DEBOUNCE_S:g} s or more later, to stop at "
-                  "once)", file=sys.stderr, flush=True)
+            print(f"gnnpipe: {name}: stopping after this {_state['unit']} (again, {DEBOUNCE_S:g} s or more later, "
+                  "to stop at once)", file=sys.stderr, flush=True)
         return
     if now - _state["at"] < DEBOUNCE_S:
         return

@@ -172,7 +172,8 @@ LR_SCHEDULES = ("cosine", "plateau", "constant")
 #: the fields of S2EF runs (left out of :meth:`TrainConfig.to_dict` of other runs)
 S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", "cutoff", "max_neighbors",
                "batch_size", "ema_decay", "warmup_steps", "warmup_factor", "lr_schedule", "clip_grad_norm",
-               "energy_key", "forces_key", "stress_key", "virial_key", "stress_coef", "energy_reference", "val_datasets", "test_dataset", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
+               "energy_key", "forces_key", "stress_key", "virial_key", "stress_coef", "energy_reference",
+               "val_datasets", "test_dataset", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
                "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size",
                "num_workers", "skip_invalid", "replicas")
 #: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
@@ -228,20 +229,20 @@ class TrainConfig:
     Å, at most ``max_neighbors`` per atom; ``batch_size`` structures per rank and step (``replicas`` data-parallel
     replicas); AdamW with a linear warm-up over ``warmup_steps`` steps from ``warmup_factor · lr``, then
     ``lr_schedule``; gradient norm clipped at ``clip_grad_norm`` (``None``/0: off); evaluation with an
-    exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` / ``stress_key`` /
-    ``virial_key`` name the labels of a structure file; ``stress_coef``: the weight of the stress term (eV/Å³,
-    ASE's convention; structures without a stress label or a 3D cell do not contribute); ``energy_reference``: the per-element energy reference (``linear``: fitted on the
-    training split, ``none``, or a file; ``gnnpipe.tasks.s2ef.normalizer``); ``val_datasets`` / ``test_dataset``:
-    given validation sets (each reported under its own name, the first choosing the best weights) and test set,
-    which make ``dataset`` the training set whole (instead of its 80/10/10 split); ``frames``: the size of the generated data set used when no file is given; ``num_workers``: loader
-    worker processes per rank (``None``: from the cores left after the ranks); ``skip_invalid``: skip and count
-    malformed structures instead of stopping.
-    ``layers``, ``hidden``, ``cutoff``, ``max_neighbors``, ``batch_size``, ``energy_coef`` and ``force_coef`` left
-    at their defaults are marked ``unset``, and ``lr`` is ``None``: the ``s2ef`` task replaces them by the
-    model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``); the values above are the generic ones.
-    Graph parallelism of atomistic models (Sriram et al., ICLR 2022): ``graph_parallel_group_size`` (``G``,
-    ``--gp-size``) ranks share each replica's batch, its edges and triplets split by
-    ``graph_parallel_partitioner`` (``edge-chunk`` or ``atom-owner``), edge rows moved by ``graph_parallel_mode``
+    exponential moving average of the weights (``ema_decay``; 0: off); ``energy_key`` / ``forces_key`` / ``stress_key``
+    / ``virial_key`` name the labels of a structure file; ``stress_coef``: the weight of the stress term (eV/Å³,
+    ASE's convention; structures without a stress label or a 3D cell do not contribute); ``energy_reference``: the
+    per-element energy reference (``linear``: fitted on the training split, ``none``, or a file;
+    ``gnnpipe.tasks.s2ef.normalizer``); ``val_datasets`` / ``test_dataset``: given validation sets (each reported under
+    its own name, the first choosing the best weights) and test set, which make ``dataset`` the training set whole
+    (instead of its 80/10/10 split); ``frames``: the size of the generated data set used when no file is given;
+    ``num_workers``: loader worker processes per rank (``None``: from the cores left after the ranks); ``skip_invalid``:
+    skip and count malformed structures instead of stopping. ``layers``, ``hidden``, ``cutoff``, ``max_neighbors``,
+    ``batch_size``, ``energy_coef`` and ``force_coef`` left at their defaults are marked ``unset``, and ``lr`` is
+    ``None``: the ``s2ef`` task replaces them by the model's S2EF defaults (``gnnpipe.tasks.s2ef.defaults``); the values
+    above are the generic ones. Graph parallelism of atomistic models (Sriram et al., ICLR 2022):
+    ``graph_parallel_group_size`` (``G``, ``--gp-size``) ranks share each replica's batch, its edges and triplets split
+    by ``graph_parallel_partitioner`` (``edge-chunk`` or ``atom-owner``), edge rows moved by ``graph_parallel_mode``
     (``allgather`` or ``halo``); the world is ``ways × G`` ranks.
     Training by steps (S2EF): ``max_steps`` ends the run after that many optimizer steps (or ``epochs``, whichever
     comes first; ``None``: by epochs only; free to change on resume: the learning-rate schedule spans ``epochs``);
@@ -459,7 +460,8 @@ def ignored_options(config: TrainConfig) -> list[str]:
     out: list[str] = []
 
     def changed(*names):  # recompute: auto (None) and off (False) both mean "no recompute" there
-        return [n for n in names if getattr(config, n) != getattr(d, n) and not (n == "recompute" and not config.recompute)]
+        return [n for n in names
+                if getattr(config, n) != getattr(d, n) and not (n == "recompute" and not config.recompute)]
 
     flag = {"scheduler": "--scheduler", "stash_weights": "--stash-weights", "correctors": "--correctors",
             "partitioner": "--partitioner", "over_partition": "--over-partition", "layer_split": "--layer-split",

@@ -145,7 +145,8 @@ class SphericalBasis(CachedSphericalBasis):
         return (rbf.index_select(0, idx_kj).view(-1, n, k) * cbf.view(-1, n, 1)).view(-1, n * k)
 
 
-def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: GraphParallelHooks, act) -> Tensor:
+def output_pp(block: OutputPPBlock, x: Tensor, rbf: Tensor, target: Tensor, num_nodes: int, comm: GraphParallelHooks,
+              act) -> Tensor:
     """PyG's ``OutputPPBlock`` around the hooks: edge messages gated by ``rbf`` are summed onto target atoms
     (``[N, H]`` partial), reduced onto owned atoms, then the per-atom MLP → ``[N_r, out]``."""
     h = scatter_sum(block.lin_rbf(rbf) * x, target, num_nodes)

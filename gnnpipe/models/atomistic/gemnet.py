@@ -534,7 +534,8 @@ class GemNetT(AtomisticModel):
         """
         p = Path(path).expanduser()
         if not p.is_file():
-            raise ConfigError(f"no scale file {path!r}; fit one with gnnpipe atoms scales MODEL --out FILE or drop scale_file")
+            raise ConfigError(f"no scale file {path!r}; fit one with gnnpipe atoms scales MODEL --out FILE "
+                              "or drop scale_file")
         try:
             values = json.loads(p.read_text())
         except ValueError as exc:

@@ -50,7 +50,8 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     from .runner import num_classes_of
 
     s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
-         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) for {config.epochs} epoch{'s' if config.epochs != 1 else ''}; ")
+         f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) "
+         f"for {config.epochs} epoch{'s' if config.epochs != 1 else ''}; ")
     W, S = config.ways, config.stages
     if W == 1 and S == 1:
         s += "single process"
@@ -108,8 +109,8 @@ class NodeClassification(Task):
             from ...errors import ConfigError
 
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
-                              f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph parallelism), or an "
-                              f"atomistic model (--model {' / '.join(_atomistic_models())})")
+                              f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph "
+                              f"parallelism), or an atomistic model (--model {' / '.join(_atomistic_models())})")
         if config.replicas != 1:
             from ...errors import ConfigError
 
@@ -248,10 +249,10 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
 
 def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
     """Decide ``recompute="auto"`` of a pipeline (:func:`~gnnpipe.tasks.nodes.cost.predict.choose_recompute`; the
-    choice is set on ``config`` and described in ``plan.info["recompute"]``). Put the memory model's per-rank prediction (bytes above the runtime floor) into ``plan.info``
-    (``predicted_mem_bytes``: printed with the plan, stored in the result's ``plan`` and beside
-    ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory) and
-    ``options.memory_check``, refuse the run when they cannot fit together
+    choice is set on ``config`` and described in ``plan.info["recompute"]``). Put the memory model's per-rank prediction
+    (bytes above the runtime floor) into ``plan.info`` (``predicted_mem_bytes``: printed with the plan, stored in the
+    result's ``plan`` and beside ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory)
+    and ``options.memory_check``, refuse the run when they cannot fit together
     (:func:`~gnnpipe.tasks.nodes.cost.predict.check_ranks_memory`). A model the memory model cannot profile gets a
     warning, not a failed run."""
     from .cost.predict import check_ranks_memory, choose_recompute, predict_memory

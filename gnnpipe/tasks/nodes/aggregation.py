@@ -116,8 +116,8 @@ class AggregationOp(ABC):
         """
 
     def push_pull(self, c: int, rows: tuple[int, int], write: bool) -> ChunkPushPull | None:
-        """The op on chunk ``c`` as a :class:`~gnnpipe.tasks.nodes.history.ChunkPushPull` (its forward and backward halves
-        without autograd) for a unit that fuses its chunk step, or ``None`` (default: not fusable)."""
+        """The op on chunk ``c`` as a :class:`~gnnpipe.tasks.nodes.history.ChunkPushPull` (its forward and backward
+        halves without autograd) for a unit that fuses its chunk step, or ``None`` (default: not fusable)."""
         return None
 
     @abstractmethod
@@ -326,7 +326,8 @@ class HaloExchange:
         return int(sum(t.numel() for t in self.send_idx.values()))
 
     def adj(self, kind: str) -> tuple[Tensor, Tensor]:
-        """``(Â_local, Â_localᵀ)``: ``n_own × (n_own + n_halo)`` rows ``[lo, hi)`` of ``Â`` with local columns, and its transpose."""
+        """``(Â_local, Â_localᵀ)``: ``n_own × (n_own + n_halo)`` rows ``[lo, hi)`` of ``Â`` with local columns, and its
+        transpose."""
         if kind not in self._adj:
             a = self.ops.rows(kind, [(self.lo, self.hi)])[0]  # the way's rows only, from the edge list
             cols = self._local[a.col_indices()]

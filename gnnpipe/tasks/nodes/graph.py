@@ -140,7 +140,8 @@ def csr_transpose(a: Tensor) -> Tensor:
 
 
 def csr_row_slice(a: Tensor, start: int, end: int) -> Tensor:
-    """Rows ``[start, end)`` of a CSR tensor as a new ``(end-start) × ncols`` CSR tensor (no copy of the pattern beyond the slice)."""
+    """Rows ``[start, end)`` of a CSR tensor as a new ``(end-start) × ncols`` CSR tensor (no copy of the pattern beyond
+    the slice)."""
     crow = a.crow_indices()
     lo, hi = int(crow[start]), int(crow[end])
     new_crow = crow[start : end + 1] - lo
@@ -157,7 +158,8 @@ def csr_rows(a: Tensor, rows: Tensor) -> Tensor:
     new_crow = torch.zeros(rows.numel() + 1, dtype=crow.dtype)
     torch.cumsum(counts, 0, out=new_crow[1:])
     idx = torch.repeat_interleave(starts - new_crow[:-1], counts) + torch.arange(int(new_crow[-1]), dtype=crow.dtype)
-    return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)), dtype=a.dtype)
+    return torch.sparse_csr_tensor(new_crow, a.col_indices()[idx], a.values()[idx], (rows.numel(), a.size(1)),
+                                   dtype=a.dtype)
 
 
 def _bag_mm(crow: Tensor, col: Tensor, values: Tensor, h: Tensor) -> Tensor:
@@ -259,8 +261,8 @@ class CompactRows:
     def redirected_col(self, redirect: Tensor, known: frozenset) -> Tensor:
         """The columns renumbered through a redirect table (``redirect[col]``: a column known zero becomes ``N``, the
         buffer's zero row). ``known`` names the table's state (the blocks of rows read in place,
-        :attr:`gnnpipe.tasks.nodes.history.History.grads_in_place` or ``inputs_in_place``): the columns are renumbered once
-        per state and reused by every op of the stage in that state — their histories are written chunk by chunk
+        :attr:`gnnpipe.tasks.nodes.history.History.grads_in_place` or ``inputs_in_place``): the columns are renumbered
+        once per state and reused by every op of the stage in that state — their histories are written chunk by chunk
         alike, so a chunk's backward through a stage's ``k`` ops renumbers once instead of ``k`` times.
         At most :data:`REDIRECTED_CACHED` blocks of rows keep theirs at a time (4 bytes per non-zero each)."""
         kept = self._redirected
@@ -282,12 +284,13 @@ class CompactRows:
         ``h`` of another floating dtype, e.g. a bfloat16 history (``--history-dtype``), are up-cast when read).
 
         With ``redirect`` (integer ``[N]``: ``redirect[v]`` is ``v``, or ``N`` for a row of ``h`` known to be zero;
-        what :meth:`~gnnpipe.tasks.nodes.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last one
-        zero: known zero rows are read from there (one hot row) instead of where they lie, the columns renumbered
+        what :meth:`~gnnpipe.tasks.nodes.history.History.pull_source` keeps) ``h`` must have ``N + 1`` rows, the last
+        one zero: known zero rows are read from there (one hot row) instead of where they lie, the columns renumbered
         in one gather. The result is the same, bit for bit.
 
-        With ``known`` too (the state the redirect table is in: :attr:`gnnpipe.tasks.nodes.history.History.grads_in_place`),
-        the renumbered columns are those of an earlier call in the same state (:meth:`redirected_col`)."""
+        With ``known`` too (the state the redirect table is in:
+        :attr:`gnnpipe.tasks.nodes.history.History.grads_in_place`), the renumbered columns are those of an earlier call
+        in the same state (:meth:`redirected_col`)."""
         if self._empty or h.size(1) == 0:
             return h.new_zeros(self.shape[0], h.size(1), dtype=self.values.dtype)
         if h.device.type == "cpu" and h.dtype == self.values.dtype:

@@ -38,7 +38,8 @@ class GraphFile:
 
     @classmethod
     def write(cls, data, path: str) -> GraphFile:
-        """Save ``data``'s :data:`FIELDS` (contiguous) to ``path`` with ``torch.save``; returns its :class:`GraphFile`."""
+        """Save ``data``'s :data:`FIELDS` (contiguous) to ``path`` with ``torch.save``; returns its
+        :class:`GraphFile`."""
         tensors = {k: getattr(data, k).contiguous() for k in FIELDS if getattr(data, k, None) is not None}
         torch.save(tensors, path)
         return cls(path, data.num_nodes)

@@ -183,8 +183,8 @@ class History:
     def inputs_in_place(self) -> frozenset:
         """The state of :meth:`push_source`'s redirect table: the ``(start, end)`` blocks of ``H_in`` written since
         :meth:`zero_inputs` (read in place; every other row is known zero). Two histories with the same blocks have
-        the same table (a pure function of the blocks; :meth:`gnnpipe.tasks.nodes.graph.CompactRows.redirected_col` keys on
-        it). Meaningful while the table is given."""
+        the same table (a pure function of the blocks; :meth:`gnnpipe.tasks.nodes.graph.CompactRows.redirected_col` keys
+        on it). Meaningful while the table is given."""
         return self._h_key
 
     @property
@@ -404,8 +404,8 @@ class ChunkPushPull:
         return spmm(self.a_c, hist.H_in)
 
     def pull(self, g: Tensor, scale: float | None = None) -> Tensor:
-        """``Âᵀ[R_c, :] @ G_out`` after ``G_out[R_c] ← g`` (``scale · g`` with a scale); ``[|R_c|, d]`` → ``[|R_c|, d]``.
-        Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.pull_source`)."""
+        """``Âᵀ[R_c, :] @ G_out`` after ``G_out[R_c] ← g`` (``scale · g`` with a scale); ``[|R_c|, d]`` →
+        ``[|R_c|, d]``. Rows of ``G_out`` known to be zero are read from the zero row (:meth:`History.pull_source`)."""
         hist = self.hist
         src, redirect = hist.pull_source(hist.write_grad_rows(self.start, g, scale))
         if redirect is not None and isinstance(self.at_c, CompactRows):  # columns renumbered once per state

@@ -12,16 +12,16 @@ and is added to their rows' gradient. Both directions are one batched point-to-p
 custom autograd function (:class:`~gnnpipe.tasks.nodes.aggregation.HaloAggregate`, behind the op object
 :class:`~gnnpipe.tasks.nodes.aggregation.HaloOp`), so autograd drives it and the models run unchanged through the
 aggregation callback. A way is a one-stage :class:`~gnnpipe.tasks.nodes.stage.Stage` over its rows, run by the same
-schedule interpreter as the pipeline (one chunk, ``F``, ``B``, ``STEP``). Weight gradients are summed with one all-reduce of the flattened
-gradient per epoch (kind ``weight``), then every way takes the same Adam step. GP is exact: no history,
-no staleness; it keeps no chunk structure (chunks beyond one per way are ignored).
+schedule interpreter as the pipeline (one chunk, ``F``, ``B``, ``STEP``). Weight gradients are summed with one
+all-reduce of the flattened gradient per epoch (kind ``weight``), then every way takes the same Adam step. GP is exact:
+no history, no staleness; it keeps no chunk structure (chunks beyond one per way are ignored).
 
 **Hybrid** (``W`` ways × ``S`` stages, :func:`make_hybrid_member`). Rank layout: ``rank = way · S + stage``
 (the layout string :func:`~gnnpipe.tasks.nodes.runner.build_plan` stores). A member is the pipeline's stage with
 another aggregation op (:class:`~gnnpipe.tasks.nodes.aggregation.PeerHistoryOp`: the chunk op plus the peer
-exchange) and a gradient all-reduce before each step; it overrides nothing of the stage or the interpreter. Process groups: one per pipeline
-(ranks of one way) and one per peer group (ranks of one stage). The ``C`` chunks form ``W`` contiguous
-blocks of ``C / W`` chunks (``C`` must be divisible by ``W``); way ``w`` pipelines its block exactly as
+exchange) and a gradient all-reduce before each step; it overrides nothing of the stage or the interpreter. Process
+groups: one per pipeline (ranks of one way) and one per peer group (ranks of one stage). The ``C`` chunks form ``W``
+contiguous blocks of ``C / W`` chunks (``C`` must be divisible by ``W``); way ``w`` pipelines its block exactly as
 :func:`~gnnpipe.tasks.nodes.pipeline.make_pipeline_stage` does (same scheduler, same order policy, so in every slot
 all peers of a stage process their ``t``-th chunk of the epoch order). At every aggregation op the peers
 of a stage exchange, for the chunk each processes in that slot:
@@ -167,7 +167,8 @@ def make_graph_parallel_way(config: TrainConfig, model: GNNModel, plan, way: int
 
 # ---------------------------------------------------------------------------------------------- hybrid
 def make_hybrid_member(config: TrainConfig, model: GNNModel, plan, way: int, stage: int, scheduler, order_policy,
-                       correctors, comm: Comm, peer_group, pipe_group, device: torch.device | str = "cpu") -> NodeExecutor:
+                       correctors, comm: Comm, peer_group, pipe_group,
+                       device: torch.device | str = "cpu") -> NodeExecutor:
     """Stage ``s`` of way ``w``'s pipeline in a ``W × S`` hybrid (module docstring).
 
     Chunk ids are global (``0 … C−1``); this way's chunks are ``base … base + C/W − 1``, and the scheduler and

@@ -58,8 +58,8 @@ def profile_unit_costs(model: Any, data_sample: Any, graph_ops: Any = None, repe
     One untimed warm-up pass, then ``repeats`` timed passes; per unit, chunk and phase the **minimum** is
     reported (``reduce="min"``: noise on a shared machine only adds time; what a layer split needs) or the
     **median** (``reduce="median"``: the typical cost, what an epoch-time prediction needs — the minimum of
-    every unit and chunk separately sums to less than any real pass costs). The model is run in training mode (dropout on), its
-    parameters' ``.grad`` and training flag and the global RNG are restored.
+    every unit and chunk separately sums to less than any real pass costs). The model is run in training mode (dropout
+    on), its parameters' ``.grad`` and training flag and the global RNG are restored.
 
     Args:
         model: a ``GNNModel`` (``.units``: callables ``unit(h, shared, agg) → (h, shared)``).

@@ -303,7 +303,8 @@ class Stage(PipelineStage):
             ``(out [n, out_dim], shared)``.
         """
         self.model.eval()
-        make = unit_aggregators(self.model.units, lambda i, j, t, kind, layer: self.ops[(i, j)].infer(t, capture, layer))
+        make = unit_aggregators(self.model.units,
+                                lambda i, j, t, kind, layer: self.ops[(i, j)].infer(t, capture, layer))
         h, sh = inputs
         inputs.clear()
         for i in self.units:  # GNNModel.run_units' loop, here so that nothing else holds a unit's input
