@@ -16,8 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "gnnpipe"
 
 #: the layering (STYLE "Habits", DESIGN §3): a module may import its own package or a strictly lower layer.
-#: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < tasks < api < cli; shared utilities
-#: (errors, registry, the package root) at the bottom, ``__main__`` on top.
+#: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < tasks < api < cli; shared
+#: utilities (errors, registry, the package root) at the bottom, ``__main__`` on top.
 LAYERS = {
     "gnnpipe.errors": 0,
     "gnnpipe": 1, "gnnpipe.registry": 1, "gnnpipe.progress": 1,
@@ -178,7 +178,8 @@ def test_type_checking_imports_count_for_circles_only(tmp_path):
     """An import under ``if TYPE_CHECKING:`` is an edge of the circle graph, not of the layering graph."""
     modules = _modules()
     src = tmp_path / "mod.py"
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gnnpipe.schedulers.ir import Schedule\n")
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                   "    from gnnpipe.schedulers.ir import Schedule\n")
     assert _imports("gnnpipe.schedulers.mod", src, modules) == set()
     assert _imports("gnnpipe.schedulers.mod", src, modules, typing=True) == {"gnnpipe.schedulers.ir"}
 
@@ -252,7 +253,8 @@ def test_core_imports_no_task_and_no_model_family():
 def test_a_circle_and_an_upward_import_would_be_caught():
     """The checks themselves: a two-module circle is found, and the layer map ranks cli above core."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.tasks.nodes.stage")[1] > _layer("gnnpipe.partitioners.layers")[1]
+    assert _layer("gnnpipe.cli.train")[1] > _layer("gnnpipe.tasks.nodes.stage")[1] \
+        > _layer("gnnpipe.partitioners.layers")[1]
     # a task's cost model is built on the shared one, which profiles with core; api drives the tasks
     assert _layer("gnnpipe.api")[1] > _layer("gnnpipe.tasks.nodes.cost.predict")[1] \
         > _layer("gnnpipe.costmodel.link")[1] > _layer("gnnpipe.core.run.launch")[1]

@@ -50,7 +50,8 @@ def test_flags_that_only_report_keep_the_demo(captured, capsys, flags, tmp_path,
     assert (c.ways, c.stages, c.epochs) == (1, 2, 100)
     err = capsys.readouterr().err
     assert "training the demo, a 2-stage GNNPipe pipeline" in err
-    assert "no flag choosing the job given (--" in err and ("--out" in err or "--no-progress" in err or "--timeout" in err)
+    assert "no flag choosing the job given (--" in err and ("--out" in err or "--no-progress" in err
+                                                          or "--timeout" in err)
 
 
 @pytest.mark.parametrize("flags", [["--out", "r.json", "--seed", "1"], ["--no-progress", "--stages", "1"],

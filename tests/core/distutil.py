@@ -25,7 +25,8 @@ def base_config(**kw) -> TrainConfig:
 
 def run_distributed(config: TrainConfig, data, grads_after=(1, 3), no_eval=True):
     plan = build_plan(config, data)
-    outs = launch.spawn(worker, config.world_size, (config, plan, False, {"grads_after": tuple(grads_after), "no_eval": no_eval}),
+    outs = launch.spawn(worker, config.world_size,
+                        (config, plan, False, {"grads_after": tuple(grads_after), "no_eval": no_eval}),
                         backend=plan.info["backend"], timeout_s=config.timeout_s, threads=1, max_runtime_s=240)
     grads = {e: {} for e in grads_after}
     for o in outs:
@@ -45,7 +46,8 @@ def run_many(configs, data, grads_after=(1, 3), no_eval=False, max_runtime_s=240
     import that module, e.g. for the models it registers)."""
     plans = [build_plan(cfg, data) for cfg in configs]
     collect = {"grads_after": tuple(grads_after), "no_eval": no_eval}
-    outs = launch.spawn(jobs_fn or _run_jobs, configs[0].world_size, ([(c, p, collect) for c, p in zip(configs, plans)],),
+    outs = launch.spawn(jobs_fn or _run_jobs, configs[0].world_size,
+                        ([(c, p, collect) for c, p in zip(configs, plans)],),
                         timeout_s=configs[0].timeout_s, threads=1, max_runtime_s=max_runtime_s)
     results = []
     for k, plan in enumerate(plans):

@@ -91,7 +91,8 @@ def test_spawn_defaults_to_gloo_with_one_gpu(monkeypatch):
         raise _Stop
 
     monkeypatch.setattr(launch.mp, "get_context", fake_get_context)
-    monkeypatch.setattr(launch, "default_backend", lambda n: seen.setdefault("backend", launch.choose_backend(None, n)[0]))
+    monkeypatch.setattr(launch, "default_backend",
+                        lambda n: seen.setdefault("backend", launch.choose_backend(None, n)[0]))
     with pytest.raises(_Stop):
         launch.spawn(print, 2)
     assert seen["backend"] == "gloo"

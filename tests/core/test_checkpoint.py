@@ -277,7 +277,8 @@ def test_a_damaged_checkpoint_names_itself_and_the_older_one(tmp_path, damage):
         f.write_bytes(f.read_bytes()[:100])
     else:
         (newest / ".metadata").write_bytes(b"\x80\x04garbage" * 5)
-    want = rf"checkpoint {newest} cannot be read \(damaged or incomplete: .*resume from an older one \({ck / 'ckpt-000001'}\)"
+    want = (rf"checkpoint {newest} cannot be read \(damaged or incomplete: "
+            rf".*resume from an older one \({ck / 'ckpt-000001'}\)")
     with pytest.raises(ConfigError, match=want):
         read_meta(ck)
     with pytest.raises(ConfigError, match=want):

@@ -1,4 +1,5 @@
-"""Graph-parallel collectives (gnnpipe.tasks.s2ef.collectives) and hooks (gnnpipe.tasks.s2ef.graph_parallel) on gloo, G = 1..4.
+"""Graph-parallel collectives (gnnpipe.tasks.s2ef.collectives) and hooks (gnnpipe.tasks.s2ef.graph_parallel) on gloo,
+G = 1..4.
 
 Every rank's values, first derivatives and second derivatives (autograd.grad with create_graph=True) are checked
 against hand-derived formulas computed here from the same inputs; byte counts against the formulas; a gather

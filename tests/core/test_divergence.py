@@ -38,7 +38,8 @@ MODES = {
     "gp": ({"ways": 2}, ["--ways", "2"]),
     "hybrid": ({"ways": 2, "stages": 2, "chunks": 4}, ["--ways", "2", "--stages", "2", "--chunks", "4"]),
 }
-DIST = [pytest.param(m, marks=[pytest.mark.dist, pytest.mark.timeout(240)] + ([pytest.mark.slow] if m == "hybrid" else []))
+DIST = [pytest.param(m, marks=[pytest.mark.dist, pytest.mark.timeout(240)]
+                     + ([pytest.mark.slow] if m == "hybrid" else []))
         for m in ("pipeline", "gp", "hybrid")]
 
 
@@ -143,7 +144,8 @@ def test_api_distributed_stops_on_nan_on_every_rank(mode):
     assert ei.value.result.status == "failed" and ei.value.result.epochs == []
 
 
-@pytest.mark.parametrize("mode", ["single", pytest.param("pipeline", marks=[pytest.mark.dist, pytest.mark.timeout(240)])])
+@pytest.mark.parametrize("mode", ["single",
+                                  pytest.param("pipeline", marks=[pytest.mark.dist, pytest.mark.timeout(240)])])
 def test_cli_file_writes_failed_result_on_nan(mode, tmp_path, capsys):
     path, out = tmp_path / "hot.pt", tmp_path / "run.json"
     torch.save(overflowing(), path)

@@ -141,7 +141,8 @@ def test_missing_eval_masks_train_with_a_warning(mode, tmp_path):
         _assert_trained_without_eval(api.train(TrainConfig(**SMALL, **kw), data=only_train_mask(), progress=False))
     if mode == "single":
         with pytest.warns(DataWarning, match="test_mask is missing"):
-            _assert_trained_without_eval(SingleProcessTrainer(only_train_mask(), TrainConfig(**SMALL)).fit(progress=False))
+            _assert_trained_without_eval(
+                SingleProcessTrainer(only_train_mask(), TrainConfig(**SMALL)).fit(progress=False))
 
 
 def test_missing_masks_warn_once_each():
@@ -158,7 +159,8 @@ UNKNOWN = {
     "scheduler": (["--scheduler", "1fb1"], {"scheduler": "1fb1"}, UnknownComponentError, "1f1b, async-stale, gpipe"),
     "partitioner": (["--partitioner", "metiss"], {"partitioner": "metiss"}, UnknownComponentError, "metis"),
     "correctors": (["--correctors", "t1,t9"], {"correctors": ["t1", "t9"]}, UnknownComponentError, "t1, t2, t3"),
-    "layer split": (["--layer-split", "balanced"], {"layer_split": "balanced"}, UnknownComponentError, "equal, profiled"),
+    "layer split": (["--layer-split", "balanced"], {"layer_split": "balanced"}, UnknownComponentError,
+                    "equal, profiled"),
     "backend": (["--backend", "mpi"], {"backend": "mpi"}, ConfigError, "available: gloo, nccl"),
 }
 
@@ -189,7 +191,8 @@ def test_graph_parallel_defaults_do_not_warn():
     given = resolve_config(TrainConfig(ways=4, stages=1, model="gcn", layers=2, correctors=["ema"], scheduler="gpipe"))
     with pytest.warns(UserWarning, match="ignored: --correctors.*--scheduler"):
         check_config(given, num_nodes=100, num_units=4)
-    assert config_module.ignored_options(TrainConfig(ways=4, correctors="none")) == []  # `--correctors none`: nothing to ignore
+    # `--correctors none`: nothing to ignore
+    assert config_module.ignored_options(TrainConfig(ways=4, correctors="none")) == []
 
 
 def test_single_process_warns_about_given_pipeline_options_only():

@@ -117,7 +117,8 @@ def test_gradcheck_against_dense_reference_including_pushes(graph, conv):
                 return chunked_epoch(make_op(graph), conv, h, [2, 1, 0], gout)[1]
 
     h = torch.randn(N, D, dtype=torch.float64, requires_grad=True)
-    torch.testing.assert_close(Epoch.apply(h), dense_epoch(conv, graph, h.detach(), torch.zeros(N, D, dtype=torch.float64)))
+    torch.testing.assert_close(Epoch.apply(h),
+                               dense_epoch(conv, graph, h.detach(), torch.zeros(N, D, dtype=torch.float64)))
     assert torch.autograd.gradcheck(Epoch.apply, (h,))
 
 

@@ -177,14 +177,16 @@ def test_write_false_leaves_history_untouched(adj):
     hist = History(N, torch.float64)
     hist.ensure(D)
     before = hist.H_in.clone()
-    ChunkAggregate.apply(torch.randn(3, D, dtype=torch.float64), hist, csr_row_slice(a, 0, 3), csr_row_slice(at, 0, 3), 0, 3, False)
+    ChunkAggregate.apply(torch.randn(3, D, dtype=torch.float64), hist, csr_row_slice(a, 0, 3), csr_row_slice(at, 0, 3),
+                         0, 3, False)
     assert torch.equal(hist.H_in, before)
 
 
 def test_graph_ops_aggregate_gradient(adj):
     ei, a, _ = adj
     ops = GraphOps(ei, N, torch.float64)
-    assert torch.autograd.gradcheck(lambda h: ops.aggregate(h, "mean"), (torch.randn(N, D, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(lambda h: ops.aggregate(h, "mean"),
+                                    (torch.randn(N, D, dtype=torch.float64, requires_grad=True),))
 
 
 def test_pull_reads_known_zero_rows_from_the_zero_row_bitwise(adj):

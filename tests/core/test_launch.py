@@ -121,9 +121,10 @@ def test_torchrun_world_size_mismatch_is_checked_before_the_group(monkeypatch, t
 
 def test_torchrun_summary_shows_the_world_size_error():
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gnnpipe", "train",
-                        "--stages", "3", "--layers", "2", "--hidden", "8", "--num-nodes", "100", "--epochs", "1",
-                        "--no-progress"], capture_output=True, text=True, env=env, timeout=240)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "gnnpipe", "train", "--stages", "3", "--layers", "2", "--hidden", "8",
+                        "--num-nodes", "100", "--epochs", "1", "--no-progress"], capture_output=True, text=True,
+                       env=env, timeout=240)
     assert r.returncode != 0
     summary = r.stderr[r.stderr.index("Root Cause"):]
     assert "torchrun started 2 rank(s) but --ways 1 × --stages 3 needs 3" in summary

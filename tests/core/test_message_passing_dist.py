@@ -112,8 +112,8 @@ def test_push_equals_pull_for_a_linear_aggregation(correctors, scheduler, recomp
     data = small_graph(n=80)
     kw = {"stages": 2, "chunks": 4, "correctors": correctors, "epochs": 3, "scheduler": scheduler,
           "recompute": recompute}
-    (pull_plan, pull, pull_g), (_, push, push_g) = run_many([_config("gcn", **kw), _config("test-gcn-push", **kw)], data,
-                                                    no_eval=True)
+    (pull_plan, pull, pull_g), (_, push, push_g) = run_many([_config("gcn", **kw), _config("test-gcn-push", **kw)],
+                                                            data, no_eval=True)
     assert push[0]["losses"] == pytest.approx(pull[0]["losses"], abs=1e-5, rel=0)
     for e in GRADS_AFTER:
         renamed = {k.replace(".conv.lin.", ".lin."): v for k, v in push_g[e].items()}

@@ -184,7 +184,8 @@ def test_hybrid_first_epoch_forward_matches_hand_built_reference():
 
 
 def test_hybrid_needs_equal_chunks_per_way():
-    """Hybrid slots pair the t-th chunks of all ways, so C must be a multiple of W; rejected before any process starts."""
+    """Hybrid slots pair the t-th chunks of all ways, so C must be a multiple of W; rejected before any process
+    starts."""
     data = small_graph(n=60)
     with pytest.raises(ConfigError, match="multiple of 2"):
         build_plan(base_config(ways=2, stages=2, chunks=3, layers=2, epochs=1), data)

@@ -27,7 +27,8 @@ def test_graph_parallelism_has_one_part_per_way_whatever_chunks_says(chunks):
         plan = build_plan(cfg, small_graph())
     assert plan.info["chunks"] == 2 and len(plan.chunk_ptr) == 3
     ignored = [str(x.message) for x in w if "ignored" in str(x.message)]
-    assert ignored == ([] if chunks in (None, 2) else [f"ignored: --chunks {chunks} (graph parallelism has one part per way)"])
+    assert ignored == ([] if chunks in (None, 2)
+                       else [f"ignored: --chunks {chunks} (graph parallelism has one part per way)"])
 
 
 def test_pipeline_and_hybrid_chunks_are_unchanged():

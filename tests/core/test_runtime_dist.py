@@ -121,7 +121,8 @@ def _train_cmd(extra):
 def test_torchrun_gives_the_same_result_as_the_builtin_launcher(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     a, b = tmp_path / "builtin.json", tmp_path / "torchrun.json"
-    subprocess.run([sys.executable, "-m", "gnnpipe", "train", *_train_cmd(["--out", str(a)])], check=True, env=env, timeout=240)
+    subprocess.run([sys.executable, "-m", "gnnpipe", "train", *_train_cmd(["--out", str(a)])], check=True, env=env,
+                   timeout=240)
     # torchrun of this interpreter's torch (a `torchrun` script need not sit beside a venv's python)
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     subprocess.run([*torchrun, "--standalone", "--nproc-per-node", "2", "-m", "gnnpipe", "train",
@@ -160,7 +161,8 @@ def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
 def test_sigterm_stops_every_rank(tmp_path):
     """`kill`/`timeout` send SIGTERM to the launcher: it must stop its ranks, not orphan them."""
     proc = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--stages", "2", "--num-nodes", "300",
-                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8", "--no-progress"],
+                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8",
+                             "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0, children = time.monotonic(), []
     while len(children) < 3 and time.monotonic() - t0 < 120:  # the two ranks (and the resource tracker) started
@@ -173,7 +175,8 @@ def test_sigterm_stops_every_rank(tmp_path):
     assert proc.returncode == 130 and "interrupted" in err
     assert "SIGINT" not in err and "stopped by signal SIGTERM" in err, err[-2000:]  # the signal sent, named
     time.sleep(1)
-    alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+    alive = [c for c in children
+             if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
     assert not alive, f"ranks left running: {alive}"
 
 
@@ -181,7 +184,8 @@ def test_sigterm_during_start_up_stops_a_launcher_started_with_sigint_ignored():
     """A background job (``cmd &`` in a script) starts with SIGINT ignored, and an ignored signal stays ignored
     through exec: the SIGINT the launcher forwards must still reach ranks that are still starting up."""
     proc = subprocess.Popen([sys.executable, "-m", "gnnpipe", "train", "--stages", "2", "--num-nodes", "300",
-                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8", "--no-progress"],
+                             "--epochs", "100000", "--patience", "0", "--layers", "2", "--hidden", "8",
+                             "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     t0, children = time.monotonic(), []
@@ -197,7 +201,8 @@ def test_sigterm_during_start_up_stops_a_launcher_started_with_sigint_ignored():
         subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)])
     assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
     time.sleep(1)
-    alive = [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+    alive = [c for c in children
+             if os.path.exists(f"/proc/{c}") and "zombie" not in open(f"/proc/{c}/status").read().lower()]
     assert not alive, f"ranks left running: {alive}"
 
 

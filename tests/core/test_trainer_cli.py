@@ -24,7 +24,8 @@ def test_training_is_deterministic_for_a_seed():
     b = SingleProcessTrainer(_data(), cfg).fit(progress=False)
     assert [e["loss"] for e in a.epochs] == [e["loss"] for e in b.epochs]
     assert a.test_acc_at_best_val == b.test_acc_at_best_val
-    c = SingleProcessTrainer(_data(), TrainConfig(model="gcnii", layers=3, hidden=8, epochs=4, seed=8)).fit(progress=False)
+    c = SingleProcessTrainer(_data(),
+                             TrainConfig(model="gcnii", layers=3, hidden=8, epochs=4, seed=8)).fit(progress=False)
     assert [e["loss"] for e in a.epochs] != [e["loss"] for e in c.epochs]
 
 
@@ -90,8 +91,8 @@ def test_train_cli_writes_the_json_record(tmp_path, capsys):
 
 
 def test_cli_reports_bad_input_without_a_traceback():
-    r = subprocess.run([sys.executable, "-m", "gnnpipe", "train", "--model", "nope", "--epochs", "1", "--num-nodes", "100"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "gnnpipe", "train", "--model", "nope", "--epochs", "1",
+                        "--num-nodes", "100"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "unknown model 'nope'" in r.stderr and "Traceback" not in r.stderr
 

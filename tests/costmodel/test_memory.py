@@ -6,9 +6,10 @@ Every measurement runs in fresh processes whose allocator returns freed blocks a
 floor (interpreter, libraries, the code pages the kernels touch, thread pools, the process group) is measured the way
 the model defines it: each process first runs the same job on a tiny graph; then the heap's free memory is returned
 (``malloc_trim``, so that reused free blocks do not hide growth), its peak is reset (``/proc/self/clear_refs``) and
-the job on the mid-sized graph runs; measured = that run's peak − the resident size before it (the single process: before training, with its graph loaded, so the graph is subtracted from the
-prediction too). Distributed runs use the launcher's path: the plan's graph written to a file, memory-mapped by
-the ranks (``runner.file_backed``), the ranks running ``runner.worker``.
+the job on the mid-sized graph runs; measured = that run's peak − the resident size before it (the single process:
+before training, with its graph loaded, so the graph is subtracted from the prediction too). Distributed runs use the
+launcher's path: the plan's graph written to a file, memory-mapped by the ranks (``runner.file_backed``), the ranks
+running ``runner.worker``.
 
 Run as a script for the table: ``python tests/costmodel/test_memory.py``.
 """
@@ -192,7 +193,8 @@ def _table() -> None:  # pragma: no cover - the script's report
             rows.append((name, meas, [p.peak for p in preds]))
     print(f"{'layout':34s} {'measured MiB':>24s} {'predicted MiB':>24s} {'pred/meas':>20s}")
     for name, meas, pred in rows:
-        print(f"{name:34s} {' '.join(f'{m / M:5.1f}' for m in meas):>24s} {' '.join(f'{p / M:5.1f}' for p in pred):>24s} "
+        print(f"{name:34s} {' '.join(f'{m / M:5.1f}' for m in meas):>24s} "
+              f"{' '.join(f'{p / M:5.1f}' for p in pred):>24s} "
               f"{' '.join(f'{_ratio(p, m):5.2f}' for p, m in zip(pred, meas)):>20s}")
 
 

@@ -82,7 +82,8 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
     g = _geometry(jobs[3][1], jobs[3][0])
     assert g.mirror_fwd != g.mirror_bwd
     # the bfloat16 hybrid moves fewer graph bytes than the same hybrid with history in --dtype
-    assert 0 < predict_bytes(*jobs[4], make_model(jobs[4][0], jobs[4][1].num_features, jobs[4][1].num_classes))["graph"] \
+    assert 0 < predict_bytes(*jobs[4],
+                             make_model(jobs[4][0], jobs[4][1].num_features, jobs[4][1].num_classes))["graph"] \
         < predict_bytes(*jobs[2], make_model(jobs[2][0], jobs[2][1].num_features, jobs[2][1].num_classes))["graph"]
 
 

@@ -144,7 +144,8 @@ def test_profile_measures_the_runtime_costs(tiny):
     for k in d["unit_kinds"].values():
         k.pop("scale_forward"), k.pop("unfused")
     old = Profile.from_dict(d)
-    assert old.switch_s == 0.0 and old.host_exchange is None and old.executor_scale == 1.0 and all(k.unfused == 1.0 for k in old.unit_kinds.values())
+    assert old.switch_s == 0.0 and old.host_exchange is None and old.executor_scale == 1.0 \
+        and all(k.unfused == 1.0 for k in old.unit_kinds.values())
 
 
 def _predict(cfg, data, prof, spec, hw):

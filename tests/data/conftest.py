@@ -9,7 +9,8 @@ import pytest
 
 #: ``../shared/data`` beside the checkout (read-only in CI); ``GNNPIPE_TEST_DATA`` names another copy (e.g. a
 #: writable one: the tests must pass whichever write bits the folder has).
-SHARED_DATA = Path(os.environ.get("GNNPIPE_TEST_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data")
+SHARED_DATA = Path(os.environ.get("GNNPIPE_TEST_DATA")
+                   or Path(__file__).resolve().parents[2].parent / "shared" / "data")
 
 
 @pytest.fixture(scope="session")

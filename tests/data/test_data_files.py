@@ -18,8 +18,8 @@ def small(n: int = 60, seed: int = 0) -> Data:
     y = torch.arange(n) % 3
     tr = torch.zeros(n, dtype=torch.bool)
     tr[:9] = True
-    return Data(x=torch.randn(n, 4, generator=g), edge_index=ei, y=y, train_mask=tr, val_mask=~tr & (torch.arange(n) < 20),
-                test_mask=torch.arange(n) >= 20)
+    return Data(x=torch.randn(n, 4, generator=g), edge_index=ei, y=y, train_mask=tr,
+                val_mask=~tr & (torch.arange(n) < 20), test_mask=torch.arange(n) >= 20)
 
 
 def test_pt_data(tmp_path, recwarn):
@@ -28,7 +28,8 @@ def test_pt_data(tmp_path, recwarn):
     torch.save(d, tmp_path / "g.pt")
     out = load_dataset(str(tmp_path / "g.pt"))
     assert not [w for w in recwarn if "unpickling" in str(w.message)]  # loaded with weights_only=True
-    assert out.name == "mine" and torch.equal(out.edge_index, d.edge_index) and torch.equal(out.train_mask, d.train_mask)
+    assert out.name == "mine" and torch.equal(out.edge_index, d.edge_index) \
+        and torch.equal(out.train_mask, d.train_mask)
 
 
 def test_a_damaged_pt_file_is_a_clear_error(tmp_path):

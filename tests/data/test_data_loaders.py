@@ -78,7 +78,8 @@ def test_ten_splits_select_columns(shared_data, cache_dir):
     with pytest.raises(ConfigError, match=r"10 predefined splits.*split=0..9"):
         load_dataset("cornell", shared_data, split=10, cache_dir=cache_dir)
     s3 = load_dataset("squirrel_filtered", shared_data, split=3, cache_dir=cache_dir)
-    assert not torch.equal(s3.train_mask, load_dataset("squirrel_filtered", shared_data, cache_dir=cache_dir).train_mask)
+    assert not torch.equal(s3.train_mask,
+                           load_dataset("squirrel_filtered", shared_data, cache_dir=cache_dir).train_mask)
 
 
 def test_random_split_is_seeded(shared_data, cache_dir):

@@ -264,7 +264,8 @@ def test_float64_beyond_float32_is_refused_in_float32():
     from gnnpipe.errors import DataValidationError
 
     d = _graph64()
-    with pytest.raises(DataValidationError, match=r"data\.x has 1 value.*float64.*float32.*1e\+300.*scale.*--dtype float64"):
+    with pytest.raises(DataValidationError,
+                       match=r"data\.x has 1 value.*float64.*float32.*1e\+300.*scale.*--dtype float64"):
         prepare(d)
     with pytest.raises(DataValidationError, match="float32"):
         check_finite_in_dtype(d.x, "data.x", torch.float32)

@@ -70,7 +70,8 @@ def _orphans(tmp_path) -> list[int]:
 def test_study_kill_resume_report(tmp_path, capsys):
     from gnnpipe.data.synthetic import synthetic_graph
 
-    torch.save(synthetic_graph(num_nodes=200, avg_degree=6, num_classes=3, num_features=8, seed=0), tmp_path / "tiny.pt")
+    torch.save(synthetic_graph(num_nodes=200, avg_degree=6, num_classes=3, num_features=8, seed=0),
+               tmp_path / "tiny.pt")
     study_file = tmp_path / "tiny.toml"
     study_file.write_text(STUDY)
     results = tmp_path / "tiny.results.jsonl"

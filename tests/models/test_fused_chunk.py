@@ -225,7 +225,8 @@ def test_run_units_makes_one_node_for_a_run_and_counts_each_op_once():
             return None if i in plain else ChunkPushPull(hists[i - 1], CompactRows(a), CompactRows(at), 0, N)
 
         h = torch.randn(N, D, dtype=torch.float64, requires_grad=True)
-        out, _ = model.run_units(1, 4, h, torch.randn(N, D, dtype=torch.float64), unit_aggregators(model.units, call, pp))
+        out, _ = model.run_units(1, 4, h, torch.randn(N, D, dtype=torch.float64),
+                                 unit_aggregators(model.units, call, pp))
         seen, todo = set(), [out.grad_fn]
         while todo:
             n = todo.pop()

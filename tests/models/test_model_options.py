@@ -102,7 +102,8 @@ hidden = [8, 16]
 """
     s = parse_study(tomllib.loads(text))
     assert s.runs[0].argv[s.runs[0].argv.index("--model-arg") + 1] == "lamda=0.6"
-    grid = parse_study(tomllib.loads('[fixed]\nmodel = "gcnii"\n[grid]\nmodel_args = [{lamda = 0.4}, {lamda = 0.6, alpha = 0.2}]\n'))
+    grid = parse_study(tomllib.loads('[fixed]\nmodel = "gcnii"\n'
+                                     '[grid]\nmodel_args = [{lamda = 0.4}, {lamda = 0.6, alpha = 0.2}]\n'))
     assert [r.settings["model_args"] for r in grid.runs] == ["lamda=0.4", "alpha=0.2,lamda=0.6"]
     assert grid.runs[1].argv.count("--model-arg") == 2
     with pytest.raises(ConfigError, match="no option 'lam'"):

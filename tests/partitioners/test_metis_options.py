@@ -32,7 +32,8 @@ def _disconnected_parts(graph, parts, num_parts):
 @pytest.mark.parametrize("num_parts", [4, 16])  # 4: pymetis would pick recursive bisection; 16: k-way
 def test_contiguous_on_disconnected_graph_is_a_config_error(num_parts):
     graph = _ring_plus_isolated()
-    with pytest.raises(ConfigError, match=r"contiguous=True needs a connected graph.*61 connected components.*60 isolated"):
+    with pytest.raises(ConfigError,
+                       match=r"contiguous=True needs a connected graph.*61 connected components.*60 isolated"):
         P.partition_graph(graph, num_parts, "metis", contiguous=True)
 
 

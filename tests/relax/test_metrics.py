@@ -106,7 +106,8 @@ def test_minimum_image_wraps_periodic_directions_only():
     from ase.constraints import FixAtoms
 
     cell = [[4.0, 0, 0], [2.0, 3.0, 0], [0, 0, 10.0]]
-    ref = Atoms("Cu3", positions=[[0.2, 0.3, 5.0], [1.0, 1.0, 5.0], [2.0, 2.0, 2.0]], cell=cell, pbc=[True, True, False])
+    ref = Atoms("Cu3", positions=[[0.2, 0.3, 5.0], [1.0, 1.0, 5.0], [2.0, 2.0, 2.0]], cell=cell,
+                pbc=[True, True, False])
     ref.set_constraint(FixAtoms(indices=[2]))
     pred = ref.copy()
     pos = ref.positions.copy()

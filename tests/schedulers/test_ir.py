@@ -45,8 +45,8 @@ def test_action_parse_error_message_shows_format():
 @pytest.mark.parametrize(
     "kwargs",
     [{"stage": 0, "kind": "F"}, {"stage": 0, "kind": "B", "chunk": -1}, {"stage": 0, "kind": "S", "chunk": 0},
-     {"stage": -1, "kind": "F", "chunk": 0}, {"stage": 0, "kind": "F", "chunk": 0, "epoch": -1}, {"stage": 0, "kind": "Q", "chunk": 0},
-     {"stage": 0, "kind": "F", "chunk": True}],
+     {"stage": -1, "kind": "F", "chunk": 0}, {"stage": 0, "kind": "F", "chunk": 0, "epoch": -1},
+     {"stage": 0, "kind": "Q", "chunk": 0}, {"stage": 0, "kind": "F", "chunk": True}],
 )
 def test_action_rejects_bad_fields(kwargs):
     with pytest.raises(ScheduleError):

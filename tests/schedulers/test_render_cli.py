@@ -166,7 +166,8 @@ def _torch_schedules():
     return schedules
 
 
-@pytest.mark.parametrize("name, order", [("gpipe", "fixed"), ("gpipe", "shuffle"), ("1f1b", "fixed"), ("1f1b", "shuffle")])
+@pytest.mark.parametrize("name, order",
+                         [("gpipe", "fixed"), ("gpipe", "shuffle"), ("1f1b", "fixed"), ("1f1b", "shuffle")])
 def test_cli_csv_is_read_and_validated_by_torch(tmp_path, capsys, name, order):
     ts = _torch_schedules()
     S, C = 4, 8

@@ -59,7 +59,8 @@ def test_backward_before_forward_on_a_stage():
 def test_forward_not_after_previous_stage():
     rows = gpipe_rows()
     rows[1] = ["1F0", "", "1F1", "1B1", "1B0", "1S"]
-    msg = reject(rows, r"1F0 runs at slot 0, not after 0F0 \(slot 0\); F\(s,c\) must come after F\(s-1,c\)", marked="1F0")
+    msg = reject(rows, r"1F0 runs at slot 0, not after 0F0 \(slot 0\); F\(s,c\) must come after F\(s-1,c\)",
+                 marked="1F0")
     assert "<--" in msg
 
 

@@ -60,8 +60,8 @@ def test_a_150_angstrom_cutoff_on_a_small_periodic_cell_is_refused_in_seconds():
     t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=r"^--cutoff 150 Å: the neighbour search of a batch of 8 structures "
                                           r"enumerates ~7\.\de\+07 atom pairs \(~1\.2e\+06 neighbours per atom.*keeps "
-                                          r"~3,200 edges \(at most 50 per atom\).*GiB.*beyond the limit.*lower --cutoff "
-                                          r"to about \d+(\.\d)? Å"):
+                                          r"~3,200 edges \(at most 50 per atom\).*GiB.*beyond the limit.*"
+                                          r"lower --cutoff to about \d+(\.\d)? Å"):
         check_graph_size(cells, 150.0, 50, batch_size=8, available=64 * 2**30)
     assert time.perf_counter() - t0 < 2.0
     with pytest.raises(ConfigError, match=r"50% of the 1\.0 GiB available"):   # memory, too

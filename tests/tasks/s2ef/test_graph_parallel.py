@@ -1,8 +1,8 @@
 """The graph-parallel S2EF executor is exact (float64, dropout off): for G ranks per replica, both partitioners, both
-edge-gather modes, schnet, dimenet++ and gemnet-t with conservative (and direct) forces in the loss, every step's energies,
-forces and every parameter's gradient (after the all-reduce the optimizer sees) equal the single process within
-1e-9 relative, and so do the weights, losses and metrics of the epoch; D × G = 2 × 2 equals D = 2. One step's batch
-is a dimer alone (2 edges: with G = 4 some ranks own nothing). Bad configurations are refused before any process
+edge-gather modes, schnet, dimenet++ and gemnet-t with conservative (and direct) forces in the loss, every step's
+energies, forces and every parameter's gradient (after the all-reduce the optimizer sees) equal the single process
+within 1e-9 relative, and so do the weights, losses and metrics of the epoch; D × G = 2 × 2 equals D = 2. One step's
+batch is a dimer alone (2 edges: with G = 4 some ranks own nothing). Bad configurations are refused before any process
 starts; a rank that dies ends every rank with a message naming it."""
 
 from __future__ import annotations
@@ -210,7 +210,8 @@ def test_check_accepts_the_grid():
     check_graph_parallel(_config("dimenet++", 2), world=4)
     check_graph_parallel(_config("schnet", 3, "atom-owner", "halo"), world=None)
     grid = rank_grid(_config("schnet", 3), world=6)
-    assert [(grid.coords(r)["replica"], grid.coords(r)["gp"]) for r in range(6)] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert [(grid.coords(r)["replica"], grid.coords(r)["gp"]) for r in range(6)] == [(0, 0), (0, 1), (0, 2),
+                                                                                     (1, 0), (1, 1), (1, 2)]
 
 
 def test_the_flags_and_study_keys():

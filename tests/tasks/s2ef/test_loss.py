@@ -36,8 +36,10 @@ def test_loss_by_hand_over_free_atoms(loss_fn):
 def test_shares_with_global_counts_sum_to_the_whole():
     e, et, f, ft, free = _parts()
     whole = s2ef_loss(e, et, f, ft, free, num_structures=5, num_free=10, energy_coef=1.0, force_coef=100.0)
-    a = s2ef_loss(e[:2], et[:2], f[:4], ft[:4], free[:4], num_structures=5, num_free=10, energy_coef=1.0, force_coef=100.0)
-    b = s2ef_loss(e[2:], et[2:], f[4:], ft[4:], free[4:], num_structures=5, num_free=10, energy_coef=1.0, force_coef=100.0)
+    a = s2ef_loss(e[:2], et[:2], f[:4], ft[:4], free[:4], num_structures=5, num_free=10, energy_coef=1.0,
+                  force_coef=100.0)
+    b = s2ef_loss(e[2:], et[2:], f[4:], ft[4:], free[4:], num_structures=5, num_free=10, energy_coef=1.0,
+                  force_coef=100.0)
     assert float(a + b) == pytest.approx(float(whole), rel=1e-12)
 
 
@@ -84,7 +86,8 @@ def test_the_reference_fits_on_the_structures_with_energies():
     with_e = [Data(z=torch.tensor([1, 8]), pos=torch.zeros(2, 3), energy=torch.tensor([-2.0])),
               Data(z=torch.tensor([1, 1, 8]), pos=torch.zeros(3, 3), energy=torch.tensor([-3.5])),
               Data(z=torch.tensor([8]), pos=torch.zeros(1, 3), energy=torch.tensor([-0.4]))]
-    without = Data(z=torch.tensor([1]), pos=torch.zeros(1, 3), energy=torch.tensor([99.0]), has_energy=torch.tensor([False]))
+    without = Data(z=torch.tensor([1]), pos=torch.zeros(1, 3), energy=torch.tensor([99.0]),
+                   has_energy=torch.tensor([False]))
     a, b = EnergyNormalizer.fit(with_e), EnergyNormalizer.fit([*with_e, without])
     assert a.coef == b.coef and a.mean == b.mean and a.std == b.std and b.elements == [1, 8]
     none = EnergyNormalizer.fit([Data(z=torch.tensor([1]), pos=torch.zeros(1, 3))])

@@ -30,8 +30,8 @@ def xyz(tmp_path_factory):
 def test_a_run_resumed_in_another_layout_says_so(xyz, tmp_path, capsys):
     ck = tmp_path / "ck"
     api.train(**SMALL, dataset=xyz, epochs=2, checkpoint_dir=str(ck), log_every=0, progress=False)
-    with pytest.warns(UserWarning, match=r"the global batch is now 8 structures \(--batch-size 4 × --replicas 2; it was "
-                                         r"4\), so an epoch has fewer optimizer steps"):
+    with pytest.warns(UserWarning, match=r"the global batch is now 8 structures \(--batch-size 4 × --replicas 2; "
+                                         r"it was 4\), so an epoch has fewer optimizer steps"):
         r = api.train(**SMALL, dataset=xyz, epochs=3, replicas=2, resume=str(ck), log_every=0, progress=False)
     assert r.extra["layout_from_epoch"] == 2
     assert r.mean_epoch_time_s == pytest.approx(r.epochs[2]["time_s"])  # this layout's epoch only

@@ -38,7 +38,8 @@ def test_training_lowers_the_force_error_and_reports_s2ef_metrics():
     first, last = r.epochs[0], r.epochs[-1]
     assert last["train_force_mae"] < first["train_force_mae"]
     d = r.to_dict()
-    assert "best_val_acc" not in d and d["config"]["task"] == "s2ef" and d["config"]["force_coef"] == MODEL_DEFAULTS["schnet"]["force_coef"]
+    assert "best_val_acc" not in d and d["config"]["task"] == "s2ef" \
+        and d["config"]["force_coef"] == MODEL_DEFAULTS["schnet"]["force_coef"]
     for k in ("val_energy_mae", "val_energy_mae_per_atom", "val_force_mae", "val_force_cos", "val_efwt",
               "test_force_mae"):
         assert k in d["best_metrics"] and k in last
@@ -155,8 +156,8 @@ def test_torchrun_ranks_train_data_parallel(tmp_path, xyz):
     torchrun = shutil.which("torchrun") or pytest.skip("no torchrun")
     out = tmp_path / "r.json"
     p = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "gnnpipe", "train", "--dataset", xyz, *FLAGS,
-                        "--replicas", "2", "--epochs", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                       cwd=tmp_path)
+                        "--replicas", "2", "--epochs", "2", "--out", str(out)], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["status"] == "completed" and rec["plan"]["data_parallel"] == 2 and len(rec["peak_mem_bytes"]) == 2
@@ -183,5 +184,6 @@ def test_errors_name_the_structure_file_and_the_flag(tmp_path):
 
 def test_gp_size_with_a_node_classification_model_names_the_atomistic_models():
     with pytest.raises(ConfigError, match=r"--model gcnii cannot be graph-parallel.*--ways W.*"
-                                          r"atomistic model \(--model dimenet\+\+ / (\S+ / )*gemnet-t / (\S+ / )*schnet"):
+                                          r"atomistic model \(--model dimenet\+\+ / (\S+ / )*gemnet-t / "
+                                          r"(\S+ / )*schnet"):
         api.train(model="gcnii", graph_parallel_group_size=2, epochs=1, log_every=0, progress=False)
