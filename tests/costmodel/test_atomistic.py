@@ -407,7 +407,8 @@ def test_plan_cli_for_an_atomistic_job(tmp_path, capsys):
 
     prof = tmp_path / "prof.json"
     prof.write_text(json.dumps(_profile().to_dict()))
-    rc = main(["plan", "--task", "s2ef", "--model", "dimenet++", "--layers", "2", "--hidden", "8", "--ranks", "4", "--batch-size", "1",
+    rc = main(["plan", "--task", "s2ef", "--model", "dimenet++", "--layers", "2", "--hidden", "8", "--ranks", "4",
+               "--batch-size", "1",
                "--plan-structures", "oc20-sized", "--hardware", "h200x8", "--profile-in", str(prof),
                "--params", "1e8", "--projection-hidden", "1024", "--chunks-per-stage", "1",
                *[f"--model-arg={k}={v}" for k, v in SMALL_DIMENET.items()], "--no-progress",

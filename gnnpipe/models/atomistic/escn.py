@@ -233,7 +233,8 @@ def _sum_onto(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
 
 
 def _edge_frames(vec: Tensor, lmax: int, index: Tensor, random_roll: bool) -> Tensor:
-    """The rotated-frame Wigner-D rows ``[E, M, (lmax+1)²]`` of edge vectors ``[E, 3]`` (``index``: the m-major rows)."""
+    """The rotated-frame Wigner-D rows ``[E, M, (lmax+1)²]`` of edge vectors ``[E, 3]`` (``index``: the m-major
+    rows)."""
     roll = torch.rand(vec.size(0), dtype=vec.dtype, device=vec.device) * (2 * math.pi) if random_roll else None
     return wigner_d(edge_rotation(vec, roll), lmax).index_select(1, index)
 
@@ -659,7 +660,8 @@ def fairchem_key_map(model: ESCNMD, backbone: str = "backbone.", energy_head: st
             rest = re.sub(r"^norm_(\d)\.weight$", r"norm_\1.affine_weight", rest)
             rest = re.sub(r"^norm_(\d)\.bias$", r"norm_\1.affine_bias", rest)
             rest = re.sub(r"^conv_(\d)\.m0\.", r"edge_wise.so2_conv_\1.fc_m0.", rest)
-            rest = re.sub(r"^conv_(\d)\.m_linears\.(\d+)\.weight$", r"edge_wise.so2_conv_\1.so2_m_conv.\2.fc.weight", rest)
+            rest = re.sub(r"^conv_(\d)\.m_linears\.(\d+)\.weight$", r"edge_wise.so2_conv_\1.so2_m_conv.\2.fc.weight",
+                          rest)
             rest = re.sub(r"^conv_(\d)\.radial\.", r"edge_wise.so2_conv_\1.radial.", rest)
             rest = rad(rest)
             rest = re.sub(r"^ff\.mlp\.", "atom_wise.grid_mlp.", rest)

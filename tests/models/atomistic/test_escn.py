@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
+from gnnpipe.cli.main import main
 from gnnpipe.data.atoms import build_graph
 from gnnpipe.errors import ConfigError
 from gnnpipe.models import build_model, model_options
@@ -25,6 +26,7 @@ from gnnpipe.models.atomistic.escn import (
     fairchem_key_map,
     import_fairchem_state_dict,
 )
+from gnnpipe.tasks.s2ef.cost import stage_widths
 
 from .conftest import molecules
 
@@ -116,7 +118,8 @@ def test_edge_rotation_takes_every_direction_to_y_poles_included():
     torch.testing.assert_close(torch.einsum("eij,ej->ei", so3.edge_rotation(v, roll), n), y, rtol=0, atol=1e-12)
     # smooth where the charts are: finite gradients at the poles
     p = v[:3].clone().requires_grad_(True)
-    (g,) = torch.autograd.grad(so3.wigner_d(so3.edge_rotation(p), 2).square().sum() + so3.edge_rotation(p)[:, 0, 0].sum(), p)
+    (g,) = torch.autograd.grad(so3.wigner_d(so3.edge_rotation(p), 2).square().sum()
+                               + so3.edge_rotation(p)[:, 0, 0].sum(), p)
     assert bool(torch.isfinite(g).all())
 
 
@@ -133,7 +136,8 @@ def test_rotations_rotate_forces_and_leave_the_energy(direct):
     and, on a fine grid, for any rotation; on the default grid a generic rotation changes the energy only by the
     grid's aliasing (small, not zero: a pointwise nonlinearity on a finite grid)."""
     b = molecules((7, 5), seed=1)
-    for grid, rotations in ((0, [_rot("y", 2 * math.pi / 7), _rot("z", math.pi), _rot("y", 4 * math.pi / 7) @ _rot("z", math.pi)]),
+    for grid, rotations in ((0, [_rot("y", 2 * math.pi / 7), _rot("z", math.pi),
+                                 _rot("y", 4 * math.pi / 7) @ _rot("z", math.pi)]),
                             (40, [_rot("y", 0.3) @ _rot("x", 1.1) @ _rot("z", 0.7)])):
         model = _model(direct, grid_resolution=grid)
         out = model(b, _graph(b, model), forces=True)
@@ -251,7 +255,8 @@ def test_importing_a_mismatched_state_dict_is_refused():
     model = _model()
     sd = export_fairchem_state_dict(model)
     with pytest.raises(ConfigError, match="has no 'backbone.blocks.1.norm_1.affine_weight'"):
-        import_fairchem_state_dict(model, {k: v for k, v in sd.items() if k != "backbone.blocks.1.norm_1.affine_weight"})
+        import_fairchem_state_dict(model, {k: v for k, v in sd.items()
+                                           if k != "backbone.blocks.1.norm_1.affine_weight"})
     with pytest.raises(ConfigError, match="build escn-md with the checkpoint's sizes"):
         import_fairchem_state_dict(_model(lmax=3), sd)
     bad = dict(sd)
@@ -390,8 +395,6 @@ def test_the_widths_it_describes_are_what_autograd_saves(direct, sizes):
     the values autograd's saved-tensor hooks see, per owned edge and atom, in every stage of a pipeline split and in
     the single process; what is left is a per-call constant (the norms' per-degree weights, the system embedding),
     equal on batches of other sizes."""
-    from gnnpipe.tasks.s2ef.cost import stage_widths
-
     model = _model(direct, **sizes).train()
     n = model.num_units
     batches = [molecules((6, 8), seed=1), molecules((5, 9, 7), seed=2), _cell_batch(_triclinic())]
@@ -410,8 +413,6 @@ def test_the_widths_it_describes_are_what_autograd_saves(direct, sizes):
 @pytest.mark.slow  # ~16 s on the loaded 2-core machine: it profiles a training step
 def test_plan_ranks_its_layouts(capsys):
     """``gnnpipe plan`` costs escn-md's layouts (it asks the model for its widths and hook calls)."""
-    from gnnpipe.cli.main import main
-
     rc = main(["plan", "--model", "escn-md", "--ranks", "2", "--frames", "4", "--layers", "1", "--hidden", "8",
                "--model-arg=edge_channels=4", "--model-arg=num_distance_basis=8", "--no-progress"])
     assert rc == 0
