@@ -78,7 +78,8 @@ def run_all(profiles: Path) -> dict:
     profiles.mkdir(parents=True, exist_ok=True)
     nodes_prof, s2ef_prof = profiles / "nodes.json", profiles / "s2ef.json"
     preds = api.plan(TrainConfig(**NODE_BASE), ranks=4, progress=False,
-                     **({"profile_in": str(nodes_prof)} if nodes_prof.exists() else {"profile_out": str(nodes_prof)}))[0]
+                     **({"profile_in": str(nodes_prof)} if nodes_prof.exists()
+                        else {"profile_out": str(nodes_prof)}))[0]
     out["plan-nodes"] = [p.to_record() for p in preds]
     preds = api.plan(TrainConfig(**{**S2EF_BASE, "dtype": "float32"}), ranks=4, progress=False,
                      **({"profile_in": str(s2ef_prof)} if s2ef_prof.exists() else {"profile_out": str(s2ef_prof)}))[0]

@@ -1,11 +1,12 @@
 """The atomistic cost model against measured graph-parallel steps: per-rank peak memory and step time.
 
-Profiles ``dimenet++`` (or ``--model gemnet-t`` / ``gemnet-dt``) on a small sample slab (``--profile-size`` unit cells: one single-process step's time and
-peak of live bytes, :func:`gnnpipe.tasks.s2ef.cost.profile_step`), then runs the training steps of
-``benchmarks/bench_graph_parallel.py`` on the job's Pt(111) slab for each ``G`` of ``--gp-sizes`` (fresh processes)
-and prints, per rank, the measured peak above the floor and step time beside the cost model's prediction for the
-layout ``S1 x G x D1`` (:func:`gnnpipe.tasks.s2ef.cost.predict_layout`; the benchmark's step has no optimizer,
-so the prediction compared is gradients + the flat all-reduce buffer + activations; its floor holds the weights).
+Profiles ``dimenet++`` (or ``--model gemnet-t`` / ``gemnet-dt``) on a small sample slab (``--profile-size`` unit cells:
+one single-process step's time and peak of live bytes, :func:`gnnpipe.tasks.s2ef.cost.profile_step`), then runs the
+training steps of ``benchmarks/bench_graph_parallel.py`` on the job's Pt(111) slab for each ``G`` of ``--gp-sizes``
+(fresh processes) and prints, per rank, the measured peak above the floor and step time beside the cost model's
+prediction for the layout ``S1 x G x D1`` (:func:`gnnpipe.tasks.s2ef.cost.predict_layout`; the benchmark's step has no
+optimizer, so the prediction compared is gradients + the flat all-reduce buffer + activations; its floor holds the
+weights).
 
 Each ``G`` runs twice in fresh processes: a memory pass (one step) with ``MALLOC_MMAP_THRESHOLD_=16384`` (glibc
 returns freed blocks of 16 KiB and more at once, so the resident peak is the live peak: with the default 128 KiB
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=6)
     p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--profile-size", type=int, default=None, help="unit cells of the profiled sample (default: the job's slab)")
+    p.add_argument("--profile-size", type=int, default=None,
+                   help="unit cells of the profiled sample (default: the job's slab)")
     p.add_argument("--cutoff", type=float, default=6.0)
     p.add_argument("--max-neighbors", type=int, default=50)
     p.add_argument("--model", choices=sorted(bgp.MODELS), default="dimenet++")
@@ -75,14 +77,15 @@ def main(argv=None) -> int:
     job_batch = bgp.slab(args.size, args.layers, torch.float32)
     job = AtomJob(model, job_batch.to_data_list(), args.cutoff, args.max_neighbors, partitioner=args.partitioner,
                   mode=args.mode, element_size=4, allreduce_element_size=4)
-    bench_args = argparse.Namespace(model=args.model, malloc="system", size=args.size, layers=args.layers, cutoff=args.cutoff,
-                                    max_neighbors=args.max_neighbors, hidden=args.hidden, blocks=args.blocks,
-                                    partitioner=args.partitioner, mode=args.mode, steps=args.steps,
+    bench_args = argparse.Namespace(model=args.model, malloc="system", size=args.size, layers=args.layers,
+                                    cutoff=args.cutoff, max_neighbors=args.max_neighbors, hidden=args.hidden,
+                                    blocks=args.blocks, partitioner=args.partitioner, mode=args.mode, steps=args.steps,
                                     warmup=args.warmup, threads=1, dtype="float32", device="cpu", timeout=600.0)
     rows = []
     grid = ([tuple(int(v) for v in lay.lower().split("x")) for lay in args.layouts] if args.layouts
             else [(1, G) for G in args.gp_sizes])
-    print(f"{'DxG':>4} {'rank':>4} {'peak MiB':>9} {'pred MiB':>9} {'err %':>6} {'step s':>8} {'pred s':>8} {'err %':>6} "
+    print(f"{'DxG':>4} {'rank':>4} {'peak MiB':>9} {'pred MiB':>9} {'err %':>6} "
+          f"{'step s':>8} {'pred s':>8} {'err %':>6} "
           f"{'cpu s':>7} {'pred':>7} {'err %':>6}")
     for D, G in grid:
         os.environ["MALLOC_MMAP_THRESHOLD_"] = "16384"
@@ -102,7 +105,8 @@ def main(argv=None) -> int:
                    "pred_step_s": pred.step_s, "cpu_s": o["cpu_s"], "pred_cpu_s": w, "edges": o["edges"],
                    "triplets": o["triplets"]}
             rows.append(row)
-            print(f"{f'{D}x{G}':>4} {o['rank']:>4} {o['peak_MiB']:>9.1f} {pm:>9.1f} {100 * (pm / o['peak_MiB'] - 1):>6.1f} "
+            print(f"{f'{D}x{G}':>4} {o['rank']:>4} {o['peak_MiB']:>9.1f} {pm:>9.1f} "
+                  f"{100 * (pm / o['peak_MiB'] - 1):>6.1f} "
                   f"{step:>8.3f} {pred.step_s:>8.3f} {100 * (pred.step_s / step - 1):>6.1f} "
                   f"{o['cpu_s']:>7.3f} {w:>7.3f} {100 * (w / o['cpu_s'] - 1):>6.1f}")
     if args.out:

@@ -154,7 +154,9 @@ def child(args) -> dict:
         waits.append(w)
         computes.append(c)
     return {"path": args.child, "structures": len(structures), "workers": tr.loader.num_workers,
-            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first, "first_batch_s": first_batch, "rss0_mib": rss0, "rss_loaded": rss_loaded, "rss_loaded_mib": rss_loaded["VmRSS"],
+            "import_s": t_import, "load_s": t_loaded, "model_s": t_model, "first_step_s": first,
+            "first_batch_s": first_batch, "rss0_mib": rss0, "rss_loaded": rss_loaded,
+            "rss_loaded_mib": rss_loaded["VmRSS"],
             "rss_anon_mib": rss_mib("RssAnon"), "rss_file_mib": rss_mib("RssFile"),
             "rss_mib": rss_mib(), "wait_s": waits[1:], "compute_s": computes[1:], "batch_size": config.batch_size}
 
@@ -193,15 +195,18 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=200_000, help="structures of the larger set (default %(default)s)")
     ap.add_argument("--old", type=int, default=5_000,
                     help="structures of the extended-XYZ set read by the in-memory path (default %(default)s)")
-    ap.add_argument("--base", type=int, default=40, help="EMT-labelled structures the sets rattle (default %(default)s)")
+    ap.add_argument("--base", type=int, default=40,
+                    help="EMT-labelled structures the sets rattle (default %(default)s)")
     ap.add_argument("--variants", type=int, default=400,
                     help="distinct rattled structures the sets cycle through (default %(default)s)")
     ap.add_argument("--rattle", type=float, default=0.02, help="Å, the positions' rattle (default %(default)s)")
     ap.add_argument("--steps", type=int, default=8, help="training steps measured (default %(default)s)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of the training process (default %(default)s)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of the training process (default %(default)s)")
     ap.add_argument("--workers", type=int, default=1, help="loader workers (default %(default)s)")
     ap.add_argument("--cli-steps", type=int, default=3,
-                    help="the whole `gnnpipe train --max-steps N` command timed on both sets (0: skip; default %(default)s)")
+                    help="the whole `gnnpipe train --max-steps N` command timed on both sets "
+                         "(0: skip; default %(default)s)")
     ap.add_argument("--dir", default=None, help="where the sets are written (default: $GNNPIPE_CACHE/bench-data)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -240,10 +245,12 @@ def main() -> None:
     if args.cli_steps:
         walls = {n: cli_wall(p, args) for n, p in sets.items()}
         print(f"gnnpipe train --max-steps {args.cli_steps}, whole command: {walls[args.small]:.1f} s on "
-              f"{args.small:,}, {walls[args.large]:.1f} s on {args.large:,} ({walls[args.large] / walls[args.small]:.2f}x)")
+              f"{args.small:,}, {walls[args.large]:.1f} s on {args.large:,} "
+              f"({walls[args.large] / walls[args.small]:.2f}x)")
     r = run_child(old, args, 0)
     rate = r["load_s"] / r["structures"]
-    print(f"in-memory {args.old:>6,}: first step {r['first_step_s']:.2f} s (reading and validating {r['load_s']:.2f} s, "
+    print(f"in-memory {args.old:>6,}: first step {r['first_step_s']:.2f} s "
+          f"(reading and validating {r['load_s']:.2f} s, "
           f"{rate * 1e3:.2f} ms per structure: {rate * args.large / 60:.1f} min for {args.large:,}), RSS "
           f"{r['rss_mib']:.0f} MiB")
 

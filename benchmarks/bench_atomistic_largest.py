@@ -11,8 +11,8 @@ Steps, each a ``gnnpipe`` command printed before it runs (so each can be run by 
 
 1. ``gnnpipe plan --ranks S·…``: the cost model ranks the S × G × D layouts of ``--ranks`` ranks; the fastest that
    fits (the local machine's memory, ``--hardware``) with ``stages >= --min-stages`` is trained.
-2. ``gnnpipe train`` in that layout for ``--epochs`` epochs (checkpoints after epoch ``E − 1`` and at the end); the loss of each epoch
-   is the mean of its steps' losses, taken before each step's update.
+2. ``gnnpipe train`` in that layout for ``--epochs`` epochs (checkpoints after epoch ``E − 1`` and at the end); the loss
+   of each epoch is the mean of its steps' losses, taken before each step's update.
 3. The measured peak resident memory of every rank (``peak_mem_bytes``) against the prediction (runtime floor +
    the rank's states, all-reduce buffer, activations and graph).
 4. ``gnnpipe train --resume ck/ckpt-(E−1)`` in another layout (``--resume-stages``, ``--resume-gp``) for the last
@@ -115,7 +115,8 @@ def main() -> int:
     layout = ["--stages", str(S), "--gp-size", str(G), "--ways", str(D), "--chunks", str(pick["chunks"]),
               "--scheduler", pick["scheduler"]]
     wall = gnnpipe(["train", *train, *layout, "--epochs", str(args.epochs), "--checkpoint-dir", str(ck),
-                    "--checkpoint-every", str(max(args.epochs - 1, 1)), "--out", str(out / "pipeline.json")], out / "pipeline.log")
+                    "--checkpoint-every", str(max(args.epochs - 1, 1)), "--out", str(out / "pipeline.json")],
+                   out / "pipeline.log")
     pipe = json.loads((out / "pipeline.json").read_text())
     losses = [e["loss"] for e in pipe["epochs"]]
     summary["pipeline"] = {"params": pipe["num_params"], "wall_s": wall, "epochs": len(losses),

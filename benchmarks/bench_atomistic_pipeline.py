@@ -18,8 +18,8 @@ Four measurements, each on gloo ranks of this machine (CPU, one torch thread per
    with ``--contention``, two of those at once against one alone: how much two processes slow each other on this
    machine (two vCPUs may share one core), which bounds what two stages can gain.
 4. **Memory model** (``--memory-model``) — each pipeline rank's peak over two steps on one batch above its floor
-   (resident set, glibc's mmap threshold 16 KiB) against :func:`gnnpipe.tasks.s2ef.cost.predict_layout`, for ``--mm-stages``
-   stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
+   (resident set, glibc's mmap threshold 16 KiB) against :func:`gnnpipe.tasks.s2ef.cost.predict_layout`, for
+   ``--mm-stages`` stages, gpipe and 1f1b, the timing model on ``--mm-chunks`` structures.
 
     python benchmarks/bench_atomistic_pipeline.py                      # defaults below
     python benchmarks/bench_atomistic_pipeline.py --blocks 12 --mem-stages 4 --chunks 16 --json out.json
@@ -423,7 +423,8 @@ def _round(args) -> dict:
                      for s in range(S)],
          "simulated_makespan_s": statistics.fmean(sim.makespan for sim in sims), "action_means_s": means,
          "bytes_layer_per_step": outs[0][-1]["bytes_layer"]}
-    for key, threads, chunked, cfg in (("single", 1, False, _config(args)), ("single_2_threads", 2, False, _config(args)),
+    for key, threads, chunked, cfg in (("single", 1, False, _config(args)),
+                                       ("single_2_threads", 2, False, _config(args)),
                                        ("chunked", 1, True, _config(args, stages=1, chunks=C))):
         w, c = spawn(_single_rank, 1, (cfg, args.steps, chunked, args.malloc), backend="gloo", timeout_s=600,
                      threads=threads)[0]
@@ -467,7 +468,8 @@ def _timing(args, res: dict) -> None:
                       "bubble_gap_points_median": 100 * med(diff), "bubble_gap_points_max": 100 * max(diff),
                       "bytes_layer_per_step": rounds[0]["bytes_layer_per_step"]}
     if args.contention:
-        res["summary"]["contention_range"] = [min(r["contention"] for r in rounds), max(r["contention"] for r in rounds)]
+        res["summary"]["contention_range"] = [min(r["contention"] for r in rounds),
+                                              max(r["contention"] for r in rounds)]
     sm = res["summary"]
     print(f"gpipe S={S} C={C} ({args.per_chunk} structure(s) per micro-batch), {args.rounds} rounds: speed-up "
           f"{sm['speedup_median']:.2f}x median ({sm['speedup_range'][0]:.2f}-{sm['speedup_range'][1]:.2f}), "

@@ -57,7 +57,8 @@ def main():
     for r in range(len(write)):
         mib = sizes.get(r, 0) / 2**20
         rows.append({"rank": r, "bytes": sizes.get(r, 0), "write_s": write[r], "read_s": read[r]})
-        print(f"{r:>4} {mib:>8.1f} {write[r]:>8.3f} {write[r] / epoch_s:>7.2f} {read[r]:>8.3f} {read[r] / epoch_s:>7.2f}")
+        print(f"{r:>4} {mib:>8.1f} {write[r]:>8.3f} {write[r] / epoch_s:>7.2f} "
+              f"{read[r]:>8.3f} {read[r] / epoch_s:>7.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"epoch_s": epoch_s, "ranks": rows, "args": vars(args)}, indent=1))
     return 0

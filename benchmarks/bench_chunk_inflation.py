@@ -8,8 +8,8 @@ with machine-independent counts beside the CPU times (issue #18). Numbers go to 
 time of one single-process epoch on the pipeline's vertex order (both one thread; ``time.thread_time``,
 so other processes on a shared machine do not count). All stages run in *this* process, one after the
 other, through the pipeline's own per-action code (``Executor.forward`` / ``backward`` / ``step``, i.e.
-``Stage.forward_chunk`` / ``backward_chunk`` and the correctors' hooks, as ``train_epoch`` calls them), with a loop-back stand-in for the
-communication: what a rank would compute, without needing a core per rank. The schedule is gpipe (all
+``Stage.forward_chunk`` / ``backward_chunk`` and the correctors' hooks, as ``train_epoch`` calls them), with a loop-back
+stand-in for the communication: what a rank would compute, without needing a core per rank. The schedule is gpipe (all
 forwards of a stage, then its backwards in reverse order), stage by stage.
 
 The breakdown (one epoch of each path under a ``TorchDispatchMode`` that times every ATen call alone and
@@ -17,11 +17,11 @@ files it under an item by the op and the Python frames that called it; the mode'
 caches, so compare the two columns, not a column with the unmeasured total) comes with counts that do not
 depend on the CPU: ATen calls, autograd nodes created, Python function calls, and bytes moved per item.
 "Per-call overhead" is the same inflation measured on the model with hidden width 1, where the kernels
-are nearly free and what remains is Python, dispatch and autograd bookkeeping per call. Bytes moved are counted per ATen call by a ``TorchDispatchMode``: every dense tensor argument and
-result (a view moves nothing; the destination of a copy is written, not read), except that a gather
-(``index_select``) reads only the distinct indexed rows and a sparse product (a CSR ``mm``, or the fused
-``embedding_bag`` of :func:`gnnpipe.tasks.nodes.graph.csr_mm`) reads only the distinct rows of the dense matrix its
-non-zeros reference (what a perfect cache fetches).
+are nearly free and what remains is Python, dispatch and autograd bookkeeping per call. Bytes moved are counted per ATen
+call by a ``TorchDispatchMode``: every dense tensor argument and result (a view moves nothing; the destination of a copy
+is written, not read), except that a gather (``index_select``) reads only the distinct indexed rows and a sparse product
+(a CSR ``mm``, or the fused ``embedding_bag`` of :func:`gnnpipe.tasks.nodes.graph.csr_mm`) reads only the distinct rows
+of the dense matrix its non-zeros reference (what a perfect cache fetches).
 
 Not a test.
 """
@@ -99,8 +99,9 @@ def make_stages(cfg, plan):
     stages = []
     for s in range(cfg.stages):
         cs = corr.build_correctors(cfg.correctors)
-        stages.append(make_pipeline_stage(cfg, model, plan.data, plan.chunk_ptr, plan.bounds, s, list(range(cfg.stages)),
-                                          _scheduler(cfg), _order_policy(cfg, cs), cs, LoopbackComm(box, s)))
+        stages.append(make_pipeline_stage(cfg, model, plan.data, plan.chunk_ptr, plan.bounds, s,
+                                          list(range(cfg.stages)), _scheduler(cfg), _order_policy(cfg, cs), cs,
+                                          LoopbackComm(box, s)))
     return stages
 
 
@@ -153,7 +154,8 @@ def single_epoch(single, epoch: int) -> float:
 DENSE = "dense ops (linear, lerp, activations, loss, optimizer)"
 ITEMS = {  # ATen op → item, unless the calling Python frames say otherwise (see classify)
     "index_select": "gather own + halo rows",
-    "rand_like": "dropout masks", "rand": "dropout masks", "uniform_": "dropout masks", "ge_": "dropout masks", "ge": "dropout masks",
+    "rand_like": "dropout masks", "rand": "dropout masks", "uniform_": "dropout masks", "ge_": "dropout masks",
+    "ge": "dropout masks",
     "bernoulli_": "dropout masks", "native_dropout": "dropout masks", "empty_like": "dropout masks",
 }
 CHUNK_ONLY = ("history writes (H_in, G_out)", "correctors (T2 doubling/zeroing, T3 restore)", "boundary copies",

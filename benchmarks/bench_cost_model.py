@@ -14,10 +14,10 @@ and every layout trained ``R`` times, round-robin (a profile, layout 1, 2, …; 
 the measured epoch time is the median over the rounds, and so is the predicted one (the round whose prediction
 is the median: a profile is a measurement too). On this VM the same run's speed drifts by more than the 25 %
 tolerance within an hour (docs/RESULTS.md §14f), so one profile and one run measure the machine's moment as
-much as the layout; the table also counts, per round, that round's prediction against that round's run. Memory is compared above the runtime floor: a
-spawned rank's floor is the profile's probe (torch, PyG and gloo imported and joined, no data), the single
-process's floor a fresh interpreter that imported gnnpipe's CLI; both absolute and above-floor figures are
-printed.
+much as the layout; the table also counts, per round, that round's prediction against that round's run. Memory is
+compared above the runtime floor: a spawned rank's floor is the profile's probe (torch, PyG and gloo imported and
+joined, no data), the single process's floor a fresh interpreter that imported gnnpipe's CLI; both absolute and
+above-floor figures are printed.
 
 The machine's load is measured around each run: ``cpu share`` = thread CPU time / wall time of a 0.3 s busy
 loop (1.0 on an idle core). The predictions are of CPU work on this machine's cores (ranks beyond the cores
@@ -90,7 +90,8 @@ def single_floor() -> int:
     """Peak resident bytes of a fresh interpreter that imported gnnpipe's CLI (no data)."""
     code = ("import torch, torch_geometric.data, gnnpipe.api, gnnpipe.cli.main\n"
             "from gnnpipe.core.runtime.memory import peak_memory_bytes\nprint(peak_memory_bytes(torch.device('cpu')))")
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split()[-1])
 
 
 def layout_flags(w: int, s: int, c: int, over: int, sch: str) -> list[str]:
@@ -151,8 +152,8 @@ def profile_fresh(flags: list[str], link: dict, timeout: int, ranks: int | None 
             "ranks": ranks}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "profile.json"
-        p = subprocess.run([sys.executable, __file__, "--_profile", json.dumps(spec), str(out)], check=False, timeout=timeout,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.run([sys.executable, __file__, "--_profile", json.dumps(spec), str(out)], check=False,
+                           timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"profiling {' '.join(flags)} failed:\n{p.stderr[-2000:]}")
         return Profile.load(out)
@@ -333,8 +334,8 @@ def ranking(records: list[dict], margin: float = 0.2) -> str:
     lines.append(f"epoch time within 25 %: {within} of {len(records)} runs; bytes equal: {exact} of {len(records)}")
     rounds = min((len(r["measured"].get("epoch_s_rounds", [])) for r in records), default=0)
     if rounds > 1 and all("predicted_epoch_s_rounds" in r["measured"] for r in records):
-        per = [int(sum(abs(r["measured"]["predicted_epoch_s_rounds"][k] / r["measured"]["epoch_s_rounds"][k] - 1) <= 0.25
-                   for r in records)) for k in range(rounds)]
+        per = [int(sum(abs(r["measured"]["predicted_epoch_s_rounds"][k] / r["measured"]["epoch_s_rounds"][k] - 1)
+                       <= 0.25 for r in records)) for k in range(rounds)]
         lines.append(f"within 25 % in each round alone (that round's profile against that round's run): {per}")
     return "\n".join(lines)
 

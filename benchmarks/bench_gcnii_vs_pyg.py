@@ -128,7 +128,8 @@ def main():
     p.add_argument("--edge-index", action="store_true", help="feed PyG edge_index instead of a sparse adj_t")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both models train")
     p.add_argument("--synthetic", type=int, default=0,
-                   help="train on a synthetic graph of this many vertices (used anyway when Amazon Computers is absent)")
+                   help="train on a synthetic graph of this many vertices "
+                        "(used anyway when Amazon Computers is absent)")
     a = p.parse_args()
     global SPARSE
     SPARSE = not a.edge_index

@@ -8,14 +8,16 @@ Run (one thread, as the runtime's ranks use)::
 Groups put the numbers to compare side by side:
 
 * ``csr-slice`` — the CSR row slices of ``Â`` every stage takes per chunk at start-up: a contiguous
-  range (:func:`gnnpipe.tasks.nodes.graph.csr_row_slice`) vs arbitrary rows (:func:`~gnnpipe.tasks.nodes.graph.csr_rows`);
+  range (:func:`gnnpipe.tasks.nodes.graph.csr_row_slice`) vs arbitrary rows
+  (:func:`~gnnpipe.tasks.nodes.graph.csr_rows`);
 * ``aggregate`` — one aggregation op over a whole epoch, forward + backward: exact full-graph ``Â @ H``
   (:class:`~gnnpipe.tasks.nodes.graph.GraphOps`) vs the chunk op (:class:`~gnnpipe.tasks.nodes.history.ChunkAggregate`
   with :class:`~gnnpipe.tasks.nodes.history.History`) over all C chunks — the chunk op's overhead is the ratio;
 * ``chunk-op`` — the chunk op for one chunk, forward + backward (the per-action cost);
 * ``epoch`` — one training epoch of a model: exact single process
   (:meth:`~gnnpipe.tasks.nodes.trainer.SingleProcessTrainer.train_epoch`) vs a one-stage GNNPipe pipeline of C
-  chunks (:meth:`~gnnpipe.core.runtime.execute.Executor.train_epoch` of a one-stage pipeline, gpipe, no process group needed).
+  chunks (:meth:`~gnnpipe.core.runtime.execute.Executor.train_epoch` of a one-stage pipeline, gpipe, no process group
+  needed).
 
 Sizes: ``BENCH_NODES`` (default 20000) vertices of the synthetic power-law graph with mean degree
 ``BENCH_DEGREE`` (10), width ``BENCH_DIM`` (64), ``BENCH_CHUNKS`` (16) contiguous chunks,

@@ -5,17 +5,18 @@ per-rank memory within 15 % of measured; the memory model is issue #12's).
     python benchmarks/bench_memory_model.py --quick --jobs Cora
 
 Measured the way ``tests/costmodel/test_memory.py`` measures (and the model defines) a peak: every run is a fresh
-set of processes whose allocator returns freed blocks of 16 KiB and more at once (``MALLOC_MMAP_THRESHOLD_=16384``: the resident
-peak is the peak of live memory); each process first runs the same layout on a tiny graph (the job's first 1,024 vertices,
-induced: what that touches is the runtime floor — interpreter, libraries, code pages, thread pools, the process
-group), then the heap's free memory is returned (``malloc_trim``), the peak is reset (``/proc/self/clear_refs``) and
-the job's graph runs one epoch with its evaluation; measured = that run's peak (``VmHWM``) − the resident size
+set of processes whose allocator returns freed blocks of 16 KiB and more at once (``MALLOC_MMAP_THRESHOLD_=16384``: the
+resident peak is the peak of live memory); each process first runs the same layout on a tiny graph (the job's first
+1,024 vertices, induced: what that touches is the runtime floor — interpreter, libraries, code pages, thread pools, the
+process group), then the heap's free memory is returned (``malloc_trim``), the peak is reset (``/proc/self/clear_refs``)
+and the job's graph runs one epoch with its evaluation; measured = that run's peak (``VmHWM``) − the resident size
 before it. The single process loads its graph before that point, so its graph is subtracted from the prediction
 too; distributed runs take the launcher's path (the plan's graph in a file the ranks memory-map, ``runner.worker``).
 
 Predicted: :func:`gnnpipe.tasks.nodes.cost.predict.predict_memory` (per rank) and
-:func:`~gnnpipe.tasks.nodes.cost.predict.single_process_memory`, with :func:`~gnnpipe.tasks.nodes.cost.profile.memory_profile`.
-Prints a markdown table; ``--out`` writes the records as JSON. Not a test (the test runs one synthetic graph).
+:func:`~gnnpipe.tasks.nodes.cost.predict.single_process_memory`, with
+:func:`~gnnpipe.tasks.nodes.cost.profile.memory_profile`. Prints a markdown table; ``--out`` writes the records as JSON.
+Not a test (the test runs one synthetic graph).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def main() -> None:
     ok = sum(all(abs(r - 1) <= args.tolerance for r in rec["ratios"]) for rec in records)
     ranks = [r for rec in records for r in rec["ratios"]]
     print(f"\nruns with every rank within {args.tolerance:.0%}: {ok} of {len(records)}; ranks within: "
-          f"{sum(abs(r - 1) <= args.tolerance for r in ranks)} of {len(ranks)} (pred/meas {min(ranks):.2f}–{max(ranks):.2f})")
+          f"{sum(abs(r - 1) <= args.tolerance for r in ranks)} of {len(ranks)} "
+          f"(pred/meas {min(ranks):.2f}–{max(ranks):.2f})")
     if args.out:
         Path(args.out).write_text(json.dumps(records, indent=1))
 

@@ -411,7 +411,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                     return 1
     meta["load_after"] = os.getloadavg()
     if args.predict:
-        predict_rows(rows, links, cores, args.contention, Path(args.profile_dir).resolve() if args.profile_dir else None)
+        predict_rows(rows, links, cores, args.contention,
+                     Path(args.profile_dir).resolve() if args.profile_dir else None)
     finish(rows, links, meta, out_dir)
     return 0
 
@@ -461,7 +462,8 @@ def predict_rows(rows: list[dict], links: list[dict], cores: int, contention: bo
                     row.update(pred_x_epoch_s=px["predicted_epoch_s"],
                                pred_x_over_meas=px["predicted_epoch_s"] / row["epoch_s"])
                 print(f"{row['job']}, {R} ranks, {row['mbit']:g} Mbit/s, {row['layout']}: measured "
-                      f"{row['epoch_s'] * 1e3:,.0f} ms, predicted {row.get('pred_epoch_s', 0) * 1e3:,.0f} (full duplex), "
+                      f"{row['epoch_s'] * 1e3:,.0f} ms, "
+                      f"predicted {row.get('pred_epoch_s', 0) * 1e3:,.0f} (full duplex), "
                       f"{row.get('pred_x_epoch_s', 0) * 1e3:,.0f} (measured exchange)", file=sys.stderr)
 
 

@@ -7,8 +7,8 @@ run side by side in one invocation (issue: pipeline executor benchmark).
 
 Prints the per-epoch times (median over epochs after the first), their ratio, each rank's measured
 compute time, thread CPU time (the work inflation: ranks' CPU summed / the relabelled single process's), idle
-fraction and backend (gloo on the CPU unless every rank has its own GPU), and the bubble the schedule simulator predicts for the same schedule
-with the profiled stage costs. Not a test: numbers go to docs/RESULTS.md.
+fraction and backend (gloo on the CPU unless every rank has its own GPU), and the bubble the schedule simulator predicts
+for the same schedule with the profiled stage costs. Not a test: numbers go to docs/RESULTS.md.
 
 Two single-process baselines run beside the pipeline: the trainer on the dataset as loaded (what a
 user runs) and the trainer on the pipeline's relabelled graph (vertices ordered by chunk, which also
@@ -82,7 +82,8 @@ def main():
                        "backend": pipe.extra["plan"].get("backend"),
                        "compute_s": [statistics.median(e["compute_s"][r] for e in pipe.epochs[1:])
                                      for r in range(a.stages)],
-                       "recompute": pipe.config["recompute"], "idle_fraction": pipe.extra["idle_fraction"], "bounds": pipe.extra["plan"]["stage_bounds"],
+                       "recompute": pipe.config["recompute"], "idle_fraction": pipe.extra["idle_fraction"],
+                       "bounds": pipe.extra["plan"]["stage_bounds"],
                        "stage_costs": pipe.extra["plan"]["stage_costs"],
                        "measured_bubble": measured_phase_bubble(a, pipe.extra["plan"])})
     pair = concurrent_single_copies(a, a.stages)

@@ -58,7 +58,8 @@ def layout_flags(name: str) -> list[str]:
         elif o in ("1f1b", "gpipe"):
             extra += ["--scheduler", o]
         else:
-            raise SystemExit(f"unknown layout option +{o}; use +r / +nr (recompute on / off), +bf16 / +fp16 (history dtype) or "
+            raise SystemExit(f"unknown layout option +{o}; use +r / +nr (recompute on / off), "
+                             f"+bf16 / +fp16 (history dtype) or "
                              f"+1f1b / +gpipe (scheduler)")
     return _layout_flags(name) + extra
 
@@ -182,7 +183,8 @@ def main() -> int:
         peaks = rec["peak_mem_bytes"]
         # the runtime floor of each rank: its peak in the same layout on a graph of --floor-nodes vertices
         # (interpreter, libraries, the code pages the kernels touch, thread pools, process group), else the import floor
-        floor_peaks = rec["floor_run_peak_bytes"] or [floors["single"] if name == "single" else floors["rank"]] * len(peaks)
+        floor_peaks = (rec["floor_run_peak_bytes"]
+                       or [floors["single"] if name == "single" else floors["rank"]] * len(peaks))
         hist = rec["history_bytes"] or [0] * len(peaks)
         over = [pk - fl for pk, fl in zip(peaks, floor_peaks)]
         rec["floor_bytes"] = floor_peaks
@@ -191,7 +193,8 @@ def main() -> int:
         print(f"{name:12s} ranks {len(peaks):2d}  max peak {max(peaks) / 2**20:8.0f} MiB  "
               f"sum(peak-floor) {sum(over) / 2**20:8.0f} MiB  history {sum(hist) / 2**20:7.0f} MiB  "
               f"epoch {(sum(t) / len(t) if t else float('nan')):7.2f} s  loss {rec['loss']}")
-        print(f"{'':12s} per-rank peak MiB {[round(x / 2**20) for x in peaks]}, floor {[round(x / 2**20) for x in floor_peaks]}")
+        print(f"{'':12s} per-rank peak MiB {[round(x / 2**20) for x in peaks]}, "
+              f"floor {[round(x / 2**20) for x in floor_peaks]}")
         pred = rec.get("predicted_mem_bytes")
         if pred:  # the memory model predicts bytes above the runtime floor
             print(f"{'':12s} peak - floor MiB {[round(x / 2**20) for x in over]}, predicted "

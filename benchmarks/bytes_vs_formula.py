@@ -17,7 +17,8 @@ from collections import defaultdict
 
 def main(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    print("| L | variant | M | layer bytes measured | layer predicted | graph bytes measured | graph predicted | weight bytes |")
+    print("| L | variant | M | layer bytes measured | layer predicted | graph bytes measured | graph predicted "
+          "| weight bytes |")
     print("|--:|---|--:|--:|--:|--:|--:|--:|")
     totals = defaultdict(dict)
     for r in rows:

@@ -1,9 +1,11 @@
-"""gnnpipe's ``escn-md`` against fairchem's own eSCN-MD: the same weights, the same neighbour lists, energies and forces.
+"""gnnpipe's ``escn-md`` against fairchem's own eSCN-MD: the same weights, the same neighbour lists, energies and
+forces.
 
 Run from a virtual environment that holds fairchem-core (never a gnnpipe dependency) with gnnpipe importable::
 
     python3 -m venv /work/venvs/fairchem && /work/venvs/fairchem/bin/pip install torch==2.13.0 fairchem-core==2.24.0
-    /work/venvs/fairchem/bin/pip install -e . --no-deps && /work/venvs/fairchem/bin/pip install torch-geometric attrs pymetis
+    /work/venvs/fairchem/bin/pip install -e . --no-deps && \\
+        /work/venvs/fairchem/bin/pip install torch-geometric attrs pymetis
     /work/venvs/fairchem/bin/python benchmarks/escn_fairchem_check.py
 
 For each dtype and force kind (direct: fairchem's ``Linear_Force_Head``; conservative: its ``MLP_EFS_Head``,

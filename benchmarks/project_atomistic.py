@@ -57,9 +57,9 @@ def main(argv=None) -> int:
     if args.profile_in:
         prof = A.AtomProfile.from_dict(json.loads(Path(args.profile_in).read_text()))
     else:
-        prof = A.AtomProfile(model=args.model if args.model != "gemnet-dt" else "gemnet-t", step_s=1e-6, work=1.0, kappa=A.DEFAULT_KAPPA, peak_bytes=0,
-                             grad_bytes=0, kept_bytes=0.0, edges=0, triplets=0, atoms=0, structures=0, element_size=4,
-                             step_cpu_s=1e-6)
+        prof = A.AtomProfile(model=args.model if args.model != "gemnet-dt" else "gemnet-t", step_s=1e-6, work=1.0,
+                             kappa=A.DEFAULT_KAPPA, peak_bytes=0, grad_bytes=0, kept_bytes=0.0, edges=0, triplets=0,
+                             atoms=0, structures=0, element_size=4, step_cpu_s=1e-6)
     structs = A.oc20_sized_structures(args.batch_size, seed=args.seed)
     cache: dict = {}
     first = True
@@ -91,8 +91,8 @@ def main(argv=None) -> int:
             preds = A.plan_atomistic(job, gpus, prof, hw, chunks_per_stage=args.chunks_per_stage,
                                      schedulers=("gpipe",))
             fit = [q for q in preds if q.fits]
-            print(f"  {gpus} H200 ({hw.name}): {len(fit)} of {len(preds)} layouts fit; "
-                  f"fitting: {', '.join(sorted({f'S{q.layout.stages}xG{q.layout.gp}xD{q.layout.replicas}' for q in fit})) or 'none'}")
+            print(f"  {gpus} H200 ({hw.name}): {len(fit)} of {len(preds)} layouts fit; fitting: "
+                  f"{', '.join(sorted({f'S{q.layout.stages}xG{q.layout.gp}xD{q.layout.replicas}' for q in fit})) or 'none'}")  # noqa: E501  (one f-string field)
             show = preds if args.all else (fit[:3] + [q for q in preds if not q.fits][:2])
             print("  " + A.format_atom_ranking(show).replace("\n", "\n  "))
     torch.set_num_threads(1)

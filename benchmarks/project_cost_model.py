@@ -31,12 +31,14 @@ ISSUE16 = {
     "Computers GCNII-32 h100": {
         "flags": ["--dataset", "Computers", "--root", str(DATA / "amazon"), "--model", "gcnii", "--layers", "32",
                   "--hidden", "100"],
-        "runs": [("single", (1, 1, 1, 1), 1524), ("pipeline S=2", (1, 2, 8, 4), 1272), ("pipeline S=4", (1, 4, 16, 4), 706),
-                 ("pipeline S=8", (1, 8, 32, 4), 613), ("pipeline S=8 over 1", (1, 8, 32, 1), 511),
-                 ("GP 8", (8, 1, 8, 1), 437), ("hybrid 2x4", (2, 4, 32, 4), 672)],
+        "runs": [("single", (1, 1, 1, 1), 1524), ("pipeline S=2", (1, 2, 8, 4), 1272),
+                 ("pipeline S=4", (1, 4, 16, 4), 706), ("pipeline S=8", (1, 8, 32, 4), 613),
+                 ("pipeline S=8 over 1", (1, 8, 32, 1), 511), ("GP 8", (8, 1, 8, 1), 437),
+                 ("hybrid 2x4", (2, 4, 32, 4), 672)],
     },
     "synthetic 169k d16 GCNII-16 h64": {
-        "flags": ["--num-nodes", "169343", "--avg-degree", "16", "--model", "gcnii", "--layers", "16", "--hidden", "64"],
+        "flags": ["--num-nodes", "169343", "--avg-degree", "16", "--model", "gcnii", "--layers", "16",
+                  "--hidden", "64"],
         "runs": [("single", (1, 1, 1, 1), 7908), ("pipeline S=8", (1, 8, 32, 4), 1996), ("GP 8", (8, 1, 8, 1), 1951)],
     },
 }
@@ -98,7 +100,8 @@ def sixteen(out):
             rows.append({"job": job, "layout": name, "measured_ms": measured, "predicted_ms": 1000 * p.epoch_s,
                          "predicted_calibrated_ms": 1000 * pc.epoch_s, "speed_calibrated": speed,
                          "predicted_compute_s": p.compute_s})
-    print("| job | layout | measured ms (issue) | predicted ms (speed 1.0) | pred/meas | predicted ms (calibrated) | pred/meas |")
+    print("| job | layout | measured ms (issue) | predicted ms (speed 1.0) | pred/meas | predicted ms (calibrated) "
+          "| pred/meas |")
     print("|---|---|--:|--:|--:|--:|--:|")
     for r in rows:
         print(f"| {r['job']} | {r['layout']} | {r['measured_ms']:,} | {r['predicted_ms']:,.0f} | "
@@ -123,7 +126,8 @@ def paper(out):
         prof = profile(cfg, data, link_result=link)
         link = prof.link_result()
         res = {}
-        for label, spec in (("GP 8x1", LayoutSpec(8, 1, 8, 1, "gpipe")), ("GNNPipe 1x8", LayoutSpec(1, 8, 32, 4, "gpipe")),
+        for label, spec in (("GP 8x1", LayoutSpec(8, 1, 8, 1, "gpipe")),
+                            ("GNNPipe 1x8", LayoutSpec(1, 8, 32, 4, "gpipe")),
                             ("hybrid 2x4", LayoutSpec(2, 4, 32, 4, "gpipe"))):
             p = predict_layout(cfg, data, spec, prof, hw, 0)
             res[label] = p
@@ -132,7 +136,8 @@ def paper(out):
                      **{f"{k} ms": 1000 * v.epoch_s for k, v in res.items()},
                      **{f"{k} MiB": v.total_bytes / 2**20 for k, v in res.items()},
                      "GP / GNNPipe time": res["GP 8x1"].epoch_s / res["GNNPipe 1x8"].epoch_s})
-    print("| graph | N | E | GP 8x1 ms | GNNPipe 1x8 ms | hybrid 2x4 ms | GP MiB | GNNPipe MiB | GNNPipe speed-up over GP |")
+    print("| graph | N | E | GP 8x1 ms | GNNPipe 1x8 ms | hybrid 2x4 ms | GP MiB | GNNPipe MiB "
+          "| GNNPipe speed-up over GP |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         print(f"| {r['graph']} | {r['N']:,} | {r['E']:,} | {r['GP 8x1 ms']:,.1f} | {r['GNNPipe 1x8 ms']:,.1f} | "
