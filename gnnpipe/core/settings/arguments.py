@@ -19,17 +19,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = _DEFAULT
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default=None, help="dataset name (Cora, Computers, squirrel, …) or a .pt/.npz file "
-                   "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, "
-                   ".lmdb), a folder of such files, or oc20-like / md17-like / bulk-like (generated; bulk-like "
-                   "with stresses; what an atomistic --model trains on without --dataset: oc20-like)")
-    g.add_argument("--root", default=None, help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
+                   "(default: the embedded synthetic graph); atomistic: a structure file (.extxyz, .xyz, .traj, .db, "
+                   ".aselmdb, .lmdb), a folder of such files, or oc20-like / md17-like / bulk-like (generated; "
+                   "bulk-like with stresses; what an atomistic --model trains on without --dataset: oc20-like)")
+    g.add_argument("--root", default=None,
+                   help="folder holding the dataset the way PyG expects it (e.g. ../shared/data/planetoid)")
     g.add_argument("--split", type=int, default=d.split, help="split index for datasets with several splits")
     g.add_argument("--num-nodes", type=int, default=d.num_nodes, help="synthetic graph: vertices")
     g.add_argument("--avg-degree", type=float, default=d.avg_degree, help="synthetic graph: mean degree")
     g.add_argument("--num-features", type=int, default=d.num_features, help="synthetic graph: feature width")
     g.add_argument("--num-classes", type=int, default=d.num_classes, help="synthetic graph: classes")
     g.add_argument("--normalize-features", action="store_true",
-                   help="row-normalise features to sum 1 (PyG NormalizeFeatures; the GCN/GCNII papers' Planetoid preprocessing)")
+                   help="row-normalise features to sum 1 (PyG NormalizeFeatures; the GCN/GCNII papers' Planetoid "
+                        "preprocessing)")
     g.add_argument("--no-undirected", dest="undirected", action="store_false",
                    help="keep edge directions (default: make the graph undirected)")
     g.add_argument("--keep-self-loops", dest="remove_self_loops", action="store_false",
@@ -50,7 +52,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("optimisation")
     o.add_argument("--lr", type=float, default=None,
                    help="Adam learning rate (default: the model's; atomistic models: its S2EF recipe)")
-    o.add_argument("--weight-decay", type=float, default=None, help="weight decay of dense layers (default: the model's)")
+    o.add_argument("--weight-decay", type=float, default=None,
+                   help="weight decay of dense layers (default: the model's)")
     o.add_argument("--weight-decay-conv", type=float, default=None,
                    help="weight decay of GNN layers (default: the model's)")
     o.add_argument("--epochs", type=int, default=d.epochs, help="maximum number of epochs")
