@@ -53,7 +53,7 @@ def save(model: GNNModel, path: str | Path, meta: dict | None = None) -> None:
         raise ConfigError("this model has no spec (build it with gnnpipe.models.build_model to save it)")
     p = next(model.parameters(), None)
     spec = dict(model.spec, dtype=str(p.dtype).replace("torch.", "") if p is not None else model.spec["dtype"])
-    obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": model.preprocessing,
+    obj = {"format": FORMAT, "version": 1, "spec": spec, "preprocessing": getattr(model, "preprocessing", None),
            "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
            "meta": dict(meta if meta is not None else getattr(model, "meta", None) or {})}
     obj = _plain(obj)
@@ -85,7 +85,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> GNNModel
         raise ConfigError(f"{path} is not a gnnpipe model file (write one with `gnnpipe export` or "
                           "gnnpipe.models.save)")
     spec = obj["spec"]
-    model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], **spec["kwargs"])
+    model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], init=False, **spec["kwargs"])
     model = model.to(getattr(torch, spec.get("dtype", "float32")))
     model.spec = dict(spec)
     model.load_state_dict(obj["state_dict"])

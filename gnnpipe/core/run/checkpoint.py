@@ -53,6 +53,7 @@ import time
 import warnings
 from pathlib import Path
 
+import attrs
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -69,7 +70,7 @@ LAYOUT_FIELDS = ("ways", "replicas", "stages", "chunks", "scheduler", "stash_wei
                  "layer_split", "graph_parallel_group_size", "graph_parallel_partitioner", "graph_parallel_mode")
 #: fields free to change on resume (they do not change the numbers of the epochs run)
 FREE_FIELDS = ("epochs", "patience", "threads", "backend", "timeout_s", "root", "recompute", "max_steps",
-               "num_workers", "skip_invalid")
+               "num_workers", "skip_invalid", "device")
 #: test hook: ``"EPOCHS:RANK"`` makes that rank stall forever inside the write of that checkpoint
 STALL_ENV = "GNNPIPE_TEST_STALL_CHECKPOINT"
 
@@ -258,7 +259,7 @@ def model_from_checkpoint(path, which: str = "best"):
     p = find_checkpoint(path)
     meta = read_meta(p)
     spec = meta["spec"]
-    model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], **spec["kwargs"])
+    model = build_model(spec["name"], spec["in_channels"], spec["out_channels"], init=False, **spec["kwargs"])
     model = model.to(getattr(torch, spec.get("dtype", "float32")))
     model.load_state_dict(read_weights(p, which), strict=True)
     cfg = TrainConfig(**{k: v for k, v in meta["config"].items() if k in attrs.fields_dict(TrainConfig)})
@@ -335,6 +336,9 @@ def check_resume(config: TrainConfig, meta: dict) -> list[str]:
     if meta.get("format") != FORMAT_VERSION:
         raise ConfigError(f"checkpoint format {meta.get('format')} is not {FORMAT_VERSION}; it cannot be resumed")
     old, new = meta["config"], config.to_dict()
+    # a field the checkpoint's version did not have yet held its default there
+    defaults = {f.name: f.default for f in attrs.fields(TrainConfig) if not isinstance(f.default, attrs.Factory)}
+    old = {**{k: defaults[k] for k in new if k not in old and k in defaults}, **old}
     diff = [k for k in sorted(set(old) | set(new)) if k not in FREE_FIELDS and old.get(k) != new.get(k)]
     # a dataset file named by another path (relative, absolute, through a link) is the same data set
     if "dataset" in diff and _same_file(old.get("dataset"), new.get("dataset"),

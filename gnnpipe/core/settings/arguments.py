@@ -74,7 +74,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                      help="data-parallel replicas D (atomistic S2EF), each reading --batch-size structures per step")
     par.add_argument("--stages", type=int, default=d.stages,
                      help="pipeline stages S (atomistic S2EF: the model's embedding and interaction blocks split over "
-                          "S stages; ranks = --ways D x S x --gp-size G)")
+                          "S stages; ranks = --replicas D x S x --gp-size G)")
     par.add_argument("--chunks", type=int, default=None,
                      help="total number of chunks C (default: 4·S per way; 1 per way when S = 1; atomistic S2EF: "
                           "micro-batches of whole structures per replica batch, min(4·S, --batch-size))")
@@ -97,6 +97,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     par.add_argument("--device", default=None, choices=["cpu", "cuda"],
                      help="where every rank computes (default: cuda when available); ranks sharing a GPU talk over "
                           "gloo through pinned CPU buffers")
+    par.add_argument("--amp", action="store_true",
+                     help="atomistic S2EF: the model's forward in bfloat16 autocast (energies, forces, losses and the "
+                          "optimizer state stay float32; conservative forces by autograd through the autocast graph); "
+                          "needs --dtype float32")
+    par.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=d.tf32,
+                     help="atomistic S2EF on a GPU: allow TF32 matmuls and convolutions for float32 work (default: "
+                          "on; --no-tf32 keeps float32 matmuls exact)")
     par.add_argument("--backend", default=None,
                      help="torch.distributed backend gloo | nccl (default: nccl with one CUDA GPU per rank, else gloo: "
                           "on the CPU, or with --device cuda through pinned CPU buffers)")
@@ -105,7 +112,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                           "(default: derived, printed in the plan: torch's 1800 for gloo, 600 for nccl, or 10 x the "
                           "cost model's predicted epoch with --layout auto when longer); a rank that dies ends the run "
                           "at once, a slow one does not")
-    a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --ways D = data-parallel replicas)")
+    a = p.add_argument_group("atomistic: structure to energy and forces (S2EF; --replicas D data-parallel replicas)")
     a.add_argument("--energy-coef", type=float, default=d.energy_coef,
                    help="weight of the energy loss (default: the model's S2EF recipe, else %(default)s)")
     a.add_argument("--force-coef", type=float, default=d.force_coef,
@@ -162,7 +169,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "its file, index and problem)")
     a.add_argument("--gp-size", dest="graph_parallel_group_size", type=int, default=d.graph_parallel_group_size,
                    help="graph-parallel group size G: each replica's batch (each stage's, with --stages S) split "
-                        "over G ranks by its edges and triplets (ranks = --ways D x --stages S x G)")
+                        "over G ranks by its edges and triplets (ranks = --replicas D x --stages S x G)")
     a.add_argument("--gp-partitioner", dest="graph_parallel_partitioner", default=d.graph_parallel_partitioner,
                    help="how a graph-parallel group splits the graph: edge-chunk (contiguous edge ranges balanced "
                         "by triplet counts) or atom-owner (each edge with its target atom's owner, Morton order)")

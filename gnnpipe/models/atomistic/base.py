@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from ...errors import ConfigError, DataValidationError
 from ..base import ACTIVATIONS, ZooModel, unit_seed
+from ..initflag import initialisation_skipped
 from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, ModelDescriptionError, UnitWidths
 
@@ -172,8 +173,12 @@ class AtomisticModel(ZooModel):
         """Initialise every unit and the head, unit ``i`` after ``torch.manual_seed(unit_seed(seed, i))``.
 
         ``seed=None`` draws the base seed from torch's global generator (so ``torch.manual_seed(s)`` before
-        building gives reproducible weights). The global generator is restored afterwards.
+        building gives reproducible weights). The global generator is restored afterwards. Inside
+        :func:`gnnpipe.models.initflag.skipping_initialisation` (a model whose weights are about to be loaded) it
+        does nothing.
         """
+        if initialisation_skipped():
+            return
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,), device="cpu"))
         parts = [*self.units, self.head]
@@ -341,10 +346,12 @@ class AtomisticModel(ZooModel):
         raise NotImplementedError
 
     def readout(self, state: State, graph, comm: GraphParallelHooks = LOCAL) -> dict[str, Tensor]:
-        """``{"energy": [B]}`` and, with a direct-force head, ``"forces"`` ``[N_r, 3]`` of the owned atoms."""
-        out = {"energy": comm.sum(self.readout_energy(state, graph, comm))}
+        """``{"energy": [B]}`` and, with a direct-force head, ``"forces"`` ``[N_r, 3]`` of the owned atoms, in the
+        positions' dtype (under bfloat16 autocast the heads' outputs are cast up: energies and forces in float32)."""
+        dtype = state["pos"].dtype
+        out = {"energy": comm.sum(self.readout_energy(state, graph, comm).to(dtype))}
         if self.direct_forces:
-            out["forces"] = self.readout_forces(state, graph, comm)
+            out["forces"] = self.readout_forces(state, graph, comm).to(dtype)
         return out
 
     def forward(self, batch, graph, comm: GraphParallelHooks | None = None, *,
