@@ -28,7 +28,18 @@ REGRESSION_CSV_FIELDS = ["epoch", "loss", "lr", "train_energy_mae", "train_force
                          "test_energy_mae_per_atom", "test_force_mae", "test_force_cos", "test_efwt", "bytes_gp",
                          "time_s", "bytes_weight", "comm_s", "step"]
 
-#: what TensorBoard receives (the keys a record has)
+
+def regression_csv_fields(splits=()) -> list[str]:
+    """:data:`REGRESSION_CSV_FIELDS` with the metrics of each further validation set among ``splits`` (the names
+    other than ``train``, ``val`` and ``test``: ``val_ood_ads`` of ``--val-dataset val_ood_ads.lmdb``) after the
+    validation ones."""
+    extra = [f"{name}_{m}" for name in splits if name not in ("train", "val", "test")
+             for m in ("energy_mae", "energy_mae_per_atom", "force_mae", "force_cos", "efwt")]
+    at = REGRESSION_CSV_FIELDS.index("test_energy_mae")
+    return [*REGRESSION_CSV_FIELDS[:at], *extra, *REGRESSION_CSV_FIELDS[at:]]
+
+
+#: what TensorBoard receives (the keys a record has; also every ``val_*`` column of the CSV)
 _TB_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_loss", "time_s", "bytes_layer", "bytes_graph",
             "bytes_weight", *REGRESSION_CSV_FIELDS[2:-4])
 
@@ -122,6 +133,7 @@ class EpochLogger:
         self.tty = tty
         self.every = 0 if tty else every
         self.fields = list(fields or CSV_FIELDS)
+        self._tb_keys = tuple(dict.fromkeys((*_TB_KEYS, *(k for k in self.fields if k.startswith("val_")))))
         self._csv_file = None
         self._csv = None
         self._tb = None
@@ -167,7 +179,7 @@ class EpochLogger:
             self._csv.writerow({k: _scalar(rec[k]) for k in self.fields if k in rec})
             self._csv_file.flush()
         if self._tb is not None:
-            for k in _TB_KEYS:
+            for k in self._tb_keys:
                 v = rec.get(k)
                 if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                     self._tb.add_scalar(f"{tb_prefix}{k}", v, x)

@@ -47,7 +47,7 @@ from ... import schedulers
 from ...core.comm import KINDS, Comm, all_reduce_gradients
 from ...core.run import stopping
 from ...core.run.checkpoint import run_meta
-from ...core.run.epochlog import REGRESSION_CSV_FIELDS
+from ...core.run.epochlog import REGRESSION_CSV_FIELDS, regression_csv_fields
 from ...core.run.loop import epoch_loop
 from ...core.run.results import Selection, TrainResult
 from ...core.run.session import RunSession
@@ -104,6 +104,7 @@ class S2EFTrainer:
                  rank: int = 0, world: int = 1, model=None, graph_fn: Callable | None = None):
         bound_heap_retention()  # weight-sized temporaries must not leave resident holes step after step
         self.config, self.structures, self.splits, self.normalizer = config, structures, splits, normalizer
+        self.log_fields = regression_csv_fields(splits)  # with the columns of each further validation set
         self.rank, self.world = rank, world
         self.grid = rank_grid(config, world)
         at = self.grid.coords(rank)

@@ -43,6 +43,18 @@ def test_given_validation_sets_are_reported_by_name_and_the_first_chooses_the_be
 
 
 
+def test_the_csv_log_has_the_columns_of_every_validation_set(files, tmp_path):
+    import csv
+
+    log = tmp_path / "log.csv"
+    r = api.train(dataset=files["train"], val_datasets=[files["val_id"], files["ood"]], test_dataset=files["test"],
+                  epochs=2, max_steps=8, eval_every_steps=3, log_csv=str(log), **SMALL)
+    rows = list(csv.DictReader(log.open()))
+    assert {"val_force_mae", "val_ood_force_mae", "val_ood_energy_mae", "val_ood_efwt", "test_efwt"} <= set(rows[0])
+    at_steps = [row for row in rows if row["step"] and row["val_ood_force_mae"]]
+    assert [int(row["step"]) for row in at_steps] == [3, 6, 8]  # the step evaluations, each set by its name
+    assert float(at_steps[-1]["val_ood_force_mae"]) == pytest.approx(r.steps[-1]["val_ood_force_mae"])
+
 def test_a_long_set_name_stays_apart_from_its_numbers_in_the_summary():
     from gnnpipe.core.run.results import _regression_lines
 
