@@ -122,8 +122,9 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
         raise ConfigError(f"--gp-size {G} does not divide --ranks {ranks}: every layout is S x G x D = {ranks} ranks; "
                           f"give a --gp-size among {', '.join(str(g) for g in range(1, ranks + 1) if ranks % g == 0)}, "
                           "or leave it out to rank every G")
-    hw = hardware if isinstance(hardware, Hardware) else (local_hardware() if hardware is None
-                                                          else load_hardware(hardware))
+    on_gpu = config.device_type == "cuda"  # --device cuda (or the default with a GPU): profiled on the GPU
+    here = A.local_gpu_hardware if on_gpu else local_hardware
+    hw = hardware if isinstance(hardware, Hardware) else (here() if hardware is None else load_hardware(hardware))
     hw.check_ranks(ranks)
     if profile_out:
         _check_writable(profile_out, "--profile-out")
@@ -161,14 +162,19 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
             raise ConfigError(f"cannot read the profile {str(profile_in)!r}: {exc}") from None
         if prof.model != config.model:
             raise ConfigError(f"the profile {str(profile_in)!r} was taken for {prof.model!r}, not {config.model!r}")
+        if prof.device != ("cuda" if on_gpu else "cpu"):
+            raise ConfigError(f"the profile {str(profile_in)!r} was taken on the {prof.device.upper()}, and this plan "
+                              f"is for --device {'cuda' if on_gpu else 'cpu'}: profile again on this device (leave "
+                              f"out --profile-in)")
         _check_atom_profile(prof, str(profile_in), config)
     else:
         if progress:
             print("gnnpipe: profiling the model's training step on the batch…", file=sys.stderr)
         torch.set_num_threads(config.threads)
         batch, graph = A.job_graph(attrs.evolve(job, model=model))
-        link = hw.kind == "cpu" and (hw.intra is None) and ranks > 1
-        prof = A.profile_step(model, batch, graph, link=link, name=config.model)
+        link = hw.kind == "cpu" and (hw.intra is None) and ranks > 1 and not on_gpu
+        prof = A.profile_step(model, batch, graph, link=link, name=config.model, device="cuda" if on_gpu else None,
+                              amp=config.amp)
     if profile_out:
         Path(profile_out).write_text(json.dumps(prof.to_dict(), indent=1))
     preds = A.plan_atomistic(job, ranks, prof, hw, chunks_per_stage=chunks_per_stage, schedulers=schedulers,

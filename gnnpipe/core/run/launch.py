@@ -171,6 +171,42 @@ def choose_backend(requested: str | None, local_ranks: int, device: str | None =
     return "nccl", f"requested: nccl, {local_ranks} rank(s) on {gpus} GPU(s)"
 
 
+def plan_backend(config) -> tuple[str, str]:
+    """``(backend, reason)`` of a run of any task: the requested ``--backend`` checked against the layout's local
+    ranks (``config.world_size`` here, ``LOCAL_WORLD_SIZE`` under torchrun) and ``--device``, or the default that
+    fits them — nccl only with one GPU per local rank, else gloo (on the CPU, or with ``--device cuda`` several
+    ranks sharing a GPU through pinned CPU buffers; :func:`choose_backend`).
+
+    Args:
+        config: a :class:`~gnnpipe.core.settings.config.TrainConfig` (``backend``, ``device``, ``world_size``).
+
+    Raises:
+        ConfigError: unknown backend or device, nccl without one GPU per local rank or with ``--device cpu``,
+            ``--device cuda`` without a GPU.
+    """
+    return choose_backend(config.backend, local_world_size(config.world_size), device=config.device_type)
+
+
+def rank_device(config=None) -> torch.device:
+    """This rank's device: the CPU, or (``config.device_type == "cuda"``, or the nccl backend) GPU
+    ``LOCAL_RANK mod (number of GPUs)`` (made the current device), so ranks share GPUs round robin; a single
+    process (no ``LOCAL_RANK``, no process group) takes GPU 0.
+
+    Args:
+        config: a :class:`~gnnpipe.core.settings.config.TrainConfig`, or ``None`` (the backend decides).
+
+    Raises:
+        ConfigError: ``--device cuda`` without a GPU (``config.device_type``).
+    """
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"
+    if not nccl and (config is None or config.device_type != "cuda"):
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
 def default_backend(local_ranks: int = 1) -> str:
     """``nccl`` when CUDA is available with one GPU per local rank, else ``gloo`` (see :func:`choose_backend`)."""
     return choose_backend(None, local_ranks)[0]

@@ -175,7 +175,7 @@ S2EF_FIELDS = ("task", "energy_coef", "force_coef", "loss_fn", "direct_forces", 
                "energy_key", "forces_key", "stress_key", "virial_key", "stress_coef", "energy_reference",
                "val_datasets", "test_dataset", "frames", "graph_parallel_group_size", "graph_parallel_partitioner",
                "graph_parallel_mode", "max_steps", "eval_every_steps", "val_size",
-               "num_workers", "skip_invalid", "replicas")
+               "num_workers", "skip_invalid", "replicas", "amp", "tf32")
 #: the validation structures a step evaluation of S2EF reads when ``val_size`` is not given (``--val-size``)
 DEFAULT_VAL_SIZE = 1000
 #: how a graph-parallel group moves the edge rows its triplets read (``TrainConfig.graph_parallel_mode``)
@@ -315,6 +315,9 @@ class TrainConfig:
     dtype: str = attrs.field(default="float32", validator=_dtype)
     history_dtype: str | None = None
     device: str | None = None
+    # S2EF on a GPU: bfloat16 autocast of the model's forward (--amp); TF32 matmuls of float32 work on CUDA (--no-tf32)
+    amp: bool = False
+    tf32: bool = True
     # atomistic structure → energy and forces (S2EF; names as fairchem's); in the config of S2EF runs only
     task: str | None = None
     energy_coef: float = attrs.field(default=unset(1.0), validator=_rate("energy_coef"))

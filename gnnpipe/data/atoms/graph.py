@@ -14,7 +14,8 @@ plain torch (no torch-sparse, torch-cluster or pyg-lib) and extended with period
 ::
 
     pairs:      per structure, in float64: distances to every periodic image in range (torch, small structures)
-                or ase.neighborlist.primitive_neighbor_list (cell lists, large structures)
+                or ase.neighborlist.primitive_neighbor_list (cell lists, large structures); method="device": the
+                torch search in blocks of targets where the positions are (a GPU for a GPU batch)
     order:      by target i, then distance, then source j, then offset (deterministic)
     cap:        the first max_neighbors in-edges of every target (the nearest; OC20's max_neighbors), or with
                 keep_ties also those tied with the last one kept
@@ -31,8 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "neighbor_pairs",
-           "reverse_edges", "split_graph", "triplets"]
+__all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "device_neighbor_pairs",
+           "neighbor_pairs", "reverse_edges", "split_graph", "triplets"]
 
 
 class EdgeGeometry:
@@ -117,14 +118,24 @@ class AtomGraph(EdgeGeometry):
             raise ValueError("this AtomGraph was built without triplets; call build_graph(..., with_triplets=True)")
         return self.idx_kj, self.idx_ji
 
-    def to(self, device: torch.device | str) -> AtomGraph:
-        """A copy with every tensor on ``device``."""
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> AtomGraph:
+        """A copy with every tensor on ``device`` (``non_blocking``: an asynchronous copy from pinned memory)."""
         def move(t):
-            return None if t is None else t.to(device)
+            return None if t is None else t.to(device, non_blocking=non_blocking)
 
-        return AtomGraph(move(self.edge_index), move(self.cell_offsets), move(self.batch), self.num_nodes,
-                         move(self.idx_kj), move(self.idx_ji), self.cutoff, self.max_neighbors, self.num_structures,
-                         move(self.id_swap))
+        return self._map(move)
+
+    def pin_memory(self) -> AtomGraph:
+        """A copy with every tensor in pinned (page-locked) host memory, for an asynchronous copy to a GPU."""
+        return self._map(lambda t: None if t is None or t.is_pinned() else t.pin_memory())
+
+    def _map(self, fn) -> AtomGraph:
+        def keep(t, new):
+            return t if new is None else new
+
+        ts = [self.edge_index, self.cell_offsets, self.batch, self.idx_kj, self.idx_ji, self.id_swap]
+        e, o, b, kj, ji, rev = (keep(t, fn(t)) for t in ts)
+        return AtomGraph(e, o, b, self.num_nodes, kj, ji, self.cutoff, self.max_neighbors, self.num_structures, rev)
 
 
 # --------------------------------------------------------------------------------------------- pairs
@@ -253,6 +264,60 @@ def batch_neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cou
     return ((st[b] + i).numpy(), (st[b] + j).numpy(), shifts[s].to(torch.long).numpy())
 
 
+#: the device path's budget: distances (float64) of one block of targets to every image atom of their structure
+DEVICE_PAIR_BUDGET = 1 << 22
+
+
+def device_neighbor_pairs(pos: Tensor, cell: Tensor, pbc: Tensor, counts: list[int], cutoff: float,
+                          budget: int = DEVICE_PAIR_BUDGET) -> tuple[Tensor, Tensor, Tensor]:
+    """Every pair closer than ``cutoff`` (strictly) of each structure of a batch, periodic images included, self
+    excluded, found where ``pos`` lives (a GPU for a GPU batch): the distances from blocks of targets to every
+    image of every atom of their structure in float64 — :func:`neighbor_pairs`' ``"torch"`` search, in blocks of at
+    most ``budget`` distances, so a structure of any size fits.
+
+    Args:
+        pos: ``[N, 3]`` Å, the structures' atoms in order (any device). cell: ``[B, 3, 3]`` Å. pbc: bool ``[B, 3]``.
+        counts: atoms per structure (``B`` ints). cutoff: Å. budget: the most distances one block holds.
+
+    Returns:
+        ``(i, j, offsets)`` on ``pos``'s device: global targets and sources int64 ``[P]``, image offsets int64
+        ``[P, 3]``; grouped by structure, in order (unordered inside a structure).
+    """
+    dev = pos.device
+    p64 = pos.detach().to(torch.float64)
+    c64 = cell.detach().to(torch.float64).reshape(-1, 3, 3)
+    # the image range from a CPU copy (3 numbers per structure: :func:`_image_range`, as the CPU build)
+    pos_np, cell_np, pbc_np = p64.cpu().numpy(), c64.cpu().numpy(), pbc.detach().cpu().numpy().reshape(-1, 3)
+    out_i, out_j, out_o = [], [], []
+    lo = 0
+    for b, n in enumerate(int(c) for c in counts):
+        hi = lo + n
+        if n == 0:
+            continue
+        pb = np.asarray(pbc_np[b], dtype=bool)
+        reach = _image_range(pos_np[lo:hi], cell_np[b], pb, cutoff) if pb.any() else np.zeros(3, dtype=np.int64)
+        axes = [torch.arange(-r, r + 1, dtype=torch.float64, device=dev) for r in reach.tolist()]
+        shifts = torch.cartesian_prod(*axes).reshape(-1, 3)                  # [S, 3], the zero shift in the middle
+        p = p64[lo:hi]
+        images = (p.unsqueeze(0) + (shifts @ c64[b]).unsqueeze(1)).reshape(-1, 3)   # [S·n, 3]
+        zero = shifts.size(0) // 2
+        rows = max(1, int(budget) // max(images.size(0), 1))
+        for a in range(0, n, rows):
+            blk = p[a:a + rows]
+            d = (images.unsqueeze(0) - blk.unsqueeze(1)).square().sum(-1).sqrt()   # [r, S·n]
+            k = torch.arange(blk.size(0), device=dev)
+            d[k, zero * n + a + k] = float("inf")                          # an atom is not its own neighbour
+            i, col = torch.nonzero(d < cutoff, as_tuple=True)
+            out_i.append(i + (lo + a))
+            out_j.append(col % n + lo)
+            out_o.append(shifts[col // n].to(torch.long))
+        lo = hi
+    if not out_i:
+        empty = torch.zeros(0, dtype=torch.long, device=dev)
+        return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=dev)
+    return torch.cat(out_i), torch.cat(out_j), torch.cat(out_o)
+
+
 #: Å: with ``keep_ties``, in-edges this close to the cap's last distance count as tied with it
 TIE_TOLERANCE = 1e-2
 
@@ -272,6 +337,50 @@ def _sorted_capped(i, j, offsets, dist, max_neighbors, keep_ties=False):
             keep |= dist <= last + TIE_TOLERANCE
         i, j, offsets = i[keep], j[keep], offsets[keep]
     return i, j, offsets
+
+
+def _sorted_capped_torch(i: Tensor, j: Tensor, offsets: Tensor, dist: Tensor, max_neighbors, keep_ties=False):
+    """:func:`_sorted_capped` in torch, on the pairs' device: the same order (stable sorts from the last key to the
+    first are ``numpy.lexsort``'s order; pairs never tie on every key) and the same cap."""
+    perm = torch.arange(i.numel(), device=i.device)
+    for key in (offsets[:, 2], offsets[:, 1], offsets[:, 0], j, dist, i):
+        perm = perm[torch.sort(key[perm], stable=True).indices]
+    i, j, offsets, dist = i[perm], j[perm], offsets[perm], dist[perm]
+    if max_neighbors is not None and i.numel():
+        start = torch.searchsorted(i, i, right=False)
+        rank = torch.arange(i.numel(), device=i.device) - start
+        keep = rank < max_neighbors
+        if keep_ties:
+            count = torch.searchsorted(i, i, right=True) - start
+            last = dist[start + torch.clamp(count, max=max_neighbors) - 1]  # the cap's last distance, per target
+            keep |= dist <= last + TIE_TOLERANCE
+        i, j, offsets = i[keep], j[keep], offsets[keep]
+    return i, j, offsets
+
+
+def _device_edges(pos: Tensor, cell: Tensor, pbc: Tensor, counts: np.ndarray, cutoff: float, max_neighbors,
+                  keep_ties: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(sources, targets, offsets)`` of ``build_graph(method="device")``: the pairs found on ``pos``'s device
+    (:func:`device_neighbor_pairs`), their ordering distances by the CPU build's own float64 formula (``numpy``, per
+    structure: equal distances stay equal, so ties break as there), then ordered and capped on the device."""
+    dev = pos.device
+    i, j, o = device_neighbor_pairs(pos, cell, pbc, counts.tolist(), cutoff)
+    pos_np = pos.detach().to("cpu", torch.float64).numpy()
+    cell_np = cell.detach().to("cpu", torch.float64).numpy().reshape(-1, 3, 3)
+    i_np, j_np, o_np = i.cpu().numpy(), j.cpu().numpy(), o.cpu().numpy()
+    d = np.empty(len(i_np))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    of = np.searchsorted(np.cumsum(counts), i_np, side="right")       # the structure of each pair (grouped)
+    bounds = np.searchsorted(of, np.arange(len(counts) + 1))
+    for b in range(len(counts)):
+        s0, s1 = int(bounds[b]), int(bounds[b + 1])
+        if s0 == s1:
+            continue
+        lo, hi = int(starts[b]), int(starts[b] + counts[b])
+        il, jl = i_np[s0:s1] - lo, j_np[s0:s1] - lo
+        d[s0:s1] = np.linalg.norm(pos_np[lo:hi][jl] - pos_np[lo:hi][il] + o_np[s0:s1] @ cell_np[b], axis=1)
+    i, j, o = _sorted_capped_torch(i, j, o, torch.from_numpy(d).to(dev), max_neighbors, keep_ties)
+    return j, i, o
 
 
 def _structures(data) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
@@ -322,7 +431,10 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         with_reverse: also build ``id_swap``, each edge's reverse (see :func:`reverse_edges`).
         method: how :func:`neighbor_pairs` finds the pairs of each structure (``"auto"``, ``"ase"``, ``"torch"``),
             or ``"batch"``: all structures at once (:func:`batch_neighbor_pairs`; the ``"auto"`` loop when over its
-            budget); the result is the same (up to pairs within float rounding of the cutoff).
+            budget), or ``"device"``: where ``pos`` lives, a GPU for a GPU batch (:func:`device_neighbor_pairs`;
+            the pairs ordered and capped there, their ordering distances by the CPU build's formula); the result is
+            the same (up to pairs within float rounding of the cutoff). The others build on the CPU and move the
+            graph to ``pos``'s device.
 
     Returns:
         An :class:`AtomGraph` on ``pos``'s device; atom indices are global (offset per structure).
@@ -335,8 +447,15 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
         raise ValueError(f"cutoff must be > 0 Å, got {cutoff}")
     if max_neighbors is not None and max_neighbors < 1:
         raise ValueError(f"max_neighbors must be >= 1 or None, got {max_neighbors}")
+    if method not in ("auto", "ase", "torch", "batch", "device"):
+        raise ValueError(f"unknown neighbour method {method!r}; use 'auto', 'ase', 'torch', 'batch' or 'device'")
     pos, cell, pbc, batch, num = _structures(data)
     device = pos.device
+    if method == "device":
+        counts = torch.bincount(batch, minlength=num).cpu().numpy()
+        src, dst, off = _device_edges(pos, cell, pbc, counts, cutoff, max_neighbors, keep_ties)
+        return _finish(torch.stack([src, dst]), off, batch, pos, cutoff, max_neighbors, num, with_triplets,
+                       with_reverse)
     pos_np = pos.detach().to("cpu", torch.float64).numpy()
     cell_np = cell.detach().to("cpu", torch.float64).numpy()
     pbc_np = pbc.detach().cpu().numpy()
@@ -365,8 +484,14 @@ def build_graph(data, cutoff: float, max_neighbors: int | None = None, *, with_t
     src = torch.from_numpy(np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64))
     dst = torch.from_numpy(np.concatenate(dsts) if dsts else np.zeros(0, dtype=np.int64))
     off = torch.from_numpy(np.concatenate(offs) if offs else np.zeros((0, 3), dtype=np.int64))
-    edge_index = torch.stack([src, dst]).to(device)
-    off = off.to(device)
+    return _finish(torch.stack([src, dst]).to(device), off.to(device), batch, pos, cutoff, max_neighbors, num,
+                   with_triplets, with_reverse)
+
+
+def _finish(edge_index: Tensor, off: Tensor, batch: Tensor, pos: Tensor, cutoff: float, max_neighbors, num: int,
+            with_triplets: bool, with_reverse: bool) -> AtomGraph:
+    """The :class:`AtomGraph` of ordered, capped edges (on ``pos``'s device), with triplets and reverse edges as
+    asked (built on that device)."""
     graph = AtomGraph(edge_index, off, batch, int(pos.size(0)), cutoff=float(cutoff), max_neighbors=max_neighbors,
                       num_structures=num)
     if with_triplets:

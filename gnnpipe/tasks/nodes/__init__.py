@@ -124,6 +124,12 @@ class NodeClassification(Task):
 
             raise ConfigError(f"{', '.join(steps)} train atomistic models by optimizer steps (S2EF); node "
                               f"classification takes one step per epoch: use --epochs and --eval-every")
+        if config.amp or not config.tf32:
+            from ...errors import ConfigError
+
+            flag = "--amp" if config.amp else "--no-tf32"
+            raise ConfigError(f"{flag} sets the precision of atomistic S2EF training; node classification computes "
+                              f"in --dtype ({config.dtype}): leave {flag} out, or choose --dtype")
         check_names(config)
         return resolve_config(config)
 

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ...core.comm import Comm, collective_device
+from ...core.run.launch import plan_backend, rank_device
 from ...core.run.loop import epoch_loop
 from ...core.runtime.memory import peak_memory_bytes, return_free_memory
 from ...core.settings.config import TrainConfig, ignored_options
@@ -100,21 +101,6 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
     ignored = ignored_options(config)
     if ignored:
         warnings.warn("ignored: " + "; ".join(ignored), stacklevel=2)
-
-
-def plan_backend(config: TrainConfig) -> tuple[str, str]:
-    """``(backend, reason)`` of a run: the requested backend checked against the layout and the device, or the
-    default that fits them — nccl only with one GPU per local rank, else gloo (on the CPU, or with
-    ``--device cuda`` several ranks sharing a GPU through pinned CPU buffers); see
-    :func:`gnnpipe.core.run.launch.choose_backend`.
-
-    Raises:
-        ConfigError: unknown backend or device, nccl without one GPU per local rank or with ``--device cpu``,
-            ``--device cuda`` without a GPU.
-    """
-    from ...core.run.launch import choose_backend, local_world_size
-
-    return choose_backend(config.backend, local_world_size(config.world_size), device=config.device_type)
 
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
@@ -269,20 +255,6 @@ def _order_policy(config: TrainConfig, correctors):
         if pol is not None:
             return pol
     return FixedOrder()
-
-
-def rank_device(config: TrainConfig | None = None) -> torch.device:
-    """This rank's device: the CPU, or (``config.device_type == "cuda"``, or the nccl backend) GPU
-    ``LOCAL_RANK mod (number of GPUs)`` (made the current device), so ranks share GPUs round robin."""
-    import os
-
-    nccl = dist.is_initialized() and dist.get_backend() == "nccl"
-    if not nccl and (config is None or config.device_type != "cuda"):
-        return torch.device("cpu")
-    local = int(os.environ.get("LOCAL_RANK", dist.get_rank() if dist.is_initialized() else 0))
-    dev = torch.device("cuda", local % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
-    return dev
 
 
 def _scheduler(config: TrainConfig):

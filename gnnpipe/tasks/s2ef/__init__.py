@@ -237,9 +237,10 @@ class S2EF(Task):
             config = attrs.evolve(config, replicas=config.ways, ways=1)
         if config.energy_reference not in REFERENCES:  # a file: read now, refused before any data is read
             read_element_references(config.energy_reference)
-        if config.device is not None and config.device_type() != "cpu":  # cuda without a GPU: refused there
-            raise ConfigError(f"--device {config.device}: S2EF training runs on the CPU in this version; use "
-                              f"--device cpu (the calculator and gnnpipe relax run on a GPU)")
+        _ = config.device_type  # an unknown --device, or cuda without a GPU: ConfigError naming the fix
+        if config.amp and config.dtype != "float32":
+            raise ConfigError(f"--amp runs the model's forward in bfloat16 autocast from float32 weights; with --dtype "
+                              f"{config.dtype} there is nothing to autocast: use --dtype float32, or leave --amp out")
         config, self.defaults_chosen = apply_model_defaults(config)
         opts = models.model_options(config.model)
         fixed = {k: getattr(config, k) for k in ("cutoff", "max_neighbors", "direct_forces") if k in opts}
@@ -355,6 +356,7 @@ class S2EF(Task):
         if G > 1:
             layout += f", graph-parallel partitioner {config.graph_parallel_partitioner} ({config.graph_parallel_mode})"
         lines.append(layout + f"; {workers} loader worker{'s' if workers != 1 else ''} per rank")
+        lines.append(device_line(config))
         ref = {"linear": f"a per-element linear reference fitted on {min(len(data.splits['train']), REFERENCE_SAMPLE):,} "
                          f"training structures", "none": "no per-element reference"}.get(
             config.energy_reference, f"the per-element references of {config.energy_reference}")
@@ -413,8 +415,11 @@ class S2EF(Task):
         from .steps import check_steps
 
         check_steps(config, plan.data.splits, options)
+        launch.plan_backend(config)  # an unknown backend, or nccl without one GPU per rank: before any rank starts
         G = config.graph_parallel_group_size
         world = int(os.environ["WORLD_SIZE"]) if launch.under_torchrun() else None
+        if world is None and config.device_type == "cuda" and getattr(options, "memory_check", True):
+            plan.info["predicted_mem_bytes"] = check_gpu_memory(config, plan.data)
         if pipelined(config):
             try:
                 check_graph_parallel(config, None)
@@ -456,10 +461,12 @@ class S2EF(Task):
         norm = d.normalizer.to_dict()
         G = config.graph_parallel_group_size
         S = config.stages
+        backend, why = launch.plan_backend(config)  # nccl: one GPU per local rank; else gloo (CUDA staged)
+        plan.info["backend"], plan.info["backend_reason"] = backend, why
         if launch.under_torchrun():
             import torch.distributed as dist
 
-            rank, world = launch.init_env_process_group("gloo", config.timeout_s)  # None: torch's default
+            rank, world = launch.init_env_process_group(backend, config.timeout_s)  # None: torch's default
             out = worker(rank, world, config, d.structures, d.splits, norm, plan.info, progress, options)
             dist.barrier()
             dist.destroy_process_group()
@@ -471,14 +478,15 @@ class S2EF(Task):
         from ...core.run.session import RecordCollector, partial_result
         from ...errors import DistributedError
 
-        wait_s, why = launch.wait_limit(config.timeout_s, "gloo")
-        plan.info["wait_limit"] = {"seconds": wait_s, "why": why}
-        print("  " + launch.format_wait_limit(wait_s, why), file=sys.stderr)
+        wait_s, wait_why = launch.wait_limit(config.timeout_s, backend)
+        plan.info["wait_limit"] = {"seconds": wait_s, "why": wait_why}
+        print(f"  backend {backend} ({why})", file=sys.stderr)
+        print("  " + launch.format_wait_limit(wait_s, wait_why), file=sys.stderr)
         records = RecordCollector().start()
         try:
             outs = launch.spawn(worker, config.replicas * S * G, (config, d.structures, d.splits, norm, plan.info,
                                                                 progress, options, records.send_end),
-                                backend="gloo", timeout_s=wait_s, threads=config.threads, graceful=True)
+                                backend=backend, timeout_s=wait_s, threads=config.threads, graceful=True)
         except (KeyboardInterrupt, DistributedError) as exc:
             failed = isinstance(exc, DistributedError)
             exc.result = _with_params(partial_result(  # type: ignore[attr-defined]
@@ -487,6 +495,106 @@ class S2EF(Task):
             raise
         records.stop()
         return _with_params(outs[0]["result"], nparams)
+
+
+def predicted_gpu_memory(config: Any, data: S2EFData) -> list[int]:
+    """Per rank of ``config``'s layout, the memory model's peak on a GPU (bytes;
+    :func:`gnnpipe.tasks.s2ef.cost.layout_memory`), from a profile of the model's training step taken on this
+    process's GPU (``torch.cuda.max_memory_allocated``; one replica batch: the training split's first
+    ``--batch-size`` structures, in ``--amp`` when the run uses it).
+
+    Raises:
+        ModelDescriptionError: a model that does not describe its widths.
+    """
+    import torch
+
+    from . import cost as A
+    from .build import make_model
+
+    ids = data.splits["train"][: config.batch_size]
+    structs = [d for d in (data.structures[int(i)] for i in ids) if d is not None]
+    model = make_model(config)
+    job = A.AtomJob(model, structs, config.cutoff, config.max_neighbors,
+                    partitioner=config.graph_parallel_partitioner, mode=config.graph_parallel_mode,
+                    element_size=torch.empty((), dtype=config.torch_dtype).element_size(),
+                    ema=bool(config.ema_decay), backend=launch_backend(config))
+    batch, graph = A.job_graph(job)
+    prof = A.profile_step(model, batch, graph, steps=1, warmup=1, name=config.model, device="cuda", amp=config.amp)
+    S = config.stages
+    layout = A.AtomLayout(S, config.graph_parallel_group_size, config.replicas,
+                          chunks=(config.chunks or 1) if S > 1 else 1, scheduler=config.scheduler if S > 1 else "gpipe")
+    return A.layout_memory(job, layout, prof)
+
+
+def launch_backend(config: Any) -> str:
+    """The backend the run's ranks use (:func:`gnnpipe.core.run.launch.plan_backend`; ``gloo`` for one process)."""
+    from ...core.run import launch
+
+    ranks = config.replicas * config.stages * config.graph_parallel_group_size
+    return launch.plan_backend(config)[0] if ranks > 1 else "gloo"
+
+
+def check_gpu_memory(config: Any, data: S2EFData) -> list[int] | None:
+    """Refuse, before any rank starts, a layout whose ranks the memory model predicts do not fit their GPUs
+    (:func:`predicted_gpu_memory` against each GPU's free memory, ranks placed round robin:
+    :func:`gnnpipe.tasks.s2ef.cost.check_device_memory`). Returns the per-rank prediction, or ``None`` for a model
+    the memory model does not describe (a warning says the run is not checked).
+
+    Raises:
+        ConfigError: a GPU's ranks need more than it has free (the message gives the fixes and
+            ``--no-memory-check``).
+    """
+    import warnings
+
+    import torch
+
+    from ...models.atomistic.cost import ModelDescriptionError
+    from . import cost as A
+
+    try:
+        per_rank = predicted_gpu_memory(config, data)
+    except ModelDescriptionError as exc:
+        warnings.warn(f"no GPU memory check: {exc}", stacklevel=3)
+        return None
+    n = torch.cuda.device_count()
+    free = [int(torch.cuda.mem_get_info(g)[0]) for g in range(n)]
+    names = [torch.cuda.get_device_name(g) for g in range(n)]
+    S, G, D = config.stages, config.graph_parallel_group_size, config.replicas
+    A.check_device_memory(per_rank, free, names=names, what=f" (S {S} × G {G} × D {D}, batch {config.batch_size})")
+    return per_rank
+
+
+def device_line(config: Any) -> str:
+    """The run header's line on where the ranks compute and in what precision: the device (the GPU's name on
+    CUDA), whether TF32 matmuls are allowed for float32 work on CUDA (``--tf32``, the default; ``--no-tf32``), and
+    ``--amp`` (bfloat16 autocast of the model's forward), with the backend of several ranks.
+
+    Raises:
+        ConfigError: an unknown ``--device``, or ``cuda`` without a GPU; a backend the layout cannot use
+            (:func:`gnnpipe.core.run.launch.plan_backend`).
+    """
+    import torch
+
+    from ...core.run import launch
+
+    dev = config.device_type
+    if dev == "cuda":
+        n = torch.cuda.device_count()
+        text = f"device: cuda ({torch.cuda.get_device_name(0)}{f', {n} GPUs' if n > 1 else ''})"
+        if config.dtype == "float32":
+            text += ("; TF32 matmuls allowed for float32 work (--no-tf32: exact float32)" if config.tf32 else
+                     "; TF32 off (--no-tf32): exact float32 matmuls")
+    else:
+        text = "device: cpu"
+    if config.amp:
+        text += "; --amp: the forward in bfloat16 autocast (energies, forces, losses, optimizer state in float32)"
+    else:
+        text += f"; {config.dtype} throughout"
+    ranks = config.replicas * config.stages * config.graph_parallel_group_size
+    if ranks > 1:
+        backend, why = launch.plan_backend(config)
+        text += f"; backend {backend} ({why})"
+    return text
 
 
 def num_parameters(config: Any) -> int:

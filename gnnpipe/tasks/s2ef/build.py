@@ -32,12 +32,15 @@ def make_model(config: TrainConfig):
     return model.to(config.torch_dtype)
 
 
-def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True, with_reverse: bool = False) -> Callable:
+def graph_builder(cutoff: float, max_neighbors: int, with_triplets: bool = True, with_reverse: bool = False,
+                  method: str = "auto") -> Callable:
     """``batch → AtomGraph`` (:func:`gnnpipe.data.atoms.build_graph`; triplets only ``with_triplets``, each edge's
-    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet). Picklable: loader workers started
-    with ``spawn`` (inside a rank) receive it."""
+    reverse with ``with_reverse``: models with ``uses_reverse_edges``, GemNet; ``method="device"``: the pairs found
+    where the batch's positions are, on a GPU for a GPU batch). Picklable: loader workers started with ``spawn``
+    (inside a rank) receive it."""
+    kw = {} if method == "auto" else {"method": method}
     return functools.partial(build_graph, cutoff=cutoff, max_neighbors=max_neighbors, with_triplets=with_triplets,
-                             with_reverse=with_reverse)
+                             with_reverse=with_reverse, **kw)
 
 
 def forward(model, structures: list, graph_fn: Callable) -> tuple[Tensor, Tensor, object]:

@@ -66,14 +66,18 @@ __all__ = [
     "AtomProfile",
     "AtomRankMemory",
     "HookCall",
+    "PeakMeter",
     "UnitWidths",
     "activation_widths",
     "bubble",
+    "check_device_memory",
     "enumerate_atom_layouts",
     "format_atom_ranking",
     "geometry_widths",
     "hook_calls",
     "job_graph",
+    "layout_memory",
+    "local_gpu_hardware",
     "num_parameters",
     "oc20_sized_structures",
     "padded_slots",
@@ -280,7 +284,9 @@ class AtomProfile:
         hop measured between two local ranks, or ``None``. step_cpu_s: the median step's CPU seconds of the main
         thread (``step_s`` less the time other processes took the core). widths_version: :data:`WIDTHS_VERSION`
         of the widths κ was fitted against. direct_forces: the force mode profiled (``None``: a profile written
-        before it was recorded).
+        before it was recorded). device: where the step was profiled, ``"cpu"`` (live bytes,
+        :class:`~gnnpipe.costmodel.live.LiveBytes`) or ``"cuda"`` (``torch.cuda.max_memory_allocated``; the floor is
+        then not measured: :data:`GPU_FLOOR_BYTES`). amp: profiled in bfloat16 autocast (``--amp``).
     """
 
     model: str
@@ -302,6 +308,8 @@ class AtomProfile:
     widths_version: int = WIDTHS_VERSION
     direct_forces: bool | None = None
     kappa_d: float | None = None
+    device: str = "cpu"
+    amp: bool = False
 
     @property
     def retained_kappa(self) -> float:
@@ -377,10 +385,56 @@ def _held_bytes(*objs) -> int:
     return sum(seen.values())
 
 
-def _train_step(model, batch, graph, comm=None, passes: bool = False):
+class PeakMeter:
+    """The peak of the bytes a block allocates above what was allocated when it began, on ``device``: live bytes
+    sampled after every operation on the CPU (:class:`~gnnpipe.costmodel.live.LiveBytes`), the CUDA caching
+    allocator's ``max_memory_allocated`` on a GPU (what ``peak_mem_bytes`` of a GPU run reports).
+
+    Attributes (after the block): base: bytes allocated when it began. peak: the largest allocation seen.
+    """
+
+    def __init__(self, device="cpu"):
+        import torch
+
+        self.device = torch.device(device)
+        self._live = None
+
+    def __enter__(self) -> PeakMeter:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = self.peak = int(torch.cuda.memory_allocated(self.device))
+            return self
+        from ...costmodel.live import LiveBytes
+
+        self._live = LiveBytes().__enter__()
+        self.base = self.peak = self._live.base
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = int(torch.cuda.max_memory_allocated(self.device))
+            return
+        self._live.__exit__(*exc)
+        self.base, self.peak = self._live.base, self._live.peak
+
+
+def _train_step(model, batch, graph, comm=None, passes: bool = False, amp: bool = False):
     """One training step's compute; ``passes``: as a conservative pipeline runs it, the force loss's backward
-    retaining the graph (``D``), then the energy loss's (``B``), where the single process runs one backward."""
-    out = model(batch, graph, comm, forces=True)
+    retaining the graph (``D``), then the energy loss's (``B``), where the single process runs one backward;
+    ``amp``: the forward in bfloat16 autocast (``--amp``)."""
+    import contextlib
+
+    import torch
+
+    dev = batch.pos.device.type
+    with torch.autocast(dev, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+        out = model(batch, graph, comm, forces=True)
     e, f = batch.energy.reshape(-1), batch.forces
     le = ((out["energy"] - e.to(out["energy"].dtype)) ** 2).sum()
     lf = 100.0 * ((out["forces"] - f.to(out["forces"].dtype)) ** 2).mean()
@@ -392,21 +446,42 @@ def _train_step(model, batch, graph, comm=None, passes: bool = False):
 
 
 def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: int = 1, link: bool = False,
-                 name: str = "?") -> AtomProfile:
+                 name: str = "?", device=None, amp: bool = False) -> AtomProfile:
     """Time ``steps`` single-process training steps of ``model`` on ``batch`` (after ``warmup``), measure one step's
-    peak of live bytes (:class:`~gnnpipe.costmodel.live.LiveBytes`), with conservative forces also one step's
-    run as the pipeline's ``G``, ``D``, ``B`` passes (``κ_D``), and, with ``link``, the all-reduce link between two
-    local ranks (:func:`~gnnpipe.costmodel.link.profile_link`, a few seconds).
+    peak of allocated bytes (:class:`PeakMeter`: live bytes on the CPU, ``torch.cuda.max_memory_allocated`` on a
+    GPU), with conservative forces also one step's run as the pipeline's ``G``, ``D``, ``B`` passes (``κ_D``), and,
+    with ``link``, the all-reduce link between two local ranks (:func:`~gnnpipe.costmodel.link.profile_link`, a few
+    seconds).
 
     ``batch`` needs ``energy`` and ``forces`` (zeros do: only the cost is measured). Threads: torch's current
-    setting (the ranks of a run use ``--threads``).
+    setting (the ranks of a run use ``--threads``). ``device``: where to profile (``None``: the CPU; ``"cuda"``:
+    the model, batch and graph are moved to the current GPU, and the model is moved back afterwards); ``amp``:
+    the forward in bfloat16 autocast, as ``--amp`` trains.
     """
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    home = next(model.parameters()).device
+    if dev.type != "cpu":
+        from .data import move_to
+
+        model.to(dev)
+        batch, graph = move_to(batch, dev, non_blocking=False), move_to(graph, dev, non_blocking=False)
+    try:
+        return _profile(model, batch, graph, steps, warmup, link, name, dev, amp)
+    finally:
+        if dev.type != "cpu":
+            model.to(home)
+            torch.cuda.empty_cache()
+
+
+def _profile(model, batch, graph, steps, warmup, link, name, dev, amp) -> AtomProfile:
     import statistics
     import time
 
     import torch
-
-    from ...costmodel.live import LiveBytes
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -419,27 +494,30 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
 
     gc.collect()
     return_free_memory()
-    floor = max(_rss() - _held_bytes(model, batch, graph), 0)
+    floor = max(_rss() - _held_bytes(model, batch, graph), 0) if dev.type == "cpu" else 0
+    gpu = dev.type == "cuda"
     times, cpus = [], []
     for i in range(warmup + steps):
         for p in params:
             p.grad = None
         t0, c0 = time.perf_counter(), time.thread_time()
-        _train_step(model, batch, graph)
+        _train_step(model, batch, graph, amp=amp)
+        if gpu:
+            torch.cuda.synchronize(dev)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
             cpus.append(time.thread_time() - c0)
     for p in params:
         p.grad = None
-    with LiveBytes() as lb:
-        _train_step(model, batch, graph)
+    with PeakMeter(dev) as lb:
+        _train_step(model, batch, graph, amp=amp)
     peak = lb.peak - lb.base
     peak_d = None
     if _conservative(model):
         for p in params:
             p.grad = None
-        with LiveBytes() as lb:
-            _train_step(model, batch, graph, passes=True)
+        with PeakMeter(dev) as lb:
+            _train_step(model, batch, graph, passes=True, amp=amp)
         peak_d = lb.peak - lb.base
     grads = sum(p.numel() for p in params) * b
     E, T, N = int(graph.num_edges), int(graph.num_triplets), int(batch.num_nodes)
@@ -459,7 +537,8 @@ def profile_step(model: Any, batch: Any, graph: Any, *, steps: int = 2, warmup: 
                        kept_bytes=float(kept), edges=E, triplets=T, atoms=N, structures=int(getattr(batch, "num_graphs", 1)),
                        element_size=b, threads=torch.get_num_threads(), floor_bytes=floor, link=lk,
                        step_cpu_s=statistics.median(cpus), direct_forces=not _conservative(model),
-                       kappa_d=None if peak_d is None else max(peak_d - grads, 0) / max(kept, 1.0))
+                       kappa_d=None if peak_d is None else max(peak_d - grads, 0) / max(kept, 1.0),
+                       device=dev.type, amp=bool(amp))
 
 
 # ---------------------------------------------------------------------------------------------- layouts
@@ -853,6 +932,77 @@ def predict_layout(job: AtomJob, layout: AtomLayout, profile: AtomProfile, hardw
                           bytes={"gp": gp_total, "grad": grad_total, "boundary": bnd_total}, memory=mem, fits=fits,
                           bubble=idle, floor_bytes=int(floor_bytes), structures=B,
                           work_s=cpu)
+
+
+def local_gpu_hardware() -> Any:
+    """This machine's GPUs as a :class:`~gnnpipe.costmodel.hardware.Hardware` of kind ``"gpu"`` (one node, a device
+    per GPU, each GPU's total memory as the device limit; links: the profile's), for plans profiled on CUDA.
+
+    Raises:
+        ConfigError: no CUDA GPU here.
+    """
+    import torch
+
+    from ...costmodel.hardware import Hardware
+    from ...errors import ConfigError
+
+    if not torch.cuda.is_available():
+        raise ConfigError("--device cuda needs a CUDA GPU, and none is available; use --device cpu")
+    n = torch.cuda.device_count()
+    props = torch.cuda.get_device_properties(0)
+    return Hardware(name=f"this machine's {n} x {props.name}", nodes=1, devices_per_node=n, kind="gpu", speed=1.0,
+                    device_memory_bytes=int(props.total_memory))
+
+
+def layout_memory(job: AtomJob, layout: AtomLayout, profile: AtomProfile, *, floor_bytes: int | None = None
+                  ) -> list[int]:
+    """Per rank of ``layout`` (``D × S × G`` ranks in rank order, rank ``(d·S + s)·G + g``), the predicted peak
+    in bytes: :func:`rank_memory` of the first replica (the others' are alike) plus the runtime floor
+    (``floor_bytes``; default the profile's on the CPU, :data:`GPU_FLOOR_BYTES` for a profile taken on a GPU).
+
+    Raises:
+        ModelDescriptionError: a model that does not describe its widths.
+    """
+    cache: dict = {}
+    plan = _plan(job, layout.gp, cache)
+    mem = rank_memory(job, layout, plan, profile.kappa, profile.retained_kappa, cache=cache)
+    if floor_bytes is None:
+        floor_bytes = GPU_FLOOR_BYTES if profile.device == "cuda" else profile.floor_bytes
+    return [m.peak + int(floor_bytes) for m in mem] * layout.replicas
+
+
+def check_device_memory(per_rank: Sequence[int], free: Sequence[int], *, names: Sequence[str] | None = None,
+                        what: str = "") -> None:
+    """Refuse, before any rank starts, ranks whose predicted peaks do not fit their GPUs: local rank ``r`` computes
+    on GPU ``r mod len(free)`` (round robin, as the ranks place themselves), so each GPU must hold the sum of its
+    ranks' predictions.
+
+    Args:
+        per_rank: predicted bytes of each local rank (:func:`layout_memory`). free: free bytes of each GPU
+            (``torch.cuda.mem_get_info``). names: the GPUs' names for the message. what: the layout, for the message.
+
+    Raises:
+        ConfigError: a GPU whose ranks need more than it has free; the message gives the prediction, the free
+            memory and the ways out.
+    """
+    from ...errors import ConfigError
+
+    if not free:
+        return
+    need = [0] * len(free)
+    ranks: list[list[int]] = [[] for _ in free]
+    for r, b in enumerate(per_rank):
+        need[r % len(free)] += int(b)
+        ranks[r % len(free)].append(r)
+    for g, (n, f) in enumerate(zip(need, free)):
+        if n > f:
+            name = f" ({names[g]})" if names else ""
+            who = f"rank {ranks[g][0]}" if len(ranks[g]) == 1 else f"ranks {', '.join(map(str, ranks[g]))}"
+            raise ConfigError(
+                f"the memory model predicts {_gib(n)} GiB on GPU {g}{name} for {who}{what} (the largest "
+                f"{_gib(max(per_rank[r] for r in ranks[g]))} GiB), but {_gib(f)} GiB are free there; spread the "
+                f"structures' graphs over more ranks (--gp-size), the blocks over --stages, use a smaller "
+                f"--batch-size or --amp, or pass --no-memory-check to try anyway")
 
 
 def plan_atomistic(job: AtomJob, ranks: int, profile: AtomProfile, hardware: Any = None, *,

@@ -156,6 +156,11 @@ def share(indices: Tensor, rank: int, world: int) -> Tensor:
 REFERENCE_SAMPLE = 2_000
 #: the fewest steps per epoch for which loader workers are started by default (starting them costs about this)
 MIN_STEPS_FOR_WORKERS = 16
+#: atoms of a step's largest structure from which a rank on a GPU builds the step's neighbour graph there
+#: (``build_graph(method="device")``: all pairs of a structure on the GPU) rather than in a loader worker on the CPU;
+#: smaller structures' graphs are built by the workers ahead of the step. Not yet measured on a GPU
+#: (``benchmarks/bench_s2ef_gpu.py graph`` times both builds by structure size)
+DEVICE_GRAPH_ATOMS = 1000
 
 
 def open_dataset(config):
@@ -371,8 +376,10 @@ class _Steps(torch.utils.data.Dataset):
     """Item ``k``: the structures of ``parts[k]`` read (validated), batched and their graph built; ``packed``: as
     one byte string (:func:`pack_step`), for a loader worker to hand over."""
 
-    def __init__(self, structures, parts: list, graph_fn: Callable | None, packed: bool = False):
+    def __init__(self, structures, parts: list, graph_fn: Callable | None, packed: bool = False,
+                 device_graph_atoms: int | None = None):
         self.structures, self.parts, self.graph_fn, self.packed = structures, parts, graph_fn, packed
+        self.device_graph_atoms = device_graph_atoms
 
     def __len__(self) -> int:
         return len(self.parts)
@@ -392,7 +399,10 @@ class _Steps(torch.utils.data.Dataset):
             from torch_geometric.data import Batch
 
             step.batch = Batch.from_data_list(valid)
-            step.graph = self.graph_fn(step.batch)
+            large = self.device_graph_atoms is not None and max(int(d.z.numel()) for d in valid) >= \
+                self.device_graph_atoms
+            if not large:  # a large structure's graph is built on the rank's device (``graph`` stays None)
+                step.graph = self.graph_fn(step.batch)
         return pack_step(step) if self.packed else step
 
 
@@ -407,20 +417,44 @@ class StructureLoader:
             :class:`~gnnpipe.data.atoms.sets.PreparedSet` that reads ``None`` for a skipped structure).
         num_workers: 0 reads in this process. graph_fn: ``Batch → graph`` run in the workers (``None``: the trainer
             builds the graph).
+        device: the rank's device. On a GPU each step's batch and graph are pinned and copied there on a side
+            stream (``non_blocking``) one step ahead, while the step before computes; elsewhere they stay on the CPU.
+        device_graph_atoms: with ``graph_fn``, a step whose largest structure has at least this many atoms leaves
+            its ``graph`` ``None`` (the trainer builds it on the device; :data:`DEVICE_GRAPH_ATOMS`); ``None``: never.
 
     Raises (while iterating): DataValidationError of a malformed structure (file, index, problem), unless the set
     skips them.
     """
 
-    def __init__(self, structures, num_workers: int = 0, graph_fn: Callable | None = None, prefetch: int = 2):
+    def __init__(self, structures, num_workers: int = 0, graph_fn: Callable | None = None, prefetch: int = 2, *,
+                 device: torch.device | str | None = None, device_graph_atoms: int | None = None):
         self.structures, self.num_workers, self.graph_fn, self.prefetch = structures, num_workers, graph_fn, prefetch
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device_graph_atoms = device_graph_atoms
 
     def iterate(self, parts: Sequence[Tensor]) -> Iterator[StepData]:
-        """One :class:`StepData` per index tensor of ``parts``, in order."""
+        """One :class:`StepData` per index tensor of ``parts``, in order (on a GPU its batch and graph already
+        there, copied one step ahead)."""
+        steps = self._read(parts)
+        if self.device.type != "cuda":
+            yield from steps
+            return
+        stream = torch.cuda.Stream(self.device)
+        ahead = None
+        for step in steps:
+            ready = _copy_ahead(step, self.device, stream)
+            if ahead is not None:
+                yield _arrived(*ahead)
+            ahead = (step, ready)
+        if ahead is not None:
+            yield _arrived(*ahead)
+
+    def _read(self, parts: Sequence[Tensor]) -> Iterator[StepData]:
         from ...errors import DataValidationError
 
         workers = self.num_workers > 0 and len(parts) > 0
-        steps = _Steps(self.structures, list(parts), self.graph_fn, packed=workers)
+        steps = _Steps(self.structures, list(parts), self.graph_fn, packed=workers,
+                       device_graph_atoms=self.device_graph_atoms)
         if not workers:
             it = (steps[k] for k in range(len(steps)))
         else:
@@ -440,6 +474,68 @@ class StructureLoader:
 
 def _identity(x):
     return x
+
+
+def _tensors(obj) -> list[Tensor]:
+    """The tensors a batch (PyG ``Batch``) or a graph (:class:`~gnnpipe.data.atoms.AtomGraph`) holds."""
+    if obj is None:
+        return []
+    if hasattr(obj, "to_dict"):
+        values = obj.to_dict().values()
+    else:
+        values = vars(obj).values()
+    return [v for v in values if isinstance(v, Tensor)]
+
+
+def move_to(obj, device: torch.device, non_blocking: bool = True):
+    """``obj`` (a PyG ``Batch`` / ``Data`` or an :class:`~gnnpipe.data.atoms.AtomGraph`) with its tensors on
+    ``device``: on a GPU copied from pinned host memory without blocking the host (the copy is ordered before
+    any work queued after it on the stream); the object itself when it is already there or is ``None``.
+
+    Raises:
+        TypeError: an object that has neither ``to`` nor tensors as attributes.
+    """
+    if obj is None:
+        return None
+    device = torch.device(device)
+    tensors = _tensors(obj)
+    if all(t.device == device for t in tensors):
+        return obj
+    pin = device.type == "cuda" and non_blocking
+    if hasattr(obj, "apply"):  # PyG Data / Batch: every tensor attribute, in place
+        return obj.apply(lambda t: (t.pin_memory() if pin and not t.is_pinned() else t).to(device,
+                                                                                           non_blocking=non_blocking))
+    if hasattr(obj, "to"):
+        if pin and hasattr(obj, "pin_memory"):
+            obj = obj.pin_memory()
+        return obj.to(device, non_blocking=non_blocking)
+    raise TypeError(f"cannot move a {type(obj).__name__} to {device}: give it a to(device) method")
+
+
+def _copy_ahead(step: StepData, device: torch.device, stream):
+    """Start copying ``step``'s batch and graph to ``device`` on the side ``stream``; returns the event that
+    marks the copy done (``None`` when there was nothing to copy)."""
+    if step.batch is None:
+        return None
+    with torch.cuda.stream(stream):
+        step.batch = move_to(step.batch, device)
+        step.graph = move_to(step.graph, device)
+        event = torch.cuda.Event()
+        event.record(stream)
+    return event
+
+
+def _arrived(step: StepData, event) -> StepData:
+    """``step`` once its copy is done as seen from the current stream: the compute stream waits for the copy's
+    event, and the copied tensors are marked as used there (the caching allocator then does not hand their memory
+    to the copy stream while the step still reads them)."""
+    if event is not None:
+        current = torch.cuda.current_stream(event.device if hasattr(event, "device") else None)
+        current.wait_event(event)
+        for t in _tensors(step.batch) + _tensors(step.graph):
+            if t.is_cuda:
+                t.record_stream(current)
+    return step
 
 
 @contextlib.contextmanager

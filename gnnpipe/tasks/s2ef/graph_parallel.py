@@ -204,13 +204,17 @@ class GraphParallelComm:
             model's edge → atom sums go onto the edges' target atoms (``scatter(..., edge_index[1])``), as SchNet's
             and DimeNet++'s do; a model summing onto source atoms needs ``"reduce-scatter"``.
         device: where the activations and index tensors live (default CPU).
+        dtype: the floating dtype every hook communicates in (``None``: its input's). Under ``--amp`` the training
+            dtype (float32): a bfloat16 activation is cast up before it travels, so the bytes are those of the cost
+            model (:func:`plan_hook_bytes` with the training dtype's element size) and the reduced sums are exact.
 
     Raises:
         ConfigError: the group's size differs from the plan's, bad ``mode`` / ``atoms_reduce``.
     """
 
     def __init__(self, plan: GraphParallelPlan, rank: int | None = None, group=None, mode: str = "allgather",
-                 comm: Comm | None = None, atoms_reduce: str = "auto", device: torch.device | str = "cpu"):
+                 comm: Comm | None = None, atoms_reduce: str = "auto", device: torch.device | str = "cpu",
+                 dtype: torch.dtype | None = None):
         if mode not in MODES:
             raise ConfigError(f"graph-parallel mode must be one of {MODES}; got {mode!r}")
         if atoms_reduce not in ("auto", "reduce-scatter", "local"):
@@ -222,6 +226,7 @@ class GraphParallelComm:
         if plan.num_ranks != self.gp.size:
             raise ConfigError(f"the plan is for {plan.num_ranks} ranks; the graph-parallel group has {self.gp.size}")
         self.plan, self.mode, self.rank = plan, mode, self.gp.rank
+        self.dtype = dtype
         r = self.rank
         self.atom_counts, self.edge_counts = plan.atom_counts, plan.edge_counts
         self.atom_ids = plan.atoms[r].to(device)
@@ -242,15 +247,23 @@ class GraphParallelComm:
         return local_graph(graph, self.plan, self.rank, self.mode)
 
     # ------------------------------------------------------------------ the hooks
+    def _wire(self, x: Tensor) -> Tensor:
+        """``x`` in the dtype the hooks communicate in (:attr:`dtype`; ``x`` itself without one)."""
+        if self.dtype is None or x.dtype == self.dtype or not x.is_floating_point():
+            return x
+        return x.to(self.dtype)
+
     def atoms_gather(self, h: Tensor) -> Tensor:
         """Owned atom rows ``[N_r, d]`` (in ``atom_ids`` order) → ``[N, d]`` for all atoms (global order).
         Backward: the ranks' gradients summed, own rows kept."""
+        h = self._wire(h)
         out = C.gather(h, self.atom_counts, self.gp)
         return out if self._atom_identity else out.index_select(0, self._atoms_to_global)
 
     def atoms_reduce(self, h: Tensor) -> Tensor:
         """Partial per-atom sums ``[N, d]`` (this rank's edges' contributions) → owned atoms' totals ``[N_r, d]``.
         Backward: the owned rows' gradients all-gathered."""
+        h = self._wire(h)
         if self.local_atoms_reduce:
             return C.split(h, self.atom_ids)
         x = h if self._atom_identity else h.index_select(0, self._atoms_to_ranks)
@@ -260,18 +273,19 @@ class GraphParallelComm:
         """Local edge rows ``[E_r, d]`` → the buffer ``LocalGraph.idx_kj`` indexes: all edges in rank order
         (``allgather``) or the local rows followed by the halo rows (``halo``). Backward: gradient rows summed
         onto their owners."""
+        x = self._wire(x)
         if self.mode == "allgather":
             return C.gather(x, self.edge_counts, self.gp)
         return torch.cat([x, C.halo_exchange(x, self._send, self._recv, self.gp)])
 
     def sum(self, x: Tensor) -> Tensor:
         """All-reduce sum of partials (e.g. per-structure partial energies ``[B]``); backward identity."""
-        return C.all_reduce(x, self.gp)
+        return C.all_reduce(self._wire(x), self.gp)
 
     def replicated_grad(self, g: Tensor) -> Tensor:
         """All-reduce of this rank's partial gradient of a replicated input (``∂E_r/∂pos`` → ``∂E/∂pos``);
         backward identity, so a force loss's second backward reaches every rank's partial graph once."""
-        return C.all_reduce(g, self.gp)
+        return C.all_reduce(self._wire(g), self.gp)
 
     # ------------------------------------------------------------------ byte formulas
     def hook_bytes(self, hook: str, row_numel: int, element_size: int, *, backward: bool = False) -> float:

@@ -73,9 +73,15 @@ def force_loss(forces: Tensor, forces_target: Tensor, free: Tensor, *, num_free:
     return force_coef * (_elementwise(forces[free] - forces_target[free], loss_fn).sum() / max(3 * num_free, 1))
 
 
+def _on_cpu(*tensors):
+    """The tensors on the CPU (a GPU rank's metrics are summed there; CPU tensors are returned as they are)."""
+    return [t if t is None or not isinstance(t, Tensor) else t.cpu() for t in tensors]
+
+
 class S2EFMetrics:
-    """Sums of the metrics over the structures one rank saw (:meth:`update`); :meth:`totals` is a float64 tensor
-    to all-reduce, :meth:`compute` the means. Energies in eV, forces in eV/Å."""
+    """Sums of the metrics over the structures one rank saw (:meth:`update`); :meth:`totals` is a float64 CPU
+    tensor to all-reduce, :meth:`compute` the means. Energies in eV, forces in eV/Å. The updates take tensors on
+    any device (they are summed on the CPU)."""
 
     FIELDS = ("n_structures", "energy_ae", "energy_ae_per_atom", "n_free", "force_ae", "force_cos", "efwt", "loss",
               "n_efwt", "n_stress", "stress_ae")
@@ -91,6 +97,8 @@ class S2EFMetrics:
         metrics, ``natoms`` ``[b]``, ``batch`` ``[n]``; ``loss``: its loss term, summed as given;
         ``energy_mask`` ``[b]``: structures with an energy label, ``forces_mask`` ``[b]``: with forces (``None``:
         all))."""
+        energy, energy_target, forces, forces_target, free, natoms, batch, energy_mask, forces_mask = _on_cpu(
+            energy, energy_target, forces, forces_target, free, natoms, batch, energy_mask, forces_mask)
         e_err = (energy.double() - energy_target.double()).abs()
         f_err = (forces.double() - forces_target.double()).abs()
         fe = f_err[free]
@@ -114,6 +122,7 @@ class S2EFMetrics:
     @torch.no_grad()
     def update_stress(self, stress: Tensor, stress_target: Tensor, mask: Tensor) -> None:
         """Add the stresses (eV/Å³, ``[b, 3, 3]``) of the structures with a stress label (``mask`` ``[b]``)."""
+        stress, stress_target, mask = _on_cpu(stress, stress_target, mask)
         err = (stress.double() - stress_target.double()).abs()[mask.to(stress.device)]
         self.sums[9:11] += torch.tensor([err.shape[0], err.sum()], dtype=torch.float64)
 
@@ -122,6 +131,7 @@ class S2EFMetrics:
                       mask: Tensor | None = None) -> None:
         """Add only the energy fields of a batch (a pipeline stage that holds the energies, not the forces;
         ``mask``: the structures with an energy label)."""
+        energy, energy_target, natoms, mask = _on_cpu(energy, energy_target, natoms, mask)
         e_err = (energy.double() - energy_target.double()).abs()
         if mask is not None:
             e_err, natoms = e_err[mask], natoms[mask]
@@ -132,6 +142,7 @@ class S2EFMetrics:
     @torch.no_grad()
     def update_forces(self, forces: Tensor, forces_target: Tensor, free: Tensor, loss: float = 0.0) -> None:
         """Add only the force fields of a batch (a pipeline stage that holds the forces, not the energies)."""
+        forces, forces_target, free = _on_cpu(forces, forces_target, free)
         fe = (forces.double() - forces_target.double()).abs()[free]
         cos = torch.nn.functional.cosine_similarity(forces.double()[free], forces_target.double()[free], dim=-1,
                                                     eps=1e-12)

@@ -111,9 +111,13 @@ class ExponentialMovingAverage:
                     p.copy_(saved[k])
 
     def state_dict(self) -> dict:
-        return {"updates": self.updates, "shadow": {k: v.clone() for k, v in self.shadow.items()}}
+        """``{"updates", "shadow"}`` with CPU copies of the averages (a checkpoint written on a GPU loads on any
+        device)."""
+        return {"updates": self.updates,
+                "shadow": {k: v.detach().to("cpu", copy=True) for k, v in self.shadow.items()}}
 
     def load_state_dict(self, d: dict) -> None:
+        """The averages of :meth:`state_dict` copied into this average's tensors (on their device)."""
         self.updates = d["updates"]
         for k, v in d["shadow"].items():
             self.shadow[k].copy_(v)

@@ -15,9 +15,12 @@ Boundary tensors (:meth:`~gnnpipe.models.atomistic.AtomisticModel.pipeline_bound
 passes on — atom or edge activations, DimeNet++'s radial basis and running output sum — flattened into one message
 per micro-batch (``O(E + N)`` values); the parameter-free geometry (edge vectors, lengths, the spherical basis of
 the triplets) is recomputed from the positions on every stage
-(:meth:`~gnnpipe.models.atomistic.AtomisticModel.stage_geometry`), so no ``O(T)`` tensor crosses a stage; their shapes follow from the micro-batch's graph, which every stage builds, so nothing
-but the payload is sent. Micro-batches are independent structures and the schedule flushes (gpipe, 1f1b, any
-registered flush scheduler), so the pipeline is exact.
+(:meth:`~gnnpipe.models.atomistic.AtomisticModel.stage_geometry`), so no ``O(T)`` tensor crosses a stage; their
+shapes follow from the micro-batch's graph, which every stage builds, so nothing but the payload is sent.
+Micro-batches are independent structures and the schedule flushes (gpipe, 1f1b, any registered flush scheduler), so
+the pipeline is exact. On a GPU each micro-batch's graph and graph-parallel plan are built on the CPU and moved to
+the rank's device; with ``--amp`` the stages compute in bfloat16 autocast and send their boundaries in the training
+dtype.
 
 Direct forces: ``F`` (first → last stage) ends on the last stage with the readout and the loss; ``B`` back.
 Conservative forces ``F = −∂E/∂pos`` (a second-order schedule, ``G`` and ``D`` actions of
@@ -78,9 +81,10 @@ class _MicroBatch:
     the graph-parallel hooks, the boundary shapes, the normalised targets."""
 
     def __init__(self, tr, structures: list, graph=None):
-        self.batch = batch = Batch.from_data_list(structures)
+        batch = Batch.from_data_list(structures)
         graph = tr.graph_fn(batch) if graph is None else graph
-        self.comm = tr.make_comm(graph, batch)
+        self.comm = tr.make_comm(graph, batch)  # the plan from the CPU graph, the same on every rank
+        self.batch, graph = tr.to_device(batch, graph)
         self.graph = graph if self.comm is None else self.comm.local_graph(graph)
         self.shapes = tr.model.boundary_shapes(self.graph)
         self.numel = sum(_numel(sh) for sh in self.shapes.values())
@@ -186,7 +190,7 @@ class AtomisticStage(PipelineStage):
             return None
         model = self.tr.model
         grad = self.training or self.conservative
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad), self.tr.autocast():
             state = model.initial_state(mb.batch, mb.graph, self.tr.hooks(mb), pos_grad=self.conservative,
                                         strain=self.tr.with_stress)
             ins: list[Tensor] = []
@@ -202,7 +206,7 @@ class AtomisticStage(PipelineStage):
             ctx = {"ins": ins, "pos": state.get("pos_leaf", state["pos"]), "strain": state.get("strain")}
             self.ctx[c] = ctx
             if not self.is_last:
-                y = _flat(state[k] for k in mb.shapes)
+                y = _flat(state[k] for k in mb.shapes).to(self.dtype)  # --amp: the boundary in the training dtype
                 ctx["y"] = y
                 return y.detach()
             out = model.readout(state, mb.graph, self.tr.hooks(mb))
@@ -300,9 +304,10 @@ class AtomisticStage(PipelineStage):
         if self.is_last:
             return None
         gy, acc_in = ctx["gy"], ctx["acc_in"]
-        dgy = gy.grad if gy is not None and gy.grad is not None else torch.zeros(mb.numel, dtype=self.dtype)
+        dgy = (gy.grad if gy is not None and gy.grad is not None
+               else torch.zeros(mb.numel, dtype=self.dtype, device=self.device))
         dacc = (acc_in.grad if acc_in is not None and acc_in.grad is not None
-                else torch.zeros(self._acc_size(mb), dtype=self.dtype))
+                else torch.zeros(self._acc_size(mb), dtype=self.dtype, device=self.device))
         if self.is_first and gy is None:  # a one-stage pipeline has no seed to pass on
             return None
         return _flat([dgy, dacc])

@@ -34,20 +34,22 @@ Bytes: the gradient all-reduce's under kind ``weight`` (``bytes_weight``), the g
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from ... import schedulers
-from ...core.comm import KINDS, Comm, all_reduce_gradients
+from ...core.comm import KINDS, Comm, all_reduce_gradients, collective_device
 from ...core.run import stopping
 from ...core.run.checkpoint import run_meta
 from ...core.run.epochlog import REGRESSION_CSV_FIELDS, regression_csv_fields
+from ...core.run.launch import rank_device
 from ...core.run.loop import epoch_loop
 from ...core.run.results import Selection, TrainResult
 from ...core.run.session import RunSession
@@ -57,7 +59,7 @@ from ...core.settings.config import TrainConfig
 from ...models.atomistic import LOCAL
 from ...partitioners import plan_graph_parallel
 from .build import forward, graph_builder, make_model
-from .data import StructureLoader, epoch_batches, resolved_num_workers, share, total_steps
+from .data import DEVICE_GRAPH_ATOMS, StructureLoader, epoch_batches, move_to, resolved_num_workers, share, total_steps
 from .graph_parallel import GraphParallelComm
 from .labels import Counts, energy_mask, force_mask, label_counts, stress_mask
 from .layout import pipelined, rank_grid, replicate_owned, stage_bounds
@@ -114,15 +116,27 @@ class S2EFTrainer:
         self.replicas, self.reporting = self.D, self.g == 0
         #: the pipeline's schedule runs the steps (``S > 1`` or ``C > 1``); else the whole model runs on the share
         self.pipelined = pipelined(config)
-        self.device = torch.device("cpu")
+        #: where this rank computes: the CPU, or GPU ``LOCAL_RANK mod #GPUs`` with ``--device cuda``
+        self.device = rank_device(config)
+        #: the model's forward in bfloat16 autocast (``--amp``; weights, optimizer state and losses in float32)
+        self.amp = bool(getattr(config, "amp", False))
+        if self.device.type == "cuda":  # TF32 for float32 matmuls and convolutions unless --no-tf32
+            torch.backends.cuda.matmul.allow_tf32 = bool(getattr(config, "tf32", True))
+            torch.backends.cudnn.allow_tf32 = bool(getattr(config, "tf32", True))
         self.model = model if model is not None else make_model(config)
         if model is None:  # data-dependent initialisation (GemNet's scale factors), the same in every layout
-            fit_scale_factors(self.model, config, structures, splits)
+            fit_scale_factors(self.model, config, structures, splits)  # on the CPU: the same on every device
+        if self.device.type != "cpu":
+            self.model.to(self.device)
         self.direct = bool(getattr(self.model, "direct_forces", False))
         #: the steps compute stresses: a stress loss (``--stress-coef``), or stress labels to report (:meth:`run`)
         self.with_stress = bool(config.stress_coef) and not self.direct
-        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(),
-                                                  bool(getattr(self.model, "uses_reverse_edges", False)))
+        reverse = bool(getattr(self.model, "uses_reverse_edges", False))
+        self.graph_fn = graph_fn or graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(), reverse)
+        #: the graph of a step whose structures are large, built where the positions are (on the GPU)
+        self.device_graph_fn = graph_builder(config.cutoff, config.max_neighbors, self.needs_triplets(), reverse,
+                                             method="device")
+        self.data_wait_s = 0.0  # seconds this rank waited for the loader's steps (all epochs)
         self.bounds = stage_bounds(self.model, self.S, config.layer_split) if self.pipelined else [0, 0]
         self.trained = self.trained_module()
         self.params = [p for p in self.trained.parameters() if p.requires_grad]
@@ -148,8 +162,11 @@ class S2EFTrainer:
         self.grad_comm = Comm(self.device)  # the gradient all-reduce (:meth:`optimizer_step`), as "weight"
         self.gp_comm = Comm(self.device)  # the graph-parallel collectives, as "gp"
         self.comm = Comm(self.device)  # the pipeline's boundary tensors, as "layer"
-        self.loader = StructureLoader(structures, self.num_workers(),
-                                      self.graph_fn if self.graph_in_loader and graph_fn is None else None)
+        in_loader = self.graph_in_loader and graph_fn is None
+        self.loader = StructureLoader(structures, self.num_workers(), self.graph_fn if in_loader else None,
+                                      device=self.device,
+                                      device_graph_atoms=DEVICE_GRAPH_ATOMS if in_loader and self.device.type == "cuda"
+                                      else None)
         self.steps = 0  # optimizer steps taken (the pipeline's schedule counter)
         self.monitor = SELECTION.monitor  # what the plateau schedule watches (the run's selection: :meth:`run`)
         if self.pipelined:
@@ -209,7 +226,21 @@ class S2EFTrainer:
         cfg = self.config
         plan = plan_graph_parallel(graph, self.G, cfg.graph_parallel_partitioner, pos=batch.pos)
         return GraphParallelComm(plan, group=self.gp_group, mode=cfg.graph_parallel_mode, comm=self.gp_comm,
-                                 device=self.device)
+                                 device=self.device, dtype=cfg.torch_dtype if self.amp else None)
+
+    def autocast(self):
+        """The context of the model's forward: bfloat16 autocast on this rank's device with ``--amp`` (the
+        conservative forces' autograd runs through its graph), else nothing."""
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def to_device(self, batch, graph):
+        """``(batch, graph)`` on this rank's device (from pinned memory, without blocking the host); on the CPU
+        the objects themselves."""
+        if self.device.type == "cpu":
+            return batch, graph
+        return move_to(batch, self.device), move_to(graph, self.device)
 
     def hooks(self, mb):
         """The graph-parallel hooks a micro-batch's model calls (the identity without graph parallelism)."""
@@ -305,8 +336,7 @@ class S2EFTrainer:
             return Counts(int(e), int(f), int(s)), 0
         t = torch.tensor([step.num_energy, step.num_free, step.num_stress, step.skipped], dtype=torch.int64)
         if self.world > 1:
-            dist.all_reduce(t)
-            t = t // (self.world // self.replicas)
+            t = self._all_reduce(t) // (self.world // self.replicas)
         return Counts(int(t[0]), int(t[1]), int(t[2])), int(t[3])
 
     def forward(self, structures: list, step=None) -> tuple[Tensor, Tensor, object, Tensor | None]:
@@ -314,15 +344,20 @@ class S2EFTrainer:
         energies, forces and, when the run computes them, :attr:`with_stress`, stresses), replicated on every rank
         of the graph-parallel group (on the batch and graph a loader worker built, when ``step`` holds them)."""
         kw = {"forces": True, "stress": True} if self.with_stress else {"forces": True}
-        if step is not None and step.graph is not None and structures is step.structures:
-            batch, graph, comm = step.batch, step.graph, None
+        if step is not None and step.batch is not None and structures is step.structures:
+            batch, graph, comm = step.batch, step.graph, None  # on this rank's device (the loader moved them)
+            if graph is None:  # large structures: the graph built where the positions are
+                graph = self.device_graph_fn(batch)
         else:
             from torch_geometric.data import Batch
 
             batch = Batch.from_data_list(structures)
             graph = self.graph_fn(batch)
-            comm = self.make_comm(graph, batch)
-        out = self.model(batch, graph, **kw) if comm is None else self.model(batch, comm.local_graph(graph), comm, **kw)
+            comm = self.make_comm(graph, batch)  # the plan from the CPU graph, the same on every rank
+            batch, graph = self.to_device(batch, graph)
+        with self.autocast():
+            out = (self.model(batch, graph, **kw) if comm is None
+                   else self.model(batch, comm.local_graph(graph), comm, **kw))
         forces = replicate_owned(out["forces"], comm) if self.direct and comm is not None else out["forces"]
         return out["energy"].reshape(-1), forces, batch, out.get("stress")
 
@@ -348,7 +383,8 @@ class S2EFTrainer:
         r = torch.stack(self._gather(per))
         n = len(self.epoch_losses)
         out = {"loss": sum(self.epoch_losses) / n if n else 0.0, "lr": self.lr, "train_energy_mae": m["energy_mae"],
-               "train_force_mae": m["force_mae"], "cpu_s": r[:, 4].tolist(), "bytes_weight": round(float(r[:, 5].sum()))}
+               "train_force_mae": m["force_mae"], "cpu_s": r[:, 4].tolist(),
+               "bytes_weight": round(float(r[:, 5].sum()))}
         if "stress_mae" in m:
             out["train_stress_mae"] = m["stress_mae"]
         if self.pipelined:
@@ -377,13 +413,25 @@ class S2EFTrainer:
         batches = epoch_batches(len(train), cfg.batch_size * self.replicas, cfg.seed, epoch)
         loop = self.steps_loop
         start = loop.begin_epoch(epoch) if loop is not None else 0
-        steps = self.loader.iterate([self.share(train[gb]) for gb in batches[start:]])
+        steps = self._timed(self.loader.iterate([self.share(train[gb]) for gb in batches[start:]]))
         for j, step in zip(range(start, len(batches)), steps):
             self.train_batch(train[batches[j]], step)
             if loop is not None and loop.after_step(epoch, j, len(batches), t0):
                 return False
         self.flush_losses()
         return True
+
+    def _timed(self, steps: Iterable) -> Iterator:
+        """``steps``, the seconds spent waiting for each added to :attr:`data_wait_s`."""
+        it = iter(steps)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                step = next(it)
+            except StopIteration:
+                return
+            self.data_wait_s += time.perf_counter() - t0
+            yield step
 
     def train_batch(self, ids: Tensor, step=None) -> None:
         """One optimizer step on the global batch ``ids`` (this rank computes its share, ``step``: as the loader
@@ -416,7 +464,7 @@ class S2EFTrainer:
         """The whole model on this rank's share, the loss back-propagated, then :meth:`optimizer_step` with the
         loss (made global by the gradients' all-reduce)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss_value = torch.zeros((), dtype=torch.float64)
+        loss_value = torch.zeros((), dtype=torch.float64, device=self.device)
         if step.structures:
             e_hat, f_hat, batch, s_hat = self.forward(step.structures, step)
             loss = self._loss(batch, e_hat, f_hat, s_hat, counts)
@@ -457,11 +505,11 @@ class S2EFTrainer:
             return
         if not max_norm:
             return
-        sq = torch.zeros((), dtype=torch.float64)
+        sq = torch.zeros((), dtype=torch.float64, device=self.device)
         for p in self.params:
             sq += p.grad.double().square().sum()
         if self.world > 1:
-            dist.all_reduce(sq)
+            sq = self._all_reduce(sq)
             sq /= self.D * self.G
         coef = min(max_norm / (float(sq.sqrt()) + 1e-6), 1.0)
         if coef < 1.0:
@@ -483,16 +531,26 @@ class S2EFTrainer:
                 for part in torch.tensor_split(torch.arange(len(structures)), self.C)]
 
     def _all_reduce(self, t: Tensor) -> Tensor:
+        """``t`` summed over every rank in place (control traffic, not counted), through the device the backend
+        collects on (:func:`~gnnpipe.core.comm.collective_device`: nccl's GPU, else the CPU)."""
         if self.world > 1:
-            dist.all_reduce(t)
+            dev = collective_device(self.device)
+            if t.device == dev:
+                dist.all_reduce(t)
+            else:
+                moved = t.to(dev)
+                dist.all_reduce(moved)
+                t.copy_(moved)
         return t
 
     def _gather(self, t: Tensor) -> list[Tensor]:
         if self.world == 1:
             return [t]
-        rows = [torch.zeros_like(t) for _ in range(self.world)]
-        dist.all_gather(rows, t)
-        return rows
+        dev = collective_device(self.device)
+        moved = t.to(dev)
+        rows = [torch.zeros_like(moved) for _ in range(self.world)]
+        dist.all_gather(rows, moved)
+        return [r.to(t.device) for r in rows]
 
     def _rank_sums(self) -> Tensor:
         parts = [self.metrics.totals()]
@@ -550,8 +608,7 @@ class S2EFTrainer:
         for step in counter.iterate(parts):
             n += torch.tensor([step.num_energy, step.num_free, step.num_stress])
         if self.world > 1:
-            dist.all_reduce(n)
-            n = n // (self.world // self.replicas)
+            n = self._all_reduce(n) // (self.world // self.replicas)
         return Counts(int(n[0]), int(n[1]), int(n[2]))
 
     def _eval_split(self, ids: Tensor) -> None:
