@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from tqdm.auto import tqdm
+
 
 def progress_bar(*args: Any, enabled: bool = True, **kwargs: Any):
     """A ``tqdm.auto.tqdm`` on standard error that draws only on a terminal.
@@ -22,8 +24,6 @@ def progress_bar(*args: Any, enabled: bool = True, **kwargs: Any):
     Returns:
         the ``tqdm`` object (a disabled one still iterates and accepts ``update``/``set_postfix_str``).
     """
-    from tqdm.auto import tqdm
-
     kwargs.setdefault("file", sys.stderr)
     kwargs.setdefault("dynamic_ncols", True)
     return tqdm(*args, disable=None if enabled else True, **kwargs)

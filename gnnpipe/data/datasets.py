@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch_geometric.data import Data
+import torch_geometric.datasets as D
+from torch_geometric.data import Data, download_url
 
 from ..errors import ConfigError
 from .files import read_musae_facebook, read_npz_graph, read_pt_graph
@@ -72,8 +73,6 @@ class DatasetSpec:
 
 def _pyg(cls_name: str, *args: Any) -> Callable[[str], Any]:
     def make(root: str) -> Any:
-        import torch_geometric.datasets as D
-
         return getattr(D, cls_name)(root, *args)
 
     return make
@@ -342,7 +341,6 @@ def _load_platonov(spec: DatasetSpec, root: Path) -> Data:
     if not is_writable(root):
         raise _missing(spec, root, cands, f"{root} is not writable, so the file cannot be downloaded there; "
                        "pass the folder that holds it as root")
-    from torch_geometric.data import download_url
 
     raw_dir = root / spec.name / "raw"
     try:

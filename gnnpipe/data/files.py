@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch_geometric.data import Data
+from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+from torch_geometric.data.storage import GlobalStorage
+from torch_geometric.io import read_npz
 from torch_geometric.utils import to_undirected
 
 from ..errors import ConfigError
@@ -65,8 +68,6 @@ def read_npz_graph(path: str | Path) -> Data:
     with f:
         keys = set(f.files)
         if "adj_data" in keys or "adj_matrix.data" in keys:
-            from torch_geometric.io import read_npz
-
             return read_npz(str(path))
         kx, ky = _pick(keys, _ALIASES["x"]), _pick(keys, _ALIASES["y"])
         ke = "edge_index" if "edge_index" in keys else ("edges" if "edges" in keys else None)
@@ -105,8 +106,6 @@ def read_pt_graph(path: str | Path) -> Data:
         ConfigError: the file cannot be loaded or holds something else.
     """
     path = Path(path)
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import GlobalStorage
 
     # PyG allow-lists Data itself; add the storage classes a pickled Data also needs. (Not the
     # safe_globals() context manager: on exit it also drops entries that were registered before.)

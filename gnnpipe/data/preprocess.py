@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.transforms import NormalizeFeatures
 from torch_geometric.utils import coalesce, to_undirected
 from torch_geometric.utils import remove_self_loops as _remove_self_loops
 
@@ -182,7 +183,5 @@ def prepare(
                           "(or more labelled vertices per class for the default split)", DataWarning, stacklevel=2)
     out = preprocess(out, undirected=undirected, remove_self_loops=remove_self_loops, dedupe=dedupe)
     if normalize_features:
-        from torch_geometric.transforms import NormalizeFeatures
-
         out = NormalizeFeatures()(out)
     return out

@@ -26,6 +26,7 @@ from ..errors import ConfigError, ScheduleError
 from ..registry import Registry
 from .ir import Action, Schedule
 from .order import ChunkOrder, order_policy
+from .validate import validate as _validate
 
 
 class ChunkScheduler(ABC):
@@ -186,7 +187,5 @@ def build_schedule(
     orders = policy.orders(epochs, num_chunks, start=start_epoch)
     out = sch.build(num_stages, orders[0]) if epochs == 1 else sch.build_epochs(num_stages, orders)
     if validate:
-        from .validate import validate as _validate
-
         _validate(out)
     return out

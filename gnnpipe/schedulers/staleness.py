@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from .base import build_schedule
 from .ir import ActionKind, Schedule
+from .order import order_policy
 
 
 def chunk_edge_counts(chunk_ptr, edge_index, num_chunks: int | None = None) -> np.ndarray:
@@ -211,11 +213,8 @@ def shuffled_staleness(scheduler, num_stages: int, chunk_ptr, edge_index, *, epo
         order: a policy or ``"fixed"``/``"shuffle"`` (default ``"shuffle"``).
         **options: scheduler options.
     """
-    from .base import build_schedule
-
     C = len(np.asarray(_to_numpy(chunk_ptr)).ravel()) - 1
     order = "shuffle" if order is None else order
-    from .order import order_policy
 
     policy = order_policy(order, seed)
     schedules = [build_schedule(scheduler, num_stages, C, order=policy, start_epoch=e, **options)

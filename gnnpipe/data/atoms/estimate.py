@@ -33,6 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import ConfigError
+from ..validation import DataWarning
+from .validate import check_cells
+
 __all__ = ["GraphEstimate", "check_graph_size", "estimate_graph", "neighbor_counts"]
 
 #: bytes the neighbour search and build_graph's sort and cap hold per enumerated pair at their peak
@@ -253,10 +257,6 @@ def check_graph_size(structures: Sequence, cutoff: float, max_neighbors: int | N
             cell's volume; :func:`gnnpipe.data.atoms.validate.check_cells`).
         ConfigError: the graph would not fit or would take too long to build.
     """
-    from ...errors import ConfigError
-    from ..validation import DataWarning
-    from .validate import check_cells
-
     check_cells(structures, source=source)
     est = estimate_graph(structures, cutoff, max_neighbors, with_triplets=with_triplets, batch_size=batch_size)
     if not est.estimated:

@@ -33,6 +33,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+from ase import Atoms, units
+from ase.calculators.singlepoint import SinglePointCalculator
+from ase.units import Bohr
+
+from ..datasets import default_cache_dir
+from .sets import read_structures
 
 __all__ = [
     "BULK_LATTICES",
@@ -69,8 +76,6 @@ _VERSION = 1
 
 
 def _adsorbate(name: str):
-    from ase import Atoms
-
     if name == "CO":
         return Atoms("CO", positions=[[0, 0, 0], [0, 0, 1.15]])
     if name == "OH":
@@ -84,8 +89,6 @@ def _label(atoms, calc, stress: bool = False) -> object:
 
     ``atoms`` keeps ``calc`` attached, so a relaxation that already evaluated this geometry is not recomputed.
     """
-    from ase.calculators.singlepoint import SinglePointCalculator
-
     if atoms.calc is not calc:
         atoms.calc = calc
     results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces(apply_constraint=False)}
@@ -206,7 +209,6 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
     Raises:
         ValueError: ``frames < 1``, ``stride < 1``, or a molecule with an element EMT lacks.
     """
-    from ase import units
     from ase.build import molecule
     from ase.calculators.emt import EMT
     from ase.md import velocitydistribution
@@ -243,7 +245,6 @@ def generate_md17_like(frames: int, seed: int = 0, *, molecules: Sequence[str] =
 def _atomic_volume(metal: str) -> float:
     """Å³ per atom of ``metal`` at EMT's equilibrium Wigner–Seitz radius ``s0`` (its parameters): ``4π s0³ / 3``."""
     from ase.calculators.emt import parameters
-    from ase.units import Bohr
 
     return 4.0 * np.pi / 3.0 * (parameters[metal][1] * Bohr) ** 3
 
@@ -444,8 +445,6 @@ GENERATORS = {"oc20": generate_oc20_like, "md17": generate_md17_like, "oc20-is2r
 
 
 def _cache_root() -> Path:
-    from ..datasets import default_cache_dir
-
     return default_cache_dir() / "atoms"
 
 
@@ -505,9 +504,5 @@ def generated_file(kind: str = "oc20", frames: int = 200, seed: int = 0, *, out:
 
 def generated_structures(kind: str = "oc20", frames: int = 200, seed: int = 0, *, dtype=None, **kwargs) -> list:
     """The structures (``Data``) of :func:`generated_file`, read back from the cached file."""
-    import torch
-
-    from .sets import read_structures
-
     path = generated_file(kind, frames, seed, **kwargs)
     return read_structures(path, dtype=dtype or torch.float32, require_labels=True)

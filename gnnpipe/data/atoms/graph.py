@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from ase.geometry import complete_cell
 from torch import Tensor
 
 __all__ = ["AtomGraph", "EdgeGeometry", "batch_neighbor_pairs", "build_graph", "concat_graphs", "device_neighbor_pairs",
@@ -152,8 +153,6 @@ def _image_range(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: flo
     (``b`` the reciprocal vectors), a pair closer than the cutoff has ``|n_c| ≤ ceil(cutoff / d_c + s_c)``;
     positions need not be wrapped into the cell.
     """
-    from ase.geometry import complete_cell
-
     full = complete_cell(cell)
     recip = np.linalg.inv(full).T
     frac = pos @ np.linalg.inv(full)
@@ -225,8 +224,6 @@ def batch_neighbor_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cou
         ``(i, j, offsets)`` with global atom indices (targets, sources) and int64 image offsets ``[P, 3]``,
         unordered; or ``None`` when over the budget.
     """
-    from ase.geometry import complete_cell
-
     B = len(counts)
     n_max = int(counts.max()) if B else 0
     if B == 0 or n_max == 0:

@@ -42,15 +42,20 @@ import io
 import os
 import pickle
 import re
+import shutil
+import warnings
 from bisect import bisect_right
 from collections.abc import Iterable
 from pathlib import Path
 
+import lmdb
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 from ...errors import DataValidationError
+from ..datasets import default_cache_dir
+from ..validation import DataWarning
 from .structures import (
     STRUCTURE_SUFFIXES,
     _cast,
@@ -63,6 +68,7 @@ from .structures import (
     with_label_slots,
     with_stress_slot,
 )
+from .validate import validate_structures
 
 __all__ = [
     "FORMATS",
@@ -90,8 +96,6 @@ def format_of(path: str | os.PathLike) -> str | None:
 def index_cache_dir() -> Path:
     """Where extended-XYZ frame indices are cached: ``$GNNPIPE_CACHE/atoms-index`` (default
     ``~/.cache/gnnpipe/datasets/atoms-index``)."""
-    from ..datasets import default_cache_dir
-
     return default_cache_dir() / "atoms-index"
 
 
@@ -486,8 +490,6 @@ class FairchemLmdbSet(StructureSet):
     def _env(self):
         env = self.__dict__.get("_henv")
         if env is None or self.__dict__.get("_hpid") != os.getpid():
-            import lmdb
-
             try:
                 env = _opened("lmdb", self.path, lambda: lmdb.open(str(self.path), subdir=False, readonly=True,
                                                                     lock=False, readahead=False, meminit=False,
@@ -502,8 +504,6 @@ class FairchemLmdbSet(StructureSet):
         return self.n
 
     def read(self, i: int) -> Data:
-        import lmdb
-
         try:
             with self._env().begin() as txn:
                 raw = txn.get(f"{i}".encode("ascii"))
@@ -625,10 +625,6 @@ class PreparedSet(torch.utils.data.Dataset):
         return self.base.where(i) if hasattr(self.base, "where") else f"structure {i}"
 
     def __getitem__(self, i: int) -> Data | None:
-        import warnings
-
-        from ..validation import DataWarning
-
         try:
             d = self.base[i]
             src, k = self.where(i).rsplit(" ", 1)
@@ -662,8 +658,6 @@ def prepare_one(d: Data, dtype: torch.dtype, source: str, k: int) -> Data:
 def validate_one(d: Data, dtype: torch.dtype, cutoff: float | None, source: str, k: int,
                  max_z: int | None = None) -> None:
     """:func:`~gnnpipe.data.atoms.validate_structures` of one structure, named ``"{source} {k}"``."""
-    from .validate import validate_structures
-
     validate_structures([d], dtype, cutoff=cutoff, source=source, start=k, max_z=max_z)
 
 
@@ -705,8 +699,6 @@ def write_structures(out, items: Iterable, *, overwrite: bool = False, progress=
     Raises:
         DataValidationError: an unknown suffix. FileExistsError: ``out`` exists and not ``overwrite``.
     """
-    import shutil
-
     p = Path(out).expanduser()
     fmt = format_of(p)
     if fmt is None:
@@ -740,8 +732,6 @@ def write_structures(out, items: Iterable, *, overwrite: bool = False, progress=
         if fmt == "aselmdb":
             db.close()
     else:
-        import lmdb
-
         env = lmdb.open(str(tmp), subdir=False, map_size=1 << 40, meminit=False, map_async=True)
         txn = env.begin(write=True)
         for item in items:

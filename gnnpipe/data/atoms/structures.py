@@ -46,6 +46,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
+from ase import Atoms
+from ase.calculators.singlepoint import SinglePointCalculator
 from torch_geometric.data import Data
 
 from ...errors import DataValidationError
@@ -241,8 +243,6 @@ def from_atoms(atoms_list: Iterable, *, energy_key: str = "energy", forces_key: 
             virial is not 9 or 6 numbers (or a virial's cell has no volume), or a structure has no labels when
             ``require_labels``.
     """
-    from ase import Atoms
-
     if isinstance(atoms_list, Atoms):
         atoms_list = [atoms_list]
     out = []
@@ -283,8 +283,6 @@ def to_atoms(data: Data):
     """One structure (``Data``) → ``ase.Atoms`` with its cell, pbc, tags, ``FixAtoms`` and a
     ``SinglePointCalculator`` holding its energy, forces and stress (:func:`stress_label`; as ASE's 6 Voigt values)
     when present."""
-    from ase import Atoms
-    from ase.calculators.singlepoint import SinglePointCalculator
     from ase.constraints import FixAtoms
 
     cell = data.cell.reshape(3, 3).double().numpy() if getattr(data, "cell", None) is not None else None

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from ase.data import chemical_symbols
 from torch_geometric.data import Data
 
 from ...errors import DataValidationError
 from ..validation import DataWarning
+from . import graph
 
 __all__ = ["MAX_ATOMIC_NUMBER", "check_cells", "check_max_z", "isolated_structures", "validate_structures"]
 
@@ -49,8 +51,6 @@ def _finite(k: int, source: str, name: str, value: torch.Tensor, dtype: torch.dt
 
 
 def _symbol(z: int) -> str:
-    from ase.data import chemical_symbols
-
     return f" ({chemical_symbols[z]})" if 0 < z < len(chemical_symbols) else ""
 
 
@@ -126,8 +126,6 @@ def isolated_structures(structures: Sequence[Data], cutoff: float) -> list[int]:
     """The positions in ``structures`` of those with no pair of atoms (periodic images counted) within ``cutoff``
     Å: their neighbour graphs have no edges. Reads ``pos`` ``[n, 3]``, ``cell`` and ``pbc`` (cells assumed valid:
     :func:`check_cells`)."""
-    from .graph import neighbor_pairs
-
     out = []
     reach = min(float(cutoff), ISOLATION_PROBE)
     for k, data in enumerate(structures):
@@ -136,7 +134,7 @@ def isolated_structures(structures: Sequence[Data], cutoff: float) -> list[int]:
         pbc = getattr(data, "pbc", None)
         cell_np = np.zeros((3, 3)) if cell is None else cell.detach().double().reshape(3, 3).numpy()
         pbc_np = np.zeros(3, dtype=bool) if pbc is None else pbc.detach().reshape(-1).bool().numpy()
-        d = neighbor_pairs(pos, cell_np, pbc_np, reach)[3]
+        d = graph.neighbor_pairs(pos, cell_np, pbc_np, reach)[3]
         if _no_pair_within(pos, cell_np, pbc_np, reach, d, cutoff):
             out.append(k)
     return out
@@ -146,12 +144,10 @@ def _pair_within(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, start: floa
     """Whether some pair (periodic images counted) is closer than ``cutoff``, known to have none closer than
     ``start``: searched at a doubling reach, so the search stops at about twice the nearest pair's distance instead
     of enumerating every pair within a large cutoff."""
-    from .graph import neighbor_pairs
-
     reach = start
     while reach < cutoff:
         reach = min(2.0 * reach, cutoff)
-        if len(neighbor_pairs(pos, cell, pbc, reach)[3]):
+        if len(graph.neighbor_pairs(pos, cell, pbc, reach)[3]):
             return True
     return False
 
@@ -207,8 +203,6 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
     Raises:
         DataValidationError: the first failed check, naming the structure, the attribute and the fix.
     """
-    from .graph import neighbor_pairs
-
     top = MAX_ATOMIC_NUMBER if max_z is None else int(max_z)
     isolated = []
     for k, data in enumerate(structures, start):
@@ -267,7 +261,7 @@ def validate_structures(structures: Sequence[Data], dtype: torch.dtype = torch.f
         # only: a search at a large cutoff would enumerate every pair in it (millions, for a periodic cell)
         reach = max(min_distance, min(cutoff, ISOLATION_PROBE) if cutoff else 0.0)
         if reach > 0:
-            i, j, off, d = neighbor_pairs(pos_np, cell_np, pbc_np, reach)
+            i, j, off, d = graph.neighbor_pairs(pos_np, cell_np, pbc_np, reach)
             if cutoff is not None and _no_pair_within(pos_np, cell_np, pbc_np, reach, d, cutoff):
                 isolated.append(k)
             if len(d) and d.min() < min_distance:
