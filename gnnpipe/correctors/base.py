@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import attrs
@@ -77,8 +78,6 @@ class Corrector:
     def state_dict(self) -> dict:
         """Everything the corrector carries from epoch to epoch (T3's snapshots, EMA's averages, …), for a
         checkpoint. Default: every attribute but the stage context (picklable values; tensors are copied)."""
-        import copy
-
         return {k: copy.deepcopy(v) for k, v in vars(self).items() if k != "ctx"}
 
     def load_state_dict(self, state: dict) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import torch
+
 from ..errors import ConfigError
+from ..schedulers import ShuffledOrder
 from .base import Corrector
 from .registry import register
 
@@ -21,8 +24,6 @@ class T1RandomChunkOrder(Corrector):
     the order policy; the shuffle itself lives in :class:`gnnpipe.schedulers.ShuffledOrder`."""
 
     def order_policy(self, seed: int):
-        from ..schedulers import ShuffledOrder
-
         return ShuffledOrder(seed)
 
 
@@ -128,8 +129,6 @@ class EMASmoothing(Corrector):
                 h.H_in[seen] = self.avg[i][seen]
 
     def after_forward(self, epoch: int, chunk: int) -> None:
-        import torch
-
         lo, hi = self.ctx.rows(chunk)
         m = self.momentum
         for i, h in enumerate(self.ctx.histories):

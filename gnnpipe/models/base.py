@@ -39,7 +39,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.transforms import NormalizeFeatures
 
+from ..data.preprocess import preprocess as _pre
 from ..errors import ConfigError
 
 Aggregator = Callable[[Tensor, str], Tensor]
@@ -292,25 +295,17 @@ class GNNModel(ZooModel):
         x, edge_index, ew = data.x, data.edge_index, getattr(data, "edge_weight", None)
         want = int(self.units[0].in_dim) if len(self.units) else None
         if want is not None and x.dim() == 2 and int(x.size(1)) != want:
-            from ..errors import ConfigError
-
             raise ConfigError(f"the model expects {want} input features per vertex, the graph has {int(x.size(1))}; "
                               f"predict on a graph like the one it was trained on (--dataset/--root, or the Data "
                               f"you trained with)")
         pre = self.preprocessing if preprocess else None
         if pre:
-            from torch_geometric.data import Data
-
-            from ..data.preprocess import preprocess as _pre
-
             d = _pre(Data(x=x, edge_index=edge_index, num_nodes=x.size(0),
                           **({} if ew is None else {"edge_weight": ew})),
                      undirected=pre.get("undirected", True), remove_self_loops=pre.get("remove_self_loops", True),
                      dedupe=pre.get("dedupe", True))
             x, edge_index, ew = d.x, d.edge_index, getattr(d, "edge_weight", None)
             if pre.get("normalize_features"):
-                from torch_geometric.transforms import NormalizeFeatures
-
                 x = NormalizeFeatures()(Data(x=x.clone())).x
         p = next(self.parameters(), None)
         if p is not None:

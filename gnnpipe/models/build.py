@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .base import GNNModel
 from .initflag import skipping_initialisation
-from .options import check_model_args
+from .options import COMMON_ARGS, check_model_args
 from .registry import get
 
 
@@ -23,8 +23,6 @@ def build_model(name: str, in_channels: int, out_channels: int, *, init: bool = 
         UnknownComponentError: unknown name. ConfigError: bad sizes, an unknown option (lists the
             model's options) or an option of the wrong type.
     """
-    from .options import COMMON_ARGS
-
     common = {k: v for k, v in kwargs.items() if k in COMMON_ARGS}
     options = check_model_args(name, {k: v for k, v in kwargs.items() if k not in COMMON_ARGS})
     with skipping_initialisation(not init):

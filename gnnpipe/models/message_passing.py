@@ -27,7 +27,9 @@ Registering a model around another PyG conv takes a few lines::
 
 from __future__ import annotations
 
+import torch_geometric.nn as pyg
 from torch import Tensor, nn
+from torch_geometric.nn import GINConv
 
 from ..errors import ConfigError
 from .base import GNNModel, LayerUnit, activation, dropout
@@ -110,8 +112,6 @@ def _check(num_layers: int, hidden: int, heads: int, p: float):
 def _attention_model(conv_cls, in_channels, out_channels, num_layers, hidden, heads, dropout, bias, act,
                      residual, out_heads):
     """Units of a GAT-like model (module docstring of :class:`GAT`)."""
-    from torch_geometric.nn import GATConv  # noqa: F401  (import check: PyG is a dependency)
-
     _check(num_layers, hidden, heads, dropout)
     width = heads * hidden
     if residual:
@@ -151,8 +151,6 @@ class GAT(GNNModel):
 
     def __init__(self, in_channels, out_channels, *, num_layers=2, hidden=8, heads=8, dropout=0.6, bias=True,
                  activation="elu", residual=False, out_heads=1):
-        import torch_geometric.nn as pyg
-
         super().__init__(_attention_model(getattr(pyg, self.conv_name), in_channels, out_channels, num_layers, hidden,
                                           heads, dropout, bias, activation, residual, out_heads))
 
@@ -184,8 +182,6 @@ class GIN(GNNModel):
 
     def __init__(self, in_channels, out_channels, *, num_layers=2, hidden=64, dropout=0.5, bias=True,
                  activation="relu"):
-        from torch_geometric.nn import GINConv
-
         _check(num_layers, hidden, 1, dropout)
         act = activation
 

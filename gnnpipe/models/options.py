@@ -10,12 +10,14 @@ class attribute ``option_help = {"name": "what it does"}``.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from .registry import get
 
 #: constructor arguments every model takes; set by their own TrainConfig fields, not as options
 COMMON_ARGS = ("in_channels", "out_channels", "num_layers", "hidden", "dropout", "bias", "activation")
@@ -52,8 +54,6 @@ def model_options(name_or_cls: Any) -> dict[str, ModelOption]:
     Raises:
         UnknownComponentError: unknown model name (lists the available ones).
     """
-    from .registry import get
-
     cls = get(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
     helps = getattr(cls, "option_help", {}) or {}
     out: dict[str, ModelOption] = {}
@@ -69,8 +69,6 @@ def model_options(name_or_cls: Any) -> dict[str, ModelOption]:
 def accepts_any_option(name_or_cls: Any) -> bool:
     """Whether the model's constructor takes ``**kwargs`` (then names beyond its listed options are passed on
     unchecked: the model itself decides)."""
-    from .registry import get
-
     cls = get(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
     return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
 
@@ -82,8 +80,6 @@ def describe_options(name: str) -> str:
 
 
 def _unknown(model: str, key: str, opts: dict[str, ModelOption]) -> ConfigError:
-    import difflib
-
     close = difflib.get_close_matches(key, list(opts), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     valid = ", ".join(f"{o.name} (default {o.default!r})" for o in opts.values()) or "none"

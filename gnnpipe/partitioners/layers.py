@@ -26,6 +26,8 @@ import attrs
 
 from ..errors import ConfigError
 from ..registry import Registry
+from ..schedulers import build_schedule, simulate
+from ..schedulers.ir import ActionKind
 from .base import _is_count
 
 __all__ = [
@@ -298,8 +300,6 @@ def stage_chunk_costs(phases: UnitPhases, bounds: Sequence[int]) -> tuple[list[l
 def action_costs(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]):
     """A cost callable for :func:`gnnpipe.schedulers.simulate`: ``F``/``B`` of stage ``s`` on chunk ``c`` take
     ``forward[s][c]`` / ``backward[s][c]`` seconds, ``STEP`` is free."""
-    from ..schedulers.ir import ActionKind
-
     def cost(action) -> float:
         if action.kind == ActionKind.STEP:
             return 0.0
@@ -334,8 +334,6 @@ def schedule_split(phases: UnitPhases, num_stages: int, scheduler: Any, start: S
     Raises:
         ConfigError: ``S`` out of range; UnknownComponentError: unknown scheduler.
     """
-    from ..schedulers import build_schedule, simulate
-
     _check_stages(len(phases.forward), num_stages)
     sched = build_schedule(scheduler, num_stages, len(phases.forward[0]))
 

@@ -24,6 +24,7 @@ morton         as ``contiguous`` over the Morton (Z-order) of the vertex positio
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import sys
@@ -32,7 +33,9 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import pymetis
 import torch
+from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
 from ..errors import ConfigError
@@ -92,8 +95,6 @@ def vertex_weights(spec: Any, graph: Graph) -> np.ndarray | None:
 
 def _flush_c_stdio() -> None:
     with contextlib.suppress(Exception):
-        import ctypes
-
         ctypes.CDLL(None).fflush(None)
 
 
@@ -195,8 +196,6 @@ class MetisPartitioner(GraphPartitioner):
         self.ncuts = int(ncuts)
 
     def assign(self, graph: Graph, num_parts: int, seed: int) -> Tensor:
-        import pymetis
-
         csr = graph.csr
         if self.contiguous:
             _require_connected(graph, num_parts)
@@ -234,8 +233,6 @@ class MetisPartitioner(GraphPartitioner):
 def _require_connected(graph: Graph, num_parts: int) -> None:
     """Raise :class:`ConfigError` unless the symmetrised graph is connected (what METIS needs for
     contiguous parts)."""
-    from scipy.sparse.csgraph import connected_components
-
     k, labels = connected_components(graph.csr, directed=False)
     if k > 1:
         sizes = np.sort(np.bincount(labels))[::-1]

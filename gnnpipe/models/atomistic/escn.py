@@ -67,6 +67,7 @@ from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
 from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, UnitWidths
+from .dimenet import _check_common
 from .gemnet import radial_envelope
 from .so3 import edge_rotation, m_major_degrees, m_major_index, num_coefficients, s2_grid_matrices, wigner_d
 
@@ -461,7 +462,6 @@ class ESCNMD(AtomisticModel):
                  grid_resolution: int = 0, cutoff: float = 5.0, max_neighbors: int = 300, max_z: int = 99,
                  direct_forces: bool = False):
         super().__init__()
-        from .dimenet import _check_common
 
         C, H = sphere_channels or hidden, hidden_channels or hidden
         _check_common("escn-md", out_channels, dropout, bias, num_layers=num_layers, sphere_channels=C,

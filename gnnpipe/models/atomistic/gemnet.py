@@ -46,11 +46,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ...data.atoms.graph import reverse_edges
 from ...errors import ConfigError
 from ..registry import register
 from .base import AtomisticModel, AtomisticUnit, scatter_sum
 from .comm import LOCAL, GraphParallelHooks
 from .cost import HookCall, UnitWidths, readout_hook_calls
+from .dimenet import _check_common, single_threaded
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -322,7 +324,6 @@ def _swap_rows(graph) -> Tensor:
     if getattr(graph, "edge_ids", None) is not None:
         raise ConfigError("gemnet-t reads each edge's reverse: build the graph with "
                           "build_graph(..., with_reverse=True) before planning graph parallelism")
-    from ...data.atoms.graph import reverse_edges
 
     return reverse_edges(graph.edge_index, getattr(graph, "cell_offsets", None))
 
@@ -465,7 +466,6 @@ class GemNetT(AtomisticModel):
                  max_neighbors: int = 50, max_z: int = 94, direct_forces: bool = False,
                  output_init: str = "HeOrthogonal", scale_file: str = ""):
         super().__init__()
-        from .dimenet import _check_common
 
         blocks = num_blocks or num_layers
         c = {"num_spherical": num_spherical, "num_radial": num_radial, "emb_size_atom": emb_size_atom or hidden,
@@ -507,8 +507,6 @@ class GemNetT(AtomisticModel):
         """:meth:`AtomisticModel.reset_parameters` on one thread: the He-orthogonal initialisation's QR
         factorisations (about a hundred of ``emb_size_edge``² matrices) take seconds on several OpenMP threads of a
         busy machine (:func:`~.dimenet.single_threaded`)."""
-        from .dimenet import single_threaded
-
         with single_threaded():
             super().reset_parameters(seed)
 
