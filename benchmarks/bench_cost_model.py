@@ -196,7 +196,8 @@ def main() -> None:
 
     from gnnpipe import api
     from gnnpipe.costmodel.hardware import local_hardware
-    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
+    from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec
+    from gnnpipe.tasks.nodes.cost.predict import predict_layout
     from gnnpipe.tasks.nodes.cost.profile import link_fields, profile_link
 
     jobs = QUICK if args.quick else JOBS

@@ -13,8 +13,8 @@ and the job's graph runs one epoch with its evaluation; measured = that run's pe
 before it. The single process loads its graph before that point, so its graph is subtracted from the prediction
 too; distributed runs take the launcher's path (the plan's graph in a file the ranks memory-map, ``runner.worker``).
 
-Predicted: :func:`gnnpipe.tasks.nodes.cost.predict.predict_memory` (per rank) and
-:func:`~gnnpipe.tasks.nodes.cost.predict.single_process_memory`, with
+Predicted: :func:`gnnpipe.tasks.nodes.cost.plan_memory.predict_memory` (per rank) and
+:func:`~gnnpipe.tasks.nodes.cost.memory_check.single_process_memory`, with
 :func:`~gnnpipe.tasks.nodes.cost.profile.memory_profile`. Prints a markdown table; ``--out`` writes the records as JSON.
 Not a test (the test runs one synthetic graph).
 """
@@ -104,7 +104,7 @@ def _ranks(rank, world, cfg, tiny_plan, plan):
 
 def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
     from gnnpipe import api
-    from gnnpipe.tasks.nodes.cost.predict import single_process_memory
+    from gnnpipe.tasks.nodes.cost.memory_check import single_process_memory
 
     p = subprocess.run([sys.executable, __file__, "--_single", json.dumps(flags)], capture_output=True, text=True,
                        env={**os.environ, **LIVE}, timeout=timeout, check=False)
@@ -119,7 +119,7 @@ def measure_single(flags: list[str], timeout: int) -> tuple[list[int], list[int]
 def measure_distributed(flags: list[str], timeout: int) -> tuple[list[int], list[int]]:
     from gnnpipe import api
     from gnnpipe.core.run import launch
-    from gnnpipe.tasks.nodes.cost.predict import predict_memory
+    from gnnpipe.tasks.nodes.cost.plan_memory import predict_memory
     from gnnpipe.tasks.nodes.cost.profile import memory_profile
     from gnnpipe.tasks.nodes.runner import build_plan, file_backed
     from gnnpipe.tasks.nodes.trainer import make_model
@@ -160,7 +160,7 @@ def main() -> None:
     args = ap.parse_args()
     if args._single is not None:
         return _single_child(args._single)
-    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec
+    from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec
 
     jobs = cm.QUICK if args.quick else cm.JOBS
     if args.jobs:

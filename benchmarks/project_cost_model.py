@@ -72,7 +72,8 @@ def sixteen(out):
     from gnnpipe import api
     from gnnpipe.costmodel import load_hardware
     from gnnpipe.tasks.nodes.cost import profile
-    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
+    from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec
+    from gnnpipe.tasks.nodes.cost.predict import predict_layout
 
     hw = load_hardware("cpu-16core")
     rows = []
@@ -115,7 +116,8 @@ def paper(out):
     from gnnpipe import api
     from gnnpipe.costmodel import load_hardware
     from gnnpipe.tasks.nodes.cost import profile
-    from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, predict_layout
+    from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec
+    from gnnpipe.tasks.nodes.cost.predict import predict_layout
 
     hw = load_hardware("paper-a5000")
     rows = []

@@ -313,7 +313,7 @@ def train(config: TrainConfig | None = None, *, data=None, progress: bool = True
 
     Raises:
         ConfigError: also a single-process run the memory model predicts cannot fit in the memory available
-            here (``gnnpipe.tasks.nodes.cost.predict.check_single_process_memory``; ``memory_check=False`` or
+            here (``gnnpipe.tasks.nodes.cost.memory_check.check_single_process_memory``; ``memory_check=False`` or
             ``--no-memory-check`` tries anyway), before anything is allocated.
         ConfigError, UnknownComponentError, DataValidationError: before any process starts (under
             ``torchrun``: also when it started a number of ranks other than ``ways × stages``, raised in
@@ -419,7 +419,8 @@ def _check_resume(config: TrainConfig, options) -> None:
 def _auto_layout(config, data, ranks, hardware, progress, options):
     """Plan, print the ranking, pick the best layout that fits; returns ``(config, record)``."""
     from .errors import ConfigError
-    from .tasks.nodes.cost.predict import format_ranking, layout_config
+    from .tasks.nodes.cost.layouts import layout_config
+    from .tasks.nodes.cost.predict import format_ranking
 
     preds, hw, _ = _plan_prepared(config, data, ranks, hardware, progress=progress, **options)
     print(format_ranking(preds, hw), file=sys.stderr)

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "gnnpipe"
 
-#: the layering (STYLE "Habits", DESIGN §3): a module may import its own package or a strictly lower layer.
+#: the layering (docs/ARCHITECTURE.md, "Layers"): a module may import its own package or a strictly lower layer.
 #: data < models; schedulers < partitioners; correctors < core < experiments, costmodel < tasks < api < cli; shared
 #: utilities (errors, registry, the package root) at the bottom, ``__main__`` on top.
 LAYERS = {

@@ -6,8 +6,9 @@ factor of one device relative to the device the profile was measured on, memory,
 ``r`` on node ``r // ranks_per_node``. On a CPU node, ranks beyond its cores share them (as on a
 2-core machine running 4 ranks): the simulation slows compute down by the mean number of ranks that
 compute at the same time per core, and the epoch takes at least the node's work plus the measured cost of
-every blocking wait of time-sliced ranks over its cores (see :func:`gnnpipe.tasks.nodes.cost.predict.predict_time`;
-the cost of a wait is measured on the machine that profiles, with more ranks than its cores).
+every blocking wait of time-sliced ranks over its cores (see
+:func:`gnnpipe.tasks.nodes.cost.epoch_time.predict_time`; the cost of a wait is measured on the machine that
+profiles, with more ranks than its cores).
 
 Format (every key below; ``[link.*]`` may be left out, then the link measured by the profile's
 ping-pong over the actual backend is used)::
@@ -47,8 +48,9 @@ the exchange takes as long as its largest pair.
 transport's threads and the kernel's network stack). A pipeline's boundary send and its receive each take half of
 it per byte on their ranks' main threads (where it is more than the profile's own per-byte message cost), so it
 lengthens the schedule; where ranks share cores, the time-sliced bound
-(:func:`gnnpipe.tasks.nodes.cost.predict.shared_cores_bound`) charges each byte a rank sends the larger of this and the
-profile's own per-byte cost (:attr:`gnnpipe.tasks.nodes.cost.profile.Profile.switch_byte_s`, measured on the loopback).
+(:func:`gnnpipe.tasks.nodes.cost.host_costs.shared_cores_bound`) charges each byte a rank sends the larger of this
+and the profile's own per-byte cost (:attr:`gnnpipe.tasks.nodes.cost.profile.Profile.switch_byte_s`, measured on the
+loopback).
 A batched exchange (graph parallelism's, a hybrid's peer op) waits on the link while the host moves its bytes: only
 the bound charges it.
 A link shaped to a low rate costs more per byte than the loopback (``benchmarks/netns_links.py`` measures it: 4–7.5

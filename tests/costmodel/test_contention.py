@@ -11,7 +11,8 @@ from gnnpipe import api
 from gnnpipe.costmodel.hardware import Hardware
 from gnnpipe.partitioners import ChunkPlan
 from gnnpipe.tasks.nodes.cost import Profile, profile
-from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, predict_time
+from gnnpipe.tasks.nodes.cost.epoch_time import predict_time
+from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec, layout_config
 from gnnpipe.tasks.nodes.cost.profile import UnitKind, cores_here, measure_contention
 from gnnpipe.tasks.nodes.runner import build_plan
 from gnnpipe.tasks.nodes.trainer import make_model

@@ -107,7 +107,7 @@ def _config(overrides: dict, n: int):
 def measure_single() -> tuple[int, object]:
     """``(measured bytes above the loaded graph, predicted MemoryBreakdown)`` of the single process."""
     from gnnpipe import api
-    from gnnpipe.tasks.nodes.cost.predict import single_process_memory
+    from gnnpipe.tasks.nodes.cost.memory_check import single_process_memory
 
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     out = subprocess.run([sys.executable, "-c", SINGLE, json.dumps(BASE), str(N_TINY), str(N_MID)],
@@ -121,7 +121,7 @@ def measure_distributed(world: int) -> list[tuple[str, list[int], list]]:
     """``[(layout, measured bytes per rank, predicted MemoryBreakdown per rank)]`` of the layouts of ``world`` ranks."""
     from gnnpipe import api
     from gnnpipe.core.run import launch
-    from gnnpipe.tasks.nodes.cost.predict import predict_memory
+    from gnnpipe.tasks.nodes.cost.plan_memory import predict_memory
     from gnnpipe.tasks.nodes.cost.profile import memory_profile
     from gnnpipe.tasks.nodes.runner import build_plan, file_backed
     from gnnpipe.tasks.nodes.trainer import make_model

@@ -6,7 +6,7 @@ import pytest
 from gnnpipe import api
 from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.errors import ConfigError
-from gnnpipe.tasks.nodes.cost.predict import check_single_process_memory, single_process_memory
+from gnnpipe.tasks.nodes.cost.memory_check import check_single_process_memory, single_process_memory
 from gnnpipe.tasks.nodes.trainer import resolve_config
 
 
@@ -40,9 +40,9 @@ def test_refused_with_the_prediction_and_the_available_memory():
 
 
 def test_api_refuses_before_training_and_trains_with_the_check_off(monkeypatch):
-    import gnnpipe.tasks.nodes.cost.predict as predict
+    import gnnpipe.tasks.nodes.cost.memory_check as memory_check
 
-    monkeypatch.setattr(predict, "available_memory_bytes", lambda: 1)  # a machine with no memory left
+    monkeypatch.setattr(memory_check, "available_memory_bytes", lambda: 1)  # a machine with no memory left
     with pytest.raises(ConfigError, match="single process would need"):
         api.train(model="gcnii", layers=4, hidden=16, num_nodes=3000, avg_degree=6, epochs=1, progress=False)
     r = api.train(model="gcnii", layers=4, hidden=16, num_nodes=3000, avg_degree=6, epochs=1, progress=False,
@@ -51,7 +51,7 @@ def test_api_refuses_before_training_and_trains_with_the_check_off(monkeypatch):
 
 
 def test_local_ranks_are_refused_together_and_small_sizes_print_in_mib():
-    from gnnpipe.tasks.nodes.cost.predict import RANK_FLOOR_BYTES, check_ranks_memory, format_bytes
+    from gnnpipe.tasks.nodes.cost.memory_check import RANK_FLOOR_BYTES, check_ranks_memory, format_bytes
 
     pred = [100 * 2**20, 300 * 2**20]
     check_ranks_memory(pred, available=sum(pred) + 2 * RANK_FLOOR_BYTES)  # fits exactly: no error
@@ -61,9 +61,9 @@ def test_local_ranks_are_refused_together_and_small_sizes_print_in_mib():
 
 
 def test_api_refuses_local_ranks_that_cannot_fit(monkeypatch):
-    import gnnpipe.tasks.nodes.cost.predict as predict
+    import gnnpipe.tasks.nodes.cost.memory_check as memory_check
 
-    monkeypatch.setattr(predict, "available_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(memory_check, "available_memory_bytes", lambda: 2**20)
     with pytest.raises(ConfigError, match="ranks would need"):  # refused before any rank starts
         api.train(model="gcnii", layers=4, hidden=16, num_nodes=3000, avg_degree=6, epochs=1, progress=False,
                   stages=2, chunks=4)

@@ -12,7 +12,9 @@ from gnnpipe.core.run import launch
 from gnnpipe.data import prepare, synthetic_graph
 from gnnpipe.errors import ConfigError
 from gnnpipe.tasks.nodes.cost import Profile, enumerate_layouts, predict_bytes, profile
-from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, plan_layouts, predict_memory
+from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec, layout_config
+from gnnpipe.tasks.nodes.cost.plan_memory import predict_memory
+from gnnpipe.tasks.nodes.cost.predict import plan_layouts
 from gnnpipe.tasks.nodes.runner import build_plan, worker
 from gnnpipe.tasks.nodes.trainer import make_model
 
@@ -77,9 +79,9 @@ def test_predicted_bytes_equal_measured_bytes_exactly():
             assert len(rec["cpu_s"]) == 4 and all(c > 0 for c in rec["cpu_s"])  # each rank's thread CPU time
         assert sum(pred.values()) > 0
     # the directed hybrid really exercises M_fwd != M_bwd
-    from gnnpipe.tasks.nodes.cost.predict import _geometry
+    from gnnpipe.tasks.nodes.cost.geometry import plan_geometry
 
-    g = _geometry(jobs[3][1], jobs[3][0])
+    g = plan_geometry(jobs[3][1], jobs[3][0])
     assert g.mirror_fwd != g.mirror_bwd
     # the bfloat16 hybrid moves fewer graph bytes than the same hybrid with history in --dtype
     assert 0 < predict_bytes(*jobs[4],
@@ -95,7 +97,7 @@ def test_predicted_bytes_of_message_passing_models():
     ``backward_aggregation_dims``). GIN hybrid 2 × 2, C = 4: graph bytes are the forward mirror rows plus the
     pushed halo rows of other ways per chunk, counted from the edges (the formula
     ``tests/core/test_message_passing_dist.py::test_hybrid_bytes_with_pushes`` pins to the measurement)."""
-    from gnnpipe.tasks.nodes.cost.predict import _geometry
+    from gnnpipe.tasks.nodes.cost.geometry import plan_geometry
 
     data = small_graph(n=120)
     cfg = base_config(model="gat", ways=2, stages=1, correctors=[], layers=2, hidden=4, epochs=2)
@@ -106,14 +108,14 @@ def test_predicted_bytes_of_message_passing_models():
     for rec in outs[0][0]["result"].epochs:
         assert {"layer": rec["bytes_layer"], "graph": rec["bytes_graph"], "weight": rec["bytes_weight"]} == pred
     dims = [d for _, _, d in model.aggregation_dims()]
-    m = _geometry(plan, cfg).mirror_fwd
+    m = plan_geometry(plan, cfg).mirror_fwd
     b = 8 if cfg.dtype == "float64" else 4
     assert 0 < pred["graph"] < 2 * b * m * sum(dims)  # less than if the first layer's gradient went back
 
     hcfg = base_config(model="gin", ways=2, stages=2, chunks=4, layers=2, epochs=2)
     hplan = build_plan(hcfg, small_graph(n=100))
     hmodel = make_model(hcfg, hplan.num_features, hplan.num_classes)
-    g = _geometry(hplan, hcfg)
+    g = plan_geometry(hplan, hcfg)
     chunk = [c for c in range(len(g.chunk_ptr) - 1) for _ in range(g.chunk_ptr[c], g.chunk_ptr[c + 1])]
     way = [w for w in range(hcfg.ways) for _ in range(g.chunk_ptr[g.way_ptr[w]], g.chunk_ptr[g.way_ptr[w + 1]])]
     fwd, push = set(), set()
@@ -201,7 +203,7 @@ def test_plan_cli_table_and_json(small_profile, tmp_path, capsys):
 @pytest.mark.parametrize("flag", [[], ["--no-contention"]])
 def test_plan_cli_measures_contention_unless_told_not_to(small_profile, monkeypatch, capsys, flag):
     """``--no-contention`` reaches the profile (a shorter profile that assumes ranks do not slow each other)."""
-    import gnnpipe.costmodel as costmodel
+    import gnnpipe.tasks.nodes.cost as cost
 
     _, _, prof = small_profile
     seen = []
@@ -210,7 +212,7 @@ def test_plan_cli_measures_contention_unless_told_not_to(small_profile, monkeypa
         seen.append(kw.get("contention"))
         return prof
 
-    monkeypatch.setattr(costmodel, "profile", fake_profile)
+    monkeypatch.setattr(cost, "profile", fake_profile)
     rc = main(["plan", "--ranks", "2", "--num-nodes", "400", "--avg-degree", "6", "--model", "gcnii", "--layers",
                "4", "--hidden", "8", "--no-progress", *flag])
     assert rc == 0 and "GNNPipe 1x2" in capsys.readouterr().out
@@ -310,7 +312,8 @@ def test_a_pipeline_is_predicted_with_the_recompute_its_run_would_choose(small_p
     """``recompute="auto"`` is decided for the prediction as the run decides it (choose_recompute): a layout whose
     run recomputes is predicted with the extra forward in every backward."""
     from gnnpipe.costmodel.hardware import local_hardware
-    from gnnpipe.tasks.nodes.cost.predict import choose_recompute, predict_layout
+    from gnnpipe.tasks.nodes.cost.memory_check import choose_recompute
+    from gnnpipe.tasks.nodes.cost.predict import predict_layout
     from gnnpipe.tasks.nodes.cost.profile import memory_profile
 
     cfg, data, prof = small_profile

@@ -17,13 +17,8 @@ from gnnpipe.core.settings.config import TrainConfig
 from gnnpipe.costmodel.hardware import local_hardware
 from gnnpipe.costmodel.robust import clean_passes, low, spread
 from gnnpipe.tasks.nodes.cost import plan_layouts, profile
-from gnnpipe.tasks.nodes.cost.predict import (
-    LayoutPrediction,
-    LayoutSpec,
-    format_ranking,
-    format_spread,
-    ranking_may_change,
-)
+from gnnpipe.tasks.nodes.cost.layouts import LayoutPrediction, LayoutSpec
+from gnnpipe.tasks.nodes.cost.predict import format_ranking, format_spread, ranking_may_change
 from gnnpipe.tasks.nodes.cost.profile import SPREAD_GROUPS, Profile
 
 from ..core.distutil import base_config

@@ -7,7 +7,7 @@ import pytest
 from gnnpipe.api import TrainConfig, load_data
 from gnnpipe.core.settings.arguments import add_train_arguments
 from gnnpipe.errors import ConfigError
-from gnnpipe.tasks.nodes.cost.predict import choose_recompute
+from gnnpipe.tasks.nodes.cost.memory_check import choose_recompute
 from gnnpipe.tasks.nodes.cost.profile import memory_profile
 from gnnpipe.tasks.nodes.runner import build_plan, format_plan
 from gnnpipe.tasks.nodes.trainer import make_model, resolve_config

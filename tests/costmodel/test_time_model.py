@@ -14,7 +14,10 @@ from gnnpipe.costmodel.hardware import Hardware, Link
 from gnnpipe.costmodel.link import _fit_link
 from gnnpipe.errors import ConfigError
 from gnnpipe.tasks.nodes.cost import Profile, profile
-from gnnpipe.tasks.nodes.cost.predict import LayoutSpec, layout_config, predict_bytes, predict_time, shared_cores_bound
+from gnnpipe.tasks.nodes.cost.epoch_bytes import predict_bytes
+from gnnpipe.tasks.nodes.cost.epoch_time import predict_time
+from gnnpipe.tasks.nodes.cost.host_costs import shared_cores_bound
+from gnnpipe.tasks.nodes.cost.layouts import LayoutSpec, layout_config
 from gnnpipe.tasks.nodes.cost.profile import (
     LINK_FIELDS,
     SWITCH_PROBE,

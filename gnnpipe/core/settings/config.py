@@ -220,7 +220,7 @@ class TrainConfig:
     process = 1×1. ``scheduler``: 1f1b by default (a flush schedule like gpipe, as fast, with at most ``S − s``
     chunks' activations in flight on stage ``s`` instead of all ``C``). ``recompute``: ``True`` recomputes a
     stage's activations in the backward (memory for compute); ``None`` (``"auto"``, the default) lets the memory
-    model decide when a pipeline starts (``gnnpipe.tasks.nodes.cost.predict.choose_recompute``: on when the largest
+    model decide when a pipeline starts (``gnnpipe.tasks.nodes.cost.memory_check.choose_recompute``: on when the largest
     pipeline rank would otherwise hold more than the largest rank of graph parallelism over the same ranks).
 
     S2EF (atomistic structure → energy and forces; ``task="s2ef"``, set by the ``s2ef`` task): the loss

@@ -42,9 +42,10 @@ class RunOptions:
             given and ``log_every`` is not ``0``, else never; ``0``: never).
         resume: continue the run of this checkpoint folder (or one ``ckpt-*`` folder in it).
         memory_check: refuse a run that the memory model says cannot fit in the memory available here,
-            before it starts: a single process (:func:`gnnpipe.tasks.nodes.cost.predict.check_single_process_memory`)
-            or the ranks started on this machine together (:func:`~gnnpipe.tasks.nodes.cost.predict.check_ranks_memory`;
-            CPU ranks) (``False``: try anyway).
+            before it starts: a single process
+            (:func:`gnnpipe.tasks.nodes.cost.memory_check.check_single_process_memory`) or the ranks started on this
+            machine together (:func:`~gnnpipe.tasks.nodes.cost.memory_check.check_ranks_memory`; CPU ranks)
+            (``False``: try anyway).
     """
 
     keep: str = attrs.field(default="best", validator=_keep)

@@ -170,7 +170,7 @@ class NodeClassification(Task):
                 warnings.warn("ignored: " + "; ".join(ignored), stacklevel=3)
             torch.set_num_threads(config.threads)  # the memory profile runs the model as training will
             if options.memory_check:
-                from .cost.predict import check_single_process_memory
+                from .cost.memory_check import check_single_process_memory
 
                 plan.predicted = check_single_process_memory(config, plan.data)  # ConfigError before any allocation
             return
@@ -254,14 +254,15 @@ def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
 
 
 def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
-    """Decide ``recompute="auto"`` of a pipeline (:func:`~gnnpipe.tasks.nodes.cost.predict.choose_recompute`; the
+    """Decide ``recompute="auto"`` of a pipeline (:func:`~gnnpipe.tasks.nodes.cost.memory_check.choose_recompute`; the
     choice is set on ``config`` and described in ``plan.info["recompute"]``). Put the memory model's per-rank prediction
     (bytes above the runtime floor) into ``plan.info`` (``predicted_mem_bytes``: printed with the plan, stored in the
     result's ``plan`` and beside ``peak_mem_bytes``). With ``local`` ranks (started here, sharing this machine's memory)
     and ``options.memory_check``, refuse the run when they cannot fit together
-    (:func:`~gnnpipe.tasks.nodes.cost.predict.check_ranks_memory`). A model the memory model cannot profile gets a
+    (:func:`~gnnpipe.tasks.nodes.cost.memory_check.check_ranks_memory`). A model the memory model cannot profile gets a
     warning, not a failed run."""
-    from .cost.predict import check_ranks_memory, choose_recompute, predict_memory
+    from .cost.memory_check import check_ranks_memory, choose_recompute
+    from .cost.plan_memory import predict_memory
     from .cost.profile import memory_profile
     from .trainer import make_model
 

@@ -438,7 +438,8 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     if plan.info.get("predicted_mem_bytes"):
         result.extra["predicted_mem_bytes"] = list(plan.info["predicted_mem_bytes"])
     result.extra["history_bytes"] = [int(m[1]) for m in mems]
-    ep = [e for e in result.epochs if len(e.get("idle_s", ())) == world]  # a resumed run's records may be of another layout
+    # a resumed run's records may be of another layout
+    ep = [e for e in result.epochs if len(e.get("idle_s", ())) == world]
     if ep:
         tot = [sum(e["time_s"] for e in ep)] * world
         idle = [sum(e["idle_s"][r] for e in ep) for r in range(world)]

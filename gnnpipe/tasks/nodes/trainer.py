@@ -69,7 +69,7 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     """Fill hyper-parameters left ``None`` from the model's ``default_hparams``, and the model options
     not in ``config.model_args`` from their defaults (so that a result records every value used).
     ``recompute="auto"`` (``None``) becomes ``False`` without a pipeline; a pipeline's is decided when it starts
-    (:func:`gnnpipe.tasks.nodes.cost.predict.choose_recompute`)."""
+    (:func:`gnnpipe.tasks.nodes.cost.memory_check.choose_recompute`)."""
     import attrs
 
     from ...models import get, model_options

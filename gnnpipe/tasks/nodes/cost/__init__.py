@@ -6,14 +6,21 @@
   ``contention``, ``memory``, ``measure``);
 * :mod:`.memory` — per-rank memory by kind, fed by :mod:`.footprint` (each rank role's bytes per row, measured by
   running its real stage on a sample of the graph under :class:`~gnnpipe.costmodel.live.LiveBytes`);
-* :mod:`.predict` — bytes per epoch (exact), epoch time (a discrete-event simulation of the actual schedule with
-  :func:`gnnpipe.schedulers.simulate`), memory; the ranking of every feasible layout.
+* :mod:`.layouts` — the candidate layouts, their predictions, enumeration, configuration and plans; :mod:`.geometry`
+  — the sizes of a plan the predictions read;
+* :mod:`.epoch_bytes` — bytes per epoch (exact); :mod:`.epoch_time` — epoch time (a discrete-event simulation of
+  the actual schedule with :func:`gnnpipe.schedulers.simulate`), with :mod:`.host_costs` (messages, exchanges, ranks
+  sharing a node's cores); :mod:`.plan_memory` — per-rank memory of a plan; :mod:`.memory_check` — the recompute
+  decision and the memory checks before a run;
+* :mod:`.predict` — one layout's predictions and the ranking of every feasible layout.
 
 The machine comes from :mod:`gnnpipe.costmodel.hardware`.
 """
 
+from .epoch_bytes import predict_bytes
+from .layouts import LayoutPrediction, LayoutSpec, enumerate_layouts
 from .memory import MemoryBreakdown
-from .predict import LayoutPrediction, LayoutSpec, enumerate_layouts, plan_layouts, predict_bytes
+from .predict import plan_layouts
 from .profile import Profile, profile
 
 __all__ = [

@@ -59,11 +59,11 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     loaded over the same of its seconds alone (noise from outside only adds time, to either side; a median of the
     pairs' ratios would fall with a burst during an alone pass). ``spreads``: receives the spread of the loaded
     passes' totals (:func:`.robust.spread`). What it measures is what ranks of one node do to each other when they
-    compute at once: they share the last level cache and the memory bandwidth (on this 2-core VM 1.0–1.15×, with the host's load;
-    a dense unit's matrix products barely slow, a sparse product and the element-wise ops do). With ``processes``
-    above the cores they are also time-sliced, and a process switched back in finds its data evicted (4 on the 2
-    cores here: 1.06–1.31× forward, 1.16–1.59× backward); the core time a blocking wait costs is modelled apart
-    (:func:`~gnnpipe.tasks.nodes.cost.predict.shared_cores_bound`). Source: docs/RESULTS.md §14i.
+    compute at once: they share the last level cache and the memory bandwidth (on this 2-core VM 1.0–1.15×, with
+    the host's load; a dense unit's matrix products barely slow, a sparse product and the element-wise ops do). With
+    ``processes`` above the cores they are also time-sliced, and a process switched back in finds its data evicted
+    (4 on the 2 cores here: 1.06–1.31× forward, 1.16–1.59× backward); the core time a blocking wait costs is
+    modelled apart (:func:`~gnnpipe.tasks.nodes.cost.host_costs.shared_cores_bound`). Source: docs/RESULTS.md §14i.
 
     Not measured (``(None, 0)``): fewer than 2 cores, no ``fork`` start method (not Linux), a co-runner that did
     not start within ``timeout_s``.

@@ -165,12 +165,12 @@ class Profile:
         switch_byte_s: likewise, core seconds lost per byte a rank sends (the transport's threads and the kernel
             moving it; ``gnnpipe.tasks.nodes.cost.profile.switch_byte_cost``; 0: not measured).
         switch_curve: ``[(busy seconds, switch_s)…]``: the lost core time per wait measured after bursts of compute
-            of each length (``[]``: only ``switch_s``); ``gnnpipe.tasks.nodes.cost.predict.shared_cores_bound`` uses the
-            point of each rank's own compute per wait.
+            of each length (``[]``: only ``switch_s``); ``gnnpipe.tasks.nodes.cost.host_costs.shared_cores_bound``
+            uses the point of each rank's own compute per wait.
         host_exchange: the wall time of one batched exchange both ways between two ranks of this machine after a
             burst of compute, as graph parallelism's and a hybrid's peer ops run it (``latency + bytes each way /
             bandwidth``; ``None``: not measured). On a CPU node no exchange is faster than this, whatever the
-            link (``gnnpipe.tasks.nodes.cost.predict.predict_time``).
+            link (``gnnpipe.tasks.nodes.cost.epoch_time.predict_time``).
         spread, link_spread: per timed quantity, how much slower a typical repeat was than the figure kept (the
             75th percentile of its repeats over the statistic used, less 1; :mod:`.robust`): ``spread`` for what
             :func:`profile` measures in this process (``units``, ``step``, ``executor``, ``unfused``, ``action``,

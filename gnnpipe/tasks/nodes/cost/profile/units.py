@@ -18,7 +18,8 @@ Timing: every unit's forward and backward is timed by the CPU time of this threa
 through the profiler's ``clock``), which other processes on a busy machine do not inflate; the wall time of
 the profile passes is measured beside it, and ``cpu_over_wall`` (their ratio; 1.0 on a quiet machine, 0.4
 with two busy co-tenants per core) is reported. The predictions are thus of the work itself, and a machine
-with fewer cores than ranks is modelled by the simulation (:mod:`gnnpipe.tasks.nodes.cost.predict`), not by noise.
+with fewer cores than ranks is modelled by the simulation (:mod:`gnnpipe.tasks.nodes.cost.epoch_time`), not by
+noise.
 
 Repeats: every measurement is repeated and reduced by :mod:`.robust` (a low quantile: noise on a shared machine
 only adds time; the spread of the repeats is recorded). Repeats of different measurements are interleaved
