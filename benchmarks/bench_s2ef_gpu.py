@@ -55,6 +55,7 @@ from gnnpipe.data.atoms import build_graph  # noqa: E402
 from gnnpipe.tasks.s2ef import S2EF  # noqa: E402
 from gnnpipe.tasks.s2ef import cost as A  # noqa: E402
 from gnnpipe.tasks.s2ef.build import make_model  # noqa: E402
+from gnnpipe.tasks.s2ef.cost.profile import _train_step as train_step  # noqa: E402
 from gnnpipe.tasks.s2ef.data import move_to  # noqa: E402
 from gnnpipe.tasks.s2ef.trainer import S2EFTrainer  # noqa: E402
 
@@ -234,7 +235,7 @@ def largest_one(dev: torch.device, cfg, args, deadline) -> None:
                 batch = move_to(Batch.from_data_list(pool[:n]), dev, non_blocking=False)
                 graph = build_graph(batch, cfg.cutoff, cfg.max_neighbors, with_reverse=reverse,
                                     method="device" if gpu else "auto")
-                A._train_step(m, batch, graph)
+                train_step(m, batch, graph)
                 opt.step()
                 del batch, graph
             peak = meter.peak if gpu else meter.peak - meter.base

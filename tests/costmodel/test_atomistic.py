@@ -302,7 +302,8 @@ def test_the_profile_measures_kappa_d_with_conservative_forces():
 def test_the_profiled_floor_leaves_out_the_weights_batch_and_graph_the_plan_counts_per_rank():
     """The plan adds each rank's parameters and graph to the floor; a floor read with the profiled model's weights
     and the sample's batch and graph resident would count them twice (256 MiB of tensors here)."""
-    from gnnpipe.tasks.s2ef.cost import _held_bytes, job_graph, profile_step
+    from gnnpipe.tasks.s2ef.cost import job_graph, profile_step
+    from gnnpipe.tasks.s2ef.cost.profile import _held_bytes
 
     model = _model("schnet").float()
     batch, graph = job_graph(_job(model))
