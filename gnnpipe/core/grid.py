@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 
 import attrs
+import torch.distributed as dist
 
 from ..errors import ConfigError
 
@@ -110,8 +111,6 @@ class RankGrid:
         """Create every process group along ``along`` (collective: every rank calls it with the same ``along``) and
         return ``rank``'s; ``None`` where a group would be the whole world (the default group serves), where every
         group has one rank (nothing to communicate), or where no process group is initialised (one process)."""
-        import torch.distributed as dist
-
         if not dist.is_initialized() or self.size == 1 or all(s == 1 for n, s in self.axes if n in along):
             return None
         groups = self.groups(along)

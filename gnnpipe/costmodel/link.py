@@ -21,7 +21,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch_geometric.data  # noqa: F401  (a probe rank unpickles a PyG Data: its memory floor includes PyG)
 
+from ..core.run.launch import spawn
+from ..core.runtime.memory import peak_memory_bytes
 from .hardware import Link, cores_here
 from .robust import low, spread
 
@@ -65,8 +69,6 @@ def _exchange_round(send: torch.Tensor, bufs: dict, peers: Sequence[int], work_s
     ``Comm.exchange``). Returns its ``(wall, main-thread CPU)`` seconds; ``stamps`` receives per exchange ``(ready,
     done)``: ``time.perf_counter()`` (the machine's monotonic clock, one for all its processes) when this rank's busy
     CPU ended and when its exchange completed."""
-    import torch.distributed as dist
-
     dist.barrier(group=group)
     w0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(iters):
@@ -120,8 +122,6 @@ def _exchange_seconds(mine: list, theirs: list) -> list[float]:
 def _ping_pong(rank: int, t: torch.Tensor, k: int, pair) -> tuple[list[float], list[float]]:
     """``k`` round trips of ``t`` between ranks 0 and 1 (after a barrier of ``pair`` and one untimed round trip
     that warms the pair up): the one-way wall and main-thread CPU seconds of each (half a round trip)."""
-    import torch.distributed as dist
-
     walls, cpus = [], []
     dist.barrier(group=pair)
     for i in range(k + 1):
@@ -157,11 +157,6 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     (:func:`.robust.low`) of the ping-pong and each round's wall and main-thread CPU seconds (and ``"pipeline"``: the
     pipeline rank's result, ``"exchange"``: the host exchange's points, ``"spread"``: per measurement the spread of
     its repeats, :func:`.robust.spread`)."""
-
-    import torch.distributed as dist
-    import torch_geometric.data  # noqa: F401  (a rank unpickles a PyG Data: the floor includes PyG)
-
-    from ..core.runtime.memory import peak_memory_bytes
 
     for name in preload:  # what a training rank imports
         importlib.import_module(name)
@@ -353,8 +348,6 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     Raises:
         DistributedError: a rank failed.
     """
-    from ..core.run.launch import spawn
-
     cores = cores_here()
     world = max(2, int(ranks))
     rounds = SWITCH_PROBE["rounds"] if world > cores else 0

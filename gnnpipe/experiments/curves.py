@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError
+from .report import Report, _colors, _plt, steps_per_epoch
 
 #: an extra validation set's metric keys: ``val_<name>_energy_mae``, ``val_<name>_force_mae`` (the first set's carry
 #: no name)
@@ -91,8 +92,6 @@ def val_key(name: str, metric: str) -> str:
 
 
 def _steps_per_epoch(result: dict) -> int | None:
-    from .report import steps_per_epoch
-
     return steps_per_epoch(result)
 
 
@@ -231,8 +230,6 @@ def _series(records: list[dict], key: str, scale: float = 1.0, *, epoch_end: boo
 
 def plot_curves(result: dict, points: dict, path: Path, title: str = "") -> Path:
     """``path`` (PNG): the run's curves in panels against steps or epochs (the module docstring)."""
-    from .report import _colors, _plt
-
     plt = _plt()
     recs, unit, sets = points["records"], points["unit"], points["sets"]
     lr_known = any(_num(r.get("lr")) is not None for r in recs)
@@ -317,8 +314,6 @@ def make_curves_report(result_path: str | Path, out_dir: str | Path | None = Non
     Raises:
         ConfigError: ``result_path`` is not a training result, or its records hold nothing to draw.
     """
-    from .report import Report
-
     rp = Path(result_path)
     result = training_result(rp)
     if result is None:

@@ -70,8 +70,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import attrs
 import tomllib
 
+from ..core.settings.arguments import add_train_arguments, config_from_args
+from ..core.settings.config import TrainConfig, check_names
+from ..data.atoms import STRUCTURE_SUFFIXES
+from ..data.atoms.sets import FORMATS
+from ..data.datasets import DATASET_FILE_SUFFIXES
 from ..errors import ConfigError
 from .simulate import check_sim_settings, fmt_value  # noqa: F401  (fmt_value: also used by report)
 
@@ -112,8 +118,6 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    from ..core.settings.arguments import add_train_arguments
-
     p = _RaisingParser(prog="gnnpipe train", add_help=False, exit_on_error=False)
     add_train_arguments(p)
     return p
@@ -127,10 +131,6 @@ def train_flag_specs() -> dict[str, FlagSpec]:
     (so the two can never disagree)."""
     global _SPECS
     if _SPECS is None:
-        import attrs
-
-        from ..core.settings.config import TrainConfig
-
         fields = {a.name for a in attrs.fields(TrainConfig)}
         specs = {}
         for a in _train_parser()._actions:
@@ -149,10 +149,6 @@ def train_flag_specs() -> dict[str, FlagSpec]:
 
 
 def _config_fields() -> list[str]:
-    import attrs
-
-    from ..core.settings.config import TrainConfig
-
     return [a.name for a in attrs.fields(TrainConfig)]
 
 
@@ -277,8 +273,6 @@ def check_flags(argv: list[str], where: str) -> None:
     Raises:
         ConfigError, UnknownComponentError: the message names the run (``where``) and the problem.
     """
-    from ..core.settings.arguments import config_from_args
-
     try:
         args = _train_parser().parse_args(argv)
     except argparse.ArgumentError as exc:
@@ -293,8 +287,6 @@ def check_flags(argv: list[str], where: str) -> None:
 
 
 def _check_names(config) -> None:
-    from ..core.settings.config import check_names
-
     check_names(config)
 
 
@@ -381,9 +373,6 @@ def resolve_paths(settings: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     if isinstance(root, str) and root:
         p = Path(root).expanduser()
         out["root"] = str(p if p.is_absolute() else (base_dir / p).resolve())
-    from ..data.atoms import STRUCTURE_SUFFIXES
-    from ..data.atoms.sets import FORMATS
-    from ..data.datasets import DATASET_FILE_SUFFIXES
 
     ds = out.get("dataset")
     if isinstance(ds, str) and ds.lower().endswith(tuple(DATASET_FILE_SUFFIXES) + tuple(STRUCTURE_SUFFIXES)

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from .grid import SWEEP_METRICS
-from .results import read_records
+from .grid import DISPLAY, SWEEP_METRICS, fmt_value
+from .results import read_records, results_stem
 
 BYTE_KINDS = ("layer", "graph", "weight", "gp")
 
@@ -231,8 +231,6 @@ def _md_escape(s: str) -> str:
 def markdown(variants: list[VariantStats], fixed: dict, *, title: str = "", description: str = "",
              source: str = "", plots: list[str] | None = None) -> str:
     """The report as markdown: header, fixed settings, the variant table, failures, plot links."""
-    from .grid import fmt_value
-
     lines = [f"# {title or 'Study report'}", ""]
     if description:
         lines += [description.strip(), ""]
@@ -504,7 +502,6 @@ def plot_sweep(variants: list[VariantStats], path: Path, x: str, y: str, *, log_
                 capsize=3, lw=1.4, label="mean ± std over seeds")
     if log_x if log_x is not None else x == "params":
         ax.set_xscale("log")
-    from .grid import DISPLAY
 
     ax.set_xlabel("trained parameters" if x == "params" else DISPLAY.get(x, x))
     ax.set_ylabel(ylabel)
@@ -545,8 +542,6 @@ def make_report(results_path: str | Path, out_dir: str | Path | None = None, *, 
     Raises:
         ConfigError: missing or empty results file; matplotlib missing while ``plots`` is set.
     """
-    from .results import results_stem
-
     rp = Path(results_path)
     if not rp.is_file():
         raise ConfigError(f"results file {str(rp)!r} not found; run `gnnpipe ablate STUDY.toml` first "

@@ -9,6 +9,8 @@ is then removed before it runs again, so every run still appears exactly once).
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .. import __version__
+from ..progress import progress_bar
 from .grid import Run, Study
 from .results import ResultsWriter, read_records, results_stem
 
@@ -32,8 +36,6 @@ def code_version() -> dict:
     package runs from a git checkout of gnnpipe itself (an installed copy inside some other repository,
     e.g. a project's ``.venv``, is not mistaken for it), or without git.
     """
-    from .. import __version__
-
     out: dict = {"gnnpipe": __version__, "git": None, "dirty": None}
     root = Path(__file__).resolve().parents[2]
     try:
@@ -82,8 +84,6 @@ class StudyProgress:
 def _set_pdeathsig() -> None:  # pragma: no cover (runs in the child)
     """Linux: have the kernel send SIGTERM to the run if the study process dies (e.g. is killed)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
@@ -120,8 +120,6 @@ def execute_subprocess(run: Run, *, timeout_s: float | None = None, log_dir: Pat
     Raises:
         KeyboardInterrupt: re-raised after the child is stopped.
     """
-    import json
-
     with tempfile.TemporaryDirectory(prefix="gnnpipe-ablate-") as tmp:
         out = Path(tmp) / "result.json"
         if log_dir is not None:
@@ -256,8 +254,6 @@ def run_study(
         elif prog.skipped:
             emit(f"{study.name}: resuming — {prog.skipped} of {prog.total} runs already in {results_path}")
         if progress and todo:
-            from ..progress import progress_bar
-
             # drawn on a terminal only, as every command's bar; the per-run lines below are printed anyway
             bar = progress_bar(total=prog.total, initial=prog.skipped, unit="run", desc=study.name, smoothing=0.0)
             bar.set_postfix_str(f"left={len(todo)}")

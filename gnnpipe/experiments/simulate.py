@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .. import schedulers as gs
 from ..errors import ConfigError, GnnpipeError
 
 #: ``[simulate]`` keys with their defaults
@@ -128,8 +129,6 @@ def simulate_one(scheduler: str, stages: int, chunks: int, settings: dict, seed:
     Raises:
         ConfigError, ScheduleError, UnknownComponentError: from the schedulers package.
     """
-    from .. import schedulers as gs
-
     s = {**SIM_DEFAULTS, **settings}
     sch = gs.build_schedule(scheduler, stages, chunks, order=s["order"], seed=seed, epochs=int(s["epochs"]))
     costs = gs.CostModel(forward=float(s["forward"]), backward=float(s["backward"]), step=float(s["step"]))

@@ -60,7 +60,9 @@ import torch.distributed.checkpoint as dcp
 from torch import Tensor
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
+from ...data.datasets import DATASET_FILE_SUFFIXES
 from ...errors import ConfigError
+from ...models import build_model
 from ..settings.config import TrainConfig
 from .state import compute_of, preprocessing_of
 
@@ -252,10 +254,6 @@ def model_from_checkpoint(path, which: str = "best"):
     Raises:
         ConfigError: no checkpoint at ``path``.
     """
-    import attrs
-
-    from ...models import build_model
-
     p = find_checkpoint(path)
     meta = read_meta(p)
     spec = meta["spec"]
@@ -285,8 +283,6 @@ def data_paths(config: TrainConfig) -> dict:
     the data of a model (checkpoint meta and model file meta ``"data_paths"``) wherever it runs:
     ``{"root": absolute --root}`` (when given) and ``{"dataset": absolute path}`` when ``--dataset`` names a file
     that exists here (a file found under ``--root`` needs only the root)."""
-    from ...data.datasets import DATASET_FILE_SUFFIXES
-
     out = {}
     if config.root is not None:
         out["root"] = str(Path(config.root).expanduser().resolve())

@@ -31,11 +31,13 @@ a crash of the launcher, a ``kill -9`` of it or a Ctrl-C leaves no orphaned rank
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import json
 import math
 import os
 import pickle
+import pickletools
 import signal
 import socket
 import sys
@@ -49,8 +51,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed import constants
+from tqdm import tqdm
 
 from ...errors import ConfigError, DistributedError, GnnpipeError
+from ...registry import registered_from
 from . import stopping
 
 #: seconds ranks may take to start and meet on the store (independent of the communication timeout)
@@ -65,8 +70,6 @@ MAX_WAIT_S = 7 * 24 * 3600.0
 def torch_default_wait_s(backend: str) -> float:
     """torch's own process-group timeout for ``backend`` in seconds (``torch.distributed.constants``): 1800 (30
     min) for gloo, 600 (10 min) for nccl."""
-    from torch.distributed import constants
-
     if backend == "nccl":
         return (getattr(constants, "default_pg_nccl_timeout", None) or datetime.timedelta(minutes=10)).total_seconds()
     return constants.default_pg_timeout.total_seconds()
@@ -142,8 +145,6 @@ def choose_backend(requested: str | None, local_ranks: int, device: str | None =
         ConfigError: unknown backend, or ``nccl`` requested without one GPU per local rank or with
             ``device="cpu"``.
     """
-    from ...errors import ConfigError
-
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl_ok = gpus >= local_ranks and dist.is_available() and dist.is_nccl_available()
     staged = device == "cuda" and gpus > 0  # CUDA ranks over gloo: through pinned CPU buffers
@@ -295,8 +296,6 @@ def _end_with_parent(parent: int) -> None:
     ``SIGKILL``), and a daemon thread that polls ``os.getppid()`` (every platform; also covers a launcher that died
     before the request was made)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):  # pragma: no cover - not Linux
@@ -320,7 +319,6 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout_s: float
     torch.set_num_threads(threads)
     # tqdm's default lock is a multiprocessing semaphore, which os._exit below would leak (and the resource
     # tracker then warns about); a rank only needs a thread lock
-    from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
     code = 0
@@ -591,8 +589,6 @@ def _check_no_main_objects(payload: Any, main_path: str) -> None:
     """Raise :class:`ConfigError` when ``payload`` pickles objects defined in ``__main__``, or a component
     registry holds one (ranks look those up by name): ranks cannot import them when the main script is
     ``main_path``, not a readable file."""
-    import pickletools
-
     try:
         data = pickle.dumps(payload)
     except Exception:  # noqa: BLE001 - let the process start report unpicklable arguments as before
@@ -606,7 +602,6 @@ def _check_no_main_objects(payload: Any, main_path: str) -> None:
             names.add(strings[-1])
         elif op.name == "GLOBAL" and str(arg).startswith("__main__ "):
             names.add(str(arg).split(" ", 1)[1])
-    from ...registry import registered_from
 
     found = sorted(names) + registered_from("__main__")  # registered by name: ranks look them up
     if found:

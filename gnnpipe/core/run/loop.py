@@ -8,6 +8,8 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 
+from ...errors import TrainingDivergedError
+from ...progress import progress_bar
 from ..settings.config import TrainConfig
 from .results import LoopState, Selection, TrainResult
 
@@ -76,8 +78,6 @@ def epoch_loop(
             :class:`TrainResult` of the epochs completed so far with ``status`` ``"interrupted"``
             (``KeyboardInterrupt``) or ``"failed"``.
     """
-    from ...progress import progress_bar
-
     sel = selection if selection is not None else Selection()
     st = state if state is not None else LoopState(result=TrainResult(config=config.to_dict()))
     result = st.result
@@ -98,8 +98,6 @@ def epoch_loop(
             if st.next_step:  # the step budget or a stop ended the run inside this epoch: no epoch record
                 break
             if not config.nan_ok and not math.isfinite(rec["loss"]):
-                from ...errors import TrainingDivergedError
-
                 raise TrainingDivergedError(diverged_message(epoch, rec["loss"], config))
             rec.setdefault("time_s", time.perf_counter() - t0)
             if (epoch + 1) % config.eval_every == 0 or epoch == config.epochs - 1 or st.budget_spent:

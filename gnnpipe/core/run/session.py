@@ -7,11 +7,25 @@ stage, a graph-parallel way or a hybrid member: anything with ``model`` and ``un
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import Tensor
 
+from ..comm import collective_device
+from ..runtime.memory import peak_memory_bytes
 from ..settings.config import TrainConfig
 from ..settings.options import RunOptions
+from ..settings.runfile import write_run_file
+from . import stopping
+from .checkpoint import Checkpointer, can_checkpoint, layout_of, load_checkpoint, read_meta
 from .epochlog import EpochLogger
+from .results import LoopState, Selection, TrainResult
 from .state import executor_state
 
 
@@ -47,33 +61,18 @@ class RunSession:
         self.hooks = [self.logger] if self.logger is not None else []
         self.checkpointer = None
         if self.options.checkpoint_dir:
-            from .checkpoint import Checkpointer
-
             self.checkpointer = Checkpointer(self.options.checkpoint_dir, self.options.checkpoint_every, executor,
                                              config, self.plan_info, rank, world, self)
             self.hooks.append(self.checkpointer)
             if lead:  # the resolved configuration beside the checkpoints: gnnpipe train --config repeats the run
-                from pathlib import Path
-
-                from ..settings.runfile import write_run_file
-
                 write_run_file(config.to_dict(), Path(self.options.checkpoint_dir) / "config.toml")
         self.hooks.append(self._stop_if_requested)
 
     def _stop_if_requested(self, epoch: int, rec: dict, st) -> None:
         """After each epoch: if a signal asked to stop (:mod:`gnnpipe.core.run.stopping`; on any rank — all agree
         with one all-reduce), write the final checkpoint and raise ``KeyboardInterrupt``."""
-        import torch
-
-        from . import stopping
-        from .checkpoint import can_checkpoint
-
         flag = stopping.requested()
         if self.world > 1:
-            import torch.distributed as dist
-
-            from ..comm import collective_device
-
             t = torch.tensor([1.0 if flag else 0.0], device=collective_device(getattr(self.executor, "device", "cpu")))
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # control traffic, not counted in the epoch's bytes
             flag = bool(t.item())
@@ -86,13 +85,7 @@ class RunSession:
     def start_state(self):
         """The :class:`~gnnpipe.core.run.results.LoopState` to start from: epoch 0, or the checkpoint of
         ``options.resume`` loaded into the executor (:func:`~gnnpipe.core.run.checkpoint.load_checkpoint`)."""
-        from .results import LoopState, TrainResult
-
         if self.options.resume:
-            import time
-
-            from .checkpoint import layout_of, load_checkpoint, read_meta
-
             t0 = time.perf_counter()
             loop, best = load_checkpoint(self.options.resume, self.executor, self.rank, self.config, self.plan_info,
                                          self.world, warn=self.rank == 0)
@@ -106,8 +99,6 @@ class RunSession:
             if self.checkpointer is not None:
                 self.checkpointer.last_saved = self.loop_state.position
             if self.lead and self.options.log_every != 0:
-                import sys
-
                 k = self.loop_state.next_step
                 inside = f" and {k} step(s) of epoch {self.loop_state.next_epoch + 1}" if k else ""
                 print(f"resumed from {self.options.resume}: {self.loop_state.next_epoch} epoch(s){inside} done, "
@@ -142,8 +133,6 @@ class RunSession:
     def annotate(self, result, plan_info: dict, device) -> None:
         """Put what every single-rank run reports into ``result.extra``: its ``plan``, the checkpoint timings
         (``checkpoint``, when any was written or read) and this process's ``peak_mem_bytes`` on ``device``."""
-        from ..runtime.memory import peak_memory_bytes
-
         result.extra["plan"] = plan_info
         stats = self.checkpoint_stats()
         if stats is not None:
@@ -164,8 +153,6 @@ class RecordCollector:
     """
 
     def __init__(self):
-        import torch.multiprocessing as mp
-
         self.recv_end, self.send_end = mp.get_context("spawn").Pipe(duplex=False)
         self.records: list[dict] = []
         self._stop = False
@@ -180,8 +167,6 @@ class RecordCollector:
                 return
 
     def start(self) -> RecordCollector:
-        import threading
-
         self._thread = threading.Thread(target=self._run, name="gnnpipe-records", daemon=True)
         self._thread.start()
         return self
@@ -206,8 +191,6 @@ def partial_result(config: TrainConfig, records: list[dict], status: str, error:
     finish (``status`` ``"interrupted"`` or ``"failed"``), with the best-validation summary of those epochs
     (the rule of :func:`~gnnpipe.core.run.loop.epoch_loop`; ``selection``: its
     :class:`~gnnpipe.core.run.results.Selection`, default the highest validation accuracy)."""
-    from .results import Selection, TrainResult
-
     sel = selection if selection is not None else Selection()
     r = TrainResult(config=config.to_dict(), epochs=list(records), status=status, error=error)
     best = (-float("inf"), float("inf"))

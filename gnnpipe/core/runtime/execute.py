@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ... import schedulers
+from ...errors import ScheduleError
 from ..comm import Comm, PostedRecv
 from .protocol import PipelineStage
 
@@ -71,8 +72,6 @@ def build_validated(scheduler, num_stages: int, orders: Sequence[Sequence[int]],
     if validated is None or key not in validated:
         schedulers.validate(schedule)
         if getattr(schedule, "num_stages", num_stages) != num_stages:
-            from ...errors import ScheduleError
-
             raise ScheduleError(f"scheduler {type(scheduler).__name__} built a schedule of {schedule.num_stages} "
                                 f"stages for a pipeline of {num_stages}")
         if validated is not None:

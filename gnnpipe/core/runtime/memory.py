@@ -3,7 +3,9 @@ retention bounded, and the peak of a device (the runs report it per rank)."""
 
 from __future__ import annotations
 
+import ctypes
 import resource
+import sys
 
 import torch
 
@@ -46,9 +48,6 @@ def bound_heap_retention(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 def _mallopt():
     global _MALLOPT
     if _MALLOPT is False:
-        import ctypes
-        import sys
-
         _MALLOPT = None
         if sys.platform.startswith("linux"):
             try:
@@ -65,9 +64,6 @@ _MALLOPT = False
 def _malloc_trim():
     global _TRIM
     if _TRIM is False:
-        import ctypes
-        import sys
-
         _TRIM = None
         if sys.platform.startswith("linux"):
             try:

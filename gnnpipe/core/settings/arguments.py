@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from ... import models
 from .config import TrainConfig
 
 _DEFAULT = TrainConfig()
@@ -190,8 +191,6 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _model_options_help() -> str:
-    from ... import models
-
     return "; ".join(f"{name}: {models.describe_options(name)}" for name in models.available())
 
 
@@ -204,7 +203,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     fields = {a.name for a in TrainConfig.__attrs_attrs__}
     kw = {k: v for k, v in vars(args).items() if k in fields}
     if kw.get("model_args") is not None and not isinstance(kw["model_args"], dict):
-        from ... import models
-
         kw["model_args"] = models.parse_model_args(kw.get("model", _DEFAULT.model), kw["model_args"])
     return TrainConfig(**kw)  # the config parses the --correctors string (correctors.parse_spec)

@@ -25,14 +25,17 @@ repeats the run.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+import attrs
 import tomllib
 
 from ...errors import ConfigError
+from .config import TrainConfig
 
 __all__ = ["expand_config_flag", "run_file_path", "write_run_file"]
 
@@ -45,10 +48,6 @@ _PATHS = ("dataset", "root", "test_dataset", "energy_reference")
 
 
 def _field_defaults() -> dict:
-    import attrs
-
-    from .config import TrainConfig
-
     return {f.name: (f.default.factory() if isinstance(f.default, attrs.Factory) else f.default)
             for f in attrs.fields(TrainConfig)}
 
@@ -81,8 +80,6 @@ def _flags_of(path: Path, table: dict, parser: argparse.ArgumentParser) -> list[
             raise ConfigError(f"{path}: {key} = {value!r} has no gnnpipe train flag; remove it (its default is "
                               f"{_DEFAULTS[k]!r})")
         if action is None:
-            import difflib
-
             close = difflib.get_close_matches(k, sorted({a.dest for a in actions.values()}), n=1)
             raise ConfigError(f"{path}: unknown setting {key!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                               + " (settings are gnnpipe train's flags: gnnpipe train --help)")
