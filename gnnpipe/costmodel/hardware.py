@@ -354,8 +354,6 @@ def load_hardware(path_or_name: str | Path) -> Hardware:
 
 def local_hardware(memory_bytes: int | None = None) -> Hardware:
     """This machine: one CPU node with ``os.cpu_count()`` cores, its physical memory, the measured link."""
-    import os
-
     if memory_bytes is None:
         try:
             pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")

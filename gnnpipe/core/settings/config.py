@@ -7,6 +7,8 @@ import math
 import attrs
 import torch
 
+from ... import correctors, models, partitioners, schedulers
+from ...correctors import parse_spec
 from ...errors import ConfigError
 
 #: the dtype names a config may use (``TrainConfig.dtype``) and their torch dtypes
@@ -57,8 +59,6 @@ def _rate(name):
 def _correctors(value):
     """A corrector spec (``"t1,t2,t3"`` as on the command line, or a list) as a list: the one parser,
     :func:`gnnpipe.correctors.parse_spec`."""
-    from ...correctors import parse_spec
-
     return parse_spec(value)
 
 
@@ -133,7 +133,6 @@ def _check_model_args(inst, attr, value):
         raise ConfigError(f"model_args must be a dict {{option: value}}, e.g. {{'lamda': 0.6}}, got {value!r}")
     if not value:
         return
-    from ... import models
 
     if isinstance(inst.model, str) and inst.model in models.MODELS:  # an unknown model fails on its own
         models.check_model_args(inst.model, value)
@@ -150,8 +149,6 @@ def _nonneg(name):
 def _nonneg_opt(name):
     def check(inst, attr, value):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            from ...errors import ConfigError
-
             raise ConfigError(f"--{name.replace('_', '-')} must be an integer >= 0 (0: read in the training "
                               f"process), got {value!r}")
     return check
@@ -434,8 +431,6 @@ def check_names(config: TrainConfig) -> None:
             message lists the available names). ConfigError: a malformed corrector option, model options
             the model does not have, an unknown backend.
     """
-    from ... import correctors, models, partitioners, schedulers
-
     models.get(config.model)
     if config.model_args:
         models.check_model_args(config.model, config.model_args)
