@@ -3,6 +3,7 @@ the kind of work a configuration is."""
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..registry import Registry
 from .base import Task
 
@@ -19,8 +20,6 @@ def for_config(config) -> Task:
     Raises:
         ConfigError: no task claims it.
     """
-    from ..errors import ConfigError
-
     names = sorted(available(), key=lambda n: n == "node-classification")
     for name in names:
         if get(name).claims(config):

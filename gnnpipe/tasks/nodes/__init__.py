@@ -13,16 +13,39 @@ model (:mod:`.cost`). From the shared runtime it takes the schedule interpreter,
 from __future__ import annotations
 
 import sys
+import tempfile
 import warnings
 from typing import Any
 
 import attrs
+import torch
+import torch.distributed as dist
 
+from ... import models
+from ...core.run import launch
+from ...core.run.checkpoint import run_meta
 from ...core.run.results import TrainResult
+from ...core.run.session import RecordCollector, partial_result
+from ...core.run.state import assemble_model
 from ...core.settings.config import TrainConfig, check_names, ignored_options
+from ...data import load_dataset
+from ...errors import ConfigError, DistributedError
 from ..base import Task
 from ..registry import register
-from .trainer import SingleProcessTrainer, prepare_data, resolve_config
+from .cost.memory_check import check_ranks_memory, check_single_process_memory, choose_recompute
+from .cost.plan_memory import predict_memory
+from .cost.profile import memory_profile
+from .runner import (
+    build_plan,
+    check_schedule,
+    default_chunks,
+    file_backed,
+    format_plan,
+    num_classes_of,
+    share_profiled_split,
+    worker,
+)
+from .trainer import SingleProcessTrainer, make_model, prepare_data, resolve_config
 
 
 def load_data(config: TrainConfig):
@@ -33,8 +56,6 @@ def load_data(config: TrainConfig):
         ConfigError: unknown dataset, missing files. DataValidationError: a malformed graph (checked on the
             values as stored, before any conversion).
     """
-    from ...data import load_dataset
-
     raw = load_dataset(config.dataset, config.root, split=config.split, seed=config.seed, dtype=config.torch_dtype,
                        **({"num_nodes": config.num_nodes, "avg_degree": config.avg_degree,
                            "num_classes": config.num_classes, "num_features": config.num_features}
@@ -47,7 +68,6 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     was passed as ``data`` (not loaded from ``config.dataset`` or generated)."""
     name = "the given graph" if given else (config.dataset or "synthetic")
     n, e = int(data.num_nodes), int(data.edge_index.size(1))
-    from .runner import num_classes_of
 
     s = (f"training {config.model} (L={config.layers}, hidden {config.hidden}) on {name} "
          f"(N={n:,}, E={e:,}, F={int(data.x.size(1))}, {num_classes_of(data)} classes) "
@@ -58,8 +78,6 @@ def describe_run(config: TrainConfig, data, given: bool = False) -> str:
     elif S == 1:
         s += f"graph parallel over {W} ways"
     else:
-        from .runner import default_chunks
-
         s += (f"{'hybrid ' + str(W) + ' ways x ' if W > 1 else 'pipeline '}{S} stages, "
               f"{default_chunks(config)} chunks, scheduler {config.scheduler}"
               f"{' (stashed weights)' if config.stash_weights else ''}, "
@@ -106,27 +124,19 @@ class NodeClassification(Task):
         """Check every component name (``gnnpipe.core.settings.config.check_names``; also those the mode does
         not use), then fill the model's defaults (``gnnpipe.tasks.nodes.trainer.resolve_config``)."""
         if config.graph_parallel_group_size != 1:
-            from ...errors import ConfigError
-
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
                               f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph "
                               f"parallelism), or an atomistic model (--model {' / '.join(_atomistic_models())})")
         if config.replicas != 1:
-            from ...errors import ConfigError
-
             raise ConfigError(f"--replicas {config.replicas} makes data-parallel replicas of atomistic S2EF runs; node "
                               f"classification trains on the whole graph: split it over ranks with --ways W, or its "
                               f"layers with --stages S")
         steps = [f for f, v in (("--max-steps", config.max_steps), ("--eval-every-steps", config.eval_every_steps),
                                 ("--val-size", config.val_size)) if v is not None]
         if steps:
-            from ...errors import ConfigError
-
             raise ConfigError(f"{', '.join(steps)} train atomistic models by optimizer steps (S2EF); node "
                               f"classification takes one step per epoch: use --epochs and --eval-every")
         if config.amp or not config.tf32:
-            from ...errors import ConfigError
-
             flag = "--amp" if config.amp else "--no-tf32"
             raise ConfigError(f"{flag} sets the precision of atomistic S2EF training; node classification computes "
                               f"in --dtype ({config.dtype}): leave {flag} out, or choose --dtype")
@@ -146,7 +156,6 @@ class NodeClassification(Task):
         (``gnnpipe.tasks.nodes.runner.build_plan``: partition into chunks, split the layers into stages)."""
         if config.world_size == 1 and (config.chunks or 1) == 1:
             return NodePlan(data=data)
-        from .runner import build_plan
 
         return NodePlan(run=build_plan(config, data))
 
@@ -163,19 +172,13 @@ class NodeClassification(Task):
             warnings.warn("ignored: --checkpoint-every-steps, --log-every-steps (node classification takes one step "
                           "per epoch: use --checkpoint-every, --log-every)", stacklevel=3)
         if plan.single_process:
-            import torch
-
             ignored = ignored_options(config)
             if ignored:
                 warnings.warn("ignored: " + "; ".join(ignored), stacklevel=3)
             torch.set_num_threads(config.threads)  # the memory profile runs the model as training will
             if options.memory_check:
-                from .cost.memory_check import check_single_process_memory
-
                 plan.predicted = check_single_process_memory(config, plan.data)  # ConfigError before any allocation
             return
-        from ...core.run import launch
-        from .runner import check_schedule
 
         check_schedule(config, plan.run)
         _predict_memory(config, plan.run, options, local=not launch.under_torchrun())
@@ -190,7 +193,6 @@ class NodeClassification(Task):
             if plan.predicted is not None:  # profiled (a large job): the prediction beside the measured peak
                 result.extra["predicted_mem_bytes"] = [int(plan.predicted.peak)]
             return result
-        from ...core.run import launch
 
         run, plan.run = plan.run, None  # the caller's plan no longer holds the graph
         seconds, why = launch.wait_limit(config.timeout_s, run.info["backend"], run.info.get("predicted_epoch_s"))
@@ -202,13 +204,6 @@ class NodeClassification(Task):
 
 def _join_torchrun(config: TrainConfig, plan, progress: bool, options) -> TrainResult | None:
     """This process is one of ``torchrun``'s ranks: join the group and run the rank worker."""
-    import tempfile
-
-    import torch.distributed as dist
-
-    from ...core.run import launch
-    from .runner import file_backed, format_plan, share_profiled_split, worker
-
     rank, world = launch.init_env_process_group(plan.info["backend"], plan.info["wait_limit"]["seconds"])
     share_profiled_split(config, plan)
     if rank == 0:
@@ -226,13 +221,6 @@ def _join_torchrun(config: TrainConfig, plan, progress: bool, options) -> TrainR
 def _spawn(config: TrainConfig, plan, progress: bool, options) -> TrainResult:
     """Start ``world_size`` local ranks on the rank worker; collect rank 0's result (the completed epochs'
     records travel with an interrupted or failed run's exception as ``.result``)."""
-    import tempfile
-
-    from ...core.run import launch
-    from ...core.run.session import RecordCollector, partial_result
-    from ...errors import DistributedError
-    from .runner import file_backed, format_plan, worker
-
     print(format_plan(plan.info), file=sys.stderr)
     records = RecordCollector().start()
     with tempfile.TemporaryDirectory(prefix="gnnpipe-run-") as folder:
@@ -261,11 +249,6 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
     and ``options.memory_check``, refuse the run when they cannot fit together
     (:func:`~gnnpipe.tasks.nodes.cost.memory_check.check_ranks_memory`). A model the memory model cannot profile gets a
     warning, not a failed run."""
-    from .cost.memory_check import check_ranks_memory, choose_recompute
-    from .cost.plan_memory import predict_memory
-    from .cost.profile import memory_profile
-    from .trainer import make_model
-
     auto = config.stages > 1 and config.recompute is None
     try:
         prof = memory_profile(config, plan.data)
@@ -288,10 +271,6 @@ def _predict_memory(config: TrainConfig, plan, options, local: bool) -> None:
 def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> TrainResult:
     """``result`` with ``.model``: the single-process model assembled from the ranks' ``state``, its ``meta``
     the run's (:func:`~gnnpipe.core.run.checkpoint.run_meta`: ``gnnpipe predict`` finds the data with it)."""
-    from ...core.run.checkpoint import run_meta
-    from ...core.run.state import assemble_model
-    from .trainer import make_model
-
     result.model = assemble_model(make_model(config, plan.num_features, plan.num_classes), state, config)
     result.model.meta = run_meta(config, len(result.epochs))
     return result
@@ -299,6 +278,4 @@ def _with_model(result: TrainResult, state: dict, config: TrainConfig, plan) -> 
 
 def _atomistic_models() -> list:
     """The registered models that predict energies and forces (those ``--gp-size`` splits)."""
-    from ... import models
-
     return sorted(n for n in models.available() if getattr(models.get(n), "task", None) == "s2ef") or ["schnet"]

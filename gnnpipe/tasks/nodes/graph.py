@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...models.base import set_graph_ops_factory
 from . import kinds
 
 warnings.filterwarnings("ignore", message=r"Sparse CSR tensor support is in beta")
@@ -458,8 +459,6 @@ class GraphOps:
 
 
 def _install() -> None:
-    from ...models.base import set_graph_ops_factory
-
     set_graph_ops_factory(GraphOps)  # model(x, edge_index) builds these ops (gnnpipe.models.base)
 
 

@@ -9,6 +9,7 @@ become resident in it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -64,7 +65,6 @@ class GraphFile:
         """
         if self._tensors is None or not sys.platform.startswith("linux"):
             return 0
-        import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         page = os.sysconf("SC_PAGE_SIZE")

@@ -14,17 +14,17 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
 from ...errors import ConfigError, DataValidationError
 from ...partitioners import StageSplit, UnitPhases, get_layer_partitioner
+from ...partitioners.layers import _check_stages
 from .aggregation import history_op, unit_aggregators
 from .graph import GraphOps
 
 
 def _row_slice_sample(data: Any, k: int) -> Any:
     """The subgraph induced by vertices ``[0, k)``: ``x[:k]`` and the edges among them."""
-    from torch_geometric.data import Data
-
     ei = data.edge_index
     keep = (ei < k).all(0)
     return Data(x=data.x[:k], edge_index=ei[:, keep], num_nodes=k)
@@ -211,8 +211,6 @@ def profiled_split(model: Any, num_stages: int, *, data: Any, repeats: int = 3, 
     Raises:
         ConfigError: ``S`` out of range or bad profiler arguments.
     """
-    from ...partitioners.layers import _check_stages
-
     _check_stages(model.num_units, num_stages)
     sampled = sample_nodes is not None and sample_nodes < int(data.num_nodes)
     if sampled:

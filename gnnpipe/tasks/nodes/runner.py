@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from typing import Any
@@ -10,13 +11,25 @@ import attrs
 import torch
 import torch.distributed as dist
 
+from ... import correctors, partitioners, schedulers
+from ... import correctors as corr
 from ...core.comm import Comm, collective_device
-from ...core.run.launch import plan_backend, rank_device
+from ...core.grid import RankGrid
+from ...core.run import stopping
+from ...core.run.launch import format_wait_limit, plan_backend, rank_device
 from ...core.run.loop import epoch_loop
+from ...core.run.session import RunSession
+from ...core.run.state import gather_state
+from ...core.runtime.execute import build_validated
 from ...core.runtime.memory import peak_memory_bytes, return_free_memory
 from ...core.settings.config import TrainConfig, ignored_options
 from ...errors import ConfigError
-from .graphfile import release_edge_pages
+from ...partitioners import ChunkPlan, partition_metrics, split_layers
+from ...schedulers import FixedOrder
+from .graphfile import GraphFile, release_edge_pages
+from .parallel import make_graph_parallel_way, make_hybrid_member
+from .pipeline import make_pipeline_stage
+from .profile import profiled_split
 from .trainer import make_model
 
 
@@ -75,8 +88,6 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
         ConfigError, UnknownComponentError: unknown component names, ``S`` > units, ``C`` > ``N``,
             ``C`` < ``W``.
     """
-    from ... import correctors, partitioners, schedulers
-
     schedulers.get(config.scheduler)
     _ = config.torch_history_dtype  # an unknown --history-dtype fails here
     if config.stash_weights and schedulers.get(config.scheduler).flush:
@@ -105,8 +116,6 @@ def check_config(config: TrainConfig, num_nodes: int, num_units: int) -> None:
 
 def build_plan(config: TrainConfig, data) -> RunPlan:
     """Chunk/partition the graph and split the layers into stages."""
-    from ...partitioners import ChunkPlan, partition_metrics, split_layers
-
     F, Cls = int(data.x.size(1)), num_classes_of(data)
     model = make_model(config, F, Cls)
     check_config(config, data.num_nodes, model.num_units)
@@ -125,7 +134,6 @@ def build_plan(config: TrainConfig, data) -> RunPlan:
         # aggregation also reads its halo from cold history, which a whole-graph profile misses), then
         # refine the split for this schedule's simulated makespan with separate forward/backward costs
         # (one way only: a hybrid way runs C/W of the chunks, a schedule the profile does not cover)
-        from .profile import profiled_split
 
         split = profiled_split(model, config.stages, data=rdata, repeats=2, chunk_ptr=plan.chunk_ptr,
                                scheduler=_scheduler(config) if config.ways == 1 else None)
@@ -167,10 +175,6 @@ def file_backed(plan: RunPlan, folder: str) -> RunPlan:
     """A copy of ``plan`` whose graph is a :class:`~gnnpipe.tasks.nodes.graphfile.GraphFile` written into ``folder``
     (``graph.pt``): shipping the plan to a rank then pickles a path, not the graph, and each rank memory-maps the
     file and reads only the slices its role needs."""
-    import os
-
-    from .graphfile import GraphFile
-
     gf = GraphFile.write(plan.data, os.path.join(folder, "graph.pt"))
     return attrs.evolve(plan, data=gf)
 
@@ -233,8 +237,6 @@ def format_plan(info: dict) -> str:
     if "backend" in info:
         s += f"; backend {info['backend']} ({info['backend_reason']})"
     if info.get("wait_limit"):
-        from ...core.run.launch import format_wait_limit
-
         s += "\n  " + format_wait_limit(info["wait_limit"]["seconds"], info["wait_limit"]["why"])
     if info.get("recompute"):
         s += f"\n  recompute: {'on' if info['recompute']['on'] else 'off'} ({info['recompute']['why']})"
@@ -248,8 +250,6 @@ def format_plan(info: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- worker
 def _order_policy(config: TrainConfig, correctors):
-    from ...schedulers import FixedOrder
-
     for k in correctors:
         pol = k.order_policy(config.seed)
         if pol is not None:
@@ -260,8 +260,6 @@ def _order_policy(config: TrainConfig, correctors):
 def _scheduler(config: TrainConfig):
     """The configured scheduler, from the one factory :func:`gnnpipe.schedulers.make_scheduler` (the
     ``stash_weights`` option passed only when asked, so schedulers without that option work)."""
-    from ... import schedulers
-
     options = {"stash_weights": True} if config.stash_weights else {}
     return schedulers.make_scheduler(config.scheduler, **options)
 
@@ -275,9 +273,6 @@ def check_schedule(config: TrainConfig, plan: RunPlan) -> None:
     Raises:
         ScheduleError: the schedule is invalid (message: the problems and the ASCII picture).
     """
-    from ... import correctors as corr
-    from ...core.runtime.execute import build_validated
-
     if config.stages == 1 and config.ways > 1:
         return
     C = (len(plan.chunk_ptr) - 1) // config.ways
@@ -298,11 +293,6 @@ def make_executor(config: TrainConfig, plan: RunPlan, rank: int, world: int):
     Raises:
         ConfigError: the world size or the plan does not match the configuration.
     """
-    from ... import correctors as corr
-    from ...core.grid import RankGrid
-    from .parallel import make_graph_parallel_way, make_hybrid_member
-    from .pipeline import make_pipeline_stage
-
     if world != config.world_size:
         raise ConfigError(f"world size {world} does not match ways x stages = {config.world_size}")
     stage = rank % config.stages
@@ -371,9 +361,6 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
     ``collect`` (tests) may ask for ``{"grads_after": [epochs…]}`` (gradients of each rank's parameters
     right after those epochs) and ``{"no_eval": True}``.
     """
-    from ...core.run.session import RunSession
-    from ...core.run.state import gather_state
-
     torch.set_num_threads(config.threads)
     stage = make_executor(config, plan, rank, world)
     return_free_memory()  # what building freed stays out of training's resident peak
@@ -406,7 +393,6 @@ def worker(rank: int, world: int, config: TrainConfig, plan: RunPlan, progress: 
 
     if collect.get("no_eval"):
         evaluate = lambda: {"train_acc": 0.0, "val_acc": 0.0, "test_acc": 0.0, "val_loss": 0.0}  # noqa: E731
-    from ...core.run import stopping
 
     try:
         state = session.start_state()

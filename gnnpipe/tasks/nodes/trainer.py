@@ -6,12 +6,18 @@ from __future__ import annotations
 import copy
 import time
 
+import attrs
 import torch
 
+from ...core.run import stopping
+from ...core.run.checkpoint import run_meta
 from ...core.run.loop import epoch_loop
 from ...core.run.results import TrainResult
+from ...core.run.session import RunSession
+from ...core.run.state import preprocessing_of
 from ...core.settings.config import DTYPES, TrainConfig, check_names
-from ...models import GNNModel, build_model
+from ...data import prepare
+from ...models import GNNModel, build_model, get, model_options
 from ...models.base import unit_seed
 from .graph import GraphOps
 from .metrics import accuracies, masked_loss
@@ -70,10 +76,6 @@ def resolve_config(config: TrainConfig) -> TrainConfig:
     not in ``config.model_args`` from their defaults (so that a result records every value used).
     ``recompute="auto"`` (``None``) becomes ``False`` without a pipeline; a pipeline's is decided when it starts
     (:func:`gnnpipe.tasks.nodes.cost.memory_check.choose_recompute`)."""
-    import attrs
-
-    from ...models import get, model_options
-
     resolved = config.resolved(get(config.model).default_hparams)
     opts = {k: o.default for k, o in model_options(config.model).items()}
     if set(opts) - set(resolved.model_args):
@@ -91,8 +93,6 @@ def prepare_data(data, config: TrainConfig):
     Raises:
         DataValidationError: a malformed graph (the message names the fix).
     """
-    from ...data import prepare
-
     return prepare(data, undirected=config.undirected, remove_self_loops=config.remove_self_loops,
                    dedupe=config.dedupe, normalize_features=config.normalize_features, dtype=config.torch_dtype)
 
@@ -104,8 +104,6 @@ def make_optimizer(model: GNNModel, config: TrainConfig) -> torch.optim.Optimize
 
 def _data_on(data, device: torch.device):
     """A shallow copy of ``data`` with labels and masks on ``device`` (what the loss and metrics read)."""
-    import copy
-
     out = copy.copy(data)
     for k in ("y", "train_mask", "val_mask", "test_mask"):
         setattr(out, k, getattr(data, k).to(device))
@@ -175,16 +173,11 @@ class SingleProcessTrainer:
     def fit(self, progress: bool = True, options=None) -> TrainResult:
         """Train; ``options`` (:class:`~gnnpipe.core.settings.options.RunOptions`) selects the weights kept in
         ``result.model``, logging and checkpoints."""
-        from ...core.run.checkpoint import run_meta
-        from ...core.run.session import RunSession
-        from ...core.run.state import preprocessing_of
-
         torch.manual_seed(self.config.seed + 1)
         plan = {"ways": 1, "stages": 1, "chunks": 1, "world_size": 1,
                 "num_nodes": int(self.data.num_nodes), "num_edges": int(self.data.edge_index.size(1)),
                 "num_units": self.model.num_units, "stage_bounds": [0, self.model.num_units],
                 "chunk_sizes": [int(self.data.num_nodes)], "way_ptr": [0, 1]}
-        from ...core.run import stopping
 
         session = RunSession(self.config, options, self, lead=True, plan_info=plan)
         try:

@@ -15,17 +15,52 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
+import torch.distributed as dist
+from ase.data import chemical_symbols
 
+from ... import models
+from ...core.run import launch
+from ...core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
+from ...core.run.session import RecordCollector, partial_result
+from ...core.settings.options import RunOptions
+from ...costmodel.hardware import available_memory_bytes
+from ...data.atoms import from_atoms
+from ...data.atoms.estimate import check_graph_size
+from ...data.atoms.sets import prepare_one
 from ...data.atoms.structures import stress_label
+from ...data.atoms.validate import check_cells, check_max_z, isolated_structures
+from ...data.validation import DataWarning
+from ...errors import ConfigError, DataValidationError, DistributedError
+from ...models.atomistic.cost import ModelDescriptionError
 from ..base import Task
 from ..registry import register
-from .data import REFERENCE_SAMPLE, is_structure_dataset, reference_sample
+from . import cost as A
+from .build import make_model
+from .cost import num_parameters as count
+from .data import (
+    GENERATED,
+    REFERENCE_SAMPLE,
+    is_structure_dataset,
+    load_structures,
+    open_dataset,
+    open_given_splits,
+    prepare_structures,
+    reference_sample,
+    resolved_num_workers,
+    split,
+    steps_per_epoch,
+    total_steps,
+)
 from .defaults import apply_model_defaults
 from .layout import check_graph_parallel, check_pipeline, pipelined, plan_info
 from .normalizer import REFERENCES, EnergyNormalizer, read_element_references
+from .steps import check_steps
 from .trainer import S2EFTrainer, selection_for, worker
 
 __all__ = ["S2EF", "S2EFData", "S2EFPlan", "EnergyNormalizer", "S2EFTrainer"]
@@ -62,10 +97,6 @@ def _reference_structures(structures: Any, ids: Any) -> list:
     those whose labels are missing here too)."""
     if isinstance(structures, list):
         return [structures[i] for i in ids.tolist()]
-    import torch
-
-    from ...data.atoms.sets import prepare_one
-    from ...errors import DataValidationError
 
     out = []
     for i in ids.tolist():
@@ -83,14 +114,10 @@ def _reference_structures(structures: Any, ids: Any) -> list:
 
 
 def _symbol(z: int) -> str:
-    from ase.data import chemical_symbols
-
     return chemical_symbols[z] if 0 < z < len(chemical_symbols) else f"Z={z}"
 
 
 def _model_task(name: str) -> str | None:
-    from ... import models
-
     try:
         return getattr(models.get(name), "task", None)
     except Exception:  # noqa: BLE001 - an unknown model is not ours to judge here
@@ -110,16 +137,6 @@ def check_structures_for(config: Any, structures: list, warn_isolated: bool = Fa
         DataValidationError: a singular cell; an atomic number beyond ``max_z``. ConfigError: a graph too large to
         build; no edges in any structure.
     """
-    import warnings
-    from pathlib import Path
-
-    from ... import models
-    from ...costmodel.hardware import available_memory_bytes
-    from ...data.atoms.estimate import check_graph_size
-    from ...data.atoms.validate import check_cells, check_max_z, isolated_structures
-    from ...data.validation import DataWarning
-    from ...errors import ConfigError
-
     ds = config.dataset
     source = f"{Path(ds).name}: structure" if is_structure_dataset(ds) and "." in str(ds) else "structure"
     check_cells(structures, source=source)
@@ -156,10 +173,6 @@ def _check_resume_layout(path, config: Any, meta: dict, changed: list) -> None:
     Raises:
         ConfigError: ``meta`` is a checkpoint inside an epoch and the layout or world size differs.
     """
-    import warnings
-
-    from ...errors import ConfigError
-
     world, old_world = config.world_size, meta.get("world")
     if not changed and (old_world is None or old_world == world):
         return
@@ -213,11 +226,6 @@ class S2EF(Task):
             ConfigError: a model that is not atomistic, a dataset that is not a structure set, model options that
                 contradict ``--cutoff`` / ``--max-neighbors`` / ``--direct-forces``.
         """
-        import warnings
-
-        from ... import models
-        from ...errors import ConfigError
-
         if _model_task(config.model) != "s2ef":
             atomistic = [n for n in models.available() if _model_task(n) == "s2ef"]
             models.get(config.model)  # an unknown name: UnknownComponentError listing the models
@@ -225,7 +233,8 @@ class S2EF(Task):
                               f"({config.dataset or 'oc20-like'}) use --model {' or '.join(atomistic)}")
         if config.dataset is not None and not is_structure_dataset(config.dataset):
             raise ConfigError(f"--dataset {config.dataset!r} is not a structure set; --model {config.model} trains on "
-                              f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such files, or a "
+                              f"a structure file (.extxyz, .xyz, .traj, .db, .aselmdb, .lmdb), a folder of such "
+                              f"files, or a "
                               f"generated set (oc20-like, md17-like, bulk-like)")
         if config.ways > 1:  # the old spelling: one name per concept (--ways is graph-parallel ways elsewhere)
             if config.replicas > 1:
@@ -260,16 +269,12 @@ class S2EF(Task):
 
     def load(self, config: Any, data: Any | None = None) -> S2EFData:
         """Structures of ``config.dataset`` (or ``data``: a list of PyG ``Data`` or ``ase.Atoms``), split, with the
-        energy reference fitted on a bounded sample of the training split (``gnnpipe.tasks.s2ef.data.reference_sample``).
-        A generated set, a ``.traj`` file and ``data`` are read and validated whole, in memory; the other files
-        and folders (``gnnpipe.data.atoms.sets``) are opened lazily: a structure is read and validated when a
-        step (a loader worker) needs it."""
-        from .data import GENERATED, load_structures, open_dataset, open_given_splits, prepare_structures, split
-
+        energy reference fitted on a bounded sample of the training split
+        (``gnnpipe.tasks.s2ef.data.reference_sample``). A generated set, a ``.traj`` file and ``data`` are read and
+        validated whole, in memory; the other files and folders (``gnnpipe.data.atoms.sets``) are opened lazily: a
+        structure is read and validated when a step (a loader worker) needs it."""
         splits = None
         if data is not None and (config.val_datasets or config.test_dataset):
-            from ...errors import ConfigError
-
             raise ConfigError("--val-dataset / --test-dataset name files; with structures passed from Python, train "
                               "on a file (--dataset) or leave the split to gnnpipe")
         if data is None and (config.val_datasets or config.test_dataset):  # given splits: --dataset trains whole
@@ -282,8 +287,6 @@ class S2EF(Task):
         else:
             items = list(data)
             if items and not hasattr(items[0], "pos"):
-                from ...data.atoms import from_atoms
-
                 items = from_atoms(items)
             structures = prepare_structures(items, config.torch_dtype, cutoff=config.cutoff)
             name = "the given structures"
@@ -295,7 +298,6 @@ class S2EF(Task):
         sample = _reference_structures(structures, reference_sample(splits["train"], config.seed))
         if lazy_set:  # every structure of a set no larger than the sample, else the sample; each structure's
             # atomic numbers are checked again when a worker reads it
-            import torch
 
             n = len(structures)
             check_structures_for(config, sample if n > REFERENCE_SAMPLE else
@@ -324,9 +326,6 @@ class S2EF(Task):
         Raises:
             ConfigError, UnknownComponentError: as those checks.
         """
-        from ...core.run import launch
-        from .data import resolved_num_workers, steps_per_epoch, total_steps
-
         if not launch.under_torchrun():  # torchrun's ranks refuse in check(), recording the message for its summary
             check_graph_parallel(config, None)
             if pipelined(config):
@@ -357,12 +356,13 @@ class S2EF(Task):
             layout += f", graph-parallel partitioner {config.graph_parallel_partitioner} ({config.graph_parallel_mode})"
         lines.append(layout + f"; {workers} loader worker{'s' if workers != 1 else ''} per rank")
         lines.append(device_line(config))
-        ref = {"linear": f"a per-element linear reference fitted on {min(len(data.splits['train']), REFERENCE_SAMPLE):,} "
-                         f"training structures", "none": "no per-element reference"}.get(
+        ref = {"linear": f"a per-element linear reference fitted on "
+                         f"{min(len(data.splits['train']), REFERENCE_SAMPLE):,} training structures",
+               "none": "no per-element reference"}.get(
             config.energy_reference, f"the per-element references of {config.energy_reference}")
         stress = f" + {config.stress_coef:g}·σ" if config.stress_coef else ""
-        lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F{stress} ({config.loss_fn}) on normalised "
-                     f"targets ({ref}); each structure on the labels it has")
+        lines.append(f"loss: {config.energy_coef:g}·E + {config.force_coef:g}·F{stress} ({config.loss_fn}) on "
+                     f"normalised targets ({ref}); each structure on the labels it has")
         per_epoch = steps_per_epoch(config, len(data.splits["train"]))
         total = total_steps(config, len(data.splits["train"]))
         length = (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs of {per_epoch:,})"
@@ -406,13 +406,9 @@ class S2EF(Task):
         Raises:
             ConfigError, UnknownComponentError: as above.
         """
-        from ...core.run import launch
-        from ...errors import ConfigError
-
         if len(plan.data.splits["train"]) == 0:
             raise ConfigError(f"{plan.data.name} has too few structures for a training split "
                               f"({len(plan.data.structures)}); give at least 3")
-        from .steps import check_steps
 
         check_steps(config, plan.data.splits, options)
         launch.plan_backend(config)  # an unknown backend, or nccl without one GPU per rank: before any rank starts
@@ -435,19 +431,13 @@ class S2EF(Task):
             if world is not None:  # every torchrun rank fails with the message (torchrun's summary shows it)
                 launch.record_torchrun_error(f"gnnpipe: error: {exc}")
             raise
-        launch.check_torchrun_world(config.replicas * G, f"--replicas {config.replicas}" + (f" × --gp-size {G}" if G > 1 else ""))
+        launch.check_torchrun_world(config.replicas * G,
+                                    f"--replicas {config.replicas}" + (f" × --gp-size {G}" if G > 1 else ""))
 
     def launch(self, config: Any, plan: S2EFPlan, progress: bool, options: Any) -> Any:
         """Train: in this process (one rank), in ``D`` ranks started here (gloo; a failing rank ends them
         all), or as a rank of ``torchrun``. Returns the :class:`~gnnpipe.core.run.results.TrainResult` (``None`` on
         torchrun ranks other than 0)."""
-        import torch
-
-        from ...core.run import launch
-        from ...core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
-        from ...core.settings.options import RunOptions
-        from .data import resolved_num_workers
-
         options = options or RunOptions()
         # the loader workers counted once, here: every rank (and a test faking this machine's cores) agrees
         config = attrs.evolve(config, num_workers=resolved_num_workers(config, len(plan.data.splits["train"])))
@@ -464,8 +454,6 @@ class S2EF(Task):
         backend, why = launch.plan_backend(config)  # nccl: one GPU per local rank; else gloo (CUDA staged)
         plan.info["backend"], plan.info["backend_reason"] = backend, why
         if launch.under_torchrun():
-            import torch.distributed as dist
-
             rank, world = launch.init_env_process_group(backend, config.timeout_s)  # None: torch's default
             out = worker(rank, world, config, d.structures, d.splits, norm, plan.info, progress, options)
             dist.barrier()
@@ -475,8 +463,6 @@ class S2EF(Task):
             torch.set_num_threads(config.threads)
             return _with_params(S2EFTrainer(config, d.structures, d.splits, d.normalizer).run(
                 progress, options, plan_info=plan.info), nparams)
-        from ...core.run.session import RecordCollector, partial_result
-        from ...errors import DistributedError
 
         wait_s, wait_why = launch.wait_limit(config.timeout_s, backend)
         plan.info["wait_limit"] = {"seconds": wait_s, "why": wait_why}
@@ -506,11 +492,6 @@ def predicted_gpu_memory(config: Any, data: S2EFData) -> list[int]:
     Raises:
         ModelDescriptionError: a model that does not describe its widths.
     """
-    import torch
-
-    from . import cost as A
-    from .build import make_model
-
     ids = data.splits["train"][: config.batch_size]
     structs = [d for d in (data.structures[int(i)] for i in ids) if d is not None]
     model = make_model(config)
@@ -528,8 +509,6 @@ def predicted_gpu_memory(config: Any, data: S2EFData) -> list[int]:
 
 def launch_backend(config: Any) -> str:
     """The backend the run's ranks use (:func:`gnnpipe.core.run.launch.plan_backend`; ``gloo`` for one process)."""
-    from ...core.run import launch
-
     ranks = config.replicas * config.stages * config.graph_parallel_group_size
     return launch.plan_backend(config)[0] if ranks > 1 else "gloo"
 
@@ -544,13 +523,6 @@ def check_gpu_memory(config: Any, data: S2EFData) -> list[int] | None:
         ConfigError: a GPU's ranks need more than it has free (the message gives the fixes and
             ``--no-memory-check``).
     """
-    import warnings
-
-    import torch
-
-    from ...models.atomistic.cost import ModelDescriptionError
-    from . import cost as A
-
     try:
         per_rank = predicted_gpu_memory(config, data)
     except ModelDescriptionError as exc:
@@ -573,10 +545,6 @@ def device_line(config: Any) -> str:
         ConfigError: an unknown ``--device``, or ``cuda`` without a GPU; a backend the layout cannot use
             (:func:`gnnpipe.core.run.launch.plan_backend`).
     """
-    import torch
-
-    from ...core.run import launch
-
     dev = config.device_type
     if dev == "cuda":
         n = torch.cuda.device_count()
@@ -600,11 +568,6 @@ def device_line(config: Any) -> str:
 def num_parameters(config: Any) -> int:
     """Trained parameters of the model ``config`` describes (built on the ``meta`` device: no memory, no
     time), the ``num_params`` of an S2EF run's result (``gnnpipe report`` plots metrics against it)."""
-    import torch
-
-    from .build import make_model
-    from .cost import num_parameters as count
-
     with torch.device("meta"):
         return count(make_model(config))
 

@@ -9,20 +9,29 @@ data-parallel rank see the same ones without any state.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import io
 import os
 import pickle
+import re
 import signal
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
+from torch_geometric.data import Batch
 
+from ...data import atoms
+from ...data.atoms import generated_structures, read_structures, split_structures, validate_structures
+from ...data.atoms.sets import PreparedSet, format_of, open_structures
 from ...data.atoms.structures import with_stress_slot
+from ...errors import ConfigError, DataValidationError
 from .labels import label_counts, with_label_slots
 
 #: the suffixes of structure files (read with ``ase.io`` / ``ase.db``)
@@ -42,8 +51,6 @@ def is_structure_dataset(dataset: str | None) -> bool:
 
 
 def _structure_folder(dataset: str) -> bool:
-    from ...data.atoms.sets import format_of
-
     p = Path(dataset).expanduser()
     try:
         return p.is_dir() and any(format_of(q) for q in p.iterdir())
@@ -58,8 +65,6 @@ def dataset_path(config, what: str, dataset: str | None = None, flag: str = "--d
     Raises:
         ConfigError: neither exists; the message names ``flag`` and asks for ``what``.
     """
-    from ...errors import ConfigError
-
     dataset = config.dataset if dataset is None else dataset
     path = Path(dataset).expanduser()
     if not path.exists() and config.root is not None:
@@ -84,8 +89,6 @@ def load_structures(config, labelled: bool = True) -> list:
     Raises:
         ConfigError: a missing file. DataValidationError: a malformed structure (the message names it and the fix).
     """
-    from ...data import atoms
-
     ds = config.dataset or "oc20-like"
     if ds.lower() in GENERATED:  # generated once, then read from the cache (gnnpipe.data.atoms.generated_file)
         structures = atoms.generated_structures(ds.lower().split("-")[0], config.frames, config.seed,
@@ -108,8 +111,6 @@ def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool 
     Raises:
         DataValidationError: a malformed structure; ``labelled`` and one without energy or forces.
     """
-    from ...data.atoms import validate_structures
-
     out = []
     for i, d in enumerate(structures):
         d = d.clone()
@@ -131,8 +132,6 @@ def prepare_structures(structures: Sequence, dtype: torch.dtype, labelled: bool 
 def split(config, n: int) -> dict[str, Tensor]:
     """``{"train", "val", "test"}`` index tensors: 80/10/10 seeded by ``config.seed``
     (:func:`gnnpipe.data.atoms.split_structures`)."""
-    from ...data.atoms import split_structures
-
     tr, va, te = split_structures(n, seed=config.seed)
     return {"train": torch.as_tensor(tr), "val": torch.as_tensor(va), "test": torch.as_tensor(te)}
 
@@ -172,8 +171,6 @@ def open_dataset(config):
         ConfigError: no such file or folder. DataValidationError: a file that cannot be opened, a folder mixing
             formats.
     """
-    from ...data.atoms.sets import PreparedSet, open_structures
-
     path = dataset_path(config, f"an existing file ({', '.join(DATA_SUFFIXES)}) or a folder of such files")
     base = open_structures(path, **label_keys(config))
     return PreparedSet(base, config.torch_dtype, cutoff=config.cutoff,
@@ -185,8 +182,6 @@ class _Concat:
     each structure named as its own set names it."""
 
     def __init__(self, parts: list, names: list[str]):
-        import numpy as np
-
         self.parts, self.names = parts, names
         self.bounds = np.cumsum([0] + [len(p) for p in parts]).tolist()
 
@@ -194,8 +189,6 @@ class _Concat:
         return self.bounds[-1]
 
     def _locate(self, i: int) -> tuple[int, int]:
-        from bisect import bisect_right
-
         f = bisect_right(self.bounds, int(i)) - 1
         return f, int(i) - self.bounds[f]
 
@@ -217,8 +210,6 @@ class _Concat:
 def split_name(path: str, taken: set) -> str:
     """The name a given validation set is reported under: ``val`` and its file's stem (``val_ood_ads.lmdb`` →
     ``val_ood_ads``; ``A.extxyz`` → ``val_A``), made unique among ``taken``."""
-    import re
-
     stem = re.sub(r"\W+", "_", Path(str(path).rstrip("/")).name.split(".")[0]).strip("_") or "set"
     name = stem if stem.lower().startswith("val") else f"val_{stem}"
     out, k = name, 2
@@ -237,9 +228,6 @@ def open_given_splits(config):
     Raises:
         ConfigError: a missing file. DataValidationError: a file that cannot be opened.
     """
-    from ...data.atoms import generated_structures, read_structures
-    from ...data.atoms.sets import PreparedSet, open_structures
-
     what = f"an existing file ({', '.join(DATA_SUFFIXES)}) or a folder of such files"
 
     def raw(ds: str, flag: str):
@@ -385,8 +373,6 @@ class _Steps(torch.utils.data.Dataset):
         return len(self.parts)
 
     def __getitem__(self, k: int):
-        from ...errors import DataValidationError
-
         try:
             got = [self.structures[i] for i in self.parts[k].tolist()]
         except DataValidationError as exc:  # carried back whole: the run stops with its one-line message
@@ -396,8 +382,6 @@ class _Steps(torch.utils.data.Dataset):
         step = StepData(valid, num_free=sum(c[1] for c in counts), num_energy=sum(c[0] for c in counts),
                         num_stress=sum(c[2] for c in counts), skipped=len(got) - len(valid))
         if self.graph_fn is not None and valid:
-            from torch_geometric.data import Batch
-
             step.batch = Batch.from_data_list(valid)
             large = self.device_graph_atoms is not None and max(int(d.z.numel()) for d in valid) >= \
                 self.device_graph_atoms
@@ -450,8 +434,6 @@ class StructureLoader:
             yield _arrived(*ahead)
 
     def _read(self, parts: Sequence[Tensor]) -> Iterator[StepData]:
-        from ...errors import DataValidationError
-
         workers = self.num_workers > 0 and len(parts) > 0
         steps = _Steps(self.structures, list(parts), self.graph_fn, packed=workers,
                        device_graph_atoms=self.device_graph_atoms)
@@ -562,8 +544,6 @@ def _init_worker(worker_id: int, parent: int) -> None:
     asks the kernel for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``, Linux) and then checks that its
     parent is still ``parent`` (it may have died before the request)."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):  # pragma: no cover - not Linux: torch's watch remains
         pass

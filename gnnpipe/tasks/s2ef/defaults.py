@@ -5,7 +5,8 @@ The node-classification defaults of :class:`~gnnpipe.core.settings.config.TrainC
 and its generic S2EF values (cutoff 6 Å, 50 neighbours, fairchem's loss coefficients 1 : 100) are sized for large
 graphs and OC20's large models: on a CPU a DimeNet++ epoch of a few thousand small structures then takes many
 minutes, and with the 1 : 100 balance the energy is barely learned in a short run. The values here are the recipe
-that met the accuracy targets (force MAE under 25 % of predicting zero, energy per atom under 10 % of the training mean) on the generated OC20-like set (``docs/RESULTS.md``, "Atomistic accuracy"):
+that met the accuracy targets (force MAE under 25 % of predicting zero, energy per atom under 10 % of the training
+mean) on the generated OC20-like set (``docs/RESULTS.md``, "Atomistic accuracy"):
 a few interaction blocks; for DimeNet++ a 4 Å cutoff with at most 12 neighbours per atom (the first shell; the
 triplets grow with its square), for SchNet, which has no triplets, 6 Å and 50 (EMT's reach, up to the third
 shell); and the energy weighted ten times more than fairchem's (``energy_coef : force_coef`` = 1 : 10 on the
@@ -22,6 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
+from ...core.settings.config import is_unset
+from ...errors import ConfigError
 
 #: per model, the S2EF default of each field (``TrainConfig`` names; ``lr`` in place of the model's
 #: ``default_hparams["lr"]``)
@@ -56,9 +60,6 @@ def apply_model_defaults(config: Any) -> tuple[Any, dict]:
     Raises:
         ConfigError: ``layers`` set and ``num_blocks`` > 0 naming another depth.
     """
-    from ...core.settings.config import is_unset
-    from ...errors import ConfigError
-
     blocks = int((config.model_args or {}).get("num_blocks", 0) or 0)
     if blocks > 0:
         if not is_unset(config.layers) and int(config.layers) != blocks:

@@ -13,11 +13,19 @@ conservative forces ``−∂ê/∂pos`` predicts ``F = σ · F̂`` in eV/Å: the
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
+import numpy as np
+import tomllib
 import torch
+from ase.data import atomic_numbers
 from torch import Tensor
+
+from ...errors import ConfigError
 
 
 @attrs.define
@@ -113,14 +121,6 @@ def read_element_references(path: str, max_z: int = 118) -> Tensor:
     Raises:
         ConfigError: a missing or unreadable file, an unknown element, a value that is not a finite number.
     """
-    import json
-    import math
-    from pathlib import Path
-
-    from ase.data import atomic_numbers
-
-    from ...errors import ConfigError
-
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"--energy-reference {path!r}: no such file; give linear, none, or a file of per-element "
@@ -131,14 +131,10 @@ def read_element_references(path: str, max_z: int = 118) -> Tensor:
             values = torch.load(p, map_location="cpu", weights_only=True)["element_references"]
             table = {z: float(v) for z, v in enumerate(torch.as_tensor(values).reshape(-1).tolist())}
         elif p.suffix == ".npz":
-            import numpy as np
-
             with np.load(p) as f:
                 values = f["element_references"] if "element_references" in f else f["coeff"]
             table = {z: float(v) for z, v in enumerate(values.reshape(-1).tolist())}
         elif p.suffix == ".toml":
-            import tomllib
-
             table = tomllib.loads(p.read_text())
         else:
             table = json.loads(p.read_text())

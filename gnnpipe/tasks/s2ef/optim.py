@@ -16,7 +16,8 @@ class LRSchedule:
 
     ``w`` rises linearly from ``warmup_factor`` to 1 over ``warmup_steps`` steps; ``d`` is 1 (``constant``),
     ``min_factor + (1 − min_factor) · (1 + cos(π t)) / 2`` with ``t`` the share of the post-warm-up steps done
-    (``cosine``, over ``total_steps``: the last step, ``total_steps − 1``, runs at the floor ``min_factor``), or multiplied by ``plateau_factor`` whenever the monitored validation
+    (``cosine``, over ``total_steps``: the last step, ``total_steps − 1``, runs at the floor ``min_factor``), or
+    multiplied by ``plateau_factor`` whenever the monitored validation
     metric (:meth:`observe`) did not improve for ``plateau_patience`` evaluations (``plateau``;
     ``torch.optim.lr_scheduler.ReduceLROnPlateau``'s rule, mode ``min``).
 

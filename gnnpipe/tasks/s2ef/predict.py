@@ -7,11 +7,25 @@ energy reference and normalisation (:class:`~.normalizer.EnergyNormalizer`), the
 
 from __future__ import annotations
 
+import io
+import os
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+from ase.data import chemical_symbols
 from torch import Tensor
+from torch_geometric.data import Batch
 
+from ...costmodel.hardware import available_memory_bytes
+from ...data.atoms.estimate import check_graph_size
+from ...data.atoms.sets import FORMATS, AseDbSet, ExtxyzSet, FairchemLmdbSet, _Record, _Unpickler, format_of
+from ...data.atoms.validate import check_max_z
+from ...data.validation import DataWarning
+from ...errors import ConfigError, DataValidationError
+from .build import graph_builder
+from .data import prepare_structures
 from .normalizer import EnergyNormalizer
 
 
@@ -21,12 +35,11 @@ def task_meta(model) -> dict:
     Raises:
         ConfigError: the model was not trained for S2EF (no energy normalisation recorded).
     """
-    from ...errors import ConfigError
-
     meta = (getattr(model, "meta", None) or {}).get("task_meta") or {}
     if meta.get("task") != "s2ef":
         raise ConfigError("this model was not trained on energies and forces (its file records no S2EF "
-                          "normalisation); train one with gnnpipe train --model schnet|dimenet++|gemnet-t and export it")
+                          "normalisation); train one with gnnpipe train --model schnet|dimenet++|gemnet-t and "
+                          "export it")
     return meta
 
 
@@ -45,14 +58,6 @@ def check_elements(model, structures: Sequence, unseen_elements: str = "warn", s
         DataValidationError: an atomic number beyond ``max_z``; an unseen element with ``"error"``.
         ConfigError: an unknown ``unseen_elements``.
     """
-    import warnings
-
-    from ase.data import chemical_symbols
-
-    from ...data.atoms.validate import check_max_z
-    from ...data.validation import DataWarning
-    from ...errors import ConfigError, DataValidationError
-
     if unseen_elements not in UNSEEN_ELEMENTS:
         raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
     max_z = getattr(model, "max_z", None)
@@ -87,8 +92,6 @@ def resolve_device(device) -> torch.device:
     Raises:
         ConfigError: a device torch does not know; a CUDA device where no CUDA GPU (or not that many) is visible.
     """
-    from ...errors import ConfigError
-
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
@@ -118,16 +121,10 @@ def predict_structures(model, structures: Sequence, batch_size: int = 16, *, uns
         ``stress [S, 3, 3] float64 eV/Å³`` (:func:`energies_forces`).
 
     Raises:
-        ConfigError: not an S2EF model; a graph too large to build here; ``stress`` of a direct-forces model. DataValidationError: a malformed
-        structure; an atomic number beyond ``max_z``; an unseen element with ``unseen_elements="error"``.
+        ConfigError: not an S2EF model; a graph too large to build here; ``stress`` of a direct-forces model.
+        DataValidationError: a malformed structure; an atomic number beyond ``max_z``; an unseen element with
+        ``unseen_elements="error"``.
     """
-    from torch_geometric.data import Batch
-
-    from ...costmodel.hardware import available_memory_bytes
-    from ...data.atoms.estimate import check_graph_size
-    from .build import graph_builder
-    from .data import prepare_structures
-
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
     triplets = bool(getattr(model, "uses_triplets", True))
@@ -225,11 +222,7 @@ def _id_of(sid, fid, index: int) -> str:
 def _extxyz_infos(path) -> list[dict]:
     """The ``info`` of every frame of an extended XYZ file, from its comment lines only (the frames' byte offsets of
     :class:`gnnpipe.data.atoms.sets.ExtxyzSet`)."""
-    import os
-
     from ase.io.extxyz import key_val_str_to_dict
-
-    from ...data.atoms.sets import ExtxyzSet
 
     offsets = ExtxyzSet(path).offsets
     out = []
@@ -253,8 +246,6 @@ def _extxyz_infos(path) -> list[dict]:
 
 def _file_ids(path, start: int) -> list[str]:
     """The ids of the structures of one file (indices counted from ``start``)."""
-    from ...data.atoms.sets import AseDbSet, FairchemLmdbSet, _Record, _Unpickler
-
     suffix = path.suffix.lower()
     if suffix in (".extxyz", ".xyz"):
         infos = _extxyz_infos(path)
@@ -271,8 +262,6 @@ def _file_ids(path, start: int) -> list[str]:
             data = row.data if isinstance(row.data, dict) else {}
             infos.append({**row.key_value_pairs, **data})
     else:  # a fairchem LMDB: the sid / fid fields of its pickled records
-        import io
-
         s = FairchemLmdbSet(path)
         infos = []
         with s._env().begin() as txn:
@@ -290,10 +279,6 @@ def structure_ids(path, count: int) -> list[str]:
     where it records only that, else its index in the file (a folder: in the folder, its files sorted by name).
     Whatever cannot be read as ids (another count than ``count``, a generated set) gives the indices.
     """
-    from pathlib import Path
-
-    from ...data.atoms.sets import FORMATS, format_of
-
     index = [str(i) for i in range(count)]
     if not path:
         return index

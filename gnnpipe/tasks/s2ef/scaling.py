@@ -14,6 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torch_geometric.data import Batch
+
+from ...data.atoms import build_graph
+from .data import epoch_batches
+
 #: how many training structures the factors are fitted on (fairchem fits on 16 batches; here one batch of these)
 FIT_STRUCTURES = 16
 
@@ -21,8 +26,6 @@ FIT_STRUCTURES = 16
 def fit_structures(config: Any, structures: list, splits: dict) -> list:
     """The structures the factors are fitted on: the first :data:`FIT_STRUCTURES` of epoch 0's order of the
     training split."""
-    from .data import epoch_batches
-
     train = splits["train"]
     if len(train) == 0:
         return []
@@ -39,9 +42,6 @@ def fit_scale_factors(model, config: Any, structures: list, splits: dict) -> dic
     data = fit_structures(config, structures, splits)
     if not data:
         return None
-    from torch_geometric.data import Batch
-
-    from ...data.atoms import build_graph
 
     batch = Batch.from_data_list(data)
     graph = build_graph(batch, config.cutoff, config.max_neighbors,

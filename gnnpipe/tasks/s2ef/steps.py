@@ -1,4 +1,5 @@
-"""Training by optimizer steps (S2EF): ``--max-steps``, ``--eval-every-steps``, ``--checkpoint-every-steps``, step lines.
+"""Training by optimizer steps (S2EF): ``--max-steps``, ``--eval-every-steps``, ``--checkpoint-every-steps``, step
+lines.
 
 On a set of millions of structures an epoch is hours, so OC20-style training is counted in optimizer steps. A
 :class:`StepLoop` rides inside the shared epoch loop (:func:`~gnnpipe.core.run.loop.epoch_loop`): the
@@ -33,6 +34,13 @@ import time
 import warnings
 
 import torch
+import torch.distributed as dist
+
+from ...core.run import stopping
+from ...core.run.loop import diverged_message
+from ...core.settings.config import DEFAULT_VAL_SIZE
+from ...errors import ConfigError, TrainingDivergedError
+from ...progress import progress_bar
 
 #: step lines of a ``--max-steps`` run without ``--log-every-steps``: every 10 % of the steps, at most this many apart
 MAX_DEFAULT_LOG_EVERY_STEPS = 1000
@@ -60,8 +68,6 @@ class StepLoop:
     """
 
     def __init__(self, trainer, options, session, state, selection, *, lead: bool, progress: bool):
-        from ...core.settings.config import DEFAULT_VAL_SIZE
-
         cfg = trainer.config
         self.tr, self.cfg, self.session, self.st, self.sel, self.lead = trainer, cfg, session, state, selection, lead
         self.max_steps = cfg.max_steps
@@ -75,8 +81,6 @@ class StepLoop:
         self.watch = bool(cfg.max_steps or self.eval_every or self.ckpt_every)
         self.bar = None
         if lead and progress and cfg.max_steps:
-            from ...progress import progress_bar
-
             total = min(cfg.max_steps, cfg.epochs * trainer.steps_per_epoch)
             self.bar = progress_bar(total=total, initial=min(state.step, total), desc="steps", leave=False)
         self._mark = time.perf_counter()
@@ -112,12 +116,8 @@ class StepLoop:
         return time.perf_counter() - t0 - self.overhead_s + self.resumed_time_s
 
     def _stop_requested(self) -> bool:
-        from ...core.run import stopping
-
         flag = stopping.requested()
         if self.tr.world > 1:
-            import torch.distributed as dist
-
             t = torch.tensor([1.0 if flag else 0.0])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # control traffic: every rank stops at the same step
             flag = bool(t.item())
@@ -152,9 +152,6 @@ class StepLoop:
             tr.flush_losses()  # collective in a pipeline
             loss = tr.epoch_losses[-1]
             if not cfg.nan_ok and not math.isfinite(loss):
-                from ...core.run.loop import diverged_message
-                from ...errors import TrainingDivergedError
-
                 raise TrainingDivergedError(f"step {k}: " + diverged_message(epoch, loss, cfg))
             if log or evaluate:
                 self._record(epoch, k, loss, evaluate, t_rec)
@@ -174,8 +171,6 @@ class StepLoop:
             self.overhead_s += time.perf_counter() - t_rec
             self._mark = time.perf_counter()
             if stop and not ends_epoch:  # at an epoch's end the session's stop hook writes the checkpoint
-                from ...core.run import stopping
-
                 raise KeyboardInterrupt(stopping.reason())
         if ends_epoch:
             st.next_step = 0
@@ -222,8 +217,6 @@ def check_steps(config, splits: dict, options=None) -> None:
     Raises:
         ConfigError: ``--eval-every-steps`` with an empty validation split.
     """
-    from ...errors import ConfigError
-
     n_val, n_train = len(splits["val"]), len(splits["train"])
     if config.eval_every_steps and n_val == 0:
         raise ConfigError(f"--eval-every-steps {config.eval_every_steps} needs validation data, and the validation "

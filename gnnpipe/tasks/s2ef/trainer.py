@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch_geometric.data import Batch
 
 from ... import schedulers
 from ...core.comm import KINDS, Comm, all_reduce_gradients, collective_device
@@ -63,7 +64,7 @@ from .data import DEVICE_GRAPH_ATOMS, StructureLoader, epoch_batches, move_to, r
 from .graph_parallel import GraphParallelComm
 from .labels import Counts, energy_mask, force_mask, label_counts, stress_mask
 from .layout import pipelined, rank_grid, replicate_owned, stage_bounds
-from .loss import S2EFMetrics, s2ef_loss, stress_loss
+from .loss import S2EFMetrics, energy_loss, s2ef_loss, stress_loss
 from .normalizer import EnergyNormalizer
 from .optim import ExponentialMovingAverage, LRSchedule, clip_and_norm
 from .scaling import fit_scale_factors
@@ -349,8 +350,6 @@ class S2EFTrainer:
             if graph is None:  # large structures: the graph built where the positions are
                 graph = self.device_graph_fn(batch)
         else:
-            from torch_geometric.data import Batch
-
             batch = Batch.from_data_list(structures)
             graph = self.graph_fn(batch)
             comm = self.make_comm(graph, batch)  # the plan from the CPU graph, the same on every rank
@@ -655,8 +654,6 @@ class S2EFTrainer:
 
     def _conservative_metrics(self, st: AtomisticStage) -> None:
         """The last stage sends its micro-batches' energies to stage 0, which adds the metrics of each."""
-        from .loss import energy_loss
-
         if not self.reporting or not (st.is_first or st.is_last):
             return
         chunks = [c for c, mb in enumerate(st.mbs) if mb is not None]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ....partitioners.metrics import FP32_BYTES, predict_gp_bytes
+from ..trainer import DTYPES
 from .geometry import plan_geometry
 
 
@@ -31,8 +33,6 @@ def predict_bytes(config, plan, model) -> dict:
     Returns:
         ``{"layer": int, "graph": int, "weight": int}``.
     """
-    from ..trainer import DTYPES
-
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     W, S = config.ways, config.stages
@@ -42,8 +42,6 @@ def predict_bytes(config, plan, model) -> dict:
     layer = sum(2 * b * N * (model.units[bounds[s + 1] - 1].out_dim + sh) for s in range(S - 1))
     graph = weight = 0
     if W > 1:
-        from ....partitioners.metrics import FP32_BYTES, predict_gp_bytes
-
         dims = [d for _, _, d in model.aggregation_dims()]
         back = model.backward_aggregation_dims()
         g = plan_geometry(plan, config) if "mirror_count" not in plan.info or S > 1 else None

@@ -39,7 +39,9 @@ from typing import Any
 import torch
 
 from ....costmodel.hardware import Hardware, Link
+from ....schedulers import build_schedule, simulate
 from ....schedulers.simulate import CommModel
+from ..trainer import DTYPES
 from .epoch_bytes import predict_bytes
 from .geometry import Geometry, plan_geometry, stage_units
 from .host_costs import HostCosts
@@ -61,8 +63,6 @@ def _simulate(scheduler: str, S: int, C: int, fw, bw, step, nbytes, link, duplex
     ``fw`` / ``bw`` ``[S][C]`` seconds of each forward / backward, ``step`` ``[S]`` seconds of each optimizer step,
     ``nbytes(src, dst, action)`` a boundary send's bytes over ``link(src, dst)``; ``duplex``: the two directions of
     a link do not share one channel."""
-    from ....schedulers import build_schedule, simulate
-
     sched = build_schedule(scheduler, S, C)
 
     def cost(a) -> float:
@@ -113,8 +113,6 @@ class EpochInputs:
     def of(cls, config, plan, model, profile: Profile, hardware: Hardware,
            epoch_bytes: dict | None = None) -> EpochInputs:
         """The inputs of ``config``'s layout with ``plan`` and ``model`` on ``hardware``."""
-        from ..trainer import DTYPES
-
         W, S = config.ways, config.stages
         measured = profile.p2p or Link(0.0, 1e12)  # no measured link: communication is (almost) free
         return cls(

@@ -33,8 +33,21 @@ from __future__ import annotations
 
 import attrs
 import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
 
+from ....core.comm import Comm
 from ....costmodel.live import LiveBytes, live_bytes
+from ....schedulers import get as get_scheduler
+from ..aggregation import HaloExchange, HaloOp, PeerExchange, PeerHistoryOp, PeerPushOp, op_numbers
+from ..graph import GraphOps
+from ..history import PushHistory
+from ..metrics import masked_loss
+from ..pipeline import history_ops
+from ..runner import num_classes_of
+from ..stage import Stage
+from ..trainer import make_model
+from .profile import saved_bytes
 
 #: the fallback's working set of a backward pass beyond the saved activations, in unit widths per row
 BACKWARD_WIDTHS = 4
@@ -59,9 +72,6 @@ class RoleFootprint:
 def sample_graph(data, n: int, dtype: torch.dtype):
     """The subgraph induced by the first ``n`` vertices of ``data`` as a PyG ``Data`` (``x`` in ``dtype``, labels and
     masks of those rows; every mask non-empty so that the loss has a graph)."""
-    from torch_geometric.data import Data
-    from torch_geometric.utils import subgraph
-
     N = int(data.num_nodes)
     n = max(2, min(N, int(n)))
     ei, _ = subgraph(torch.arange(n), data.edge_index, num_nodes=N)
@@ -73,26 +83,16 @@ def sample_graph(data, n: int, dtype: torch.dtype):
 
 
 def _flush(config) -> bool:
-    from ....schedulers import get as get_scheduler
-
     return bool(getattr(get_scheduler(config.scheduler), "flush", True))
 
 
 def _stage_of(config, role: str, sub, bounds, stage: int, num_features: int, num_classes: int):
     """The role's :class:`~gnnpipe.tasks.nodes.stage.Stage` on the sample (one chunk: all of its rows)."""
-    from ....core.comm import Comm
-    from ..aggregation import HaloExchange, HaloOp, PeerExchange, PeerHistoryOp, PeerPushOp, op_numbers
-    from ..history import PushHistory
-    from ..pipeline import history_ops
-    from ..stage import Stage
-    from ..trainer import make_model
-
     n = int(sub.num_nodes)
     dtype, cpu = config.torch_dtype, torch.device("cpu")
     rows = lambda c: (0, n)  # noqa: E731
     if role == "gp":
         model = make_model(config, num_features, num_classes)
-        from ..graph import GraphOps
 
         gops = GraphOps(sub.edge_index, n, dtype, cpu)
         halo = HaloExchange(gops, 0, 1, 0, n, {}, [0], Comm())
@@ -142,10 +142,6 @@ def role_footprint(config, data, role: str, bounds=None, stage: int = 0, *, num_
     Returns:
         bytes per row; the fallback (:func:`fallback_footprint`) when live bytes cannot be read here.
     """
-    from ..metrics import masked_loss
-    from ..runner import num_classes_of
-    from ..trainer import make_model
-
     if live_bytes() is None:
         return fallback_footprint(config, data, role, bounds, stage, num_classes=num_classes, sample_nodes=sample_nodes)
     dtype = config.torch_dtype
@@ -193,8 +189,6 @@ def role_footprint(config, data, role: str, bounds=None, stage: int = 0, *, num_
 
 
 def _single_footprint(config, sub, F, Cls, make_model, masked_loss) -> RoleFootprint:
-    from ..graph import GraphOps
-
     n = int(sub.num_nodes)
     model = make_model(config, F, Cls)
     ops = GraphOps(sub.edge_index, n, config.torch_dtype, torch.device("cpu"))
@@ -230,8 +224,6 @@ def adjacency_build_per_nnz(config, data, kind: str, *, sample_nodes: int = 4096
     (:meth:`GraphOps.adj <gnnpipe.tasks.nodes.graph.GraphOps.adj>`: the normalised coordinates, COO, coalescing,
     conversion to CSR, the transpose; the result included), measured on the sample (``64 + 2·b`` without
     live-byte counts)."""
-    from ..graph import GraphOps
-
     b = torch.finfo(config.torch_dtype).bits // 8
     sub = sample_graph(data, sample_nodes, config.torch_dtype)
     nnz = int(sub.edge_index.size(1)) + (int(sub.num_nodes) if kind == "gcn" else 0)
@@ -246,12 +238,9 @@ def adjacency_build_per_nnz(config, data, kind: str, *, sample_nodes: int = 4096
 
 def fallback_footprint(config, data, role: str, bounds=None, stage: int = 0, *, num_classes: int | None = None,
                        sample_nodes: int = 4096) -> RoleFootprint:
-    """Without live-byte counts: autograd's saved tensors per row (:func:`gnnpipe.tasks.nodes.cost.profile.saved_bytes`),
-    copies of the received inputs, and :data:`BACKWARD_WIDTHS` / :data:`EVAL_WIDTHS` unit widths of working set."""
-    from ..runner import num_classes_of
-    from ..trainer import make_model
-    from .profile import saved_bytes
-
+    """Without live-byte counts: autograd's saved tensors per row
+    (:func:`gnnpipe.tasks.nodes.cost.profile.saved_bytes`), copies of the received inputs, and
+    :data:`BACKWARD_WIDTHS` / :data:`EVAL_WIDTHS` unit widths of working set."""
     dtype = config.torch_dtype
     b = torch.finfo(dtype).bits // 8
     F = int(data.x.size(1))
@@ -269,7 +258,8 @@ def fallback_footprint(config, data, role: str, bounds=None, stage: int = 0, *, 
     recompute = role in ("pipeline", "hybrid") and (config.recompute or not _flush(config))
     act = sum(saved[lo:hi]) / n
     # a recomputing stage under a flush schedule keeps each aggregation op's forward product (History.recall)
-    kept = sum(int(d) for i, _, d in model.aggregation_dims() if lo <= i < hi) * b if recompute and _flush(config) else 0
+    kept = (sum(int(d) for i, _, d in model.aggregation_dims() if lo <= i < hi) * b
+            if recompute and _flush(config) else 0)
     held = inputs + (kept if recompute else act)
     backward = inputs + act + BACKWARD_WIDTHS * width
     return RoleFootprint(held=held, forward=inputs + act + 2 * width, backward=backward,

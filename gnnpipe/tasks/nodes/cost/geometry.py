@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ....partitioners import partition_metrics
+from ..parallel import send_lists
 from .profile import chunk_features
 
 
@@ -60,9 +62,6 @@ def plan_geometry(plan, config) -> Geometry:
                   chunk_ptr=ptr, way_ptr=wptr, chunk_feats=chunk_features(ei, ptr),
                   way_feats=chunk_features(ei, way_rows))
     if W > 1:
-        from ....partitioners import partition_metrics
-        from ..parallel import send_lists
-
         way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(way_rows)))
         g.mirror_fwd = int(partition_metrics(ei, N, way_of).mirror_count)
         g.mirror_bwd = int(partition_metrics(ei.flip(0), N, way_of).mirror_count)

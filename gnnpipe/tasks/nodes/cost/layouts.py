@@ -4,12 +4,14 @@ every feasible layout of a number of ranks (:func:`enumerate_layouts`), a config
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import attrs
 import torch
 
 from ....errors import ConfigError
+from ..runner import RunPlan, build_plan, num_classes_of
 
 SCHEDULERS = ("gpipe", "1f1b")
 
@@ -142,12 +144,9 @@ def layout_config(config, spec: LayoutSpec):
 def build_layout_plan(config, data, spec: LayoutSpec):
     """The ``RunPlan`` (``gnnpipe.tasks.nodes.runner``) the run of ``spec`` will build (same chunking and
     split)."""
-    from ..runner import build_plan
-
     cfg = layout_config(config, spec)
     if spec.ways == 1 and spec.stages == 1:
         return single_plan(cfg, data)
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -156,8 +155,6 @@ def build_layout_plan(config, data, spec: LayoutSpec):
 
 def single_plan(config, data):
     """The ``RunPlan`` of a single process: one way, one stage, one chunk of every vertex, all units."""
-    from ..runner import RunPlan, num_classes_of
-
     return RunPlan(data=data, chunk_ptr=torch.tensor([0, int(data.num_nodes)]), way_ptr=torch.tensor([0, 1]),
                    bounds=[0, config.layers + 2], num_features=int(data.x.size(1)), num_classes=num_classes_of(data),
                    info={"ways": 1, "stages": 1, "chunks": 1})

@@ -69,9 +69,9 @@ KINDS = ("graph", "adjacency", "parameters", "history", "activations", "boundary
 #: large free, and later allocations come from a heap that fragments): resident peak ≈ steady + (live peak −
 #: steady)·(1 + RETENTION). Measured 0.2–0.9 on synthetic 40k GCNII-8 (gpipe lowest) before ranks that recompute
 #: (``--recompute``) returned the heap's free memory at phase boundaries (``core.runtime.metrics.return_free_memory``);
-#: on the 169k graph of docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live peak, a GP way's
-#: 25–50 % above it (its peak is inside one training step). 0.6 is kept for the resident prediction and the fits
-#: check (an upper side); the live prediction is reported beside it.
+#: on the 169k graph of docs/RESULTS.md §15f since then: a pipeline rank's resident peak within 0–10 % of its live
+#: peak, a GP way's 25–50 % above it (its peak is inside one training step). 0.6 is kept for the resident prediction
+#: and the fits check (an upper side); the live prediction is reported beside it.
 RETENTION = 0.6
 #: bytes a row of the evaluation reads of labels and the three masks (``y`` int64, three bool masks)
 LABEL_READ_BYTES = 11
@@ -137,15 +137,16 @@ def normalise_peak(kind: str, E: int, N: int, b: int) -> int:
 
 
 def normalised_bytes(kind: str, E: int, N: int, b: int) -> int:
-    """Bytes :func:`~gnnpipe.tasks.nodes.graph.normalised_edges` returns (kept while a rank builds its rows): ``gcn`` new
-    coordinates and values (``(16 + b)·(E + N)``), the others values only (coordinates are the edge list's)."""
+    """Bytes :func:`~gnnpipe.tasks.nodes.graph.normalised_edges` returns (kept while a rank builds its rows): ``gcn``
+    new coordinates and values (``(16 + b)·(E + N)``), the others values only (coordinates are the edge list's)."""
     if kind in ("mean", "sum"):
         return b * E
     return (16 + b) * (E + N)
 
 
 def compact_rows_bytes(rows: int, nnz: int, b: int, shared: bool) -> int:
-    """One chunk's :class:`~gnnpipe.tasks.nodes.graph.CompactRows` of ``Â`` and ``Âᵀ`` (32-bit indices); once if shared."""
+    """One chunk's :class:`~gnnpipe.tasks.nodes.graph.CompactRows` of ``Â`` and ``Âᵀ`` (32-bit indices); once if
+    shared."""
     one = (rows + 1) * 4 + nnz * (4 + b)
     return one if shared else 2 * one
 
@@ -165,8 +166,8 @@ def local_csr_bytes(rows: int, halo: int, nnz: int, b: int) -> int:
 
 def single_memory(*, N: int, F: int, E: int, b: int, bx: int, kinds_nnz: dict, symmetric: dict, params: int,
                   footprint: RoleFootprint, build_per_nnz: float) -> MemoryBreakdown:
-    """The single-process trainer (:class:`~gnnpipe.tasks.nodes.trainer.SingleProcessTrainer`): the loaded graph, ``Â`` and
-    ``Âᵀ`` of every kind, the model with its optimizer, one full-graph forward and backward, exact evaluation.
+    """The single-process trainer (:class:`~gnnpipe.tasks.nodes.trainer.SingleProcessTrainer`): the loaded graph,
+    ``Â`` and ``Âᵀ`` of every kind, the model with its optimizer, one full-graph forward and backward, exact evaluation.
 
     Args:
         N, F, E: graph sizes. b: element size of ``--dtype``. bx: element size of the loaded ``x``.
@@ -193,7 +194,8 @@ def single_memory(*, N: int, F: int, E: int, b: int, bx: int, kinds_nnz: dict, s
 
 def rank_memory(*, rank: int, way: int, stage: int, N: int, F: int, E: int, b: int, bx: int, kinds: Sequence[str],
                 chunks: Sequence[tuple[int, int, int]], symmetric: dict, params_trained: int, allreduce: bool,
-                history: int, footprint: RoleFootprint, history_eval: int | None = None, inflight: int, first: bool, last: bool,
+                history: int, footprint: RoleFootprint, history_eval: int | None = None, inflight: int, first: bool,
+                last: bool,
                 recv_width: int, send_width: int, pending_sends: int, graph_parallel: bool = False,
                 hybrid: bool = False, way_part: tuple[int, int, int] | None = None, max_dim: int = 0,
                 edge_weight_bytes: int = 0) -> MemoryBreakdown:

@@ -11,10 +11,11 @@ import torch
 
 from ....costmodel.hardware import available_memory_bytes
 from ....errors import ConfigError
+from ..trainer import DTYPES, make_model
 from .layouts import LayoutSpec, build_layout_plan, layout_config, single_plan
 from .memory import MemoryBreakdown
 from .plan_memory import predict_memory
-from .profile import Profile
+from .profile import Profile, memory_profile
 
 
 @attrs.define
@@ -103,9 +104,6 @@ def single_process_memory(config, data) -> MemoryBreakdown:
     """The memory model's prediction for training ``config`` on ``data`` in this one process (bytes above the
     runtime floor; the graph is counted although it is already loaded). Uses :func:`~gnnpipe.tasks.nodes.cost.profile.
     memory_profile` (a few seconds on any graph)."""
-    from ..trainer import make_model
-    from .profile import memory_profile
-
     prof = memory_profile(config, data)
     plan = single_plan(config, data)
     model = make_model(config, prof.num_features, prof.num_classes)
@@ -134,8 +132,6 @@ def check_single_process_memory(config, data, *, available: int | None = None) -
             kinds, and the ways out (a pipeline: ``--stages``/``--chunks``/``--recompute``/``--history-dtype``;
             or ``--no-memory-check`` to try anyway).
     """
-    from ..trainer import DTYPES
-
     on_gpu = available is None and config.device_type == "cuda"
     if on_gpu:  # the job's tensors live in GPU memory; the graph is not there yet
         available = int(torch.cuda.mem_get_info()[0])

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from ....core.comm import MAX_PENDING_SENDS
+from ....schedulers import build_schedule, simulate
+from ..trainer import DTYPES
+from .footprint import RoleFootprint, adjacency_build_per_nnz, role_footprint
 from .geometry import plan_geometry, stage_units
 from .memory import MemoryBreakdown, rank_memory, single_memory
 from .profile import Profile
@@ -15,10 +19,6 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
 
     The bytes per row of each role come from :func:`~gnnpipe.tasks.nodes.cost.footprint.role_footprint` on the plan's
     graph, measured once per role and kept in ``profile.footprints``."""
-    from ....core.comm import MAX_PENDING_SENDS
-    from ....schedulers import build_schedule, simulate
-    from ..trainer import DTYPES
-
     b = torch.finfo(DTYPES[config.dtype]).bits // 8
     hb = torch.finfo(config.torch_history_dtype).bits // 8  # --history-dtype (default: --dtype)
     copies = _history_copies(config)
@@ -114,8 +114,6 @@ def predict_memory(config, plan, model, profile: Profile) -> list[MemoryBreakdow
 
 def _footprint(profile: Profile, config, data, role: str, bounds, s: int, num_classes: int):
     """The role's measured ``gnnpipe.tasks.nodes.cost.footprint.RoleFootprint``, cached in ``profile.footprints``."""
-    from .footprint import RoleFootprint, role_footprint
-
     lo, hi = (0, len(profile.units)) if role in ("single", "gp") else (int(bounds[s]), int(bounds[s + 1]))
     pipe = role in ("pipeline", "hybrid")
     key = "|".join(str(v) for v in (
@@ -130,8 +128,6 @@ def _footprint(profile: Profile, config, data, role: str, bounds, s: int, num_cl
 
 def _build_per_nnz(profile: Profile, config, data, kind: str) -> float:
     """Peak bytes per non-zero while the single process builds ``Â`` and ``Âᵀ`` of ``kind`` (measured, cached)."""
-    from .footprint import adjacency_build_per_nnz
-
     key = f"build:{kind}:{config.dtype}"
     if key not in profile.footprints:
         profile.footprints[key] = {"per_nnz": adjacency_build_per_nnz(config, data, kind)}

@@ -28,12 +28,13 @@ import numpy as np
 
 from ....costmodel.hardware import Hardware, local_hardware
 from ....errors import ConfigError
+from ..trainer import make_model
 from .epoch_bytes import predict_bytes
 from .epoch_time import predict_time
 from .layouts import SCHEDULERS, LayoutPrediction, LayoutSpec, build_layout_plan, enumerate_layouts, layout_config
 from .memory_check import choose_recompute
 from .plan_memory import predict_memory
-from .profile import Profile
+from .profile import SPREAD_GROUPS, Profile, memory_profile
 
 
 def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: Hardware, floor_bytes: int = 0,
@@ -42,8 +43,6 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
     ``recompute="auto"`` (``None``) is decided first, as the run decides it (:func:`choose_recompute`: with
     recompute every backward repeats its forward). ``memory_profiles``: a cache of those memory profiles by graph,
     shared by the layouts of one ranking."""
-    from ..trainer import make_model
-
     cfg = layout_config(config, spec)
     if plan is None:
         plan = build_layout_plan(config, data, spec)
@@ -51,7 +50,6 @@ def predict_layout(config, data, spec: LayoutSpec, profile: Profile, hardware: H
     if cfg.stages > 1 and cfg.recompute is None:
         # the run's own decision: its memory profile of the plan's graph (``gnnpipe.tasks.nodes``), not this
         # profile's activation sizes, which are measured on other rows and can tip the choice the other way
-        from .profile import memory_profile
 
         cache = {} if memory_profiles is None else memory_profiles
         if id(plan.data) not in cache:
@@ -112,9 +110,6 @@ def _predict_spread(config, preds: list[LayoutPrediction], profile: Profile, har
     :meth:`Profile.raised` of each timed quantity with a spread (each is measured on its own, so each may be high
     on its own in a profile taken again). All of them together raise a prediction by at most the product of their
     ``1 + spread``: a layout slower than the best by more cannot overtake it and is not predicted again."""
-    from ..trainer import make_model
-    from .profile import SPREAD_GROUPS
-
     spreads = profile.spreads()
     quantities = [q for g in SPREAD_GROUPS for q in SPREAD_GROUPS[g] if spreads.get(q, 0.0) > 0]
     fitting = [p for p in preds if p.fits]
@@ -169,8 +164,6 @@ def format_spread(preds: list[LayoutPrediction], profile: Profile | None = None)
     """The lines printed under the ranking: the profile's spread per group of timed quantities (with ``profile``),
     and a warning naming the layouts whose order with the best the spread could change (:func:`ranking_may_change`)
     and the quantities that move the best most against them."""
-    from .profile import SPREAD_GROUPS
-
     lines = []
     if profile is not None and profile.spreads():
         parts = ", ".join(f"{g} {100 * profile.group_spread(g):.0f} %" for g in SPREAD_GROUPS)

@@ -10,12 +10,17 @@ that many processes time-sliced on the cores (a rank switched back in finds its 
 from __future__ import annotations
 
 import itertools
+import multiprocessing as mp
+import sys
 import time
 
 import torch
 
 from .....costmodel.hardware import cores_here
 from .....costmodel.robust import low, spread
+from ... import profile as runtime_profile
+from ...graph import GraphOps
+from ...profile import _chunk_aggregators
 
 
 class _Paused(Exception):
@@ -68,12 +73,6 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
     Not measured (``(None, 0)``): fewer than 2 cores, no ``fork`` start method (not Linux), a co-runner that did
     not start within ``timeout_s``.
     """
-    import multiprocessing as mp
-    import sys
-
-    from ...graph import GraphOps
-    from ...profile import _chunk_aggregators, _chunk_major_pass
-
     procs_n = int(processes or cores_here())
     if procs_n < 2 or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
         return None, 0
@@ -91,7 +90,7 @@ def measure_contention(model, data, ptr: list[int], repeats: int = 3, *, process
         fw = [[0.0] * len(ranges) for _ in units]
         bw = [[0.0] * len(ranges) for _ in units]
         try:
-            _chunk_major_pass(units, data.x, ranges, aggregator, clock, fw, bw)
+            runtime_profile._chunk_major_pass(units, data.x, ranges, aggregator, clock, fw, bw)
         finally:
             for q in params:
                 q.grad = None

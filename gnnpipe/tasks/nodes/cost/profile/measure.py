@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,9 @@ import torch
 from .....costmodel.link import link_fields, profile_link
 from .....costmodel.robust import MAX_SPREAD, pooled_spread, spread
 from .....errors import ConfigError
+from .....partitioners import ChunkPlan
+from ...runner import num_classes_of
+from ...trainer import make_model
 from .contention import measure_contention
 from .memory import saved_bytes
 from .overhead import (
@@ -70,8 +74,6 @@ def _unfused_ratios(model, data, ptr: list[int], units: dict, rounds: int, sprea
     (so that a slower stretch of the machine slows both alike; :attr:`UnitKind.unfused`). A ratio's noise is
     two-sided (a burst during either pass), so the median is kept, not a low quantile. ``spreads``: receives per
     unit kind the spread of the rounds' ratios above it (:func:`.robust.spread`)."""
-    import statistics
-
     got: dict = {k: [] for k in units}
     for _ in range(max(1, int(rounds))):
         f = _units_cpu(model, data, ptr, 1, fused=True)
@@ -133,9 +135,6 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
         ConfigError: a chunk count that does not divide the first, or more chunks than vertices.
     """
     from scipy.optimize import nnls
-
-    from .....partitioners import ChunkPlan
-    from ...runner import num_classes_of
 
     t_start = time.perf_counter()
     F, Cls = int(data.x.size(1)), num_classes_of(data)
@@ -276,9 +275,9 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
             for key, r in _unfused_ratios(model, sub, sptr, fusable, UNFUSED_ROUNDS, unfused_spreads).items():
                 kinds[key].unfused = r
             spreads["unfused"] = max(list(unfused_spreads.values()) + [0.0])
-        from ...trainer import make_model
 
-        small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config  # as _representatives
+        # as _representatives
+        small_cfg = attrs.evolve(config, layers=min(config.layers, 2)) if model is not full else config
         back = {u for u, _, _ in model.backward_aggregation_dims()}
         agg_dims = [[int(getattr(u, "agg_dim", u.in_dim))] * len(u.aggregations) for u in model.units]
         if distributed is None:
@@ -323,7 +322,8 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
         unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=step, dtype_bytes=dtype_bytes,
         threads=config.threads, cpu_over_wall=ratio,
         fit_error=float(math.sqrt(np.mean(np.square(errs)))) if errs else 0.0,
-        action_overhead_s=overhead, executor_scale=executor_scale, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb, hybrid_op_s_per_elem=hyb_b,
+        action_overhead_s=overhead, executor_scale=executor_scale, gp_op_s=gp_a, gp_op_s_per_elem=gp_b, hybrid_op_s=hyb,
+        hybrid_op_s_per_elem=hyb_b,
         contention_ranks=contention_ranks, oversubscribed_ranks=over_ranks,
         spread={k: float(v) for k, v in spreads.items()}, **fields,
     )
@@ -332,7 +332,8 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
         curve = (", ".join(f"{1e3 * c:.2f} ms after {1e3 * w:g} ms of compute" for w, c in prof.switch_curve)
                  or f"{1e3 * prof.switch_s:.2f} ms")
         sw = (f", a wait with ranks sharing cores {curve} (+{1e3 * prof.switch_peer_s:.2f} "
-              f"ms per further peer, +{1e3 * prof.switch_byte_s * 2 ** 20:.2f} ms per MiB sent)" if prof.switch_ranks else "")
+              f"ms per further peer, +{1e3 * prof.switch_byte_s * 2 ** 20:.2f} ms per MiB sent)"
+              if prof.switch_ranks else "")
         if prof.host_exchange is not None:
             sw += (f", an exchange after compute {1e3 * prof.host_exchange.latency_s:.2f} ms + "
                    f"{1e3 * 2 ** 20 / prof.host_exchange.bandwidth_Bps:.2f} ms per MiB")
@@ -343,6 +344,8 @@ def profile(config, data, *, repeats: int = 5, chunk_counts: Sequence[int] = (16
             ct += (f", with {prof.oversubscribed_ranks} processes on them " + ", ".join(
                 f"{k.oversubscribed_forward:.2f}/{k.oversubscribed_backward:.2f}x" for k in kinds.values()))
         print(f"profile: {len(kinds)} unit kind(s), fit RMS error {prof.fit_error:.1%}, runtime overhead "
-              f"{1e3 * overhead:.2f} ms per chunk action, executor / fitted units {executor_scale:.2f}, graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
-              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per element{sw}{ct}, thread CPU / wall {ratio:.2f}, {format_spread(prof)}, {prof.profile_s:.1f} s")
+              f"{1e3 * overhead:.2f} ms per chunk action, executor / fitted units {executor_scale:.2f}, "
+              f"graph-parallel bookkeeping {1e6 * gp_a:.0f} us per op + "
+              f"{1e9 * gp_b:.2f} ns per element, hybrid {1e6 * hyb:.0f} us per op + {1e9 * hyb_b:.2f} ns per "
+              f"element{sw}{ct}, thread CPU / wall {ratio:.2f}, {format_spread(prof)}, {prof.profile_s:.1f} s")
     return prof

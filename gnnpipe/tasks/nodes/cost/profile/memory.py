@@ -8,7 +8,12 @@ storages, parameters excluded), measured on a chunk.
 from __future__ import annotations
 
 import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
 
+from ...aggregation import history_op
+from ...graph import GraphOps
+from ...runner import num_classes_of
 from .record import Profile, UnitKind
 from .units import _model_fields, _representatives
 
@@ -16,9 +21,6 @@ from .units import _model_fields, _representatives
 def saved_bytes(model, data, lo: int, hi: int) -> list[float]:
     """Bytes saved for backward by each unit of ``model`` on rows ``[lo, hi)`` with the chunk op
     (distinct storages, parameters excluded; a storage counts for the first unit that saved it)."""
-    from ...aggregation import history_op
-    from ...graph import GraphOps
-
     ops = GraphOps(data.edge_index, data.num_nodes, data.x.dtype)
     adj: dict = {}  # the ops' shared cache of chunk rows, as in a stage
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -78,11 +80,6 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     Returns:
         a :class:`Profile` with ``notes == "memory only"``.
     """
-    from torch_geometric.data import Data
-    from torch_geometric.utils import subgraph
-
-    from ...runner import num_classes_of
-
     N = int(data.num_nodes)
     F, Cls = int(data.x.size(1)), num_classes_of(data)
     full, model, rep = _representatives(config, F, Cls)
@@ -93,7 +90,9 @@ def memory_profile(config, data, *, sample_nodes: int = 4096) -> Profile:
     with torch.random.fork_rng():
         saved = saved_bytes(model, sub, 0, n)
     kinds = {key: UnitKind(key=key, forward=[0.0] * 4, backward=[0.0] * 4, whole_forward_s=0.0, whole_backward_s=0.0,
-                           saved_bytes_per_row=saved[i] / n, params=int(sum(p.numel() for p in model.units[i].parameters())))
+                           saved_bytes_per_row=saved[i] / n,
+                           params=int(sum(p.numel() for p in model.units[i].parameters())))
              for key, i in rep.items()}
     return Profile(
-        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=0.0, dtype_bytes=torch.finfo(dtype).bits // 8, threads=config.threads, notes="memory only")
+        unit_kinds=kinds, **_model_fields(full, data, F, Cls), step_s_per_param=0.0,
+        dtype_bytes=torch.finfo(dtype).bits // 8, threads=config.threads, notes="memory only")

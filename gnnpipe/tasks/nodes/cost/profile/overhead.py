@@ -13,13 +13,23 @@ from __future__ import annotations
 
 import copy
 import itertools
+import types
 from collections.abc import Sequence
 from typing import Any
 
+import attrs as _attrs
 import numpy as np
 import torch
 
+from ..... import correctors as corr
+from .....core.comm import Comm
+from .....core.run.launch import spawn
 from .....costmodel.robust import MAX_SPREAD, high, low, spread
+from .....schedulers import get as get_scheduler
+from ...parallel import make_graph_parallel_way, make_hybrid_member, send_lists
+from ...pipeline import make_pipeline_stage
+from ...runner import _order_policy
+from ...trainer import make_model
 from .record import chunk_features
 from .units import _epoch_run, _fit_per_op, _interleaved, _passes_of, _phases, _subgraph, _unit_pass
 
@@ -33,16 +43,6 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
     cost, which the difference removes, stays small there, so the difference is not the noise of a large one (a
     wide encoder's). Returns ``(seconds per action, the units' measured phases, the spread of the epochs relative
     to the runtime's part of them)``."""
-    import attrs as _attrs
-
-    from ..... import correctors as corr
-    from .....core.comm import Comm
-    from .....schedulers import get as get_scheduler
-    from ...pipeline import make_pipeline_stage
-    from ...runner import (
-        _order_policy,  # no public equivalent: the chunk order the ranks would use
-    )
-
     C = len(ptr) - 1
     cfg = _attrs.evolve(config, stages=1, ways=1, chunks=C, scheduler="gpipe", stash_weights=False)
     correctors = corr.build_correctors(cfg.correctors)
@@ -63,14 +63,6 @@ def _action_overhead(config, model, sub, ptr: list[int], repeats: int, step_pp: 
 def _executor_stage(config, model, data, ptr: list[int]):
     """One executor holding every unit of ``model`` (the full model), a single stage with gpipe over the chunks
     ``ptr`` of ``data`` (the whole relabelled graph's base chunking): what :func:`_executor_scale` times."""
-    import attrs as _attrs
-
-    from ..... import correctors as corr
-    from .....core.comm import Comm
-    from .....schedulers import get as get_scheduler
-    from ...pipeline import make_pipeline_stage
-    from ...runner import _order_policy
-
     C = len(ptr) - 1
     cfg = _attrs.evolve(config, stages=1, ways=1, chunks=C, scheduler="gpipe", stash_weights=False)
     correctors = corr.build_correctors(cfg.correctors)
@@ -112,19 +104,13 @@ def _gp_overhead(config, make, sub_sizes: Sequence[int], data, repeats: int, ste
                  agg_dims: list, back_units: set) -> tuple[float, float, list, float]:
     """Graph parallelism's bookkeeping beyond its units (:attr:`Profile.gp_op_s`, :attr:`Profile.gp_op_s_per_elem`):
     for each subgraph ``[0, n)`` of the relabelled ``data``, ``n`` in ``sub_sizes``, both ways of a 2-way split at
-    ``n/2`` run as the runtime runs them (:func:`~gnnpipe.tasks.nodes.parallel.make_graph_parallel_way`, the halo op, the
-    weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's epoch CPU time minus the plain
+    ``n/2`` run as the runtime runs them (:func:`~gnnpipe.tasks.nodes.parallel.make_graph_parallel_way`, the halo op,
+    the weight all-reduce and one Adam step) with :class:`_LocalComm`; each way's epoch CPU time minus the plain
     units measured on the same rows (``fused=False``; the units' passes and both ways' epochs interleaved, each
     reduced to its low quantile) and the step is fitted, by non-negative least squares, as
     ``a · (op directions) + b · Σ (rows + halo) · d`` over the way's aggregation ops and directions (forward;
     backward where the op's input takes a gradient). Returns ``(a, b, points, spread)``: the spread of the epochs
     relative to the residuals (:func:`_residual_spread`)."""
-    import types
-
-    import attrs as _attrs
-
-    from ...parallel import make_graph_parallel_way
-
     cfg = _attrs.evolve(config, ways=2, stages=1, chunks=None, correctors=[], scheduler="gpipe", stash_weights=False)
     rows_A, rows_y, points = [], [], []
     for n in sorted({int(v) for v in sub_sizes if v >= 16}, reverse=True):
@@ -167,9 +153,8 @@ def _residual_spread(points: list) -> float:
 
 def _peer_rows(edge_index, ptr: list[int], way_ptr: list[int]) -> dict:
     """``{(chunk, backward): rows}`` a hybrid way exchanges for ``chunk`` per op: the rows it sends to the peers
-    plus the rows it receives from the peers' chunks of the same slot (:func:`~gnnpipe.tasks.nodes.parallel.send_lists`)."""
-    from ...parallel import send_lists
-
+    plus the rows it receives from the peers' chunks of the same slot
+    (:func:`~gnnpipe.tasks.nodes.parallel.send_lists`)."""
     W = len(way_ptr) - 1
     rows = [ptr[w] for w in way_ptr]
     way_of = torch.repeat_interleave(torch.arange(W), torch.tensor(np.diff(rows)))
@@ -195,17 +180,6 @@ def _hybrid_overhead(config, make, data, sub_sizes: Sequence[int], repeats: int,
     epochs interleaved, each reduced to its low quantile), the step and ``action_s`` per action is fitted, by
     non-negative least squares, as ``a · (op directions) + b · Σ (rows exchanged) · d``. Returns ``(a, b, points,
     spread)`` (:func:`_residual_spread`)."""
-    import types
-
-    import attrs as _attrs
-
-    from ..... import correctors as corr
-    from .....schedulers import get as get_scheduler
-    from ...parallel import make_hybrid_member
-    from ...runner import (
-        _order_policy,  # no public equivalent: the chunk order the ranks would use
-    )
-
     rows_A, rows_y, points = [], [], []
     for n in sorted({int(v) for v in sub_sizes if v >= 64}, reverse=True):
         sub = _subgraph(data, n)
@@ -256,17 +230,6 @@ def _pipeline_rank(rank: int, world: int, config, small_cfg, F: int, Cls: int, s
     the high quantile of its epoch thread CPU time (:mod:`.robust`) over ``repeats`` epochs after one warm-up, its
     units, and their seconds on the same chunks (``units_s``) timed in this rank, a pass of a copy of the model
     before each epoch (the difference is then taken within one process, each side at the same moments)."""
-    import attrs as _attrs
-
-    from ..... import correctors as corr
-    from .....core.comm import Comm
-    from .....schedulers import get as get_scheduler
-    from ...pipeline import make_pipeline_stage
-    from ...runner import (
-        _order_policy,  # no public equivalent: the chunk order the ranks would use
-    )
-    from ...trainer import make_model
-
     torch.set_num_threads(config.threads)
     model = make_model(small_cfg, F, Cls)
     U = model.num_units
@@ -296,8 +259,6 @@ def _pipeline_overhead(config, small_cfg, F: int, Cls: int, sub, ptr: list[int],
     results when they already ran (in the link probe's ranks, :func:`profile_link`); otherwise 2 ranks are started.
     Returns ``(seconds per action, per-rank points, the spread of the ranks' epochs relative to the runtime's part of
     them)``."""
-    from .....core.run.launch import spawn
-
     if outs is None:
         outs = spawn(_pipeline_rank, 2, (config, small_cfg, F, Cls, sub, list(ptr), int(repeats)),
                      timeout_s=config.timeout_s, threads=config.threads)

@@ -20,6 +20,8 @@ import torch
 
 from .....costmodel.hardware import Link
 from .....errors import ConfigError
+from ...runner import num_classes_of
+from ...trainer import make_model
 
 #: chunk feature names of the cost fits
 FEATURES = ("one", "rows", "halo", "nnz")
@@ -338,9 +340,6 @@ class Profile:
         Raises:
             ConfigError: naming the first difference and the fix (profile again: drop ``--profile-in``).
         """
-        from ...runner import num_classes_of
-        from ...trainer import make_model
-
         F, Cls = int(data.x.size(1)), num_classes_of(data)
         model = make_model(config, F, Cls, units=range(0))  # shapes only: no unit is materialised
         mine = {"units": self.units, "vertices": self.num_nodes, "edges": self.num_edges,

@@ -35,20 +35,24 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs as _attrs
 import numpy as np
 import torch
+from torch_geometric.data import Data
 
 from .....costmodel.robust import clean_passes, low
+from .....partitioners import UnitPhases
+from ... import profile as runtime_profile
+from ...graph import GraphOps
+from ...profile import _chunk_aggregators
+from ...stage import make_optimizer_for
+from ...trainer import make_model
 from .record import unit_key
 
 
 def _representatives(config, F: int, Cls: int):
     """``(model to time, {key: unit index in it})``: a 2-layer model when its unit kinds cover the full
     model's (they do for the zoo's models), else the full model."""
-    import attrs as _attrs
-
-    from ...trainer import make_model
-
     full = make_model(config, F, Cls)
     keys = [unit_key(u) for u in full.units]
     small = make_model(_attrs.evolve(config, layers=min(config.layers, 2)), F, Cls)
@@ -80,8 +84,6 @@ def _model_fields(full, data, F: int, Cls: int) -> dict:
 def _subgraph(data, n: int):
     """The subgraph induced by the (relabelled) vertices ``[0, n)`` with features, labels and masks, as a rank's
     executor needs them (at least one training vertex, so that the loss is defined)."""
-    from torch_geometric.data import Data
-
     ei = data.edge_index
     keep = (ei < n).all(0)
     sub = Data(x=data.x[:n], edge_index=ei[:, keep], y=data.y[:n], num_nodes=n)
@@ -119,8 +121,6 @@ def _passes_of(model):
 
 def _graph_ops(data):
     """The aggregation operators of ``data``'s graph (``GraphOps``), for :func:`_unit_pass` to share."""
-    from ...graph import GraphOps
-
     return GraphOps(data.edge_index, int(data.x.size(0)), dtype=data.x.dtype,
                     edge_weight=getattr(data, "edge_weight", None))
 
@@ -132,8 +132,6 @@ def _unit_pass(model, data, ptr: Sequence[int] | None = None, fused: bool = True
     one), or without ``ptr`` on the whole graph with the exact full-graph op. The op and its history buffers are
     made once, on the first pass (run one untimed), and kept; ``.grad`` is cleared after every pass. Run it
     inside :func:`_passes_of`. ``graph_ops``: :func:`_graph_ops` of ``data``, when the caller shares it."""
-    from ...profile import _chunk_aggregators, _chunk_major_pass
-
     x = data.x
     n = int(x.size(0))
     ops = _graph_ops(data) if graph_ops is None else graph_ops
@@ -153,7 +151,7 @@ def _unit_pass(model, data, ptr: Sequence[int] | None = None, fused: bool = True
         fw = [[0.0] * len(ranges) for _ in units]
         bw = [[0.0] * len(ranges) for _ in units]
         try:
-            _chunk_major_pass(units, x, ranges, aggregator, clock, fw, bw)
+            runtime_profile._chunk_major_pass(units, x, ranges, aggregator, clock, fw, bw)
         finally:
             for p in params:
                 p.grad = None
@@ -191,8 +189,6 @@ def _interleaved(jobs: Sequence[Callable], repeats: int, clock: Callable = time.
 
 def _phases(passes) -> tuple[Any, list[float]]:
     """``(UnitPhases, each pass's total)`` of timed passes (:func:`.robust.clean_passes`)."""
-    from .....partitioners import UnitPhases
-
     fw, bw, totals = clean_passes(passes)
     return UnitPhases(forward=fw, backward=bw), totals
 
@@ -238,8 +234,6 @@ def _fit_per_op(rows_A: list, rows_y: list, points: list) -> tuple[float, float,
 def _time_step(model, config, repeats: int = 5, out: list | None = None) -> float:
     """Seconds per parameter of one Adam step, thread CPU time: the low quantile (:func:`.robust.low`) of
     ``repeats`` steps after a warm-up. ``out``: receives every step's seconds per parameter (their spread)."""
-    from ...stage import make_optimizer_for
-
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     if n == 0:
