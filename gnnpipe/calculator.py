@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from ase.calculators.calculator import Calculator as _AseCalculator
-from ase.calculators.calculator import all_changes
+from ase.calculators.calculator import PropertyNotImplementedError, all_changes
+
+from .core.run.checkpoint import model_from_checkpoint
+from .data.atoms import from_atoms
+from .data.atoms.structures import voigt_of
+from .errors import ConfigError
+from .models import load
+from .tasks.s2ef.predict import UNSEEN_ELEMENTS, predict_structures, resolve_device, task_meta
 
 
 class Calculator(_AseCalculator):
@@ -51,25 +59,17 @@ class Calculator(_AseCalculator):
 
     def __init__(self, model, unseen_elements: str = "warn", device="cpu", **kwargs):
         super().__init__(**kwargs)
-        from .tasks.s2ef.predict import UNSEEN_ELEMENTS, resolve_device
 
         device = resolve_device(device)
 
         if unseen_elements not in UNSEEN_ELEMENTS:
-            from .errors import ConfigError
-
             raise ConfigError(f"unseen_elements must be one of {', '.join(UNSEEN_ELEMENTS)}, got {unseen_elements!r}")
         self.unseen_elements = unseen_elements
         if isinstance(model, (str, Path)):
             if Path(model).expanduser().is_dir():  # a checkpoint folder: its best weights, as gnnpipe relax reads it
-                from .core.run.checkpoint import model_from_checkpoint
-
                 model = model_from_checkpoint(str(model), "best")
             else:
-                from .models import load
-
                 model = load(model)
-        from .tasks.s2ef.predict import task_meta
 
         task_meta(model)  # refuse a node-classification model now, not at the first call
         self.model = model.to(device).eval()
@@ -77,17 +77,10 @@ class Calculator(_AseCalculator):
             self.implemented_properties = ["energy", "free_energy", "forces"]
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
-        import torch
-
-        from .data.atoms import from_atoms
-        from .tasks.s2ef.predict import predict_structures
-
         super().calculate(atoms, properties, system_changes)
         stress = "stress" in properties
         if stress and ("stress" not in self.implemented_properties or self.atoms.cell.rank < 3
                        or not self.atoms.pbc.all()):
-            from ase.calculators.calculator import PropertyNotImplementedError
-
             why = ("its model has direct forces (train it with conservative forces for stresses)"
                    if "stress" not in self.implemented_properties else "the structure is not periodic in 3D")
             raise PropertyNotImplementedError(f"no stress: {why}")
@@ -97,6 +90,4 @@ class Calculator(_AseCalculator):
         e = float(energy[0])
         self.results = {"energy": e, "free_energy": e, "forces": forces[0].numpy()}
         if stress:
-            from .data.atoms.structures import voigt_of
-
             self.results["stress"] = voigt_of(s[0][0].numpy())

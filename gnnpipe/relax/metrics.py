@@ -34,7 +34,11 @@ import importlib
 from collections.abc import Sequence
 
 import numpy as np
+from ase import Atoms
+from ase.geometry import complete_cell
 
+from ..data.atoms import to_atoms
+from ..data.atoms.structures import _fixed, _label
 from ..errors import ConfigError, DataValidationError
 
 __all__ = ["ADWT_THRESHOLDS", "AFBT_THRESHOLDS", "EWT_THRESHOLD", "FBT_THRESHOLD", "ORACLES", "adwt", "afbt",
@@ -56,11 +60,7 @@ ORACLES = {"emt": "ase.calculators.emt:EMT", "lj": "ase.calculators.lj:LennardJo
 
 def _arrays(s):
     """``(numbers [n], pos [n, 3], cell [3, 3], pbc [3], fixed [n])`` of an ``ase.Atoms`` or a structure ``Data``."""
-    from ase import Atoms
-
     if isinstance(s, Atoms):
-        from ..data.atoms.structures import _fixed
-
         return s.numbers, s.positions, s.cell.array, np.asarray(s.pbc, bool), _fixed(s)
     fixed = getattr(s, "fixed", None)
     n = int(s.z.numel())
@@ -96,7 +96,6 @@ def _min_image(diff: np.ndarray, cell: np.ndarray, pbc: np.ndarray) -> np.ndarra
     ``(−½, ½]`` (fairchem's ``min_diff``; non-periodic components left as they are)."""
     if not pbc.any():
         return diff
-    from ase.geometry import complete_cell
 
     full = complete_cell(cell)
     frac = np.linalg.solve(full.T, diff.T).T
@@ -183,10 +182,6 @@ def oracle_max_forces(structures: Sequence, oracle="emt") -> np.ndarray:
         ConfigError: an unknown oracle. DataValidationError: the oracle cannot compute a structure (e.g. an element
             EMT has no parameters for).
     """
-    from ase import Atoms
-
-    from ..data.atoms import to_atoms
-
     calc = get_oracle(oracle)
     out = np.zeros(len(structures))
     for k, s in enumerate(structures):
@@ -202,11 +197,7 @@ def oracle_max_forces(structures: Sequence, oracle="emt") -> np.ndarray:
 
 
 def _energy(s) -> float | None:
-    from ase import Atoms
-
     if isinstance(s, Atoms):
-        from ..data.atoms.structures import _label
-
         e = _label(s, "energy", "energy")
         return None if e is None else float(e)
     e = getattr(s, "energy", None)

@@ -33,9 +33,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from ase import Atoms
+from ase.calculators.singlepoint import SinglePointCalculator
 from torch import Tensor
+from torch_geometric.data import Batch
 
+from .. import partitioners
+from ..core.comm import Comm
+from ..core.run import launch, stopping
+from ..data.atoms import build_graph, from_atoms, read_structures, to_atoms
 from ..errors import ConfigError
+from ..models import load
+from ..partitioners import plan_graph_parallel
+from ..progress import progress_bar
+from ..tasks.s2ef import predict
+from ..tasks.s2ef.data import prepare_structures
+from ..tasks.s2ef.graph_parallel import MODES, GraphParallelComm
+from ..tasks.s2ef.normalizer import EnergyNormalizer
+from ..tasks.s2ef.predict import task_meta
+from .cell import FrechetCell
+from .optimizers import OPTIMIZERS, segment_max
 
 __all__ = ["RelaxResult", "relax", "relax_file"]
 
@@ -75,8 +93,6 @@ class RelaxResult:
         """The relaxed structures as ``ase.Atoms`` (``FixAtoms``, tags, a ``SinglePointCalculator`` with the
         model's energy and forces); ``info`` holds ``relax_steps``, ``relax_converged``, ``relax_fmax``,
         ``relax_done``."""
-        from ..data.atoms import to_atoms
-
         out = []
         for k, d in enumerate(self.structures):
             a = to_atoms(d)
@@ -87,8 +103,6 @@ class RelaxResult:
 
 
 def _optimizer(name: str, batch: Tensor, num: int, options: dict):
-    from .optimizers import OPTIMIZERS
-
     cls = OPTIMIZERS.get(name)
     if cls is None:
         raise ConfigError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
@@ -143,9 +157,6 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
         DataValidationError: a malformed structure.
         DistributedError: a graph-parallel rank failed (the message names it).
     """
-    from ..progress import progress_bar
-    from ..tasks.s2ef.predict import task_meta
-
     if not fmax > 0:
         raise ConfigError(f"fmax must be > 0 eV/Å, got {fmax}")
     if steps < 0:
@@ -153,8 +164,6 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if isinstance(model, (str, os.PathLike)):
-        from ..models import load
-
         model = load(model)
     task_meta(model)
     gp = options.pop("_gp", None)                # set inside a graph-parallel rank (_gp_rank)
@@ -222,9 +231,6 @@ def _check_cells(model, structures) -> None:
 
 
 def _check_gp(model, gp_size, partitioner, mode) -> None:
-    from .. import partitioners
-    from ..tasks.s2ef.graph_parallel import MODES
-
     if not isinstance(gp_size, int) or isinstance(gp_size, bool) or gp_size < 1:
         raise ConfigError(f"gp_size (--gp-size) must be an int >= 1, got {gp_size!r}")
     if mode not in MODES:
@@ -237,10 +243,6 @@ def _check_gp(model, gp_size, partitioner, mode) -> None:
 
 def _spawn_gp(model, structures, opts, G, partitioner, mode, threads) -> RelaxResult:
     """Relax in ``G`` graph-parallel ranks started by the launcher; rank 0's result."""
-    import sys
-
-    from ..core.run import launch
-
     threads = threads or max(1, torch.get_num_threads() // G)
     if opts.get("progress"):
         print(f"graph parallel: {G} ranks (gloo) share each step's edges and triplets ({partitioner}, {mode})",
@@ -252,9 +254,6 @@ def _spawn_gp(model, structures, opts, G, partitioner, mode, threads) -> RelaxRe
 
 def _gp_rank(rank: int, world: int, model, structures, opts, partitioner, mode):
     """One graph-parallel rank of :func:`relax` (every rank runs the same optimizer; rank 0 returns the result)."""
-    from ..core.comm import Comm
-    from ..core.run import stopping
-
     if rank:
         opts = {**opts, "progress": False}
     gp = {"size": world, "partitioner": partitioner, "mode": mode, "comm": Comm(torch.device(opts["device"])),
@@ -265,10 +264,6 @@ def _gp_rank(rank: int, world: int, model, structures, opts, partitioner, mode):
 
 
 def _as_structures(structures) -> list:
-    from ase import Atoms
-
-    from ..data.atoms import from_atoms
-
     structures = list(structures)
     if structures and isinstance(structures[0], Atoms):
         structures = from_atoms(structures, dtype=torch.float64)
@@ -300,15 +295,6 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
     """Relax the structures ``indices`` as one batch, writing each into ``res`` as it finishes (``gp``: this
     graph-parallel rank's group size, partitioner, mode and byte counter; ``cell``: the options of
     :class:`~.cell.FrechetCell`, the cells relaxed too)."""
-    from torch_geometric.data import Batch
-
-    from ..data.atoms import build_graph
-    from ..tasks.s2ef.data import prepare_structures
-    from ..tasks.s2ef.normalizer import EnergyNormalizer
-    from ..tasks.s2ef.predict import energies_forces, task_meta
-    from .cell import FrechetCell
-    from .optimizers import segment_max
-
     meta = task_meta(model)
     norm = EnergyNormalizer.from_dict(meta["normalizer"])
     cutoff, cap, tri = meta["cutoff"], meta["max_neighbors"], bool(getattr(model, "uses_triplets", True))
@@ -327,25 +313,18 @@ def _relax_group(model, structures, indices, res: RelaxResult, optimizer, option
         shard."""
         graph = graph_fn(b)
         if gp is None:
-            return energies_forces(model, b, graph, norm, stress=stress)
-        import torch.distributed as dist
-
-        from ..partitioners import plan_graph_parallel
-        from ..tasks.s2ef.graph_parallel import GraphParallelComm
+            return predict.energies_forces(model, b, graph, norm, stress=stress)
 
         plan = plan_graph_parallel(graph, gp["size"], gp["partitioner"], pos=b.pos)
         comm = GraphParallelComm(plan, mode=gp["mode"], comm=gp["comm"], device=device)
-        out = [x.contiguous() for x in energies_forces(model, b, comm.local_graph(graph), norm, comm, stress=stress)]
+        out = [x.contiguous()
+               for x in predict.energies_forces(model, b, comm.local_graph(graph), norm, comm, stress=stress)]
         for x in out:
             dist.broadcast(x, 0)   # rank 0's values on every rank: the same decisions everywhere
         return out
 
     def stop_requested() -> bool:
         """Graph parallel: whether any rank got a stop signal (every rank calls this at the same step)."""
-        import torch.distributed as dist
-
-        from ..core.run import stopping
-
         flag = torch.tensor([1.0 if stopping.requested() else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
@@ -468,9 +447,6 @@ def write_trajectories(res: RelaxResult, folder: str | Path) -> list[Path]:
         ConfigError: the result holds no trajectories (relax with ``trajectories=True``).
     """
     import ase.io
-    from ase.calculators.singlepoint import SinglePointCalculator
-
-    from ..data.atoms import to_atoms
 
     if res.trajectories is None:
         raise ConfigError("no trajectories were kept; relax with trajectories=True (gnnpipe relax --trajectory DIR)")
@@ -502,8 +478,6 @@ def check_extxyz_out(path: str | os.PathLike, flag: str = "out") -> None:
     """Refuse (``ConfigError``, before any relaxation runs) a file for relaxed structures whose suffix is not
     ``.extxyz``/``.xyz``: they are written as extended XYZ, and a ``.db`` or ``.lmdb`` name would hold text ASE and
     fairchem cannot open as such."""
-    from ..errors import ConfigError
-
     if Path(path).suffix.lower() not in EXTXYZ_SUFFIXES:
         raise ConfigError(f"{flag} {str(path)!r}: relaxed structures are written as extended XYZ; name the file "
                           f".extxyz (then `gnnpipe atoms convert` it to .db, .aselmdb or .lmdb)")
@@ -518,8 +492,6 @@ def relax_file(model, dataset: str | os.PathLike, out: str | os.PathLike, **kwar
         ConfigError: ``out`` does not end in ``.extxyz`` or ``.xyz`` (checked before relaxing).
     """
     import ase.io
-
-    from ..data.atoms import read_structures
 
     check_extxyz_out(out)
 
