@@ -7,18 +7,36 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 
+from . import schedulers as _schedulers
 from . import tasks
+from .core.run import launch
+from .core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
+from .core.run.epochlog import tensorboard_writer
 from .core.run.results import TrainResult
 from .core.settings.config import TrainConfig
+from .core.settings.options import RunOptions
+from .costmodel.hardware import Hardware, load_hardware, local_hardware
+from .errors import ConfigError
+from .models import model_options
+from .tasks.nodes import cost as nodes_cost
 from .tasks.nodes import describe_run, load_data  # noqa: F401  (the node-classification task's; public here)
+from .tasks.nodes.cost import Profile, plan_layouts
+from .tasks.nodes.cost import predict as nodes_predict
+from .tasks.nodes.cost.layouts import layout_config
+from .tasks.s2ef import check_structures_for
+from .tasks.s2ef import cost as A
+from .tasks.s2ef.build import make_model
 
 
 def _as_config(config: TrainConfig | None, overrides: dict) -> TrainConfig:
@@ -26,8 +44,6 @@ def _as_config(config: TrainConfig | None, overrides: dict) -> TrainConfig:
         config = TrainConfig()
     if overrides:  # the config's converter parses a corrector string (correctors.parse_spec)
         if overrides.get("model", config.model) != config.model and "model_args" not in overrides:
-            from .models import model_options
-
             if config.model_args == {k: o.default for k, o in model_options(config.model).items()}:
                 overrides["model_args"] = {}  # the old model's defaults (a resolved config): not the user's choice
         config = attrs.evolve(config, **overrides)
@@ -105,16 +121,6 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
             dtype or force mode; a cutoff whose graph cannot be built here
             (:func:`gnnpipe.data.atoms.estimate.check_graph_size`).
     """
-    import json
-    from pathlib import Path
-
-    import torch
-
-    from .costmodel.hardware import Hardware, load_hardware, local_hardware
-    from .errors import ConfigError
-    from .tasks.s2ef import cost as A
-    from .tasks.s2ef.build import make_model
-
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
     G = config.graph_parallel_group_size
@@ -134,8 +140,6 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
         batch_structs = [d for d in (data.structures[int(i)] for i in data.splits["train"][: config.batch_size])
                          if d is not None]  # a lazy set skipping malformed structures reads them as None
     elif structures == "oc20-sized":
-        from .tasks.s2ef import check_structures_for
-
         batch_structs = A.oc20_sized_structures(config.batch_size, seed=config.seed, dtype=dtype)
         check_structures_for(config, batch_structs)
     else:
@@ -143,8 +147,6 @@ def plan_s2ef(config: TrainConfig, *, ranks: int, hardware: Any = None, chunks_p
     model = make_model(config)
     job_model, build = model, {"num_layers": config.layers, "hidden": config.hidden, **config.model_args}
     if params is not None:
-        from .models import model_options
-
         defaults = {k: o.default for k, o in model_options(config.model).items()}
         opts = {k: v for k, v in config.model_args.items()  # widths follow the projection's H unless set
                 if not (k in ("int_emb_size", "out_emb_channels") and v == defaults.get(k))}
@@ -194,10 +196,6 @@ def _check_atom_profile(prof, name: str, config: TrainConfig) -> None:
     Raises:
         ConfigError: naming each difference and the fix.
     """
-    import torch
-
-    from .errors import ConfigError
-
     b = torch.empty((), dtype=config.torch_dtype).element_size()
     names = {2: "16-bit", 4: "float32", 8: "float64"}
     forces = {True: "--direct-forces", False: "conservative forces"}
@@ -217,14 +215,8 @@ def _check_atom_profile(prof, name: str, config: TrainConfig) -> None:
 
 def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_partitions=(1, 4),
                    schedulers=("gpipe", "1f1b"), profile_in=None, profile_out=None, progress=True, contention=True):
-    from .costmodel import load_hardware
-    from .costmodel.hardware import Hardware, local_hardware
-    from .errors import ConfigError
-    from .tasks.nodes.cost import Profile, plan_layouts, profile
-
     if ranks is None or isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ConfigError(f"ranks must be an integer >= 1 (--ranks R), got {ranks!r}")
-    from . import schedulers as _schedulers
 
     for name in schedulers:  # before minutes of profiling, not after
         if isinstance(name, str):
@@ -245,7 +237,7 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
         if progress:
             print("gnnpipe: profiling the model on this graph (unit chunk costs, activations, link)…", file=sys.stderr)
         # more ranks than this machine's cores: the probe also measures what a wait costs when they share them
-        prof = profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None,
+        prof = nodes_cost.profile(config, data, verbose=progress, ranks=ranks if hw.kind == "cpu" else None,
                        contention=contention)
     if profile_out:
         try:
@@ -259,10 +251,6 @@ def _plan_prepared(config, data, ranks, hardware, chunks_per_stage=(4,), over_pa
 
 def _check_writable(path, what: str) -> None:
     """``ConfigError`` unless ``path`` names a file whose folder exists and is writable (``what``: the argument)."""
-    from pathlib import Path
-
-    from .errors import ConfigError
-
     target = Path(path).expanduser()
     if target.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a directory; give the JSON file to write")
@@ -324,8 +312,6 @@ def train(config: TrainConfig | None = None, *, data=None, progress: bool = True
         KeyboardInterrupt: SIGINT/SIGTERM. Both (and failures during training) carry ``.result``: the
             :class:`TrainResult` of the completed epochs with ``status`` ``"interrupted"`` / ``"failed"``.
     """
-    from .core.run import launch
-
     options = _run_options(options, progress, overrides)
     config = _as_config(config, overrides)
     task = tasks.for_config(config)                   # which kind of work: its data, models, loss, plan
@@ -336,8 +322,6 @@ def train(config: TrainConfig | None = None, *, data=None, progress: bool = True
         config = attrs.evolve(config, recompute=None)  # each layout decides it, as in gnnpipe plan
     nodes = task.name == "node-classification"        # the cost model's layouts and layout changes: node work
     if layout == "auto" and not nodes:
-        from .errors import ConfigError
-
         raise ConfigError(f"--layout auto ranks node-classification layouts; {task.name} takes --ways / --gp-size")
     if layout != "auto" and nodes:
         launch.check_torchrun_world(config.world_size, f"--ways {config.ways} × --stages {config.stages}")
@@ -365,9 +349,6 @@ def train(config: TrainConfig | None = None, *, data=None, progress: bool = True
 def _run_options(options, progress: bool, overrides: dict):
     """The run's ``RunOptions``: ``options`` with the option keywords popped from
     ``overrides``; without ``options`` and ``progress``, no epoch lines unless ``log_every`` is given."""
-    from .core.run.epochlog import tensorboard_writer
-    from .core.settings.options import RunOptions
-
     opt_kw = {k: overrides.pop(k) for k in list(overrides) if k in _OPTION_FIELDS}
     if options is None:
         if not progress and "log_every" not in opt_kw:
@@ -382,8 +363,6 @@ def _run_options(options, progress: bool, overrides: dict):
 
 def _check_layout(layout) -> None:
     if layout not in (None, "manual", "auto"):
-        from .errors import ConfigError
-
         raise ConfigError(f"unknown layout {layout!r}; use 'auto' (cost model) or 'manual' (--ways/--stages)")
 
 
@@ -402,8 +381,6 @@ def _check_resume(config: TrainConfig, options) -> None:
     """Warn when ``options.resume`` names a checkpoint of another layout
     (:func:`~gnnpipe.core.run.checkpoint.check_resume`); refuse a ``checkpoint_dir`` with checkpoints this run would
     not continue (:func:`~gnnpipe.core.run.checkpoint.check_checkpoint_dir`)."""
-    from .core.run.checkpoint import check_checkpoint_dir, check_resume, read_meta
-
     meta = read_meta(options.resume) if options.resume else None
     check_checkpoint_dir(options.checkpoint_dir, meta["epochs"] if meta else 0)
     if meta is None:
@@ -418,12 +395,8 @@ def _check_resume(config: TrainConfig, options) -> None:
 
 def _auto_layout(config, data, ranks, hardware, progress, options):
     """Plan, print the ranking, pick the best layout that fits; returns ``(config, record)``."""
-    from .errors import ConfigError
-    from .tasks.nodes.cost.layouts import layout_config
-    from .tasks.nodes.cost.predict import format_ranking
-
     preds, hw, _ = _plan_prepared(config, data, ranks, hardware, progress=progress, **options)
-    print(format_ranking(preds, hw), file=sys.stderr)
+    print(nodes_predict.format_ranking(preds, hw), file=sys.stderr)
     best = next((p for p in preds if p.fits), None)
     if best is None:
         raise ConfigError(f"no layout of {ranks} rank(s) fits the memory of {hw.name}; use more ranks, a smaller "

@@ -42,10 +42,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..experiments import load_study
+from ..experiments.report import make_report
+from ..experiments.results import default_results_path, read_records
+from ..experiments.runner import run_study
+from ..experiments.simulate import format_sim_table, simulate_study
+from .main import HelpFormatter
+
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("ablate", help="run a grid of training runs (an ablation study) from a TOML file, resumably",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("study", metavar="STUDY.toml", help="the study file")
@@ -69,15 +74,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments import load_study
-    from ..experiments.results import default_results_path, read_records
-
     study = load_study(args.study)
     if args.run_timeout_s is not None:
         study.run_timeout_s = args.run_timeout_s
     if args.simulate:
-        from ..experiments.simulate import format_sim_table, simulate_study
-
         rows = simulate_study(study)
         print(f"# {study.name}: schedule simulation ({len(rows)} variants)\n")
         print(format_sim_table(rows))
@@ -97,8 +97,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(study.runs)} runs, {done} done, {len(study.runs) - done} left ({results})")
         return 0
 
-    from ..experiments.runner import run_study
-
     prog = run_study(study, results, retry_failed=args.retry_failed, progress=args.progress)
     finished = prog.skipped + prog.ran
     print(f"{study.name}: {finished}/{prog.total} runs recorded in {results}"
@@ -106,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
     if prog.interrupted:
         return 130
     if args.report:
-        from ..experiments.report import make_report
-
         rep = make_report(results, description=study.description, order=study.variant_names(), sweep=study.report)
         print(rep.markdown)
         print(f"wrote {rep.markdown_path}" + "".join(f", {p.name}" for p in rep.plots), file=sys.stderr)

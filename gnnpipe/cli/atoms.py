@@ -25,10 +25,22 @@ import argparse
 import sys
 import time
 
+import numpy as np
+import torch
+from ase.data import chemical_symbols
+
+from ..data.atoms import generated_file
+from ..data.atoms.generate import EMT_METALS, GENERATORS, OC20_ADSORBATES, reference_path
+from ..data.atoms.graph import neighbor_pairs
+from ..data.atoms.sets import PreparedSet, format_of, open_structures, write_structures
+from ..errors import ConfigError
+from ..models import load
+from ..progress import progress_bar
+from ..tasks.s2ef.scaling import write_scale_file
+from .main import HelpFormatter
+
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("atoms", help="atomistic data sets (generate, convert, check)", description=__doc__,
                        formatter_class=HelpFormatter)
     commands = p.add_subparsers(dest="atoms_command", metavar="ACTION", required=True)
@@ -82,10 +94,6 @@ def register(sub) -> None:
 
 
 def run_scales(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
-    from ..models import load
-    from ..tasks.s2ef.scaling import write_scale_file
-
     model = load(args.model)
     values = getattr(model, "scale_factor_values", None)
     if values is None:
@@ -97,11 +105,6 @@ def run_scales(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from ..data.atoms import generated_file
-    from ..data.atoms.generate import GENERATORS
-    from ..data.atoms.sets import format_of, write_structures
-    from ..errors import ConfigError
-
     if args.frames < 1:
         raise ConfigError(f"--frames must be >= 1, got {args.frames}")
     if args.out is not None and format_of(args.out) is None:
@@ -121,8 +124,6 @@ def run_generate(args: argparse.Namespace) -> int:
         print(path)
     also = ""
     if args.kind == "oc20-is2rs":
-        from ..data.atoms.generate import reference_path
-
         also = f", their EMT relaxations in {reference_path(path)}"
     drawn = "".join(f", {k} {' '.join(v)}" for k, v in choices.items())
     print(f"{args.kind}: {args.frames} frames (seed {args.seed}{drawn}) in {path}{also} "
@@ -137,9 +138,6 @@ def _draw_choices(args: argparse.Namespace) -> dict:
     Raises:
         ConfigError: an empty list, an unknown metal or adsorbate, or a flag the kind does not draw.
     """
-    from ..data.atoms.generate import EMT_METALS, OC20_ADSORBATES
-    from ..errors import ConfigError
-
     takes = {"metals": ("oc20", "oc20-paths", "oc20-is2rs", "bulk"), "adsorbates": ("oc20", "oc20-paths", "oc20-is2rs")}
     allowed = {"metals": EMT_METALS, "adsorbates": OC20_ADSORBATES}
     out = {}
@@ -160,10 +158,6 @@ def _draw_choices(args: argparse.Namespace) -> dict:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from ..data.atoms.sets import open_structures, write_structures
-    from ..errors import ConfigError
-    from ..progress import progress_bar
-
     src = open_structures(args.input, energy_key=args.energy_key, forces_key=args.forces_key)
     start = time.perf_counter()
     bar = progress_bar(total=len(src), desc="convert", unit="structure", enabled=args.progress)
@@ -178,13 +172,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    import numpy as np
-    import torch
-
-    from ..data.atoms.graph import neighbor_pairs
-    from ..data.atoms.sets import PreparedSet, open_structures
-    from ..progress import progress_bar
-
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     data = PreparedSet(open_structures(args.path, energy_key=args.energy_key, forces_key=args.forces_key), dtype,
                        cutoff=args.cutoff, skip_invalid=args.skip_invalid)
@@ -206,7 +193,6 @@ def run_check(args: argparse.Namespace) -> int:
         counts = np.bincount(np.asarray(j), minlength=int(d.z.numel()))
         neigh += int(counts.sum())
         neigh_max = max(neigh_max, int(counts.max()) if counts.size else 0)
-    from ase.data import chemical_symbols
 
     print(f"{args.path}: {n:,} valid structures" + (f", {invalid:,} invalid (skipped)" if args.skip_invalid else "")
           + f", {atoms:,} atoms ({atoms / max(n, 1):.1f} per structure)")

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import attrs
 
+from .. import api
+from ..core.run.results import json_safe
 from ..errors import ConfigError
+from .main import HelpFormatter
 from .train import add_train_arguments, check_writable, config_from_args, warn_layout_flags
 
 MODES = ("gp", "gnnpipe", "hybrid")
@@ -153,8 +156,6 @@ def format_table(rows: dict[str, dict], rat: dict) -> str:
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("compare", help="run graph parallelism, GNNPipe and the hybrid on P ranks; one table",
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
@@ -173,8 +174,6 @@ def compare(config, ranks: int, hybrid: tuple[int, int] | None = None, modes=MOD
 
     ``config.chunks`` (if set) applies to GNNPipe and the hybrid; GP uses one part per rank.
     """
-    from ..api import train
-
     unknown = set(modes) - set(MODES)
     if unknown:
         raise ConfigError(f"unknown mode(s) {', '.join(sorted(unknown))}; use gp, gnnpipe, hybrid")
@@ -186,15 +185,13 @@ def compare(config, ranks: int, hybrid: tuple[int, int] | None = None, modes=MOD
         else:
             cfg = attrs.evolve(config, ways=w, stages=s, chunks=config.chunks)
         print(f"gnnpipe compare: {mode} ({w}x{s})", file=sys.stderr)
-        res = train(cfg, data=data, progress=progress)
+        res = api.train(cfg, data=data, progress=progress)
         results[mode] = res
         rows[mode] = summarize(mode, (w, s), res)
     return {"rows": rows, "ratios": ratios(rows), "results": results}
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.run.results import json_safe
-
     config = config_from_args(args)
     warn_layout_flags(config, "gnnpipe compare runs GP, GNNPipe and the hybrid of --ranks ranks; --hybrid WxS sets "
                               "the hybrid's layout", names=("ways", "stages"))

@@ -42,6 +42,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+from ase.data import chemical_symbols
+
+from ..core.run.results import json_safe
+from ..data.atoms import read_structures
+from ..errors import ConfigError, DataValidationError
+from ..relax import evaluate_is2rs, get_oracle, relax
+from ..relax.metrics import check_pairs, energy_metrics, structure_energies
+from ..tasks.s2ef.loss import EFWT_ENERGY, EFWT_FORCE, S2EFMetrics
+from ..tasks.s2ef.predict import has_label, predict_structures, resolve_device, task_meta
+from .main import HelpFormatter
+from .predict import load_model
+from .relax import add_relax_arguments, check_relax_arguments, relax_options, summary
 
 #: the most structure-size bins ``--task s2ef`` reports
 SIZE_BINS = 5
@@ -50,9 +63,6 @@ S2EF_BATCH = 16
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-    from .relax import add_relax_arguments
-
     p = sub.add_parser("evaluate", help="S2EF, IS2RE and IS2RS metrics of a trained S2EF model (energy / force MAE, "
                        "EFwT; relaxed-energy MAE, EwT; ADwT, FbT, AFbT)",
                        description=__doc__, formatter_class=HelpFormatter)
@@ -84,9 +94,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
-    from .relax import check_relax_arguments
-
     if args.task == "s2ef":
         given = [f for f, v in (("--reference", args.reference), ("--relaxed", args.relaxed),
                                 ("--save-relaxed", args.save_relaxed)) if v is not None]
@@ -109,10 +116,6 @@ def _accumulate(idx: list[int], labels: dict) -> dict:
     """The S2EF metrics of the structures ``idx`` (over the labels each has; ``labels``: :func:`s2ef_metrics`'s
     arrays) by ``S2EFMetrics``: an accumulator for the energies and the forces, one for EFwT over the structures with
     both."""
-    import torch
-
-    from ..tasks.s2ef.loss import S2EFMetrics
-
     has_e, has_f = labels["has_energy"], labels["has_forces"]
     e_idx = [i for i in idx if has_e[i]]
     f_idx = [i for i in idx if has_f[i]]
@@ -179,12 +182,6 @@ def s2ef_metrics(structures, energy, forces, dtype=None) -> dict:
         in structures with forces), ``per_size`` (``[{"natoms": [lo, hi], …the same metrics}]``, where sizes
         differ), ``efwt_thresholds`` (eV, eV/Å).
     """
-    import torch
-    from ase.data import chemical_symbols
-
-    from ..tasks.s2ef.loss import EFWT_ENERGY, EFWT_FORCE, S2EFMetrics
-    from ..tasks.s2ef.predict import has_label
-
     def cast(t):
         return (t.to(dtype) if dtype is not None else t).double()
 
@@ -263,13 +260,6 @@ def s2ef_table(m: dict) -> str:
 
 
 def _run_s2ef(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..data.atoms import read_structures
-    from ..errors import DataValidationError
-    from ..tasks.s2ef.predict import has_label, predict_structures, resolve_device, task_meta
-    from .predict import load_model
-
     model = load_model(args.model)
     meta = task_meta(model)
     model.to(resolve_device(args.device))
@@ -301,7 +291,6 @@ def _run_s2ef(args: argparse.Namespace) -> int:
 def _write(out, record: dict) -> None:
     if not out:
         return
-    from ..core.run.results import json_safe
 
     path = Path(out).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -310,15 +299,6 @@ def _write(out, record: dict) -> None:
 
 
 def _run_relaxed(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..data.atoms import read_structures
-    from ..relax import evaluate_is2rs, get_oracle, relax
-    from ..relax.metrics import check_pairs, energy_metrics, structure_energies
-    from ..tasks.s2ef.predict import task_meta
-    from .predict import load_model
-    from .relax import relax_options, summary
-
     if args.task == "is2rs":
         get_oracle(args.oracle)                     # an unknown oracle fails before any work
     model = load_model(args.model)

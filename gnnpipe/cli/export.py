@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..core.run.checkpoint import model_from_checkpoint
+from ..models import save
+from .main import HelpFormatter
+
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("export", help="write the model of a checkpoint as one plain file (state dict + config)",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoint", help="a --checkpoint-dir folder (its newest checkpoint) or one ckpt-* folder in it")
@@ -23,9 +25,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.run.checkpoint import model_from_checkpoint
-    from ..models import save
-
     model = model_from_checkpoint(args.checkpoint, args.keep)
     save(model, args.out, meta=model.meta)
     n = sum(p.numel() for p in model.parameters())

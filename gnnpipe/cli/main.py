@@ -13,8 +13,11 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 
 from .. import __version__
+from ..core.run.launch import record_torchrun_error
+from ..core.settings.runfile import expand_config_flag
 from ..errors import GnnpipeError
 
 #: sub-command modules, in the order ``gnnpipe --help`` lists them
@@ -69,8 +72,6 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import warnings
-
     warnings.formatwarning = _format_warning
     parser = build_parser()
     given = sys.argv[1:] if argv is None else list(argv)
@@ -81,16 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if getattr(args, "config", None) and given[:1] == ["train"]:  # a run file: its settings come first
-            from ..core.settings.runfile import expand_config_flag
-
             args = parser.parse_args(expand_config_flag(given, args.flags_parser))
             args.argv = given
         return int(args.func(args) or 0)
     except GnnpipeError as exc:
         print(f"gnnpipe: error: {exc}", file=sys.stderr)
         if os.environ.get("TORCHELASTIC_ERROR_FILE"):  # under torchrun: its failure summary shows this message
-            from ..core.run.launch import record_torchrun_error
-
             record_torchrun_error(f"gnnpipe: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:

@@ -15,11 +15,14 @@ examples:
 from __future__ import annotations
 
 import argparse
+import inspect
+
+from .. import models
+from ..tasks.s2ef.defaults import MODEL_DEFAULTS
+from .main import HelpFormatter
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("models", help="list the models, their options (--model-arg) and default hyper-parameters",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("names", nargs="*", metavar="MODEL", help="only these models (default: all)")
@@ -28,10 +31,7 @@ def register(sub) -> None:
 
 def describe(name: str) -> str:
     """A few lines about one registered model: summary, options (with defaults and help), default hyper-parameters."""
-    from .. import models
-
     cls = models.get(name)
-    import inspect
 
     doc = inspect.getdoc(cls) or cls.__name__
     summary = " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines()).replace("``", "")
@@ -47,7 +47,6 @@ def describe(name: str) -> str:
         lines.append("  options: none")
     hp = ", ".join(f"{k}={v!r}" for k, v in cls.default_hparams.items())
     lines.append(f"  default hyper-parameters: {hp}")
-    from ..tasks.s2ef.defaults import MODEL_DEFAULTS
 
     if name in MODEL_DEFAULTS:  # what `gnnpipe train` on structures takes for the flags not given
         rec = ", ".join(f"{k}={v!r}" for k, v in MODEL_DEFAULTS[name].items())
@@ -57,8 +56,6 @@ def describe(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import models
-
     names = args.names or models.available()
     for n in names:
         models.get(n)  # an unknown name fails before anything is printed (lists the available ones)

@@ -26,7 +26,12 @@ from typing import Any
 
 import torch
 
+from .. import data as gdata
+from .. import partitioners
+from .. import partitioners as P
 from ..errors import ConfigError
+from .main import HelpFormatter
+from .train import check_writable
 
 
 def _human_bytes(n: float) -> str:
@@ -39,8 +44,6 @@ def _human_bytes(n: float) -> str:
 
 def method_options(method: str, **candidates: Any) -> dict:
     """The subset of ``candidates`` (``None`` values dropped) that the constructor of ``method`` accepts."""
-    from .. import partitioners
-
     cls = partitioners.get(method)
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -76,8 +79,6 @@ def run_partition(
     Raises:
         UnknownComponentError: an unknown method. ConfigError: bad sizes or options.
     """
-    from .. import partitioners as P
-
     stages = parts if stages is None else stages
     n = int(data.num_nodes)
     out: dict = {
@@ -155,8 +156,6 @@ def format_table(report: dict) -> str:
 
 def load_graph(args: argparse.Namespace) -> Any:
     """Load and preprocess (undirected, no self-loops, no duplicates) the dataset of ``args``."""
-    from .. import data as gdata
-
     kwargs: dict = {}
     if args.dataset is None or str(args.dataset).lower() == "synthetic":
         kwargs = {"num_nodes": args.num_nodes, "avg_degree": args.avg_degree}
@@ -170,11 +169,9 @@ def _run(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.partitioner.split(",") if m.strip()]
     if not methods:
         raise ConfigError("--partitioner needs at least one partitioner name")
-    from .. import partitioners as P
 
     for m in methods:  # unknown names, bad options and missing optional packages fail before loading
         P.get(m)(**method_options(m, over=args.over_partition, vertex_weight=args.vertex_weight, balance=args.balance))
-    from .train import check_writable
 
     for path in (args.out, args.save_parts):
         if path:
@@ -197,8 +194,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("partition", help="partition a graph's vertices and print partition metrics",
                        description=__doc__, formatter_class=HelpFormatter)
     g = p.add_argument_group("data")

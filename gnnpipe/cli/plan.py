@@ -24,12 +24,18 @@ from pathlib import Path
 
 import attrs
 
+from .. import models, tasks
+from ..api import plan, plan_s2ef
+from ..core.run.results import json_safe
+from ..errors import ConfigError
+from ..tasks.nodes.cost.predict import format_ranking
+from ..tasks.nodes.trainer import resolve_config
+from ..tasks.s2ef.cost import format_atom_ranking
+from .main import HelpFormatter
 from .train import add_plan_arguments, add_train_arguments, check_writable, config_from_args, warn_layout_flags
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("plan", help="predict every layout's epoch time, bytes and memory (cost model)",
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
@@ -56,9 +62,6 @@ def register(sub) -> None:
 
 def plan_from_args(config, args, progress: bool = True):
     """Profile (or load the profile) and rank the layouts; returns ``(predictions, hardware, profile)``."""
-    from ..api import plan
-    from ..errors import ConfigError
-
     if args.ranks is None:
         raise ConfigError("give the number of ranks to plan for: --ranks R")
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
@@ -69,10 +72,6 @@ def plan_from_args(config, args, progress: bool = True):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.run.results import json_safe
-    from ..tasks.nodes.cost.predict import format_ranking
-    from ..tasks.nodes.trainer import resolve_config
-
     config = config_from_args(args)
     if _is_s2ef(config, args):
         return _run_s2ef(config, args)
@@ -95,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_s2ef(config, args) -> bool:
-    from .. import tasks
-
     if getattr(args, "task", "auto") == "s2ef":
         return True
     return tasks.for_config(config).name == "s2ef"
@@ -104,17 +101,8 @@ def _is_s2ef(config, args) -> bool:
 
 def _run_s2ef(config, args: argparse.Namespace) -> int:
     """``gnnpipe plan`` of an atomistic job: the S x G x D ranking (:func:`gnnpipe.api.plan_s2ef`)."""
-    import attrs
-
-    from .. import models, tasks
-    from ..api import plan_s2ef
-    from ..core.run.results import json_safe
-    from ..tasks.s2ef.cost import format_atom_ranking
-
     if getattr(models.get(config.model), "task", None) != "s2ef":
         if config.model != type(config)().model:
-            from ..errors import ConfigError
-
             raise ConfigError(f"--task s2ef needs an atomistic model ({', '.join(_atomistic_models())}), not "
                               f"--model {config.model}")
         config = attrs.evolve(config, model="dimenet++", model_args={})
@@ -124,8 +112,6 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
     if args.out:
         check_writable(args.out)
     if args.ranks is None:
-        from ..errors import ConfigError
-
         raise ConfigError("give the number of ranks to plan for: --ranks R")
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
     preds, hw, prof, build = plan_s2ef(
@@ -149,6 +135,4 @@ def _run_s2ef(config, args: argparse.Namespace) -> int:
 
 def _atomistic_models() -> list[str]:
     """The registered models that predict energies and forces (``task = "s2ef"``)."""
-    from .. import models
-
     return [n for n in models.available() if getattr(models.get(n), "task", None) == "s2ef"]

@@ -29,12 +29,28 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from pathlib import Path
+
+import attrs
+import numpy as np
+import torch
+from ase.calculators.singlepoint import SinglePointCalculator
+
+from ..api import load_data
+from ..core.run.checkpoint import model_from_checkpoint
+from ..core.settings.config import TrainConfig
+from ..data.atoms import to_atoms
+from ..data.datasets import DATASET_FILE_SUFFIXES
+from ..errors import ConfigError
+from ..models import load
+from ..tasks.s2ef import S2EF
+from ..tasks.s2ef.data import dataset_path, is_structure_dataset, load_structures
+from ..tasks.s2ef.predict import has_label, predict_structures, structure_ids
+from .main import HelpFormatter
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("predict", help="predict with a trained model (checkpoint folder or model file)",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("model", help="a checkpoint folder or a model file written by gnnpipe export")
@@ -60,9 +76,6 @@ def register(sub) -> None:
 
 def load_model(src: str, keep: str = "best"):
     """A model from a checkpoint folder or a model file (with ``meta["config"]`` when known)."""
-    from ..core.run.checkpoint import model_from_checkpoint
-    from ..models import load
-
     return model_from_checkpoint(src, keep) if Path(src).expanduser().is_dir() else load(src)
 
 
@@ -86,9 +99,6 @@ def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = 
     Raises:
         ConfigError: the run's root folder or dataset file is in none of those places (the message names each).
     """
-    from ..data.datasets import DATASET_FILE_SUFFIXES
-    from ..errors import ConfigError
-
     cfg = dict(cfg)
     recorded = meta.get("data_paths") or {}
     ds, root = cfg.get("dataset"), cfg.get("root")
@@ -123,14 +133,6 @@ def resolve_data_paths(cfg: dict, meta: dict, base: Path, *, root_given: bool = 
 
 
 def run(args: argparse.Namespace) -> int:
-    import warnings
-
-    import attrs
-    import torch
-
-    from ..api import load_data
-    from ..core.settings.config import TrainConfig
-
     src = Path(args.model).expanduser()
     model = load_model(args.model, args.keep or "best")
     meta = dict(getattr(model, "meta", None) or {})
@@ -143,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
     if (meta.get("task_meta") or {}).get("task") == "s2ef":
         return _predict_s2ef(args, model, trained, meta, src)
     if meta.get("data_given") and args.dataset is None:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{args.model} was trained on a graph passed from Python (api.train(data=...)), which it "
                           "does not record; give that graph as a file: --dataset FILE (.pt or .npz; --root DIR)")
     fields = attrs.fields_dict(TrainConfig)
@@ -175,15 +175,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
     """``gnnpipe predict`` of an S2EF model (see the module docstring)."""
-    import attrs
-    import torch
-
-    from ..core.settings.config import TrainConfig
-    from ..errors import ConfigError
-    from ..tasks.s2ef import S2EF
-    from ..tasks.s2ef.data import is_structure_dataset, load_structures
-    from ..tasks.s2ef.predict import has_label, predict_structures
-
     fields = attrs.fields_dict(TrainConfig)
     cfg = {k: v for k, v in trained.items() if k in fields}
     if args.dataset is not None:
@@ -222,9 +213,6 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() in (".extxyz", ".xyz"):
             import ase.io
-            from ase.calculators.singlepoint import SinglePointCalculator
-
-            from ..data.atoms import to_atoms
 
             frames = []
             for i, d in enumerate(structures):
@@ -233,8 +221,6 @@ def _predict_s2ef(args, model, trained: dict, meta: dict, src: Path) -> int:
                 frames.append(a)
             ase.io.write(str(out), frames, format="extxyz")
         elif out.suffix.lower() == ".npz":
-            from ..tasks.s2ef.predict import structure_ids
-
             write_npz(out, structure_ids(_structure_path(cfg), len(structures)), energy, forces, structures,
                       atoms=args.npz_atoms, dtype=args.npz_dtype)
         else:
@@ -247,8 +233,6 @@ def write_npz(path, ids, energy, forces, structures, *, atoms: str = "free", dty
     """Write predictions in fairchem's S2EF layout (the module docstring): ``ids``, ``energy``, ``forces`` of the
     free atoms (``atoms="all"``: of every atom) concatenated, ``chunk_idx`` (``np.cumsum(counts)[:-1]``) and
     ``natoms``, compressed as fairchem writes it (``np.savez_compressed``)."""
-    import numpy as np
-
     rows, natoms = [], []
     for d, f in zip(structures, forces):
         f = f.detach().double().cpu().numpy().reshape(-1, 3)
@@ -268,10 +252,6 @@ def write_npz(path, ids, energy, forces, structures, *, atoms: str = "free", dty
 def _structure_path(cfg: dict) -> str:
     """The structure file or folder a prediction read (``cfg``: the run's data fields, ``--dataset`` / ``--root``
     applied), or ``""`` for a generated set (its structures are then named by index)."""
-    from ..core.settings.config import TrainConfig
-    from ..errors import ConfigError
-    from ..tasks.s2ef.data import dataset_path
-
     try:
         return str(dataset_path(TrainConfig(**cfg), "the structures"))
     except (ConfigError, TypeError, ValueError):

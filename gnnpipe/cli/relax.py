@@ -31,6 +31,16 @@ import argparse
 import sys
 import time
 
+import torch
+from ase.units import GPa
+
+from .. import partitioners
+from ..errors import ConfigError
+from ..relax.relaxer import check_extxyz_out, relax_file, write_trajectories
+from ..tasks.s2ef.predict import resolve_device, task_meta
+from .main import HelpFormatter
+from .predict import load_model
+
 
 def add_relax_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of a relaxation (shared by ``gnnpipe relax`` and ``gnnpipe evaluate --task is2rs``)."""
@@ -58,8 +68,6 @@ def add_relax_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("relax", help="relax structures with a trained S2EF model (batched FIRE / L-BFGS)",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("model", metavar="MODEL", help="a model file (gnnpipe export) or a checkpoint folder")
@@ -80,11 +88,6 @@ def register(sub) -> None:
 
 def check_relax_arguments(args: argparse.Namespace) -> None:
     """Refuse bad relaxation flags with one line (ConfigError)."""
-    import torch
-
-    from .. import partitioners
-    from ..errors import ConfigError
-
     if not args.fmax > 0:
         raise ConfigError(f"--fmax must be > 0 eV/Å, got {args.fmax}")
     partitioners.get_edge_partitioner(args.graph_parallel_partitioner)  # a typo before anything is loaded
@@ -102,7 +105,6 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    from ..relax.relaxer import check_extxyz_out
 
     if hasattr(args, "save_relaxed"):  # gnnpipe evaluate: its --out is the JSON report
         flag, target = "--save-relaxed", args.save_relaxed
@@ -110,7 +112,6 @@ def check_relax_arguments(args: argparse.Namespace) -> None:
         flag, target = "--out", getattr(args, "out", None)
     if target is not None:
         check_extxyz_out(target, flag)
-    from ..tasks.s2ef.predict import resolve_device
 
     try:
         resolve_device(args.device)
@@ -130,14 +131,10 @@ def relax_options(args: argparse.Namespace) -> dict:
                 gp_size=args.graph_parallel_group_size, gp_partitioner=args.graph_parallel_partitioner,
                 gp_mode=args.graph_parallel_mode, threads=args.threads, log_every_steps=args.log_every_steps)
     if getattr(args, "relax_cell", False):
-        from ase.units import GPa
-
         opts.update(relax_cell=True, scalar_pressure=args.pressure * GPa, hydrostatic_strain=args.hydrostatic_strain,
                     constant_volume=args.constant_volume)
     elif getattr(args, "pressure", 0.0) or getattr(args, "hydrostatic_strain", False) \
             or getattr(args, "constant_volume", False):
-        from ..errors import ConfigError
-
         raise ConfigError("--pressure, --hydrostatic-strain and --constant-volume act on the cell: add --relax-cell")
     return opts
 
@@ -151,10 +148,6 @@ def summary(res, seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..relax.relaxer import relax_file, write_trajectories
-    from ..tasks.s2ef.predict import task_meta
-    from .predict import load_model
-
     check_relax_arguments(args)
     start = time.perf_counter()
     phase = _phases(args)

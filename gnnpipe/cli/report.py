@@ -37,13 +37,19 @@ examples:
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from ..errors import ConfigError
+from ..experiments import load_study
+from ..experiments.curves import NO_MATPLOTLIB, make_curves_report, training_result
+from ..experiments.report import is2rs_file, make_is2rs_report, make_report
+from ..experiments.results import default_results_path
+from .main import HelpFormatter
+
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("report", help="markdown table and plots of a study's results (gnnpipe ablate), of one "
                        "training run's learning curves, or of IS2RS results",
                        description=__doc__, formatter_class=HelpFormatter)
@@ -58,11 +64,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
-    from ..experiments.curves import NO_MATPLOTLIB, make_curves_report, training_result
-    from ..experiments.report import is2rs_file, make_is2rs_report, make_report
-    from ..experiments.results import default_results_path
-
     if any(is2rs_file(p) for p in args.results):
         rep = make_is2rs_report(args.results, args.out_dir, plots=args.plots, title=args.title)
         print(rep.markdown)
@@ -88,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
                           f"training result, or IS2RS results of gnnpipe evaluate --task is2rs --out")
     description, order, sweep = "", None, None
     if path.suffix == ".toml":
-        from ..experiments import load_study
-
         study = load_study(path, check=False)
         description, order, sweep = study.description, study.variant_names(), study.report
         path = default_results_path(path)
@@ -103,8 +102,6 @@ def run(args: argparse.Namespace) -> int:
 def _one_json_object(path: Path) -> bool:
     """Whether ``path`` holds one JSON object spread over several lines (a result file of ``gnnpipe train``), which a
     study's JSON-lines results never are."""
-    import json
-
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 
+from .. import schedulers as gs
+from ..errors import ConfigError
+from ..schedulers import ActionKind
 from .main import HelpFormatter
 
 
@@ -43,9 +46,6 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 
 def build_from_args(args: argparse.Namespace):
     """The schedule named by the common arguments (built and validated, or loaded and validated)."""
-    from .. import schedulers as gs
-    from ..errors import ConfigError
-
     if args.from_csv:
         if args.name:
             raise ConfigError("give either a scheduler NAME or --from-csv FILE, not both")
@@ -62,9 +62,6 @@ def build_from_args(args: argparse.Namespace):
 def load_csv(path: str, *, add_steps: bool = False, **kwargs):
     """:func:`gnnpipe.schedulers.from_csv`, adding the optimizer steps that torch's format leaves out
     when a single-epoch file has none (or when ``add_steps``)."""
-    from .. import schedulers as gs
-    from ..schedulers import ActionKind
-
     sch = gs.from_csv(path, add_steps=add_steps, **kwargs)
     has_step = any(a is not None and a.kind is ActionKind.STEP for row in sch.stages for a in row)
     if not has_step and sch.epochs == 1:
@@ -73,9 +70,6 @@ def load_csv(path: str, *, add_steps: bool = False, **kwargs):
 
 
 def _write_outputs(args, schedule, result) -> None:
-    from .. import schedulers as gs
-    from ..errors import ConfigError
-
     if getattr(args, "csv", None):
         fmt = getattr(args, "csv_format", "torch")
         if fmt == "torch" and schedule.epochs > 1:
@@ -93,8 +87,6 @@ def _write_outputs(args, schedule, result) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .. import schedulers as gs
-
     sch = build_from_args(args)
     res = gs.simulate(sch)
     S, C = sch.num_stages, sch.num_chunks
@@ -116,8 +108,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .. import schedulers as gs
-
     names = gs.available()
     w = max(map(len, names), default=0)
     for n in names:
@@ -127,8 +117,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .. import schedulers as gs
-
     sch = load_csv(args.file, num_chunks=args.chunks, flush=not args.no_flush,
                    weight_staleness=args.weight_staleness, add_steps=args.add_steps)
     gs.validate(sch)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import schedulers as gs
+from ..errors import ConfigError
 from .main import HelpFormatter
 from .schedule import _add_build_args, _write_outputs, build_from_args
 
@@ -23,7 +25,6 @@ from .schedule import _add_build_args, _write_outputs, build_from_args
 def _floats(text: str | None):
     if text is None:
         return None
-    from ..errors import ConfigError
 
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -32,9 +33,6 @@ def _floats(text: str | None):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .. import schedulers as gs
-    from ..errors import ConfigError
-
     if not args.bandwidth > 0:  # inf (the default) is free communication
         raise ConfigError(f"--bandwidth must be > 0 bytes per time unit, got {args.bandwidth!r}")
     if not 0 <= args.latency < float("inf"):

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import warnings
+from pathlib import Path
 
+import attrs
+
+from .. import api
+from ..core.run.launch import _interrupt, under_torchrun
+from ..core.run.stopping import unblock_stop_signals
 from ..core.settings.arguments import add_train_arguments, config_from_args  # noqa: F401  (re-exported)
+from ..core.settings.config import TrainConfig
+from ..core.settings.options import RunOptions
 from ..core.settings.runfile import run_file_path, write_run_file
+from ..errors import ConfigError
+from .main import HelpFormatter
 
 
 def check_writable(path: str) -> None:
@@ -16,11 +30,6 @@ def check_writable(path: str) -> None:
         ConfigError: ``path`` is an existing directory, an existing file that is not writable, or its folder
             cannot be created or is not writable.
     """
-    import os
-    from pathlib import Path
-
-    from ..errors import ConfigError
-
     target = Path(path).expanduser()
     if target.is_dir():
         raise ConfigError(f"--out {path!r} is an existing directory; --out names the JSON file to write, "
@@ -40,10 +49,6 @@ def warn_layout_flags(config, why: str, names=("ways", "stages", "chunks", "sche
     """Warn about layout flags (``names`` of ``--ways``, ``--stages``, ``--chunks``, ``--scheduler``, ``--gp-size``) a
     command that chooses the layout itself ignores (``why``: what chooses it), when they were set away from their
     defaults."""
-    import warnings
-
-    from ..core.settings.config import TrainConfig
-
     set_ = {"ways": config.ways != 1, "stages": config.stages != 1, "chunks": config.chunks is not None,
             "scheduler": config.scheduler != TrainConfig().scheduler,
             "gp-size": config.graph_parallel_group_size != 1}
@@ -81,8 +86,6 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    from .main import HelpFormatter
-
     p = sub.add_parser("train", help="train a GNN (single process, GNNPipe, graph-parallel or hybrid)",
                        description=__doc__, formatter_class=HelpFormatter)
     add_train_arguments(p)
@@ -131,8 +134,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from ..core.settings.options import RunOptions
-
     return RunOptions(keep=args.keep, log_every=args.log_every, log_csv=args.log_csv, tensorboard=args.tensorboard,
                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume,
                       memory_check=args.memory_check,
@@ -177,14 +178,6 @@ def demo_keeping_flags(args: argparse.Namespace) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    import attrs
-
-    from ..api import train
-    from ..core.run.launch import _interrupt, under_torchrun
-
     config = config_from_args(args)
     kept = demo_keeping_flags(args)
     if kept is not None and not under_torchrun():
@@ -199,8 +192,6 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out)
     layout_kw = {}
     if args.layout == "auto":
-        from ..errors import ConfigError
-
         if args.ranks is None:
             raise ConfigError("--layout auto needs the number of ranks: --ranks R")
         plan_options = {"chunks_per_stage": args.chunks_per_stage, "over_partitions": args.over_partitions,
@@ -210,26 +201,21 @@ def run(args: argparse.Namespace) -> int:
         layout_kw = {"layout": "auto", "ranks": args.ranks, "hardware": args.hardware, "plan_options": plan_options}
         warn_layout_flags(config, "--layout auto picks the layout of --ranks ranks; --schedulers lists the candidates")
     elif args.ranks is not None or args.hardware is not None:
-        import warnings
-
         flags = ", ".join(f for f, v in (("--ranks", args.ranks), ("--hardware", args.hardware)) if v is not None)
         warnings.warn(f"ignored: {flags} (they choose a layout only with --layout auto; the layout is "
                       "--ways x --stages)", stacklevel=2)
     for flag, every in (("--checkpoint-every", args.checkpoint_every),
                         ("--checkpoint-every-steps", args.checkpoint_every_steps)):
         if every and not args.checkpoint_dir and not args.resume:
-            import warnings
-
             warnings.warn(f"ignored: {flag} {every} (no --checkpoint-dir: no checkpoints are written; give "
                           "--checkpoint-dir DIR)", stacklevel=2)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout`: end like Ctrl-C
-        from ..core.run.stopping import unblock_stop_signals
 
         unblock_stop_signals()
     try:
-        result = train(config, progress=args.progress, options=options, **layout_kw)
+        result = api.train(config, progress=args.progress, options=options, **layout_kw)
     except BaseException as exc:
         partial = getattr(exc, "result", None)
         if partial is not None and args.out:  # the epochs completed so far are not lost
