@@ -165,13 +165,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_import_reader_sees_known_edges():
-    """The reader is not vacuous: it finds imports we know exist, relative and absolute, in functions too."""
+    """The reader is not vacuous: it finds imports we know exist, relative and absolute (in functions too: below)."""
     g = _graph()
     assert "gnnpipe.tasks.nodes.history" in g["gnnpipe.tasks.nodes.aggregation"]
     assert "gnnpipe.schedulers.ir" in g["gnnpipe.schedulers.validate"]
-    assert "gnnpipe.tasks.nodes.runner" in g["gnnpipe.tasks.nodes"]  # imported inside NodeClassification.plan()
+    assert "gnnpipe.tasks.nodes.runner" in g["gnnpipe.tasks.nodes"]  # from .runner import (…) at its top
     assert "gnnpipe.tasks" in g["gnnpipe.api"]
     assert len(g) > 60
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    modules = _modules()
+    src = tmp_path / "mod.py"
+    src.write_text("def f():\n    from gnnpipe.schedulers.ir import Schedule\n    from . import validate\n")
+    assert _imports("gnnpipe.schedulers.mod", src, modules) == {"gnnpipe.schedulers.ir", "gnnpipe.schedulers.validate"}
 
 
 def test_type_checking_imports_count_for_circles_only(tmp_path):
