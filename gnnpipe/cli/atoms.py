@@ -22,6 +22,7 @@ export``; every ``gemnet-t`` run fits them on its first training structures) as 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -110,6 +111,8 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.out is not None and format_of(args.out) is None:
         raise ConfigError(f"--out {args.out!r}: the format is chosen by the suffix; name the file .extxyz, .db, "
                           f".aselmdb or .lmdb")
+    if args.out is not None and os.path.lexists(args.out) and not args.overwrite:
+        raise ConfigError(f"{args.out} exists; remove it or pass --overwrite")
     choices = _draw_choices(args)
     start = time.perf_counter()
     if args.out is not None and format_of(args.out) != "extxyz":

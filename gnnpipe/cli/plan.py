@@ -27,6 +27,7 @@ import attrs
 from .. import models, tasks
 from ..api import plan, plan_s2ef
 from ..core.run.results import json_safe
+from ..core.settings.config import TrainConfig
 from ..errors import ConfigError
 from ..tasks.nodes.cost.predict import format_ranking
 from ..tasks.nodes.trainer import resolve_config
@@ -57,7 +58,7 @@ def register(sub) -> None:
                    help="rank only D x G layouts (no pipeline stages S)")
     p.add_argument("--out", default=None, help="write the ranking as JSON records")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress messages")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, model=None)  # None: --model not given (its default depends on the task)
 
 
 def plan_from_args(config, args, progress: bool = True):
@@ -72,9 +73,12 @@ def plan_from_args(config, args, progress: bool = True):
 
 
 def run(args: argparse.Namespace) -> int:
+    given_model = args.model is not None
+    if not given_model:
+        args.model = TrainConfig().model
     config = config_from_args(args)
     if _is_s2ef(config, args):
-        return _run_s2ef(config, args)
+        return _run_s2ef(config, args, given_model)
     auto_recompute = config.recompute is None
     config = resolve_config(config)
     if auto_recompute:  # "auto" resolved to off for one process: each pipeline layout decides it (api.plan)
@@ -99,10 +103,10 @@ def _is_s2ef(config, args) -> bool:
     return tasks.for_config(config).name == "s2ef"
 
 
-def _run_s2ef(config, args: argparse.Namespace) -> int:
+def _run_s2ef(config, args: argparse.Namespace, given_model: bool = True) -> int:
     """``gnnpipe plan`` of an atomistic job: the S x G x D ranking (:func:`gnnpipe.api.plan_s2ef`)."""
     if getattr(models.get(config.model), "task", None) != "s2ef":
-        if config.model != type(config)().model:
+        if given_model:
             raise ConfigError(f"--task s2ef needs an atomistic model ({', '.join(_atomistic_models())}), not "
                               f"--model {config.model}")
         config = attrs.evolve(config, model="dimenet++", model_args={})

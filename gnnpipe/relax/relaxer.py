@@ -26,6 +26,7 @@ all-reduce of the stop flag) to return what they have.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -152,7 +153,8 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     Raises:
         ConfigError: ``fmax <= 0``, ``steps < 0``, an unknown optimizer or option, a model not trained for S2EF,
             ``gp_size < 1``, a model without graph-parallel hooks with ``gp_size > 1``, an unknown ``gp_mode``;
-            ``relax_cell`` with a direct-forces model or a structure not periodic in 3D.
+            ``relax_cell`` with a direct-forces model or a structure not periodic in 3D, a pressure that is not
+            finite, ``exp_cell_factor <= 0``, ``hydrostatic_strain`` with ``constant_volume``.
         UnknownComponentError: an unknown ``gp_partitioner``.
         DataValidationError: a malformed structure.
         DistributedError: a graph-parallel rank failed (the message names it).
@@ -172,6 +174,13 @@ def relax(model, structures: Sequence, *, optimizer: str = "fire", fmax: float =
     structures = _as_structures(structures)
     cell = None
     if relax_cell:
+        if not math.isfinite(scalar_pressure):
+            raise ConfigError(f"the pressure must be finite (eV/Å³; --pressure in GPa), got {scalar_pressure}")
+        if exp_cell_factor is not None and not (math.isfinite(exp_cell_factor) and exp_cell_factor > 0):
+            raise ConfigError(f"exp_cell_factor must be a finite number > 0, got {exp_cell_factor}")
+        if hydrostatic_strain and constant_volume:
+            raise ConfigError("--hydrostatic-strain with --constant-volume leaves the cell no freedom (it may only "
+                              "scale, and its volume is fixed): give one of them")
         cell = dict(scalar_pressure=scalar_pressure, exp_cell_factor=exp_cell_factor,
                     hydrostatic_strain=hydrostatic_strain, constant_volume=constant_volume)
         _check_cells(model, structures)

@@ -99,6 +99,11 @@ def test_cell_relaxation_requests_are_checked(morse, tmp_path):
     molecule = Atoms("Cu2", positions=[[0, 0, 0], [0, 0, 2.5]])
     with pytest.raises(ConfigError, match="not periodic in 3D"):
         relax(morse, [_bulk(0), molecule], relax_cell=True)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="the pressure must be finite"):
+            relax(morse, [_bulk(0)], relax_cell=True, scalar_pressure=bad)
+    with pytest.raises(ConfigError, match="leaves the cell no freedom"):
+        relax(morse, [_bulk(0)], relax_cell=True, hydrostatic_strain=True, constant_volume=True)
     morse.direct_forces = True
     try:
         with pytest.raises(ConfigError, match="direct forces"):

@@ -349,9 +349,9 @@ class TrainConfig:
     val_size: int | None = attrs.field(default=None, validator=_opt_int_pos("val_size (--val-size)"))
 
     def __attrs_post_init__(self) -> None:
-        if self.energy_coef == 0 and self.force_coef == 0:  # S2EF: a loss that is zero trains nothing
-            raise ConfigError("energy_coef and force_coef are both 0 (--energy-coef 0 --force-coef 0): the loss is "
-                              "zero and nothing would be trained; give one of them > 0")
+        if self.energy_coef == 0 and self.force_coef == 0 and not self.stress_coef:  # S2EF: a zero loss
+            raise ConfigError("--energy-coef 0 and --force-coef 0 without --stress-coef: the loss is zero and nothing "
+                              "would be trained; give one of them > 0")
 
     def resolved(self, model_defaults: dict) -> TrainConfig:
         """A copy with ``None`` hyper-parameters replaced by the model's defaults."""

@@ -388,10 +388,20 @@ class AtomisticModel(ZooModel):
                 if forces:
                     out["forces"] = f
                 if stress:
-                    out["stress"] = de_deps / cell_volumes(batch).to(de_deps.dtype).reshape(-1, 1, 1)
+                    out["stress"] = stress_from_strain(de_deps, cell_volumes(batch))
         if not grad_was:
             out = {k: v.detach() for k, v in out.items()}
         return out
+
+
+def stress_from_strain(de_deps: Tensor, volumes: Tensor) -> Tensor:
+    """``[B, 3, 3]`` eV/Å³: ``∂E/∂ε / V`` per structure, NaN where ``volumes`` is NaN (no 3D cell). The division
+    runs on a volume of 1 there, so the backward of a loss that leaves those structures out stays finite (a NaN
+    volume in the division would turn their zero gradients into NaN)."""
+    vol = volumes.to(de_deps.dtype).reshape(-1, 1, 1)
+    periodic = ~torch.isnan(vol)
+    safe = torch.where(periodic, vol, torch.ones_like(vol))
+    return torch.where(periodic, de_deps / safe, torch.full_like(de_deps, float("nan")))
 
 
 def cell_volumes(batch) -> Tensor:

@@ -127,6 +127,10 @@ class NodeClassification(Task):
             raise ConfigError(f"--gp-size splits atomistic structures' graphs (S2EF models); --model {config.model} "
                               f"cannot be graph-parallel that way: use --ways W (vertex-partitioned graph "
                               f"parallelism), or an atomistic model (--model {' / '.join(_atomistic_models())})")
+        if config.stress_coef:
+            raise ConfigError(f"--stress-coef trains the stresses of atomistic S2EF models; --model {config.model} "
+                              f"classifies nodes: leave --stress-coef out, or train an atomistic model (--model "
+                              f"{' / '.join(_atomistic_models())})")
         if config.replicas != 1:
             raise ConfigError(f"--replicas {config.replicas} makes data-parallel replicas of atomistic S2EF runs; node "
                               f"classification trains on the whole graph: split it over ranks with --ways W, or its "

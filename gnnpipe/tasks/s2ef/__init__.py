@@ -263,6 +263,10 @@ class S2EF(Task):
         if config.weight_decay_conv is None:
             upd["weight_decay_conv"] = upd.get("weight_decay", config.weight_decay)
         args = {**{k: o.default for k, o in opts.items()}, **config.model_args, **fixed}
+        if config.stress_coef and args.get("direct_forces"):
+            raise ConfigError(f"--stress-coef {config.stress_coef:g} with --direct-forces: a direct force head has no "
+                              f"stress (its forces are not −∂E/∂pos); train conservative forces (leave out "
+                              f"--direct-forces) for stresses, or leave out --stress-coef")
         if config.stages > 1 and config.chunks is None:  # micro-batches of structures: 4·S, at most one each
             upd["chunks"] = min(4 * config.stages, config.batch_size)
         return attrs.evolve(config, task="s2ef", model_args=args, **upd)
@@ -344,7 +348,8 @@ class S2EF(Task):
                      f"elements {elements}; labels: {', '.join(data.labels)}")
         forces = "direct" if config.direct_forces else "conservative"
         lines.append(f"model: {config.model}, {num_parameters(config):,} parameters ({config.layers} interaction "
-                     f"blocks, hidden {config.hidden}), {forces} forces, cutoff {config.cutoff:g} Å, at most "
+                     f"block{'s' if config.layers != 1 else ''}, hidden {config.hidden}), {forces} forces, cutoff "
+                     f"{config.cutoff:g} Å, at most "
                      f"{config.max_neighbors} neighbours, {config.dtype}")
         G, S, D = config.graph_parallel_group_size, config.stages, config.replicas
         workers = resolved_num_workers(config, len(data.splits["train"]))
@@ -367,10 +372,13 @@ class S2EF(Task):
         total = total_steps(config, len(data.splits["train"]))
         length = (f"{config.max_steps:,} optimizer steps (at most {config.epochs} epochs of {per_epoch:,})"
                   if config.max_steps else f"{config.epochs} epoch{'s' if config.epochs != 1 else ''} of "
-                  f"{per_epoch:,} steps")
+                  f"{per_epoch:,} step{'s' if per_epoch != 1 else ''}")
         sched = f"lr {config.lr:g}"
         if config.warmup_steps:
             sched += f", linear warm-up over {config.warmup_steps:,} steps from {config.warmup_factor:g}×"
+            if config.warmup_steps > total:
+                sched += (f" (the run takes {total:,}: the learning rate never reaches {config.lr:g}; lower "
+                          f"--warmup-steps)")
         sched += {"cosine": f", cosine decay to 0.01× over {total:,} steps", "plateau": ", ×0.8 on a plateau of the "
                   "validation force MAE", "constant": ", constant"}.get(config.lr_schedule, f", {config.lr_schedule}")
         sched += f"; EMA {config.ema_decay:g}" if config.ema_decay else "; no EMA"
@@ -410,6 +418,10 @@ class S2EF(Task):
             raise ConfigError(f"{plan.data.name} has too few structures for a training split "
                               f"({len(plan.data.structures)}); give at least 3")
 
+        if config.stress_coef and "stress" not in plan.data.labels:
+            raise ConfigError(f"--stress-coef {config.stress_coef:g}: no structure of {plan.data.name} has a stress "
+                              f"label (read from --stress-key {config.stress_key!r}, or "
+                              f"--virial-key {config.virial_key!r}); name the label, or leave out --stress-coef")
         check_steps(config, plan.data.splits, options)
         launch.plan_backend(config)  # an unknown backend, or nccl without one GPU per rank: before any rank starts
         G = config.graph_parallel_group_size

@@ -65,11 +65,13 @@ def test_a_150_angstrom_cutoff_is_refused_within_seconds(tmp_path, capsys):
 
 
 def test_zero_loss_coefficients_are_refused(capsys):
-    with pytest.raises(ConfigError, match=r"energy_coef and force_coef are both 0.*nothing would be trained"):
+    with pytest.raises(ConfigError, match=r"--energy-coef 0 and --force-coef 0 without --stress-coef.*nothing would "
+                                          r"be trained"):
         TrainConfig(energy_coef=0, force_coef=0.0)
     TrainConfig(energy_coef=0, force_coef=1.0)                      # forces only: trains
+    TrainConfig(energy_coef=0, force_coef=0.0, stress_coef=1.0)     # stresses only: trains
     assert main(["train", "--model", "schnet", "--energy-coef", "0", "--force-coef", "0"]) == 2
-    assert "--energy-coef 0 --force-coef 0" in capsys.readouterr().err
+    assert "--energy-coef 0 and --force-coef 0" in capsys.readouterr().err
 
 
 def _iron():
@@ -257,5 +259,8 @@ def test_the_header_is_printed_without_progress_and_names_data_model_layout_and_
     err = capsys.readouterr().err
     for part in ("data: ", "structures", "train/val/test", "elements ", "model: schnet", "parameters",
                  "layout: S 1 × G 1 × D 1 = 1 rank", "loader worker", "loss: ", "training: 1 epoch",
-                 "warm-up over 2 steps", "EMA"):
+                 "warm-up over 2 steps", "EMA", "(1 interaction block, "):
         assert part in err, part
+    main(["train", "--dataset", xyz, "--model", "schnet", "--layers", "1", "--hidden", "8", "--epochs", "1",
+          "--warmup-steps", "1000", "--no-progress"])
+    assert "warm-up over 1,000 steps from 0.2× (the run takes" in capsys.readouterr().err

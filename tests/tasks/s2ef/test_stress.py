@@ -209,3 +209,37 @@ def test_training_on_the_bulk_set_learns_the_stress(tmp_path, capsys):
     assert best["test_stress_mae"] < 0.5 * zero, (best, zero)  # well below predicting zero stress
     assert best["test_stress_mae_gpa"] == pytest.approx(160.21766 * best["test_stress_mae"], rel=1e-5)
     assert "σ-MAE" in capsys.readouterr().out
+
+
+def test_a_set_with_molecules_beside_crystals_trains_the_stress_with_finite_gradients():
+    """Molecules (no cell) and crystals in one batch with ``--stress-coef``: the molecules are left out of the stress
+    term, and their NaN stresses do not reach the gradients (the division runs on a safe volume)."""
+    from gnnpipe import api
+
+    from .toy import emt_clusters
+
+    data = [*_bulk(6, seed=2), *emt_clusters(6, seed=1, dtype=torch.float64)]
+    res = api.train(data=data, model="schnet", layers=1, hidden=8, dtype="float64", cutoff=3.0, max_neighbors=12,
+                    model_args=ZOO["schnet"], stress_coef=10.0, batch_size=4, epochs=2, warmup_steps=0,
+                    log_every=0, progress=False)
+    assert all(np.isfinite(e["loss"]) for e in res.epochs)
+    assert all(np.isfinite(e["val_force_mae"]) for e in res.epochs)
+    assert all(torch.isfinite(p).all() for p in res.model.parameters())
+
+
+def test_a_stress_loss_without_stresses_or_with_direct_forces_is_refused(tmp_path, capsys):
+    from gnnpipe import api
+    from gnnpipe.cli.main import main
+
+    from .toy import emt_clusters
+
+    kw = dict(model="schnet", layers=1, hidden=8, cutoff=3.0, max_neighbors=12, model_args=ZOO["schnet"], epochs=1,
+              log_every=0, progress=False)
+    with pytest.raises(ConfigError, match="--stress-coef 10: no structure of .* has a stress label"):
+        api.train(data=emt_clusters(6, seed=1, dtype=torch.float64), stress_coef=10.0, **kw)
+    with pytest.raises(ConfigError, match="--stress-coef 10 with --direct-forces: a direct force head has no stress"):
+        api.train(data=_bulk(6), stress_coef=10.0, direct_forces=True, **kw)
+    assert main(["train", "--model", "gcnii", "--stress-coef", "1", "--epochs", "1"]) == 2
+    assert "--stress-coef trains the stresses of atomistic S2EF models" in capsys.readouterr().err
+    stress_only = api.train(data=_bulk(6), stress_coef=1.0, energy_coef=0.0, force_coef=0.0, **kw)
+    assert np.isfinite(stress_only.epochs[0]["loss"])
