@@ -83,6 +83,9 @@ class TrainResult:
         """A short human-readable summary."""
         if self.best_metrics:
             lines = _regression_lines(self.best_metrics, self.best_epoch)
+        elif self.config.get("task") == "s2ef":  # a regression run that never evaluated a validation set
+            lines = ["best val              none: no validation structures (the last weights are kept; give a "
+                     "larger set or --val-dataset)"]
         else:
             lines = [
             f"best val acc          {_pct(self.best_val_acc)}"

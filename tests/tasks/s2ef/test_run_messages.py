@@ -104,3 +104,10 @@ def test_an_ase_database_written_by_schnetpack_keeps_its_labels(tmp_path):
     got = read_structures(path, dtype=torch.float64, require_labels=True)
     assert [float(d.energy) for d in got] == [-1.5, -2.5, -3.5]
     assert torch.allclose(got[2].forces, torch.full((4, 3), 0.2, dtype=torch.float64))
+
+
+def test_a_run_without_validation_structures_says_so_in_its_summary(tmp_path):
+    small = write_extxyz(tmp_path / "four.extxyz", 4, seed=2)
+    r = api.train(**SMALL, dataset=str(small), epochs=1, log_every=0, progress=False)
+    text = r.summary()
+    assert "no validation structures" in text and "val acc" not in text
