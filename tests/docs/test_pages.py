@@ -24,7 +24,7 @@ def test_readme_is_a_landing_page():
 
 def test_results_page_is_short_and_every_section_has_its_command():
     text = RESULTS.read_text()
-    assert len(text.splitlines()) <= 600
+    assert len(text.splitlines()) <= 700  # two kinds of work, each section its figures and command
     found = sections(text)
     assert next(iter(found)) == "Headline", "the headline table comes first"
     for title, body in found.items():
