@@ -61,9 +61,9 @@ def plan(config: TrainConfig | None = None, *, ranks: int, hardware: Any = None,
         ranks: ``R``. hardware: a :class:`~gnnpipe.costmodel.Hardware`, a TOML path or shipped name, or
             ``None`` (this machine with the measured link). data: optional PyG ``Data`` instead of the dataset.
         chunks_per_stage, over_partitions, schedulers: the candidates (see
-            :func:`gnnpipe.tasks.nodes.cost.enumerate_layouts`).
+            ``gnnpipe.tasks.nodes.cost.enumerate_layouts``).
         profile_in, profile_out: load / save the profile JSON (a loaded profile must have been taken for this
-            model and graph: :meth:`~gnnpipe.tasks.nodes.cost.Profile.check_matches`).
+            model and graph: ``Profile.check_matches``).
         contention: let the profile measure how ranks computing at once on this machine's cores slow each other
             (``gnnpipe.tasks.nodes.cost.profile.measure_contention``; about doubles the units' part of the profile).
             ``False`` (``--no-contention``): skip it; the prediction then assumes none (docs/RESULTS.md, "Cost model").

@@ -39,11 +39,16 @@ class TrainingDivergedError(GnnpipeError, RuntimeError):
 class DistributedError(GnnpipeError, RuntimeError):
     """A rank of a distributed run failed; the message names the rank and its error."""
 
+
+class ModelDescriptionError(ConfigError):
+    """A model that does not describe its hook calls or activation widths (so the planner cannot cost it)."""
+
 __all__ = [
     "ConfigError",
     "DataValidationError",
     "DistributedError",
     "GnnpipeError",
+    "ModelDescriptionError",
     "ScheduleError",
     "TrainingDivergedError",
     "UnknownComponentError",

@@ -10,7 +10,7 @@ gives the host transport's own time per exchange (from both ranks ready to both 
 exchanges, a floor like the latency), fitted likewise: on the 2-core VM of docs/RESULTS.md an exchange of 64 KiB-1 MiB
 that follows a few milliseconds of compute takes 0.7-3.4 ms, against 0.1-0.5 ms back to back; no link between the ranks
 makes it faster. With more ranks than cores, an exchange probe measures the core time a
-rank's blocking wait costs when ranks share the cores (:func:`switch_costs`).
+rank's blocking wait costs when ranks share the cores (``switch_costs``).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _probe(rank: int, world: int, sizes: list[int], reps: int, rounds: int, work
     rounds after the stream and half at the end. Returns the low quantiles
     (:func:`.robust.low`) of the ping-pong and each round's wall and main-thread CPU seconds (and ``"pipeline"``: the
     pipeline rank's result, ``"exchange"``: the host exchange's points, ``"spread"``: per measurement the spread of
-    its repeats, :func:`.robust.spread`)."""
+    its repeats, ``robust.spread``)."""
 
     for name in preload:  # what a training rank imports
         importlib.import_module(name)
@@ -288,7 +288,7 @@ def _lost_per_wait(rounds_by_rank, cores: int, iters: int) -> float:
 def switch_byte_cost(ring: Sequence[Sequence[Sequence[float]]], ring_large: Sequence[Sequence[Sequence[float]]],
                      cores: int, iters: int, nbytes: int, nbytes_large: int) -> float:
     """Core seconds lost per byte a rank sends while ranks share the cores (the transport's threads and the
-    kernel moving the bytes): the growth of the ring's lost core time per wait (:func:`switch_costs`) from
+    kernel moving the bytes): the growth of the ring's lost core time per wait (``switch_costs``) from
     messages of ``nbytes`` to messages of ``nbytes_large``, over the difference, clipped at 0.
 
     Raises:
@@ -332,18 +332,18 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
     before any data, "msg_cpu": (s, s per byte) — the main thread's CPU per message op,
     "stream": {"send": [(bytes, s)…], "recv": […]} the one-way stream's CPU per message, "cores", "ranks",
     "switch": (switch_s, switch_peer_s, switch_byte_s) or None, "switch_curve": ``[(busy seconds, switch_s)…]``
-    at :data:`SWITCH_PROBE`'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host
+    at ``SWITCH_PROBE``'s two bursts of compute before each wait (``[]`` without the probe), "exchange": the host
     exchange (a ``Link``: wall seconds of a batched exchange both ways after a burst of compute,
     ``latency + bytes / bandwidth``, bytes each way; ``None`` with ``exchange=None``), "spread":
     ``{"p2p", "allreduce", "msg_cpu", "exchange"[, "switch"]}`` the spread of each measurement's repeats
-    (:func:`.robust.spread`, the mean over its sizes)}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
+    (``robust.spread``, the mean over its sizes)}``. ``msg_cpu`` is fitted on the stream (the mean of a send and a
     receive: a rank does both alike).
     ``pipeline``: ``(fn, args)`` that ranks 0 and 1 run after the probe (``raw["pipeline"]``: their results);
     ``preload``: modules every rank imports before it reads its floor (what the task's training ranks import).
 
     With ``ranks`` greater than this machine's cores, that many ranks are started and, after the ping-pong of
-    ranks 0 and 1, all of them run the exchange probe (:data:`SWITCH_PROBE`, :func:`switch_costs`): the core time
-    a rank's blocking wait costs when ranks share cores, and per byte a rank sends (:func:`switch_byte_cost`).
+    ranks 0 and 1, all of them run the exchange probe (``SWITCH_PROBE``, ``switch_costs``): the core time
+    a rank's blocking wait costs when ranks share cores, and per byte a rank sends (``switch_byte_cost``).
 
     Raises:
         DistributedError: a rank failed.
@@ -399,7 +399,7 @@ def profile_link(backend: str = "gloo", sizes: Sequence[int] = (4, 65536, 1 << 2
 
 
 def _link_spread(outs: list, cores: int, rounds: int) -> dict:
-    """``{measurement: spread}`` of the link probe (:func:`.robust.spread` of each size's repeats, the mean over the
+    """``{measurement: spread}`` of the link probe (``robust.spread`` of each size's repeats, the mean over the
     sizes and over ranks 0 and 1): ``p2p``, ``allreduce``, ``msg_cpu`` (the stream), ``exchange``, and ``switch``
     (the ring's lost core time per wait) when the exchange rounds ran."""
     def mean(key: str) -> float:

@@ -15,7 +15,7 @@ def build_model(name: str, in_channels: int, out_channels: int, *, init: bool = 
         name: a name in :func:`available`.
         in_channels: input feature width ``F``. out_channels: number of classes ``C``.
         init: draw the random initial weights (``False``: the weights are about to be loaded; an atomistic model
-            then skips its initialisation, :mod:`.initflag`).
+            then skips its initialisation, ``gnnpipe.models.initflag``).
         **kwargs: ``num_layers``, ``hidden``, ``dropout``, ``bias``, ``activation`` and model-specific
             options (:func:`model_options`, e.g. GCNII's ``alpha``, ``lamda``).
 

@@ -174,7 +174,7 @@ class AtomisticModel(ZooModel):
 
         ``seed=None`` draws the base seed from torch's global generator (so ``torch.manual_seed(s)`` before
         building gives reproducible weights). The global generator is restored afterwards. Inside
-        :func:`gnnpipe.models.initflag.skipping_initialisation` (a model whose weights are about to be loaded) it
+        ``gnnpipe.models.initflag.skipping_initialisation`` (a model whose weights are about to be loaded) it
         does nothing.
         """
         if initialisation_skipped():

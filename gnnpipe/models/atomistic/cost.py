@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import attrs
 
-from ...errors import ConfigError
+from ...errors import ConfigError, ModelDescriptionError  # noqa: F401 (re-exported)
 
 __all__ = ["HookCall", "ModelDescriptionError", "UnitWidths", "readout_hook_calls"]
-
-
-class ModelDescriptionError(ConfigError):
-    """A model that does not describe its hook calls or activation widths (so the planner cannot cost it)."""
 
 
 @attrs.frozen

@@ -2,7 +2,7 @@
 atom (:func:`activation_widths`; a pipeline stage's, :func:`stage_widths`, with the parameter-free geometry),
 the multiply-adds per edge, triplet and atom (:func:`work_weights`), the parameters per unit and the widths that
 cross a stage boundary. A model that does not describe itself raises
-:class:`~gnnpipe.models.atomistic.cost.ModelDescriptionError`; no model is costed as another.
+:class:`~gnnpipe.errors.ModelDescriptionError`; no model is costed as another.
 """
 
 from __future__ import annotations
