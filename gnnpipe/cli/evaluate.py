@@ -47,6 +47,7 @@ from ase.data import chemical_symbols
 
 from ..core.run.results import json_safe
 from ..data.atoms import read_structures
+from ..data.atoms.structures import stress_label
 from ..errors import ConfigError, DataValidationError
 from ..relax import evaluate_is2rs, get_oracle, relax
 from ..relax.metrics import check_pairs, energy_metrics, structure_energies
@@ -164,7 +165,7 @@ def _size_bins(natoms: np.ndarray) -> list[tuple[int, int]]:
     return bins
 
 
-def s2ef_metrics(structures, energy, forces, dtype=None) -> dict:
+def s2ef_metrics(structures, energy, forces, dtype=None, stress=None) -> dict:
     """The S2EF metrics of predicted ``energy`` (``[S]`` eV) and ``forces`` (``[n_s, 3]`` eV/Å per structure)
     against the labels of ``structures`` (PyG ``Data`` as :func:`gnnpipe.data.atoms.read_structures` gives them), by
     ``gnnpipe.tasks.s2ef.loss.S2EFMetrics`` as training computes them, each over the structures that have its
@@ -173,6 +174,9 @@ def s2ef_metrics(structures, energy, forces, dtype=None) -> dict:
     Args:
         dtype: the labels are cast to it first (the model's dtype: what training compares against); ``None``:
             as given.
+        stress: predicted stresses ``[S, 3, 3]`` eV/Å³ (a conservative model's), or ``None``: then also
+            ``stress_structures``, ``stress_mae`` (eV/Å³, over the 9 components of the structures with a stress
+            label) and ``stress_mae_gpa``, as training reports them.
 
     Returns:
         dict (JSON-ready): ``structures``, ``energy_structures`` / ``force_structures`` (with each label),
@@ -200,6 +204,15 @@ def s2ef_metrics(structures, energy, forces, dtype=None) -> dict:
                  else torch.ones(int(d.z.numel()), dtype=torch.bool) for d in structures],
     }
     out = _accumulate(list(range(n)), labels)
+    targets = [stress_label(d) for d in structures]
+    s_idx = [i for i in range(n) if targets[i] is not None]
+    if stress is not None and s_idx:
+        m = S2EFMetrics()
+        pred = torch.as_tensor(stress, dtype=torch.float64).reshape(-1, 3, 3)
+        m.update_stress(pred[s_idx], torch.stack([cast(targets[i]) for i in s_idx]),
+                        torch.ones(len(s_idx), dtype=torch.bool))
+        r = m.compute()
+        out.update(stress_structures=len(s_idx), stress_mae=r["stress_mae"], stress_mae_gpa=r["stress_mae_gpa"])
     f_idx = [i for i in range(n) if has_f[i]]
     if f_idx:
         z = torch.cat([structures[i].z.reshape(-1) for i in f_idx])
@@ -238,6 +251,8 @@ def s2ef_table(m: dict) -> str:
             ("force MAE", "force_mae", "eV/Å", 1.0, 4),
             ("force cosine", "force_cos", "", 1.0, 4),
             ("EFwT", "efwt", "%", 100.0, 1)]
+    if "stress_mae" in m:
+        rows.append(("stress MAE", "stress_mae", "meV/Å³", 1000.0, 3))
     for label, key, unit, scale, digits in rows:
         if key in m:
             lines.append(f"  {label:<22} {_fmt(m[key], scale, digits):>10} {unit}")
@@ -269,13 +284,16 @@ def _run_s2ef(args: argparse.Namespace) -> int:
         raise DataValidationError(f"{args.dataset}: no structure has an energy or forces label (looked for "
                                   f"{args.energy_key!r} / {args.forces_key!r}); name them with --energy-key / "
                                   f"--forces-key, or predict without labels with gnnpipe predict")
+    # the stress where the set has stress labels and the model has one (conservative forces)
+    with_stress = not getattr(model, "direct_forces", False) and any(stress_label(d) is not None
+                                                                      for d in structures)
     start = time.perf_counter()
-    energy, forces = predict_structures(model, structures, batch_size=args.batch_size or S2EF_BATCH,
-                                        unseen_elements=args.unseen_elements,
-                                        source=f"{Path(args.dataset).name}: structure")
+    energy, forces, *stress = predict_structures(model, structures, batch_size=args.batch_size or S2EF_BATCH,
+                                                 unseen_elements=args.unseen_elements,
+                                                 source=f"{Path(args.dataset).name}: structure", stress=with_stress)
     seconds = time.perf_counter() - start
     dtype = next(model.parameters()).dtype
-    metrics = s2ef_metrics(structures, energy, forces, dtype=dtype)
+    metrics = s2ef_metrics(structures, energy, forces, dtype=dtype, stress=stress[0] if stress else None)
     print(s2ef_table(metrics))
     print(f"predicted {len(structures):,} structures in {seconds:.1f} s", file=sys.stderr)
     record = {"task": "s2ef", "model": str(args.model), "dataset": str(args.dataset),

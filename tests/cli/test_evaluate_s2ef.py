@@ -235,3 +235,26 @@ def test_help_promises_what_evaluate_does(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
     assert "{s2ef,is2re,is2rs}" in capsys.readouterr().out
+
+
+def test_evaluate_reports_the_stress_of_a_set_with_stresses(tmp_path, capsys):
+    """A conservative model on a set with stress labels: ``stress_mae`` as the mean absolute difference of the 9
+    components of ``predict_structures(stress=True)`` and the labels (eV/Å³), printed in meV/Å³."""
+    from gnnpipe import api
+    from gnnpipe.data.atoms import generate_bulk_like, read_structures
+    from gnnpipe.models import load, save
+    from gnnpipe.tasks.s2ef.predict import predict_structures
+
+    data = _write(tmp_path / "bulk.extxyz", generate_bulk_like(8, seed=3, max_repeat=1), sids=False)
+    r = api.train(dataset=str(data), log_every=0, progress=False, **{**TRAIN, "stress_coef": 10.0})
+    path = tmp_path / "bulk.pt"
+    save(r.model, path)
+    out = tmp_path / "m.json"
+    assert main(["evaluate", "--task", "s2ef", str(path), "--dataset", str(data), "--out", str(out)]) == 0
+    assert "stress MAE" in capsys.readouterr().out
+    m = json.loads(out.read_text())
+    structures = read_structures(data, dtype=torch.float64)
+    _, _, stress = predict_structures(load(path), structures, stress=True)
+    target = torch.stack([d.stress.reshape(3, 3) for d in structures]).to(next(load(path).parameters()).dtype)
+    assert m["stress_structures"] == 8
+    assert m["stress_mae"] == pytest.approx(float((stress - target.double()).abs().mean()), rel=1e-9)
