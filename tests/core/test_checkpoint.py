@@ -50,7 +50,7 @@ LAYOUTS = [
     pytest.param(dict(stages=2, scheduler="async-stale", stash_weights=True), id="pipeline-async-stash",
                  marks=pytest.mark.dist),
     pytest.param(dict(ways=2), id="gp", marks=[pytest.mark.dist, pytest.mark.slow]),
-    pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid", marks=pytest.mark.dist),
+    pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid", marks=[pytest.mark.dist, pytest.mark.slow]),
     # issue #12: history stored in bfloat16 (H_in, G_out, T3's snapshot, EMA's average) round-trips bit-identically
     pytest.param(dict(stages=2, history_dtype="bfloat16"), id="pipeline-bf16-history", marks=pytest.mark.dist),
 ]
@@ -198,7 +198,8 @@ def test_history_loads_only_into_the_same_layout(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.parametrize("layout", [pytest.param(dict(stages=2), id="pipeline"),
-                                    pytest.param(dict(stages=2, history_dtype="bfloat16"), id="pipeline-bf16-history"),
+                                    pytest.param(dict(stages=2, history_dtype="bfloat16"), id="pipeline-bf16-history",
+                                                 marks=pytest.mark.slow),
                                     pytest.param(dict(ways=2, stages=2, chunks=4), id="hybrid",
                                                  marks=pytest.mark.slow)])
 def test_resume_of_a_halo_gradient_model_is_bit_identical(tmp_path, layout):

@@ -83,6 +83,7 @@ def test_a_taken_port_does_not_stop_a_launch(monkeypatch):
         assert launch.spawn(_ping, 2, timeout_s=30, threads=1, max_runtime_s=120) == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_concurrent_launches_all_succeed():
     """Launches started at the same moment (threads, 3 rounds of 2) each get their own rendezvous."""
     for _ in range(3):
